@@ -1,0 +1,70 @@
+# gpufleet.deepep: the two commands of the Quick start are `make demo` and `make test`.
+SHELL := /bin/bash
+.SHELLFLAGS := -euo pipefail -c
+.DEFAULT_GOAL := help
+
+ROOT := $(abspath .)
+VENV ?= $(ROOT)/.venv
+export PATH := $(VENV)/bin:$(PATH)
+export ANSIBLE_CONFIG := $(ROOT)/ansible.cfg
+export ANSIBLE_COLLECTIONS_PATH := $(ROOT)/.collections
+export PYTHONDONTWRITEBYTECODE := 1
+MOLECULE_SCENARIOS ?= $(sort $(notdir $(patsubst %/molecule.yml,%,$(wildcard molecule/*/molecule.yml))))
+FLEETSIM := $(VENV)/bin/python -m tools.fleetsim
+DEMO_NODES ?= 4
+
+.PHONY: help bootstrap test lint yamllint ansible-lint sanity unit molecule demo demo-down bench clean
+
+help:
+	@echo "make demo       bring up 4 simulated gcp_b200 nodes and converge playbooks/site.yml on them"
+	@echo "make demo-down  stop the simulated fleet of the demo"
+	@echo "make test       every test: lint, yamllint, ansible-test sanity, unit tests, Molecule scenarios"
+	@echo "make bench      print the fleet and converge figures (tools/bench)"
+
+bootstrap:
+	@scripts/bootstrap.sh
+
+test: bootstrap
+	@$(MAKE) --no-print-directory lint sanity unit molecule
+	@echo "make test: all stages passed"
+
+lint: yamllint ansible-lint
+
+yamllint: bootstrap
+	yamllint -s .
+
+ansible-lint: bootstrap
+	ansible-lint --profile production --strict
+
+sanity: bootstrap
+	scripts/sanity.sh
+
+unit: bootstrap
+	python -m pytest -q tests/unit
+
+molecule: bootstrap
+	@for s in $(MOLECULE_SCENARIOS); do \
+	  echo "== molecule test -s $$s"; \
+	  molecule test -s $$s || exit 1; \
+	done
+
+demo: bootstrap
+	$(FLEETSIM) down --quiet
+	$(FLEETSIM) up --profile gcp_b200 --nodes $(DEMO_NODES) --group b200_cluster
+	$(FLEETSIM) inventory --output $(ROOT)/build/demo-inventory.yml
+	ansible-playbook -i $(ROOT)/build/demo-inventory.yml playbooks/site.yml -l b200_cluster
+	@echo
+	@echo "The simulated fleet is still up. Look at it with:"
+	@echo "  $(FLEETSIM) status"
+	@echo "  $(FLEETSIM) exec b200-cluster-1 -- cat /proc/driver/nvidia/params"
+	@echo "  ansible -i build/demo-inventory.yml b200_cluster -m gpufleet.deepep.gpu_topology"
+	@echo "Stop it with: make demo-down"
+
+demo-down: bootstrap
+	$(FLEETSIM) down --purge
+
+bench: bootstrap
+	$(VENV)/bin/python tools/bench/fleet_bench.py
+
+clean:
+	rm -rf build .pytest_cache

@@ -1,0 +1,67 @@
+"""Shared helpers for the collection's unit tests.
+
+Modules and module_utils are imported through the collection namespace
+(``ansible_collections.gpufleet.deepep...``); ``scripts/bootstrap.sh`` links the checkout at
+``.collections/ansible_collections/gpufleet/deepep`` and this file puts ``.collections`` on sys.path.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+COLLECTIONS = REPO / ".collections"
+if not (COLLECTIONS / "ansible_collections" / "gpufleet" / "deepep").exists():
+    raise RuntimeError("run scripts/bootstrap.sh (or `make bootstrap`) first: .collections is missing")
+if str(COLLECTIONS) not in sys.path:
+    sys.path.insert(0, str(COLLECTIONS))
+
+FIXTURES = REPO / "tests" / "fixtures"
+CAPTURED = FIXTURES / "captured" / "h200x2"
+
+
+class ModuleResult(dict):
+    """The JSON a module printed, plus whether it failed."""
+
+    @property
+    def failed(self) -> bool:
+        return bool(self.get("failed"))
+
+
+def run_module(module, args: dict, check_mode: bool = False, diff: bool = False) -> ModuleResult:
+    """Run ``module.main()`` with ``args`` and return what it printed as a dict.
+
+    Works for exit_json and fail_json alike (both end in SystemExit); the caller asserts on
+    ``result.failed`` and the keys.
+    """
+    from ansible.module_utils.testing import patch_module_args
+
+    full = dict(args)
+    full["_ansible_check_mode"] = check_mode
+    full["_ansible_diff"] = diff
+    full.setdefault("_ansible_remote_tmp", "/tmp")
+    full.setdefault("_ansible_keep_remote_files", False)
+    import io
+    import contextlib
+
+    out = io.StringIO()
+    with patch_module_args(full), contextlib.redirect_stdout(out):
+        with pytest.raises(SystemExit):
+            module.main()
+    text = out.getvalue().strip()
+    # The module prints exactly one JSON document.
+    return ModuleResult(json.loads(text))
+
+
+@pytest.fixture
+def module_runner():
+    return run_module
+
+
+@pytest.fixture
+def captured_dir() -> Path:
+    return CAPTURED
