@@ -13,7 +13,7 @@ MOLECULE_SCENARIOS ?= $(sort $(notdir $(patsubst %/molecule.yml,%,$(wildcard mol
 FLEETSIM := $(VENV)/bin/python -m tools.fleetsim
 DEMO_NODES ?= 4
 
-.PHONY: help bootstrap test lint yamllint ansible-lint sanity unit molecule demo demo-down bench clean
+.PHONY: help bootstrap test lint changelog-lint yamllint ansible-lint sanity unit molecule demo demo-down bench clean
 
 help:
 	@echo "make demo       bring up 4 simulated gcp_b200 nodes and converge playbooks/site.yml on them"
@@ -28,7 +28,10 @@ test: bootstrap
 	@$(MAKE) --no-print-directory lint sanity unit molecule
 	@echo "make test: all stages passed"
 
-lint: yamllint ansible-lint
+lint: yamllint ansible-lint changelog-lint
+
+changelog-lint: bootstrap
+	antsibull-changelog lint
 
 yamllint: bootstrap
 	yamllint -s .

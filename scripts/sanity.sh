@@ -4,6 +4,18 @@
 set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 export PATH="$here/.venv/bin:$PATH"
+# ansible-test fetches pip's get-pip.py from a host outside the reachable registries: give it the offline stand-in.
+pip_version="$(python - <<'PY'
+import re, ansible_test, pathlib
+src = (pathlib.Path(ansible_test.__file__).parent / "_internal" / "python_requirements.py").read_text()
+print(re.search(r"pip='([0-9.]+)'", src).group(1))
+PY
+)"
+cache="$HOME/.ansible/test/cache/get_pip_${pip_version//./_}.py"
+if ! cmp -s "$here/scripts/get_pip_offline.py" "$cache"; then
+  mkdir -p "$(dirname "$cache")"
+  cp "$here/scripts/get_pip_offline.py" "$cache"
+fi
 work="$(mktemp -d "${TMPDIR:-/tmp}/gpufleet-sanity.XXXXXX")"
 trap 'rm -rf "$work"' EXIT
 dest="$work/ansible_collections/gpufleet/deepep"
