@@ -1,5 +1,5 @@
 # Copyright: (c) 2026, gpufleet.deepep contributors
-# Apache License 2.0 (see LICENSE in the collection root)
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
 """Stand-in for pip's ``get-pip.py`` bootstrap script, used by ``ansible-test sanity --venv``.
 
 ansible-test downloads get-pip.py from a host this project's machines cannot reach. This script does the same job

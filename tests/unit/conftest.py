@@ -1,3 +1,5 @@
+# Copyright: (c) 2026, gpufleet.deepep contributors
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
 """Shared helpers for the collection's unit tests.
 
 Modules and module_utils are imported through the collection namespace
@@ -7,6 +9,8 @@ Modules and module_utils are imported through the collection namespace
 
 from __future__ import annotations
 
+import contextlib
+import io
 import json
 import sys
 from pathlib import Path
@@ -45,13 +49,20 @@ def run_module(module, args: dict, check_mode: bool = False, diff: bool = False)
     full["_ansible_diff"] = diff
     full.setdefault("_ansible_remote_tmp", "/tmp")
     full.setdefault("_ansible_keep_remote_files", False)
-    import io
-    import contextlib
+    from ansible.module_utils import _internal
 
     out = io.StringIO()
-    with patch_module_args(full), contextlib.redirect_stdout(out):
-        with pytest.raises(SystemExit):
-            module.main()
+    # Once a test has imported controller-side code (filters, the template engine), ansible-core flags the
+    # process as the controller and prints module warnings to stderr instead of returning them. Modules run
+    # on targets, so run them as a target would.
+    was_controller = _internal.is_controller
+    _internal.is_controller = False
+    try:
+        with patch_module_args(full), contextlib.redirect_stdout(out):
+            with pytest.raises(SystemExit):
+                module.main()
+    finally:
+        _internal.is_controller = was_controller
     text = out.getvalue().strip()
     # The module prints exactly one JSON document.
     return ModuleResult(json.loads(text))
