@@ -1,0 +1,67 @@
+# Copyright: (c) 2026, gpufleet.deepep contributors
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
+
+"""Version filters for playbooks: CUDA tags, the PyTorch wheel index, torch versions, nccl.h versions.
+
+Each filter is documented in ``<filter name>.yml`` beside this file. The logic lives in
+``plugins/module_utils/_versions.py`` so modules use the same rules.
+"""
+
+from __future__ import annotations
+
+from ansible.errors import AnsibleFilterError
+
+from ansible_collections.gpufleet.deepep.plugins.module_utils._versions import (
+    PYTORCH_INDEX,
+    VersionError,
+    cuda_tag as _cuda_tag,
+    nccl_version_from_header,
+    split_torch_version,
+    torch_index_url as _torch_index_url,
+)
+
+
+def cuda_tag(cuda_version):
+    """``13.0.88`` -> ``cu130``."""
+    try:
+        return _cuda_tag(cuda_version)
+    except VersionError as exc:
+        raise AnsibleFilterError("cuda_tag: %s" % exc) from exc
+
+
+def torch_index_url(cuda_version, base=PYTORCH_INDEX, nightly=False):
+    """``13.0`` -> ``https://download.pytorch.org/whl/cu130``."""
+    if not isinstance(nightly, bool):
+        raise AnsibleFilterError("torch_index_url: nightly must be a boolean, got %r" % (nightly,))
+    try:
+        return _torch_index_url(cuda_version, base=base, nightly=nightly)
+    except VersionError as exc:
+        raise AnsibleFilterError("torch_index_url: %s" % exc) from exc
+
+
+def torch_version_info(torch_version):
+    """``2.9.1+cu129`` -> ``{version: 2.9.1, cuda_tag: cu129, cuda_version: '12.9', local: cu129}``."""
+    try:
+        return split_torch_version(torch_version)
+    except VersionError as exc:
+        raise AnsibleFilterError("torch_version_info: %s" % exc) from exc
+
+
+def nccl_header_version(header_text):
+    """The NCCL version an ``nccl.h`` declares (e.g. its slurped, decoded content); None when none."""
+    try:
+        return nccl_version_from_header(header_text)
+    except VersionError as exc:
+        raise AnsibleFilterError("nccl_header_version: %s" % exc) from exc
+
+
+class FilterModule:
+    """Version helpers."""
+
+    def filters(self):
+        return {
+            "cuda_tag": cuda_tag,
+            "torch_index_url": torch_index_url,
+            "torch_version_info": torch_version_info,
+            "nccl_header_version": nccl_header_version,
+        }

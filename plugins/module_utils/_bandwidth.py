@@ -1,0 +1,437 @@
+# Copyright: (c) 2026, gpufleet.deepep contributors
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
+
+"""Parse the output of DeepEP's own tests into bandwidth data.
+
+Pure logic, standard library only, Python 3.8+: used by the ``deepep_bandwidth`` filter, the verify
+roles and the audit.
+
+Understood outputs:
+
+* V1 ``tests/test_intranode.py`` (and V2's ``tests/legacy/test_intranode.py``, same format):
+  ``[testing] Running with BF16, ... passed``, ``[tuning] Best dispatch (FP8): SMs 24, NVL chunk 24,
+  247.83 GB/s (NVL), t: 243.45 us``, ``[tuning] Best combine: SMs 24, NVL chunk 7: 293.21 GB/s (NVL)``.
+* V1 ``tests/test_internode.py``: the same with ``RDMA chunk N: X GB/s (RDMA), Y GB/s (NVL)``.
+* V1 ``tests/test_low_latency.py``: ``[rank r] Dispatch bandwidth: X GB/s, avg_t=... | Combine
+  bandwidth: Y GB/s, ...`` and ``[rank r] Dispatch + combine bandwidth: Z GB/s, ...``, one per rank.
+* V2 ``tests/elastic/test_ep.py``: `` > Testing with ..., use_fp8_dispatch=1, ...`` followed by per-rank
+  lines ``* EP:   3/16 | dispatch: 81 GB/s (SO), 263 GB/s (SU), 162.4 us, N bytes | copy: ...``
+  (``*`` dispatch, ``-`` expanded dispatch, ``#`` cached dispatch, ``@`` combine, ``+`` reduced combine;
+  SO = scale-out/RDMA, SU = scale-up/NVLink).
+
+Output from several ranks or nodes may be interleaved, carry ``[rank r]``-style prefixes added by a
+launcher, ANSI colour codes and carriage returns. Where several figures exist for one metric (one per
+node or rank), the slowest is reported, since the slowest rank bounds an all-to-all.
+"""
+
+from __future__ import annotations
+
+import re
+
+__all__ = ["BandwidthInputError", "parse_output", "TESTS", "ELASTIC_KINDS", "normalize_test"]
+
+TESTS = ("intranode", "internode", "low_latency", "elastic")
+GENERATIONS = ("v1", "v2")
+
+# V2 case kinds: the word printed after the rank, keyed by the marker that starts the line.
+ELASTIC_KINDS = {
+    "*": "dispatch",
+    "-": "expanded_dispatch",
+    "#": "cached_dispatch",
+    "@": "combine",
+    "+": "reduced_combine",
+}
+_ELASTIC_WORDS = {
+    "dispatch": "dispatch",
+    "expanded dispatch": "expanded_dispatch",
+    "cached dispatch": "cached_dispatch",
+    "combine": "combine",
+    "reduced combine": "reduced_combine",
+}
+
+
+class BandwidthInputError(ValueError):
+    """The input or an argument is not something this parser can read; the message names it."""
+
+
+# ANSI CSI/OSC sequences; carriage returns become line breaks so progress-style rewrites stay apart.
+_ANSI_RE = re.compile(r"\x1b\[[0-?]*[ -/]*[@-~]|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)|\x1b[@-Z\\-_]")
+_NUM = r"(\d+(?:\.\d+)?)"
+
+_TESTING_RE = re.compile(r"\[testing\] Running with (BF16|FP8)\b")
+_PASSED_RE = re.compile(r"(?:\.\.\.|^|[\]:>])[ \t]*passed\b", re.MULTILINE)
+_FAILED_RE = re.compile(r"\.\.\.[ \t]*failed\b")
+_BEST_RE = re.compile(r"\[tuning\] Best (dispatch|combine)(?: \((BF16|FP8)\))?:([^\n]*)")
+_GBPS_RE = re.compile(_NUM + r"\s*GB/s\s*\((RDMA|NVL)\)")
+
+_LL_SPLIT_RE = re.compile(
+    r"\[rank\s*(\d+)\]\s*Dispatch bandwidth:\s*" + _NUM + r"\s*GB/s[^|\n]*\|\s*Combine bandwidth:\s*" + _NUM + r"\s*GB/s")
+_LL_BOTH_RE = re.compile(r"\[rank\s*(\d+)\]\s*Dispatch \+ combine bandwidth:\s*" + _NUM + r"\s*GB/s")
+_LL_SENDRECV_RE = re.compile(r"\[rank\s*(\d+)\]\s*Dispatch send/recv time:")
+
+_EP_RE = re.compile(
+    r"([*\-#@+])\s*EP:\s*(\d+)\s*/\s*(\d+)\s*\|\s*"
+    r"(expanded dispatch|cached dispatch|reduced combine|dispatch|combine):\s*"
+    + _NUM + r"\s*GB/s\s*\(SO\),\s*" + _NUM + r"\s*GB/s\s*\(SU\)(?:,\s*" + _NUM + r"\s*us)?")
+_EP_HEADER_RE = re.compile(r">\s*Testing with ([^\n]*?)(?:\.\.\.|$)", re.MULTILINE)
+_EP_RANKS_RE = re.compile(r"Ranks:\s*(\d+)\s*x\s*(\d+)")
+
+# Signs that a run did not end normally.
+_FATAL_RES = (
+    re.compile(r"Traceback \(most recent call last\)"),
+    re.compile(r"Fatal Python error"),
+    re.compile(r"Segmentation fault"),
+    re.compile(r"core dumped"),
+    re.compile(r"DeepEP error"),
+    re.compile(r"\btimeout \((?:dispatch|combine|notify|cached)[^)\n]*\)"),
+    re.compile(r"terminated with (?:signal|exit code)"),
+    re.compile(r"Process(?:Raised|Exited)Exception"),
+    re.compile(r"^\s*(?:Killed|Aborted)\b", re.MULTILINE),
+    re.compile(r"CUDA error:"),
+)
+# Lines worth reporting as the reason (exception lines, fatal signals, DeepEP's own errors).
+_ERROR_LINE_RE = re.compile(
+    r"^[^\n]*?((?:Fatal Python error:[^\n]*|Segmentation fault[^\n]*|"
+    r"(?:[A-Za-z_][\w.]*\.)?[A-Z]\w*(?:Error|Exception)(?::[^\n]*)?|"
+    r"DeepEP error:[^\n]*|CUDA error:[^\n]*|Killed|Aborted(?: \(core dumped\))?))[ \t]*$",
+    re.MULTILINE)
+_MAX_ERRORS = 20
+
+_TEST_ALIASES = {
+    "intranode": ("intranode", None),
+    "test_intranode": ("intranode", None),
+    "tests/test_intranode.py": ("intranode", "v1"),
+    "legacy/test_intranode": ("intranode", "v2"),
+    "tests/legacy/test_intranode.py": ("intranode", "v2"),
+    "internode": ("internode", None),
+    "test_internode": ("internode", None),
+    "tests/test_internode.py": ("internode", "v1"),
+    "legacy/test_internode": ("internode", "v2"),
+    "tests/legacy/test_internode.py": ("internode", "v2"),
+    "low_latency": ("low_latency", None),
+    "test_low_latency": ("low_latency", None),
+    "tests/test_low_latency.py": ("low_latency", "v1"),
+    "legacy/test_low_latency": ("low_latency", "v2"),
+    "tests/legacy/test_low_latency.py": ("low_latency", "v2"),
+    "elastic": ("elastic", "v2"),
+    "test_ep": ("elastic", "v2"),
+    "elastic/test_ep": ("elastic", "v2"),
+    "tests/elastic/test_ep.py": ("elastic", "v2"),
+}
+
+
+def normalize_test(test):
+    """Map a test name or path to ``(test, generation or None)``.
+
+    Accepts the short names (``intranode``, ``internode``, ``low_latency``, ``elastic``) and the test
+    files (``tests/test_intranode.py``, ``tests/legacy/test_intranode.py``, ``tests/elastic/test_ep.py``,
+    with or without ``tests/``, ``.py`` or a leading path). Raises :class:`BandwidthInputError`.
+    """
+    if not isinstance(test, str) or not test.strip():
+        raise BandwidthInputError("test %r is not a test name; expected one of %s or a test file such as "
+                                  "tests/legacy/test_intranode.py" % (test, ", ".join(TESTS)))
+    key = test.strip().replace("\\", "/").replace("-", "_")
+    candidates = [key]
+    if "/tests/" in key:
+        candidates.append("tests/" + key.rsplit("/tests/", 1)[1])
+    if not key.endswith(".py"):
+        candidates.append("tests/%s.py" % key)
+    else:
+        candidates.append(key[:-3])
+    for candidate in candidates:
+        if candidate in _TEST_ALIASES:
+            return _TEST_ALIASES[candidate]
+    raise BandwidthInputError("test %r is not a DeepEP test this parser reads; expected one of %s or a test file "
+                              "such as tests/test_intranode.py, tests/legacy/test_intranode.py, "
+                              "tests/elastic/test_ep.py" % (test, ", ".join(TESTS)))
+
+
+def _text_of(output):
+    """Accept a string, a list of lines, or a command result (``stdout``/``stderr``)."""
+    if isinstance(output, bytes):
+        return output.decode("utf-8", "replace")
+    if isinstance(output, str):
+        return output
+    if isinstance(output, dict):
+        if not any(k in output for k in ("stdout", "stderr", "stdout_lines", "stderr_lines")):
+            raise BandwidthInputError(
+                "a mapping given as test output must be a command result with stdout/stderr; got keys %s"
+                % (sorted(str(k) for k in output)[:10],))
+        parts = []
+        for key, lines_key in (("stdout", "stdout_lines"), ("stderr", "stderr_lines")):
+            value = output.get(key)
+            if value is None and output.get(lines_key) is not None:
+                value = output.get(lines_key)
+            if value is not None:
+                parts.append(_text_of(value))
+        return "\n".join(parts)
+    if isinstance(output, (list, tuple)):
+        for index, line in enumerate(output):
+            if not isinstance(line, (str, bytes)):
+                raise BandwidthInputError("test output lines must be strings; item %d is a %s (%r)"
+                                          % (index, type(line).__name__, line))
+        return "\n".join(_text_of(line) for line in output)
+    raise BandwidthInputError("test output must be a string, a list of lines or a command result with "
+                              "stdout/stderr; got a %s (%r)" % (type(output).__name__, output))
+
+
+def _clean(text):
+    text = _ANSI_RE.sub("", text)
+    return text.replace("\r\n", "\n").replace("\r", "\n")
+
+
+def _infer_test(text):
+    if _EP_RE.search(text) or "tests/elastic/test_ep.py" in text or "construct_elastic_buffer" in text \
+            or re.search(r">\s*Testing with do_handle_copy", text):
+        return "elastic"
+    if "RDMA chunk" in text or "num_topk_groups=" in text or "num_rdma_recv_tokens" in text \
+            or "test_internode.py" in text:
+        return "internode"
+    if _TESTING_RE.search(text) or "[tuning]" in text or "test_intranode.py" in text:
+        return "intranode"
+    if _LL_SPLIT_RE.search(text) or _LL_BOTH_RE.search(text) or "Allocating buffer size:" in text \
+            or "test_low_latency.py" in text:
+        return "low_latency"
+    return None
+
+
+def _infer_generation(text, test):
+    if test == "elastic" or "deep_ep/buffers/" in text or "ElasticBuffer" in text or "tests/legacy/" in text:
+        return "v2"
+    if test is not None:
+        return "v1"
+    return None
+
+
+def _errors(text):
+    found = []
+    for match in _ERROR_LINE_RE.finditer(text):
+        line = match.group(1).strip()[:200]
+        if line and line not in found:
+            found.append(line)
+        if len(found) >= _MAX_ERRORS:
+            break
+    # DeepEP's timeouts can come without an exception line (stderr lost); keep them visible.
+    for match in re.finditer(r"\btimeout \((?:dispatch|combine|notify|cached)[^)\n]*\)", text):
+        if not any(match.group(0) in line for line in found) and len(found) < _MAX_ERRORS:
+            found.append(match.group(0))
+    return found
+
+
+def _fatal(text):
+    return any(regex.search(text) for regex in _FATAL_RES)
+
+
+def _num(value):
+    number = float(value)
+    return int(number) if number.is_integer() and "." not in value else number
+
+
+def _min_or_none(values):
+    values = [v for v in values if v is not None]
+    return min(values) if values else None
+
+
+def _empty_pair():
+    return {"nvl_gbps": None, "rdma_gbps": None}
+
+
+def _parse_v1_normal(text, result):
+    started = len(_TESTING_RE.findall(text))
+    passed = len(_PASSED_RE.findall(text))
+    failed = len(_FAILED_RE.findall(text))
+    if started:
+        passed = min(passed, started)
+        failed = min(failed, started - passed)
+        failed += max(0, started - passed - failed)
+    result["cases"] = {"passed": passed, "failed": failed}
+
+    best = {"bf16": {"NVL": [], "RDMA": []}, "fp8": {"NVL": [], "RDMA": []}, "combine": {"NVL": [], "RDMA": []}}
+    saw_combine = False
+    for match in _BEST_RE.finditer(text):
+        what, dtype, rest = match.group(1), match.group(2), match.group(3)
+        slot = "combine" if what == "combine" else dtype.lower()
+        if what == "combine":
+            saw_combine = True
+        seen = set()
+        for gbps in _GBPS_RE.finditer(rest):
+            link = gbps.group(2)
+            if link in seen:
+                continue
+            seen.add(link)
+            best[slot][link].append(_num(gbps.group(1)))
+    for dtype in ("bf16", "fp8"):
+        result["dispatch"][dtype] = {"nvl_gbps": _min_or_none(best[dtype]["NVL"]),
+                                     "rdma_gbps": _min_or_none(best[dtype]["RDMA"])}
+    result["combine"] = {"nvl_gbps": _min_or_none(best["combine"]["NVL"]),
+                         "rdma_gbps": _min_or_none(best["combine"]["RDMA"])}
+    return saw_combine and started > 0 and passed == started
+
+
+def _parse_low_latency(text):
+    """Per-rank low-latency figures, slowest first; None when the output has none."""
+    ranks = {}
+    for match in _LL_SPLIT_RE.finditer(text):
+        entry = ranks.setdefault(int(match.group(1)), {})
+        for key, value in (("dispatch_gbps", _num(match.group(2))), ("combine_gbps", _num(match.group(3)))):
+            entry[key] = value if key not in entry else min(entry[key], value)
+    for match in _LL_BOTH_RE.finditer(text):
+        entry = ranks.setdefault(int(match.group(1)), {})
+        value = _num(match.group(2))
+        entry["dispatch_combine_gbps"] = value if "dispatch_combine_gbps" not in entry \
+            else min(entry["dispatch_combine_gbps"], value)
+    if not ranks:
+        return None, set(ranks)
+
+    def lowest(key):
+        candidates = [(entry[key], rank) for rank, entry in ranks.items() if entry.get(key) is not None]
+        return min(candidates) if candidates else (None, None)
+
+    dispatch, dispatch_rank = lowest("dispatch_gbps")
+    combine, combine_rank = lowest("combine_gbps")
+    both, both_rank = lowest("dispatch_combine_gbps")
+    slowest = both_rank if both_rank is not None else dispatch_rank
+    if slowest is None:
+        slowest = combine_rank
+    summary = {
+        "dispatch_gbps": dispatch,
+        "combine_gbps": combine,
+        "dispatch_combine_gbps": both,
+        "slowest_rank": slowest,
+        "dispatch_slowest_rank": dispatch_rank,
+        "combine_slowest_rank": combine_rank,
+        "ranks": len(ranks),
+    }
+    return summary, set(ranks)
+
+
+def _parse_elastic(text, result, fatal):
+    headers = list(_EP_HEADER_RE.finditer(text))
+    ranks_match = _EP_RANKS_RE.search(text)
+    scaleout = int(ranks_match.group(1)) if ranks_match else None
+
+    # Split into cases: lines before the first header belong to no case (dtype unknown).
+    bounds = [(h.start(), h.group(1)) for h in headers]
+    sections = []
+    if not bounds:
+        sections.append((None, text))
+    else:
+        if bounds[0][0] > 0:
+            sections.append((None, text[:bounds[0][0]]))
+        for index, (start, settings) in enumerate(bounds):
+            end = bounds[index + 1][0] if index + 1 < len(bounds) else len(text)
+            sections.append((settings, text[start:end]))
+
+    lines = []       # (fp8 or None, case index or None, record)
+    counts = []      # EP lines per case, in order
+    for settings, chunk in sections:
+        fp8 = None
+        if settings is not None:
+            flag = re.search(r"use_fp8_dispatch\s*=\s*(\d)", settings)
+            fp8 = bool(int(flag.group(1))) if flag else None
+        found = 0
+        for match in _EP_RE.finditer(chunk):
+            marker, rank, num_ranks, word = match.group(1), int(match.group(2)), int(match.group(3)), match.group(4)
+            kind = _ELASTIC_WORDS.get(word, ELASTIC_KINDS.get(marker))
+            record = {
+                "kind": kind,
+                "rank": rank,
+                "num_ranks": num_ranks,
+                "so_gbps": _num(match.group(5)),
+                "su_gbps": _num(match.group(6)),
+                "time_us": _num(match.group(7)) if match.group(7) else None,
+            }
+            lines.append((fp8, record))
+            found += 1
+        if settings is not None:
+            counts.append(found)
+
+    any_so = any(record["so_gbps"] > 0 for dummy, record in lines)
+    scale_out = scaleout > 1 if scaleout is not None else any_so
+
+    def slowest(records):
+        if not records:
+            return None
+        bottleneck = "so_gbps" if scale_out else "su_gbps"
+        chosen = min(records, key=lambda r: (r[bottleneck], -(r["time_us"] or 0.0)))
+        return {"so_gbps": chosen["so_gbps"], "su_gbps": chosen["su_gbps"], "rank": chosen["rank"],
+                "num_ranks": chosen["num_ranks"], "time_us": chosen["time_us"]}
+
+    elastic = {}
+    for kind in ELASTIC_KINDS.values():
+        elastic[kind] = slowest([r for dummy, r in lines if r["kind"] == kind])
+    result["elastic"] = elastic
+
+    def as_pair(entry):
+        if entry is None:
+            return _empty_pair()
+        return {"nvl_gbps": entry["su_gbps"], "rdma_gbps": entry["so_gbps"] if scale_out else None}
+
+    for dtype, flag in (("bf16", False), ("fp8", True)):
+        result["dispatch"][dtype] = as_pair(slowest([r for f, r in lines if f is flag and r["kind"] == "dispatch"]))
+    result["combine"] = as_pair(elastic["combine"])
+
+    # A case is done when the next one started; the last one when it printed as many lines as the first.
+    total = len(counts)
+    done = max(0, total - 1)
+    last_done = False
+    if total:
+        expected = max(1, counts[0])
+        last_done = (not fatal) and counts[-1] >= expected
+        done += 1 if last_done else 0
+    result["cases"] = {"passed": done, "failed": total - done}
+    return total > 0 and last_done
+
+
+def parse_output(output, test=None, generation=None):
+    """Parse DeepEP test output; see the module docstring and the filter's documentation.
+
+    ``output``: a string, a list of lines, or a command result holding ``stdout``/``stderr``.
+    ``test``: the test when it cannot be inferred from the output (see :func:`normalize_test`).
+    ``generation``: ``v1`` or ``v2`` to override what the output suggests.
+    """
+    text = _clean(_text_of(output))
+    forced_generation = None
+    if test is not None:
+        test, forced_generation = normalize_test(test)
+    if generation is not None:
+        if not isinstance(generation, str) or generation.strip().lower() not in GENERATIONS:
+            raise BandwidthInputError("generation %r is not one of %s" % (generation, ", ".join(GENERATIONS)))
+        forced_generation = generation.strip().lower()
+    if test is None:
+        test = _infer_test(text)
+
+    result = {
+        "generation": forced_generation or _infer_generation(text, test),
+        "test": test,
+        "complete": False,
+        "cases": {"passed": 0, "failed": 0},
+        "dispatch": {"bf16": _empty_pair(), "fp8": _empty_pair()},
+        "combine": _empty_pair(),
+        "low_latency": None,
+        "elastic": None,
+        "errors": _errors(text),
+    }
+    fatal = _fatal(text)
+
+    low_latency, ll_ranks = _parse_low_latency(text)
+    result["low_latency"] = low_latency
+
+    if test in ("intranode", "internode"):
+        finished = _parse_v1_normal(text, result)
+        result["complete"] = finished and not fatal
+    elif test == "low_latency":
+        finished_ranks = set(int(m.group(1)) for m in _LL_SENDRECV_RE.finditer(text))
+        all_ranks = ll_ranks | finished_ranks
+        expected = set(range(max(all_ranks) + 1)) if all_ranks else set()
+        result["complete"] = bool(expected) and expected <= finished_ranks and not fatal
+        passed = len(ll_ranks)
+        dead = set(int(n) for n in re.findall(r"Process (\d+) terminated", text))
+        failed = len(dead) if dead else (1 if fatal else 0)
+        if expected and not fatal:
+            failed = max(failed, len(expected - ll_ranks))
+        result["cases"] = {"passed": passed, "failed": failed}
+    elif test == "elastic":
+        finished = _parse_elastic(text, result, fatal)
+        result["complete"] = finished and not fatal
+    return result
