@@ -1,0 +1,277 @@
+# Copyright: (c) 2026, gpufleet.deepep contributors
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
+"""RDMA devices of a node from sysfs (<sysfs_root>/class/infiniband): ports, GID tables, counters.
+
+Pure logic, Python 3.8+. GID and IPv4 work uses netaddr when it is importable and falls back to the
+standard library's ipaddress module otherwise, with identical results.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+
+try:
+    import netaddr
+    HAS_NETADDR = True
+except ImportError:  # a bare target without python3-netaddr
+    netaddr = None
+    HAS_NETADDR = False
+
+import ipaddress
+
+from ansible_collections.gpufleet.deepep.plugins.module_utils._pci import bdf_sort_key, real_pci_path
+
+ROCE_V2 = "RoCE v2"
+ZERO_GID = "0000:0000:0000:0000:0000:0000:0000:0000"
+_RATE_RE = re.compile(r"^\s*([0-9]+(?:\.[0-9]+)?)\s*Gb/sec")
+_STATE_RE = re.compile(r"^\s*(\d+)\s*:\s*(\S+)")
+_NATURAL_RE = re.compile(r"(\d+)")
+
+
+def _read(path, default=None):
+    try:
+        with open(path, encoding="utf-8") as handle:
+            return handle.read().strip()
+    except (OSError, UnicodeDecodeError):
+        return default
+
+
+def _listdir(path):
+    try:
+        return os.listdir(path)
+    except OSError:
+        return []
+
+
+def natural_key(name):
+    """Sort mlx5_2 before mlx5_10."""
+    return [int(p) if p.isdigit() else p for p in _NATURAL_RE.split(name)]
+
+
+def naming_scheme(name):
+    """'mlx5' (mlx5_<n>), 'rocep' (rocep<bus>s<slot>...), 'ibp' (ibp<bus>s<slot>...) or 'other'."""
+    if re.match(r"^mlx5_\d+$", name):
+        return "mlx5"
+    if re.match(r"^roce[Pp]", name):
+        return "rocep"
+    if re.match(r"^ib[Pp]\d", name):
+        return "ibp"
+    return "other"
+
+
+def hca_prefix(names):
+    """The prefix NVSHMEM_HCA_PREFIX takes for these device names: 'mlx5', 'rocep', ... or None.
+
+    One naming scheme for all: its prefix. Otherwise the longest common prefix with trailing digits and
+    '_' removed, or None when there is none.
+    """
+    names = list(names)
+    if not names:
+        return None
+    schemes = {naming_scheme(n) for n in names}
+    if len(schemes) == 1 and "other" not in schemes:
+        return schemes.pop()
+    prefix = os.path.commonprefix(names)
+    prefix = prefix.rstrip("0123456789_")
+    return prefix or None
+
+
+def parse_state(text):
+    """'4: ACTIVE' -> (4, 'ACTIVE'); None -> (None, None)."""
+    if not text:
+        return None, None
+    match = _STATE_RE.match(text)
+    if not match:
+        return None, text.strip()
+    return int(match.group(1)), match.group(2)
+
+
+def parse_rate_gbps(text):
+    """'400 Gb/sec (4X NDR)' -> 400; '2.5 Gb/sec (1X SDR)' -> 2.5; None when unreadable."""
+    if not text:
+        return None
+    match = _RATE_RE.match(text)
+    if not match:
+        return None
+    value = float(match.group(1))
+    return int(value) if value.is_integer() else value
+
+
+def gid_info(gid, use_netaddr=None):
+    """Facts about one GID string: address (compressed IPv6), ipv4 (for ::ffff:a.b.c.d), link_local.
+
+    Returns None for the all-zero (unused) GID and for text that is not a GID. use_netaddr: None =
+    netaddr when importable; False forces the ipaddress fallback (True requires netaddr).
+    """
+    text = (gid or "").strip().lower()
+    if not text or text == ZERO_GID:
+        return None
+    if use_netaddr is None:
+        use_netaddr = HAS_NETADDR
+    if use_netaddr:
+        try:
+            addr = netaddr.IPAddress(text, 6)
+        except (netaddr.AddrFormatError, ValueError, TypeError):
+            return None
+        if int(addr) == 0:
+            return None
+        ipv4 = str(addr.ipv4()) if addr.is_ipv4_mapped() else None
+        return {"address": str(addr), "ipv4": ipv4, "link_local": bool(addr.is_link_local())}
+    try:
+        addr6 = ipaddress.IPv6Address(text)
+    except ValueError:
+        return None
+    if int(addr6) == 0:
+        return None
+    mapped = addr6.ipv4_mapped
+    ipv4 = str(mapped) if mapped is not None else None
+    # The same text netaddr gives: '::ffff:a.b.c.d' for IPv4-mapped addresses on every Python version.
+    address = f"::ffff:{ipv4}" if ipv4 else addr6.compressed
+    return {"address": address, "ipv4": ipv4, "link_local": bool(addr6.is_link_local)}
+
+
+def _int_or_none(text, base=10):
+    if text is None:
+        return None
+    try:
+        return int(text, base)
+    except ValueError:
+        return None
+
+
+def read_counters(directory):
+    out = {}
+    for name in sorted(_listdir(directory)):
+        value = _int_or_none(_read(os.path.join(directory, name)))
+        if value is not None:
+            out[name] = value
+    return out
+
+
+def read_port(port_dir, number, use_netaddr=None):
+    state_num, state = parse_state(_read(os.path.join(port_dir, "state")))
+    phys_num, phys = parse_state(_read(os.path.join(port_dir, "phys_state")))
+    rate = _read(os.path.join(port_dir, "rate"))
+    link_layer = _read(os.path.join(port_dir, "link_layer"))
+    lid = _int_or_none(_read(os.path.join(port_dir, "lid")), 16)
+    sm_lid = _int_or_none(_read(os.path.join(port_dir, "sm_lid")), 16)
+    gids = []
+    gid_dir = os.path.join(port_dir, "gids")
+    for name in sorted((n for n in _listdir(gid_dir) if n.isdigit()), key=int):
+        raw = _read(os.path.join(gid_dir, name))
+        info = gid_info(raw, use_netaddr=use_netaddr)
+        if info is None:
+            continue
+        index = int(name)
+        entry = {
+            "index": index,
+            "gid": raw,
+            "address": info["address"],
+            "type": _read(os.path.join(port_dir, "gid_attrs", "types", name)),
+            "ndev": _read(os.path.join(port_dir, "gid_attrs", "ndevs", name)),
+            "ipv4": info["ipv4"],
+            "link_local": info["link_local"],
+        }
+        gids.append(entry)
+    v2_ipv4 = [g["index"] for g in gids if g["type"] == ROCE_V2 and g["ipv4"]]
+    return {
+        "port": number,
+        "state": state,
+        "state_num": state_num,
+        "phys_state": phys,
+        "phys_state_num": phys_num,
+        "active": state == "ACTIVE",
+        "link_layer": link_layer,
+        "rate": rate,
+        "rate_gbps": parse_rate_gbps(rate),
+        "lid": lid if link_layer == "InfiniBand" else None,
+        "sm_lid": sm_lid if link_layer == "InfiniBand" else None,
+        "gids": gids,
+        "roce_v2_ipv4_gid_index": v2_ipv4[0] if v2_ipv4 else None,
+        "ipv4_addresses": sorted({g["ipv4"] for g in gids if g["ipv4"]}),
+        "counters": read_counters(os.path.join(port_dir, "counters")),
+        "hw_counters": read_counters(os.path.join(port_dir, "hw_counters")),
+    }
+
+
+def read_device(sysfs_root, name, use_netaddr=None):
+    """One entry of <sysfs_root>/class/infiniband, following its symlinks as sysfs does."""
+    dev_dir = os.path.join(sysfs_root, "class", "infiniband", name)
+    pci_link = os.path.join(dev_dir, "device")
+    pci_path = real_pci_path(sysfs_root, pci_link) if os.path.exists(pci_link) else None
+    pci_address = pci_path[-1] if pci_path else None
+    numa = _int_or_none(_read(os.path.join(pci_link, "numa_node")))
+    netdevs = sorted(_listdir(os.path.join(pci_link, "net")))
+    ports = []
+    ports_dir = os.path.join(dev_dir, "ports")
+    for pname in sorted((n for n in _listdir(ports_dir) if n.isdigit()), key=int):
+        ports.append(read_port(os.path.join(ports_dir, pname), int(pname), use_netaddr=use_netaddr))
+    return {
+        "name": name,
+        "naming": naming_scheme(name),
+        "pci_address": pci_address,
+        "pci_path": pci_path,
+        "numa_node": numa if numa is not None else -1,
+        "netdevs": netdevs,
+        "node_guid": _read(os.path.join(dev_dir, "node_guid")),
+        "sys_image_guid": _read(os.path.join(dev_dir, "sys_image_guid")),
+        "fw_ver": _read(os.path.join(dev_dir, "fw_ver")),
+        "board_id": _read(os.path.join(dev_dir, "board_id")),
+        "hca_type": _read(os.path.join(dev_dir, "hca_type")),
+        "node_type": _read(os.path.join(dev_dir, "node_type")),
+        "ports": ports,
+        "active": any(p["active"] for p in ports),
+    }
+
+
+def collect_rdma(sysfs_root, use_netaddr=None):
+    """The gpufleet_rdma facts: devices, active_devices, hca_prefix, transport, recommended_gid_index."""
+    names = sorted(_listdir(os.path.join(sysfs_root, "class", "infiniband")), key=natural_key)
+    devices = [read_device(sysfs_root, n, use_netaddr=use_netaddr) for n in names]
+    active = [d for d in devices if d["active"]]
+    layers = [p["link_layer"] for d in active for p in d["ports"] if p["active"]]
+    n_ib = sum(1 for ll in layers if ll == "InfiniBand")
+    n_eth = sum(1 for ll in layers if ll == "Ethernet")
+    if not layers:
+        transport = "none"
+    elif n_ib >= n_eth:
+        transport = "infiniband"
+    else:
+        transport = "roce"
+    gid_index = None
+    if transport == "roce":
+        indexes = set()
+        for dev in active:
+            for port in dev["ports"]:
+                if port["active"] and port["link_layer"] == "Ethernet":
+                    indexes.add(port["roce_v2_ipv4_gid_index"])
+        if len(indexes) == 1 and None not in indexes:
+            gid_index = indexes.pop()
+    return {
+        "devices": devices,
+        "active_devices": [d["name"] for d in active],
+        "hca_prefix": hca_prefix(d["name"] for d in active),
+        "transport": transport,
+        "recommended_gid_index": gid_index,
+    }
+
+
+def rdma_ports(rdma_facts, active_only=True):
+    """(device, port) candidates for NIC choice, in PCI address order; only ACTIVE ones by default."""
+    out = []
+    for dev in rdma_facts["devices"]:
+        for port in dev["ports"]:
+            if port["active"] or not active_only:
+                out.append({
+                    "key": f"{dev['name']}:{port['port']}",
+                    "name": dev["name"],
+                    "port": port["port"],
+                    "pci_address": dev["pci_address"],
+                    "pci_path": dev["pci_path"],
+                    "numa_node": dev["numa_node"],
+                    "link_layer": port["link_layer"],
+                    "active": port["active"],
+                })
+    out.sort(key=lambda c: (bdf_sort_key(c["pci_address"]) if c["pci_address"] else (0xFFFF,), c["port"]))
+    return out

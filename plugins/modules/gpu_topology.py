@@ -1,0 +1,322 @@
+#!/usr/bin/python
+# Copyright: (c) 2026, gpufleet.deepep contributors
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+module: gpu_topology
+short_description: Gather the GPUs of a node, their PCIe distance to the RDMA NICs and the GPU-to-NIC mapping
+version_added: 0.1.0
+author: gpufleet.deepep maintainers (@gpufleet)
+description:
+  - Finds the NVIDIA GPUs in the PCI tree under O(sysfs_root) (vendor C(0x10de), class VGA or 3D
+    controller; audio functions, NVSwitches and other NVIDIA functions are not GPUs) and indexes them in
+    PCI bus-id order, as C(nvidia-smi) and CUDA (C(CUDA_DEVICE_ORDER=PCI_BUS_ID)) do.
+  - For every GPU, lists the RDMA NIC ports by PCIe distance (C(PIX), C(PXB), C(PHB), C(NODE), C(SYS),
+    computed from the common ancestors of the devices' real sysfs paths), and chooses one NIC per GPU.
+    Nearest first; among equally near ports the one the fewest GPUs already use, then the lowest PCI
+    address. Only ACTIVE ports are chosen, so a down front-end NIC never is. With fewer NICs than GPUs
+    the NICs are shared round-robin.
+  - Returns the choice as RV(ansible_facts.gpufleet_gpus.deepep_hca_mapping), the
+    C(DEEP_EP_DEVICE_TO_HCA_MAPPING) string (C(gpu:hca:port,...)) of DeepEP's GPU-NIC mapping, and
+    RV(ansible_facts.gpufleet_gpus.cuda_arch_list) for C(TORCH_CUDA_ARCH_LIST).
+  - When C(nvidia-smi) is available it only enriches the GPUs (name, memory, UUID, compute capability,
+    NVLink). Without it (tool missing, driver not loaded) everything comes from sysfs, the compute
+    capability from the PCI device id.
+  - Reads only; a node without GPUs or NICs gives empty lists and no failure.
+extends_documentation_fragment:
+  - gpufleet.deepep.attributes
+  - gpufleet.deepep.attributes.facts
+options:
+  sysfs_root:
+    description:
+      - The directory that stands for C(/sys). Tests and the simulated fleet point it at a rendered tree.
+    type: path
+    default: /sys
+  nvidia_smi:
+    description:
+      - Path of C(nvidia-smi). Default, the one found on E(PATH); when none is found the module works
+        from sysfs alone.
+      - A path given here must exist. When it fails to run (for example the driver is not loaded), the
+        module warns, records the failure in RV(ansible_facts.gpufleet_gpus.nvidia_smi) and goes on
+        from sysfs.
+    type: path
+notes:
+  - Only reads files and runs C(nvidia-smi) queries (with E(LC_ALL=C)); runs the same in check mode.
+seealso:
+  - module: gpufleet.deepep.rdma_devices
+"""
+
+EXAMPLES = r"""
+- name: Gather GPUs, NIC distances and the DeepEP GPU-NIC mapping
+  gpufleet.deepep.gpu_topology:
+
+- name: Show the mapping DeepEP will use
+  ansible.builtin.debug:
+    msg: "DEEP_EP_DEVICE_TO_HCA_MAPPING={{ ansible_facts.gpufleet_gpus.deepep_hca_mapping }}"
+
+- name: Every GPU must have a NIC under its own PCIe switch
+  ansible.builtin.assert:
+    that:
+      - ansible_facts.gpufleet_gpus.gpus | map(attribute='hca.distance') | unique == ['PIX']
+    fail_msg: GPU-NIC pairs are not all PIX
+
+- name: Without nvidia-smi (sysfs only), from a rendered tree
+  gpufleet.deepep.gpu_topology:
+    sysfs_root: /tmp/fake-node/sys
+    nvidia_smi: /tmp/fake-node/bin/nvidia-smi
+"""
+
+RETURN = r"""
+ansible_facts:
+  description: Facts to add to ansible_facts.
+  returned: always
+  type: complex
+  contains:
+    gpufleet_gpus:
+      description: The GPUs of the node, their NICs and the settings that follow.
+      returned: always
+      type: complex
+      contains:
+        gpus:
+          description: The GPUs in PCI bus-id order.
+          returned: always
+          type: list
+          elements: dict
+          sample:
+            - index: 0
+              pci_address: "0000:8f:00.0"
+              pci_path: ["pci0000:8c", "0000:8c:00.0", "0000:8d:00.0", "0000:8e:00.0", "0000:8f:00.0"]
+              numa_node: 0
+              local_cpulist: 0-55,112-167
+              pci_device_id: "0x2901"
+              name: NVIDIA B200
+              compute_capability: "10.0"
+              memory_total_mib: 183359
+              uuid: GPU-4c1ee8f8-7b6b-1b1c-9c1b-3a6a4b1c2d3e
+              nvlink: {links: 18, bandwidth_gbps: 956.25}
+              source: nvidia-smi
+              hca: {name: mlx5_0, port: 1, pci_address: "0000:91:00.0", distance: PIX}
+              nics:
+                - {name: mlx5_0, port: 1, pci_address: "0000:91:00.0", distance: PIX, active: true}
+                - {name: mlx5_1, port: 1, pci_address: "0000:92:00.0", distance: PIX, active: true}
+                - {name: mlx5_2, port: 1, pci_address: "0000:98:00.0", distance: NODE, active: true}
+          contains:
+            index:
+              description: GPU index (PCI bus-id order, the CUDA device ordinal with C(CUDA_DEVICE_ORDER=PCI_BUS_ID)).
+              type: int
+              sample: 0
+            pci_address:
+              description: PCI address.
+              type: str
+              sample: "0000:8f:00.0"
+            pci_path:
+              description: The GPU's path in the PCI tree from its host bridge.
+              type: list
+              elements: str
+              sample: ["pci0000:00", "0000:00:06.0"]
+            numa_node:
+              description: NUMA node (-1 when unknown).
+              type: int
+              sample: 0
+            local_cpulist:
+              description: CPUs local to the GPU.
+              type: str
+              sample: 0-55,112-167
+            pci_device_id:
+              description: PCI device id.
+              type: str
+              sample: "0x2335"
+            name:
+              description: Name from C(nvidia-smi), else from the PCI device id table; null when unknown.
+              type: str
+              sample: NVIDIA H200
+            compute_capability:
+              description: Compute capability from C(nvidia-smi), else from the PCI device id; null when unknown.
+              type: str
+              sample: "9.0"
+            memory_total_mib:
+              description: Total memory in MiB (C(nvidia-smi) only; null without it).
+              type: int
+              sample: 143771
+            uuid:
+              description: GPU UUID (C(nvidia-smi) only; null without it).
+              type: str
+              sample: GPU-9a6f8228-ad80-9b06-2cc7-ac9181c9cc15
+            nvlink:
+              description: Active NVLink links and their summed bandwidth (C(nvidia-smi nvlink -s)); null without it.
+              type: dict
+              sample: {links: 18, bandwidth_gbps: 478.116}
+            source:
+              description: C(nvidia-smi) when nvidia-smi described the GPU, else C(sysfs).
+              type: str
+              sample: sysfs
+            hca:
+              description: The NIC port chosen for the GPU (name, port, pci_address, distance); null without an ACTIVE NIC.
+              type: dict
+              sample: {name: mlx5_0, port: 1, pci_address: "0000:91:00.0", distance: PIX}
+            nics:
+              description: Every RDMA NIC port by distance (nearest first, then PCI address), with whether it is ACTIVE.
+              type: list
+              elements: dict
+              sample:
+                - {name: mlx5_0, port: 1, pci_address: "0000:91:00.0", distance: PIX, active: true}
+        gpu_count:
+          description: Number of GPUs.
+          returned: always
+          type: int
+          sample: 8
+        deepep_hca_mapping:
+          description:
+            - The C(DEEP_EP_DEVICE_TO_HCA_MAPPING) string, C(gpu:hca:port) per GPU that has an ACTIVE NIC,
+              comma-separated in GPU order; empty when no GPU has one.
+          returned: always
+          type: str
+          sample: "0:mlx5_0:1,1:mlx5_1:1,2:mlx5_2:1,3:mlx5_3:1,4:mlx5_4:1,5:mlx5_5:1,6:mlx5_6:1,7:mlx5_7:1"
+        hca_mapping:
+          description: The same mapping as a list (what the C(gpufleet.deepep.hca_mapping) filter parses it into).
+          returned: always
+          type: list
+          elements: dict
+          sample: [{gpu: 0, hca: mlx5_0, port: 1}, {gpu: 1, hca: mlx5_1, port: 1}]
+        cuda_arch_list:
+          description:
+            - C(TORCH_CUDA_ARCH_LIST) for the GPUs, the distinct compute capabilities in ascending order joined by
+              C(;) (C(10.0) for B200, C(9.0) for H100/H200, C(8.0) for A100); empty when none is known.
+          returned: always
+          type: str
+          sample: "10.0"
+        driver_version:
+          description: Driver version from C(nvidia-smi); null without it.
+          returned: always
+          type: str
+          sample: 580.159.04
+        nvidia_smi:
+          description: How C(nvidia-smi) was used.
+          returned: always
+          type: dict
+          sample: {path: /usr/bin/nvidia-smi, used: true, rc: 0, stderr: ""}
+          contains:
+            path:
+              description: The C(nvidia-smi) run; null when none was found.
+              type: str
+              sample: /usr/bin/nvidia-smi
+            used:
+              description: Whether its answers enriched the GPUs.
+              type: bool
+              sample: true
+            rc:
+              description: Exit status of the GPU query; null when not run.
+              type: int
+              sample: 0
+            stdout:
+              description: Output of a failed query (empty when it succeeded or did not run).
+              type: str
+              sample: ""
+            stderr:
+              description: Error output of the GPU query.
+              type: str
+              sample: ""
+"""
+
+import os
+
+from ansible.module_utils.basic import AnsibleModule
+
+from ansible_collections.gpufleet.deepep.plugins.module_utils._hca_mapping import (
+    parse_hca_mapping,
+    render_hca_mapping,
+)
+from ansible_collections.gpufleet.deepep.plugins.module_utils._pci import (
+    cuda_arch_list,
+    gpu_facts,
+    list_gpus,
+    parse_nvidia_smi_query,
+    parse_nvlink_status,
+)
+from ansible_collections.gpufleet.deepep.plugins.module_utils._rdma import collect_rdma, rdma_ports
+
+QUERY_FIELDS = ["index", "pci.bus_id", "name", "memory.total", "compute_cap", "uuid", "driver_version"]
+
+
+def build_module():
+    return AnsibleModule(
+        argument_spec=dict(
+            sysfs_root=dict(type="path", default="/sys"),
+            nvidia_smi=dict(type="path"),
+        ),
+        supports_check_mode=True,
+    )
+
+
+def query_nvidia_smi(module, path):
+    """Run the GPU query and nvlink status; returns (rows or None, nvlink or None, info dict)."""
+    env = {"LC_ALL": "C", "LANG": "C"}
+    info = {"path": path, "used": False, "rc": None, "stdout": "", "stderr": ""}
+    if path is None:
+        return None, None, info
+    rc, out, err = module.run_command(
+        [path, "--query-gpu=" + ",".join(QUERY_FIELDS), "--format=csv,noheader,nounits"],
+        environ_update=env,
+    )
+    info["rc"] = rc
+    info["stderr"] = err
+    if rc != 0:
+        info["stdout"] = out
+        module.warn(f"{path} --query-gpu failed (rc={rc}): {(out + err).strip()[:300]}; "
+                    f"GPU facts come from sysfs alone")
+        return None, None, info
+    rows = parse_nvidia_smi_query(out, QUERY_FIELDS)
+    info["used"] = bool(rows)
+    nvlink = None
+    rc2, out2, err2 = module.run_command([path, "nvlink", "-s"], environ_update=env)
+    if rc2 == 0:
+        nvlink = parse_nvlink_status(out2)
+    return rows, nvlink, info
+
+
+def collect(module):
+    sysfs_root = module.params["sysfs_root"]
+    if not os.path.isdir(sysfs_root):
+        module.fail_json(msg=f"sysfs_root {sysfs_root!r} is not a directory (expected the path of /sys or "
+                             f"of a tree shaped like it)")
+    smi = module.params["nvidia_smi"]
+    if smi is not None:
+        if not (os.path.isfile(smi) and os.access(smi, os.X_OK)):
+            module.fail_json(msg=f"nvidia_smi {smi!r} is not an executable file (expected the path of "
+                                 f"nvidia-smi, or leave the option out to search PATH)")
+    else:
+        smi = module.get_bin_path("nvidia-smi", required=False)
+    gpus = list_gpus(sysfs_root)
+    rows, nvlink, smi_info = (None, None, {"path": smi, "used": False, "rc": None, "stdout": "", "stderr": ""})
+    if gpus:
+        rows, nvlink, smi_info = query_nvidia_smi(module, smi)
+    rdma = collect_rdma(sysfs_root)
+    facts_gpus = gpu_facts(gpus, rdma_ports(rdma), all_ports=rdma_ports(rdma, active_only=False),
+                           smi_rows=rows, nvlink=nvlink)
+    entries = [{"gpu": g["index"], "hca": g["hca"]["name"], "port": g["hca"]["port"]}
+               for g in facts_gpus if g["hca"] is not None]
+    mapping = render_hca_mapping(entries) if entries else ""
+    driver = None
+    for row in rows or []:
+        driver = row.get("driver_version") or driver
+    return {
+        "gpus": facts_gpus,
+        "gpu_count": len(facts_gpus),
+        "deepep_hca_mapping": mapping,
+        "hca_mapping": parse_hca_mapping(mapping) if mapping else [],
+        "cuda_arch_list": cuda_arch_list(g["compute_capability"] for g in facts_gpus),
+        "driver_version": driver,
+        "nvidia_smi": smi_info,
+    }
+
+
+def main():
+    module = build_module()
+    facts = collect(module)
+    module.exit_json(changed=False, ansible_facts={"gpufleet_gpus": facts})
+
+
+if __name__ == "__main__":
+    main()
