@@ -1,0 +1,96 @@
+# Copyright: (c) 2026, gpufleet.deepep contributors
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
+"""The GPU suite: what only a real GPU node can prove.
+
+Every test here carries the marker ``gpu`` and is skipped, with the reason, where no NVIDIA GPU is visible.
+Inputs are paths, never fetched here: ``--deepep-v1-src`` (a DeepEP V1 tree, e.g. commit 567632d) and
+``--deepep-v2-src`` (a DeepEP V2 tree), or the environment variables GPUFLEET_DEEPEP_V1_SRC / _V2_SRC.
+``--gpu-python`` names the interpreter that has the CUDA build of torch (default: the one running pytest).
+Results (build logs, test outputs, parsed figures) go to ``--gpu-results`` (default a temporary directory).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def pytest_addoption(parser):
+    group = parser.getgroup("gpufleet GPU suite")
+    group.addoption("--deepep-v1-src", default=os.environ.get("GPUFLEET_DEEPEP_V1_SRC"),
+                    help="DeepEP V1 source tree (directory with setup.py)")
+    group.addoption("--deepep-v2-src", default=os.environ.get("GPUFLEET_DEEPEP_V2_SRC"),
+                    help="DeepEP V2 source tree (directory with setup.py)")
+    group.addoption("--gpu-python", default=os.environ.get("GPUFLEET_GPU_PYTHON", sys.executable),
+                    help="interpreter with the CUDA build of torch")
+    group.addoption("--gpu-results", default=os.environ.get("GPUFLEET_GPU_RESULTS"),
+                    help="directory for logs, outputs and figures")
+    group.addoption("--bf16-dispatch-gate", type=float,
+                    default=float(os.environ.get("GPUFLEET_BF16_DISPATCH_GATE", "300")),
+                    help="minimum BF16 intranode dispatch bandwidth in GB/s (NVLink)")
+
+
+def gpu_count() -> int:
+    smi = shutil.which("nvidia-smi")
+    if not smi:
+        return 0
+    try:
+        out = subprocess.run([smi, "-L"], capture_output=True, text=True, timeout=60, check=False)
+    except (OSError, subprocess.TimeoutExpired):
+        return 0
+    return sum(1 for line in out.stdout.splitlines() if line.startswith("GPU "))
+
+
+def pytest_collection_modifyitems(config, items):
+    count = gpu_count()
+    if count:
+        return
+    skip = pytest.mark.skip(reason="no NVIDIA GPU visible (nvidia-smi -L lists none): the GPU suite runs on a GPU node")
+    for item in items:
+        if "gpu" in item.keywords:
+            item.add_marker(skip)
+
+
+@pytest.fixture(scope="session")
+def num_gpus() -> int:
+    return gpu_count()
+
+
+@pytest.fixture(scope="session")
+def gpu_python(request) -> str:
+    return request.config.getoption("--gpu-python")
+
+
+@pytest.fixture(scope="session")
+def results_dir(request, tmp_path_factory) -> Path:
+    given = request.config.getoption("--gpu-results")
+    path = Path(given) if given else tmp_path_factory.mktemp("gpu-results")
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+def _src(request, option: str) -> Path:
+    value = request.config.getoption(option)
+    if not value:
+        pytest.skip(f"{option} (or its environment variable) names no DeepEP source tree")
+    path = Path(value).resolve()
+    if not (path / "setup.py").is_file():
+        pytest.fail(f"{option}={value}: not a DeepEP source tree (no setup.py)")
+    return path
+
+
+@pytest.fixture(scope="session")
+def deepep_v1_src(request) -> Path:
+    return _src(request, "--deepep-v1-src")
+
+
+@pytest.fixture(scope="session")
+def deepep_v2_src(request) -> Path:
+    return _src(request, "--deepep-v2-src")
