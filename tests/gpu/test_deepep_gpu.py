@@ -115,9 +115,13 @@ def test_v2_preflight_refuses_old_nccl_with_the_fix(deepep_v2_src, results_dir, 
     proc = run_stage("v2_preflight", results_dir, gpu_python, {"deepep_v2_src": str(deepep_v2_src)})
     assert proc.returncode == 0, proc.stdout[-4000:]
     answer = load(results_dir, "v2_preflight.json")
-    nccl = answer.get("preflight", {}).get("nccl_version") or answer.get("nccl_version")
-    if nccl and tuple(int(p) for p in str(nccl).split(".")[:3]) >= (2, 30, 4):
-        pytest.skip(f"this node's NCCL is {nccl}: new enough for V2, nothing for the preflight to refuse")
-    assert answer.get("failed") is True
+    preflight = answer["preflight"]
+    if preflight.get("ok"):
+        pytest.skip("this node's NCCL is new enough for V2: nothing for the preflight to refuse")
+    assert answer["failed"] is True
+    assert answer["built"] is False
+    checks = {failure["check"]: failure for failure in preflight["failures"]}
+    assert "nccl_too_old" in checks, preflight["failures"]
+    assert "2.30.4" in checks["nccl_too_old"]["message"]
+    assert "nvidia-nccl" in checks["nccl_too_old"]["fix"]
     assert "2.30.4" in answer["msg"]
-    assert "nccl" in answer["msg"].lower()
