@@ -1,0 +1,975 @@
+#!/usr/bin/python
+# Copyright: (c) 2026, gpufleet.deepep contributors
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+---
+module: deepep_build
+short_description: Build DeepEP (V1 or V2) into a keyed wheel, install it, and check the import
+version_added: 0.1.0
+description:
+  - Runs a preflight before any compile, in check mode too, and reports every failed requirement at once, each
+    with its fix. DeepEP V2 needs NCCL >= 2.30.4 at build time (read from C(<nccl_root>/include/nccl.h) or the
+    pip C(nvidia-nccl-*) package), PyTorch >= 2.10 and NVSHMEM. CUDA >= 13 needs C(<cuda_home>/include/cccl) on
+    the include path of g++ and nvcc (the module adds it to C(CPATH) and C(NVCC_APPEND_FLAGS) itself; a missing
+    directory is an error). C(DISABLE_AGGRESSIVE_PTX_INSTRS=1) is set for any arch list but C(9.0). The arch list
+    must cover the node's GPUs. Internode builds need an NVSHMEM with IBGDA (runbook 001 problem 8).
+    C(DISABLE_SM90_FEATURES) (A100) requires NVSHMEM disabled.
+  - The build key covers the source revision (git C(HEAD), else a hash of the tree), the generation, the arch
+    list, the torch, CUDA, NVSHMEM and NCCL versions, the NVSHMEM and NCCL roots and the Python ABI. A changed
+    torch changes the key, so the next run rebuilds.
+  - A build runs C(python setup.py bdist_wheel) in a copy of the tree with the right environment
+    (C(TORCH_CUDA_ARCH_LIST), C(NVSHMEM_DIR) or C(EP_NVSHMEM_ROOT_DIR), C(EP_NCCL_ROOT_DIR), C(CPATH),
+    C(NVCC_APPEND_FLAGS), C(DISABLE_AGGRESSIVE_PTX_INSTRS), C(MAX_JOBS), C(LIBRARY_PATH) with the CUDA stubs), and
+    keeps the wheel in C(<artifact_dir>/<key>/) with its build record and log. A wheel already there for the key
+    (for example copied from the fleet's artifact store) is installed without building.
+  - The wheel is installed with C(pip install --no-deps --force-reinstall --no-index), then C(import deep_ep) is
+    checked in a fresh process (with O(env_script) sourced when given). If the new install does not import, the
+    previous wheel is put back. A failed import of the installed DeepEP after a torch change is reported as an
+    ABI mismatch, and the rebuild is the fix.
+author: gpufleet.deepep maintainers (@gpufleet)
+extends_documentation_fragment:
+  - gpufleet.deepep.attributes
+  - gpufleet.deepep.attributes.files
+options:
+  src:
+    description:
+      - DeepEP source tree on the target (the directory holding C(setup.py)). It is copied before building and never
+        modified. Required unless O(wheel) is given.
+    type: path
+  generation:
+    description:
+      - DeepEP generation. C(auto) detects it from the tree, V2 from a 2.x C(__version__) in C(deep_ep/__init__.py),
+        a C(tests/elastic) directory or C(EP_NCCL_ROOT_DIR) in C(setup.py); V1 from a 1.x C(setup.py) version.
+      - An explicit value that contradicts the tree is an error.
+    type: str
+    choices: [auto, v1, v2]
+    default: auto
+  python:
+    description: The interpreter that has torch; it builds and installs DeepEP.
+    type: path
+    default: /usr/bin/python3
+  arch_list:
+    description:
+      - TORCH_CUDA_ARCH_LIST, e.g. C(9.0) (H100/H200), C(10.0) (B200), C(9.0;10.0), C(9.0a), C(10.0+PTX).
+      - Defaults to O(gpu_arch_list). A malformed value (C(10,0)) is named in the error.
+    type: str
+  gpu_arch_list:
+    description:
+      - The archs of the node's GPUs (C(ansible_facts.gpufleet_gpus.cuda_arch_list)), a list or a C(;)-separated string.
+        Used as default for O(arch_list) and to check that O(arch_list) covers the GPUs.
+    type: raw
+  nvshmem_root:
+    description:
+      - NVSHMEM install to build against (C(NVSHMEM_DIR) for V1, C(EP_NVSHMEM_ROOT_DIR) for V2), e.g. the prefix of
+        M(gpufleet.deepep.nvshmem_build). Unset, DeepEP's own fallback (the pip C(nvidia-nvshmem) package) is used.
+    type: path
+  nccl_root:
+    description:
+      - NCCL root for V2 (C(EP_NCCL_ROOT_DIR)); its C(include/nccl.h) gives the version. Unset, the pip
+        C(nvidia-nccl-*) package of O(python) is used.
+    type: path
+  cuda_home:
+    description: CUDA toolkit root.
+    type: path
+    default: /usr/local/cuda
+  artifact_dir:
+    description: Where built wheels are kept, one directory per build key (C(<artifact_dir>/<key>/)).
+    type: path
+    default: /opt/deepep/artifacts/deepep
+  wheel:
+    description:
+      - Install this prebuilt wheel instead of building. Its build record (C(build.json) beside it, as written
+        into O(artifact_dir)) gives the key when present.
+    type: path
+  jobs:
+    description: C(MAX_JOBS) for the build. Defaults to the number of CPUs of the target.
+    type: int
+  env_script:
+    description: Shell script sourced before the import check (the environment DeepEP runs with).
+    type: path
+  internode:
+    description: Whether internode/low-latency kernels are wanted; then NVSHMEM with IBGDA is required.
+    type: bool
+    default: false
+  disable_sm90_features:
+    description: Build with C(DISABLE_SM90_FEATURES=1) (A100). Requires that no NVSHMEM is used (V1 only).
+    type: bool
+    default: false
+  disable_aggressive_ptx:
+    description:
+      - C(DISABLE_AGGRESSIVE_PTX_INSTRS). Unset, DeepEP's rule applies (on, except for an arch list of exactly C(9.0)
+        where DeepEP's own default is used). C(false) with any arch list but C(9.0) fails the preflight.
+    type: bool
+  install:
+    description: Install the wheel into O(python). C(false) only builds (or finds) the wheel in O(artifact_dir).
+    type: bool
+    default: true
+  log_lines:
+    description: How many lines of the build log a failure reports.
+    type: int
+    default: 60
+notes:
+  - The stamp C(.gpufleet-build.json) is written into the installed C(deep_ep) package directory.
+  - To group hosts by build key before building (build once, distribute), run the module in check mode and read
+    RV(key).
+seealso:
+  - module: gpufleet.deepep.nvshmem_build
+"""
+
+EXAMPLES = r"""
+- name: Build DeepEP V1 with PR 466 against the custom NVSHMEM, for B200
+  gpufleet.deepep.deepep_build:
+    src: /opt/deepep/src/DeepEP
+    python: /opt/torch/.venv/bin/python
+    arch_list: "10.0"
+    nvshmem_root: /opt/deepep/nvshmem
+    internode: true
+    env_script: /opt/deepep/unified-env.sh
+
+- name: Build for the GPUs the node has (arch list from the gpu_topology facts)
+  gpufleet.deepep.deepep_build:
+    src: /opt/deepep/src/DeepEP
+    python: /opt/torch/.venv/bin/python
+    gpu_arch_list: "{{ ansible_facts.gpufleet_gpus.cuda_arch_list }}"
+    nvshmem_root: /opt/deepep/nvshmem
+
+- name: Which key would this host build? (groups hosts for build-once)
+  gpufleet.deepep.deepep_build:
+    src: /opt/deepep/src/DeepEP
+    python: /opt/torch/.venv/bin/python
+    arch_list: "9.0"
+  check_mode: true
+  register: deepep_plan
+
+- name: Install the wheel another host built
+  gpufleet.deepep.deepep_build:
+    wheel: /opt/deepep/artifacts/deepep/{{ deepep_plan.key }}/deep_ep-1.2.1-cp312-cp312-linux_x86_64.whl
+    python: /opt/torch/.venv/bin/python
+    arch_list: "9.0"
+"""
+
+RETURN = r"""
+key:
+  description: Build key of the requested build.
+  returned: when the preflight passed
+  type: str
+  sample: 9d0f5c3e1a2b4c6d8e0f1a3b5c7d9e1f2a4b6c8d0e2f4a6b8c0d2e4f6a8b0c2d
+inputs:
+  description: The inputs the key was computed over.
+  returned: when the preflight passed
+  type: dict
+  sample: {"generation": "v1", "arch_list": "9.0", "torch": "2.11.0+cu130"}
+generation:
+  description: The DeepEP generation built (C(v1) or C(v2)).
+  returned: always
+  type: str
+  sample: v1
+generation_reason:
+  description: Why that generation was chosen.
+  returned: always
+  type: str
+  sample: setup.py declares version 1.2.1
+preflight:
+  description: The preflight's result.
+  returned: always
+  type: dict
+  contains:
+    ok:
+      description: Whether every requirement holds.
+      type: bool
+    failures:
+      description: Every failed requirement, each with C(check), C(message) and C(fix).
+      type: list
+      elements: dict
+    automatic:
+      description: Fixes the module applies itself (C(check), C(message), C(env)).
+      type: list
+      elements: dict
+    warnings:
+      description: Notes that do not stop the build.
+      type: list
+      elements: str
+    arch_list:
+      description: The normalized arch list.
+      type: str
+  sample: {"ok": false, "failures": [{"check": "nccl_too_old", "message": "...", "fix": "..."}],
+           "automatic": [], "warnings": [], "arch_list": "9.0"}
+would_build:
+  description: Whether a compile is (or would be) needed (no wheel for the key in O(artifact_dir)).
+  returned: always
+  type: bool
+  sample: false
+would_install:
+  description: Whether the wheel is (or would be) installed (the installed DeepEP is not this key, or does not import).
+  returned: always
+  type: bool
+  sample: true
+built:
+  description: Whether this run compiled DeepEP.
+  returned: always
+  type: bool
+  sample: true
+installed:
+  description: Whether this run installed a wheel.
+  returned: always
+  type: bool
+  sample: true
+wheel:
+  description: The wheel for the key (in O(artifact_dir), or O(wheel)).
+  returned: always
+  type: str
+  sample: /opt/deepep/artifacts/deepep/9d0f.../deep_ep-1.2.1-cp311-cp311-linux_x86_64.whl
+build_env:
+  description: The environment variables the build sets.
+  returned: when the preflight passed
+  type: dict
+  sample: {"TORCH_CUDA_ARCH_LIST": "9.0", "NVSHMEM_DIR": "/opt/deepep/nvshmem"}
+abi_mismatch:
+  description: Set when the installed DeepEP fails to import after a torch change (what was seen and the fix).
+  returned: when detected
+  type: dict
+  sample: {"built_torch": "2.9.1+cu129", "torch": "2.11.0+cu130", "error": "ImportError: ... undefined symbol ...",
+           "fix": "rebuild DeepEP against the installed torch (this module does so: the key changed)"}
+reason:
+  description: Why the module built, installed, or did nothing.
+  returned: always
+  type: str
+  sample: installed DeepEP has key 9d0f5c3e and imports
+commands:
+  description: The commands run (argv lists).
+  returned: always
+  type: list
+  elements: list
+log:
+  description: Build log path (kept in the artifact directory), or null.
+  returned: always
+  type: str
+  sample: /opt/deepep/artifacts/deepep/9d0f.../build.log
+log_tail:
+  description: Last lines of the build log on a failed build.
+  returned: failure
+  type: list
+  elements: str
+rc:
+  description: Exit status of the failed command.
+  returned: failure
+  type: int
+  sample: 1
+cmd:
+  description: The failed command.
+  returned: failure
+  type: list
+  elements: str
+rolled_back:
+  description: Whether the previous wheel was reinstalled after the new one failed its import check.
+  returned: failure
+  type: bool
+  sample: true
+diff:
+  description: Before and after build stamp of the installed DeepEP (diff mode).
+  returned: when diff mode is on and an install is (or would be) needed
+  type: dict
+  sample: {"before": "{}\n", "after": "{\"key\": \"...\"}\n"}
+ansible_facts:
+  description: Facts about DeepEP in O(python).
+  returned: always
+  type: dict
+  contains:
+    gpufleet_deepep:
+      description: The installed DeepEP after this run (predicted in check mode).
+      type: dict
+      contains:
+        installed:
+          description: Whether a DeepEP is installed in O(python).
+          type: bool
+          sample: true
+        version:
+          description: Installed DeepEP version (package metadata).
+          type: str
+          sample: 1.2.1
+        generation:
+          description: C(v1) or C(v2).
+          type: str
+          sample: v1
+        key:
+          description: Build key of the installed DeepEP (from its stamp), or null.
+          type: str
+          sample: 9d0f5c3e1a2b4c6d8e0f1a3b5c7d9e1f2a4b6c8d0e2f4a6b8c0d2e4f6a8b0c2d
+        built_against:
+          description: What the installed build was built against (C(torch), C(cuda), C(nvshmem), C(nccl), C(arch_list)).
+          type: dict
+          sample: {"torch": "2.11.0+cu130", "cuda": "13.0.88", "nvshmem": "3.4.5", "nccl": "2.28.9", "arch_list": "9.0"}
+        wheel:
+          description: The wheel the install came from.
+          type: str
+          sample: /opt/deepep/artifacts/deepep/9d0f.../deep_ep-1.2.1-cp311-cp311-linux_x86_64.whl
+        import_ok:
+          description: Whether C(import deep_ep) works in a fresh process (with O(env_script) sourced).
+          type: bool
+          sample: true
+        import_error:
+          description: The import error, or null.
+          type: str
+          sample: null
+        hca_mapping_support:
+          description: Whether DeepEP carries the GPU-NIC mapping of PR 466 (C(_setup_device_hca_mapping)).
+          type: bool
+          sample: true
+        location:
+          description: Directory of the installed C(deep_ep) package.
+          type: str
+          sample: /opt/torch/.venv/lib/python3.12/site-packages/deep_ep
+        python:
+          description: The interpreter.
+          type: str
+          sample: /opt/torch/.venv/bin/python
+reboot_required:
+  description: Always false; DeepEP builds never need a reboot.
+  returned: always
+  type: bool
+  sample: false
+"""
+
+import datetime
+import glob
+import json
+import os
+import shutil
+
+from ansible.module_utils.basic import AnsibleModule
+from ansible_collections.gpufleet.deepep.plugins.module_utils._build import (
+    STAMP_NAME,
+    ArchError,
+    BuildError,
+    build_key,
+    deepep_build_env,
+    deepep_preflight,
+    deepep_version_from_tree,
+    detect_deepep_generation,
+    file_sha256,
+    has_hca_mapping_support,
+    nvshmem_version_from_header,
+    parse_nvshmem_info,
+    short_key,
+    tree_hash,
+)
+from ansible_collections.gpufleet.deepep.plugins.module_utils._versions import (
+    cuda_version_from_nvcc,
+    nccl_version_from_header_file,
+    nccl_version_from_pip,
+    pip_package_version,
+)
+
+NVSHMEM_PIP_PROJECTS = ("nvidia-nvshmem-cu13", "nvidia-nvshmem-cu12", "nvidia-nvshmem")
+
+# Runs in the target interpreter: where things are, without importing torch or deep_ep.
+PROBE = r"""
+import glob, importlib.util, json, os, sys, sysconfig
+out = {"python_version": "%d.%d.%d" % sys.version_info[:3], "soabi": sysconfig.get_config_var("SOABI"),
+       "site": sorted(set(p for p in (sysconfig.get_paths().get("purelib"), sysconfig.get_paths().get("platlib"))
+                          if p) | set(p for p in sys.path if p.endswith("-packages")))}
+try:
+    from importlib import metadata
+except ImportError:
+    metadata = None
+def version(name):
+    try:
+        return metadata.version(name) if metadata else None
+    except Exception:
+        return None
+out["torch_version"] = version("torch")
+out["torch_error"] = None
+if out["torch_version"] is None:
+    try:
+        spec = importlib.util.find_spec("torch")
+        out["torch_error"] = "torch is not installed" if spec is None else "torch has no package metadata"
+    except Exception as exc:
+        out["torch_error"] = "%s: %s" % (type(exc).__name__, exc)
+out["deep_ep_version"] = version("deep_ep")
+def pkg_dir(name):
+    try:
+        spec = importlib.util.find_spec(name)
+    except Exception:
+        return None
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    return list(spec.submodule_search_locations)[0]
+out["deep_ep_dir"] = pkg_dir("deep_ep")
+try:
+    spec = importlib.util.find_spec("deep_ep_cpp")
+    out["deep_ep_cpp"] = spec.origin if spec else None
+except Exception:
+    out["deep_ep_cpp"] = None
+out["deep_ep_c"] = None
+if out["deep_ep_dir"]:
+    found = sorted(glob.glob(os.path.join(out["deep_ep_dir"], "_C*.so")))
+    out["deep_ep_c"] = found[0] if found else None
+try:
+    importlib.util.find_spec("nvidia")
+    out["nvshmem_pip_dir"] = pkg_dir("nvidia.nvshmem")
+    out["nccl_pip_dir"] = pkg_dir("nvidia.nccl")
+except Exception:
+    out["nvshmem_pip_dir"] = None
+    out["nccl_pip_dir"] = None
+print(json.dumps(out))
+"""
+
+IMPORT_CHECK = r"""
+import json
+try:
+    import deep_ep
+    out = {"ok": True, "file": deep_ep.__file__}
+except BaseException as exc:
+    out = {"ok": False, "error": "%s: %s" % (type(exc).__name__, exc)}
+print("GPUFLEET-IMPORT " + json.dumps(out))
+"""
+
+
+def build_module():
+    return AnsibleModule(
+        argument_spec=dict(
+            src=dict(type="path"),
+            generation=dict(type="str", default="auto", choices=["auto", "v1", "v2"]),
+            python=dict(type="path", default="/usr/bin/python3"),
+            arch_list=dict(type="str"),
+            gpu_arch_list=dict(type="raw"),
+            nvshmem_root=dict(type="path"),
+            nccl_root=dict(type="path"),
+            cuda_home=dict(type="path", default="/usr/local/cuda"),
+            artifact_dir=dict(type="path", default="/opt/deepep/artifacts/deepep"),
+            wheel=dict(type="path"),
+            jobs=dict(type="int"),
+            env_script=dict(type="path"),
+            internode=dict(type="bool", default=False),
+            disable_sm90_features=dict(type="bool", default=False),
+            disable_aggressive_ptx=dict(type="bool"),
+            install=dict(type="bool", default=True),
+            log_lines=dict(type="int", default=60),
+        ),
+        required_one_of=[("src", "wheel")],
+        supports_check_mode=True,
+    )
+
+
+def _now():
+    return datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def _read(path):
+    try:
+        with open(path, "r", encoding="utf-8", errors="replace") as handle:
+            return handle.read()
+    except (IOError, OSError):
+        return None
+
+
+def _read_json(path):
+    text = _read(path)
+    if text is None:
+        return None
+    try:
+        data = json.loads(text)
+    except ValueError:
+        return None
+    return data if isinstance(data, dict) else None
+
+
+def _tail(path, lines):
+    text = _read(path) if path else None
+    return text.splitlines()[-lines:] if text else []
+
+
+class StepFailed(Exception):
+    def __init__(self, msg, rc=None, cmd=None, **extra):
+        super(StepFailed, self).__init__(msg)
+        self.msg = msg
+        self.rc = rc
+        self.cmd = cmd
+        self.extra = extra
+
+
+class Builder(object):
+    def __init__(self, module):
+        self.module = module
+        self.p = module.params
+        self.commands = []
+        self.log_path = None
+
+    def log(self, text):
+        if self.log_path and text:
+            with open(self.log_path, "a", encoding="utf-8", errors="replace") as handle:
+                handle.write(text)
+
+    def run(self, argv, env=None, cwd=None, check=True, record=True):
+        full_env = {"LC_ALL": "C"}
+        full_env.update(env or {})
+        if record:
+            self.commands.append(list(argv))
+        if self.log_path:
+            env_text = " ".join("%s=%s" % (k, v) for k, v in sorted((env or {}).items()))
+            self.log("\n$ %s%s\n" % ((env_text + " ") if env_text else "", " ".join(argv)))
+        rc, out, err = self.module.run_command(argv, environ_update=full_env, cwd=cwd)
+        self.log(out)
+        self.log(err)
+        if check and rc != 0:
+            raise StepFailed("command failed (rc=%d): %s" % (rc, " ".join(argv)), rc=rc, cmd=list(argv),
+                             stdout=out[-4000:], stderr=err[-4000:])
+        return rc, out, err
+
+    # --- observations -----------------------------------------------------------------------
+
+    def probe(self):
+        python = self.p["python"]
+        if not os.access(python, os.X_OK):
+            raise StepFailed("python %s is not an executable interpreter (set python to the one that has torch)"
+                             % python)
+        rc, out, err = self.run([python, "-c", PROBE], check=False, record=False)
+        if rc != 0:
+            raise StepFailed("cannot probe %s: %s" % (python, (err or out).strip()[-500:]), rc=rc)
+        try:
+            return json.loads(out.strip().splitlines()[-1])
+        except (ValueError, IndexError):
+            raise StepFailed("cannot read the probe output of %s: %s" % (python, out[-500:]))
+
+    def cuda_version(self):
+        nvcc = os.path.join(self.p["cuda_home"], "bin", "nvcc")
+        if not os.access(nvcc, os.X_OK):
+            return None
+        rc, out, err = self.run([nvcc, "--version"], check=False, record=False)
+        return cuda_version_from_nvcc(out) if rc == 0 else None
+
+    def nvshmem_info(self, root, pip_dir, site):
+        """``{'root', 'exists', 'version', 'ibgda', 'source'}`` of the NVSHMEM the build will use."""
+        if root:
+            lib = os.path.join(root, "lib")
+            exists = os.path.isdir(os.path.join(root, "include")) and bool(
+                glob.glob(os.path.join(lib, "libnvshmem_host.so*")))
+            version = nvshmem_version_from_header(_read(os.path.join(root, "include", "nvshmem_version.h")))
+            ibgda = None
+            info_bin = os.path.join(root, "bin", "nvshmem-info")
+            if os.access(info_bin, os.X_OK):
+                rc, out, err = self.run([info_bin, "-a"], env={"LD_LIBRARY_PATH": lib}, check=False, record=False)
+                if rc == 0:
+                    parsed = parse_nvshmem_info(out)
+                    version = version or parsed["version"]
+                    ibgda = parsed["ibgda"]
+                    if ibgda and not glob.glob(os.path.join(lib, "nvshmem_transport_ibgda.so*")):
+                        ibgda = False
+            elif exists:
+                ibgda = bool(glob.glob(os.path.join(lib, "nvshmem_transport_ibgda.so*")))
+            return {"root": root, "exists": exists, "version": version, "ibgda": ibgda, "source": "nvshmem_root"}
+        if pip_dir:
+            version = None
+            for project in NVSHMEM_PIP_PROJECTS:
+                version = pip_package_version(site, project)
+                if version:
+                    break
+            ibgda = bool(glob.glob(os.path.join(pip_dir, "lib", "nvshmem_transport_ibgda.so*")))
+            return {"root": pip_dir, "exists": True, "version": version, "ibgda": ibgda, "source": "pip"}
+        return {"root": None, "exists": False, "version": None, "ibgda": None, "source": None}
+
+    def nccl_info(self, root, pip_dir, site):
+        if root:
+            return {"root": root, "version": nccl_version_from_header_file(root),
+                    "source": "%s/include/nccl.h" % root}
+        found = nccl_version_from_pip(site)
+        if found:
+            return {"root": pip_dir, "version": found["version"],
+                    "source": "pip package %s (%s)" % (found["project"], pip_dir or found["site_packages"])}
+        return {"root": None, "version": None, "source": None}
+
+    def source_identity(self, src):
+        if os.path.exists(os.path.join(src, ".git")):
+            git = self.module.get_bin_path("git")
+            if git:
+                rc, out, err = self.run([git, "-C", src, "rev-parse", "HEAD"], check=False, record=False)
+                if rc == 0 and out.strip():
+                    identity = {"kind": "git", "revision": out.strip()}
+                    rc2, status, err = self.run([git, "-C", src, "status", "--porcelain", "--untracked-files=no"],
+                                                check=False, record=False)
+                    if rc2 != 0 or status.strip():
+                        identity["tree"] = tree_hash(src)
+                    return identity
+        return {"kind": "tree", "tree": tree_hash(src)}
+
+    def import_check(self):
+        python = self.p["python"]
+        if self.p["env_script"]:
+            argv = ["/bin/bash", "-c", '. "$1" >/dev/null && shift && exec "$@"', "gpufleet-import",
+                    self.p["env_script"], python, "-c", IMPORT_CHECK]
+        else:
+            argv = [python, "-c", IMPORT_CHECK]
+        rc, out, err = self.run(argv, check=False, record=False)
+        for line in reversed(out.splitlines()):
+            if line.startswith("GPUFLEET-IMPORT "):
+                try:
+                    return json.loads(line[len("GPUFLEET-IMPORT "):])
+                except ValueError:
+                    break
+        return {"ok": False, "error": ("rc=%d: %s" % (rc, (err or out).strip()[-800:])).strip()}
+
+
+def _ext_path(probe):
+    return probe.get("deep_ep_cpp") or probe.get("deep_ep_c")
+
+
+def _facts(probe, stamp, import_result, generation, hca):
+    stamp = stamp or {}
+    installed = bool(probe.get("deep_ep_dir") or probe.get("deep_ep_cpp"))
+    return {
+        "installed": installed,
+        "version": probe.get("deep_ep_version"),
+        "generation": stamp.get("generation") or (generation if installed else None),
+        "key": stamp.get("key"),
+        "built_against": stamp.get("built_against") or {},
+        "wheel": stamp.get("wheel"),
+        "import_ok": bool(import_result and import_result.get("ok")),
+        "import_error": (import_result or {}).get("error"),
+        "hca_mapping_support": hca,
+        "location": probe.get("deep_ep_dir"),
+        "python": probe.get("python"),
+    }
+
+
+def _installed_hca(probe):
+    directory = probe.get("deep_ep_dir")
+    if not directory:
+        return False
+    texts = [_read(os.path.join(directory, "buffer.py")) or "",
+             _read(os.path.join(directory, "buffers", "legacy.py")) or ""]
+    return any(has_hca_mapping_support(t) for t in texts)
+
+
+def _find_artifact(artifact_dir, key):
+    """The wheel kept for ``key`` when its record matches (sha256), else None."""
+    directory = os.path.join(artifact_dir, key)
+    record = _read_json(os.path.join(directory, "build.json"))
+    if not record or record.get("key") != key or not record.get("wheel_name"):
+        return None, None
+    wheel = os.path.join(directory, record["wheel_name"])
+    if not os.path.isfile(wheel) or file_sha256(wheel) != record.get("wheel_sha256"):
+        return None, None
+    return wheel, record
+
+
+def run(module):
+    p = module.params
+    builder = Builder(module)
+    result = {
+        "changed": False, "built": False, "installed": False, "would_build": False, "would_install": False,
+        "reboot_required": False, "generation": None, "generation_reason": None, "preflight": {},
+        "wheel": None, "reason": "", "commands": [], "log": None,
+    }
+
+    def fail(msg, **extra):
+        result["commands"] = builder.commands
+        result.update(extra)
+        module.fail_json(msg=msg, **result)
+
+    if p["jobs"] is not None and p["jobs"] < 1:
+        fail("jobs must be 1 or more, got %d" % p["jobs"])
+    if p["src"] and not os.path.isfile(os.path.join(p["src"], "setup.py")):
+        fail("src %s is not a DeepEP source tree (no setup.py)" % p["src"])
+    if p["wheel"] and not os.path.isfile(p["wheel"]):
+        fail("wheel %s does not exist" % p["wheel"])
+    if p["env_script"] and not os.path.isfile(p["env_script"]):
+        fail("env_script %s does not exist" % p["env_script"])
+
+    # Observe.
+    try:
+        probe = builder.probe()
+    except StepFailed as exc:
+        fail(exc.msg, rc=exc.rc)
+    probe["python"] = p["python"]
+    site = probe.get("site") or []
+    wheel_record = _read_json(os.path.join(os.path.dirname(p["wheel"]), "build.json")) if p["wheel"] else None
+
+    # Generation.
+    if p["src"]:
+        setup_py = _read(os.path.join(p["src"], "setup.py"))
+        init_py = _read(os.path.join(p["src"], "deep_ep", "__init__.py"))
+        detected, why = detect_deepep_generation(setup_py, init_py,
+                                                 os.path.isdir(os.path.join(p["src"], "tests", "elastic")))
+        if p["generation"] != "auto" and detected and detected != p["generation"]:
+            fail("generation %s was asked for, but %s is a %s tree (%s)" % (p["generation"], p["src"], detected, why))
+        generation = detected if p["generation"] == "auto" else p["generation"]
+        if generation is None:
+            fail("cannot tell the DeepEP generation of %s: %s; set generation: v1 or v2" % (p["src"], why))
+        reason = why if p["generation"] == "auto" else "generation %s given" % p["generation"]
+        hca = has_hca_mapping_support(_read(os.path.join(p["src"], "deep_ep", "buffer.py")) or "") or \
+            has_hca_mapping_support(_read(os.path.join(p["src"], "deep_ep", "buffers", "legacy.py")) or "")
+        src_version = deepep_version_from_tree(setup_py, init_py)
+    else:
+        generation = (wheel_record or {}).get("generation") or (p["generation"] if p["generation"] != "auto" else None)
+        if generation is None:
+            name = os.path.basename(p["wheel"])
+            generation = "v2" if name.startswith("deep_ep-2.") else "v1"
+            reason = "wheel name %s" % name
+        else:
+            reason = "wheel build record" if wheel_record else "generation %s given" % generation
+        hca = bool((wheel_record or {}).get("hca_mapping_support"))
+        src_version = (wheel_record or {}).get("version")
+    result.update(generation=generation, generation_reason=reason)
+
+    cuda_home = p["cuda_home"]
+    cuda_version = builder.cuda_version()
+    cccl = os.path.join(cuda_home, "include", "cccl")
+    nvshmem = builder.nvshmem_info(p["nvshmem_root"], probe.get("nvshmem_pip_dir"), site)
+    nccl = builder.nccl_info(p["nccl_root"], probe.get("nccl_pip_dir"), site)
+
+    obs = {
+        "generation": generation, "arch_list": p["arch_list"], "gpu_arch_list": p["gpu_arch_list"],
+        "cuda_home": cuda_home, "cuda_version": cuda_version, "cccl_dir": cccl,
+        "cccl_exists": os.path.isdir(cccl), "torch_version": probe.get("torch_version"),
+        "torch_error": probe.get("torch_error"), "python": p["python"],
+        "nccl_version": nccl["version"], "nccl_source": nccl["source"],
+        "nvshmem_root": p["nvshmem_root"], "nvshmem_exists": nvshmem["exists"], "nvshmem_ibgda": nvshmem["ibgda"],
+        "nvshmem_pip_dir": probe.get("nvshmem_pip_dir"), "internode": p["internode"],
+        "disable_sm90_features": p["disable_sm90_features"], "disable_aggressive_ptx": p["disable_aggressive_ptx"],
+    }
+    if p["wheel"]:
+        # Installing a prebuilt wheel compiles nothing: only the checks that concern what it runs against count.
+        for name in ("cuda_version",):
+            obs[name] = obs[name] or (wheel_record or {}).get("built_against", {}).get("cuda") or "unknown"
+        obs["cccl_exists"] = True
+    preflight = deepep_preflight(obs)
+    if p["wheel"]:
+        preflight["failures"] = [f for f in preflight["failures"] if f["check"] not in ("cccl_missing", "cuda_missing")]
+        preflight["ok"] = not preflight["failures"]
+    result["preflight"] = preflight
+    if not preflight["ok"]:
+        lines = ["- %s: %s. Fix: %s" % (f["check"], f["message"], f["fix"]) for f in preflight["failures"]]
+        fail("DeepEP %s preflight failed (%d requirement(s)); nothing was built:\n%s"
+             % (generation, len(lines), "\n".join(lines)))
+    for warning in preflight["warnings"]:
+        module.warn(warning)
+    arch_list = preflight["arch_list"]
+
+    # Key.
+    try:
+        if p["src"]:
+            source = builder.source_identity(p["src"])
+        else:
+            source = {"kind": "wheel", "sha256": file_sha256(p["wheel"])}
+        sm90_off = p["disable_sm90_features"]
+        build_env = deepep_build_env(generation, arch_list, cuda_home, nvshmem_root=p["nvshmem_root"],
+                                     nccl_root=p["nccl_root"] if generation == "v2" else None,
+                                     jobs=p["jobs"] or os.cpu_count() or 1, automatic=preflight["automatic"],
+                                     disable_sm90_features=sm90_off, base_env=os.environ)
+        if p["disable_aggressive_ptx"] is not None and "DISABLE_AGGRESSIVE_PTX_INSTRS" not in build_env:
+            build_env["DISABLE_AGGRESSIVE_PTX_INSTRS"] = "1" if p["disable_aggressive_ptx"] else "0"
+        inputs = {
+            "source": source,
+            "generation": generation,
+            "arch_list": arch_list,
+            "torch": probe.get("torch_version"),
+            "python_abi": probe.get("soabi"),
+            "cuda": cuda_version,
+            "nvshmem": {"root": nvshmem["root"] if not sm90_off else None, "version": nvshmem["version"],
+                        "ibgda": nvshmem["ibgda"]},
+            "nccl": {"root": nccl["root"], "version": nccl["version"]},
+            "disable_sm90_features": sm90_off,
+            "disable_aggressive_ptx": build_env.get("DISABLE_AGGRESSIVE_PTX_INSTRS"),
+        }
+        if p["wheel"] and wheel_record and wheel_record.get("key"):
+            key = wheel_record["key"]
+            inputs = wheel_record.get("inputs", inputs)
+        else:
+            key = build_key("deepep", inputs)
+    except (BuildError, ArchError, OSError) as exc:
+        fail("cannot compute the DeepEP build key: %s" % exc)
+    result.update(key=key, inputs=inputs, build_env=dict((k, v) for k, v in build_env.items()
+                                                         if k not in ("PATH",)))
+
+    # Current install.
+    installed_stamp = _read_json(os.path.join(probe["deep_ep_dir"], STAMP_NAME)) if probe.get("deep_ep_dir") else None
+    ext = _ext_path(probe)
+    current_import = builder.import_check() if (probe.get("deep_ep_dir") or ext) else {
+        "ok": False, "error": "deep_ep is not installed"}
+    ext_matches = bool(installed_stamp and ext and os.path.isfile(ext)
+                       and installed_stamp.get("extension_sha256") == file_sha256(ext))
+    installed_key = (installed_stamp or {}).get("key")
+    if installed_stamp and not current_import.get("ok") and "undefined symbol" in (current_import.get("error") or ""):
+        built_torch = (installed_stamp.get("built_against") or {}).get("torch")
+        if built_torch and built_torch != probe.get("torch_version"):
+            result["abi_mismatch"] = {
+                "built_torch": built_torch, "torch": probe.get("torch_version"),
+                "error": current_import.get("error"),
+                "fix": "rebuild DeepEP against torch %s (the key changed, so this module rebuilds)"
+                       % probe.get("torch_version"),
+            }
+
+    if installed_key == key and ext_matches and current_import.get("ok"):
+        result["reason"] = "installed DeepEP has key %s and imports" % short_key(key)
+        result["wheel"] = installed_stamp.get("wheel")
+        facts = _facts(probe, installed_stamp, current_import, generation, _installed_hca(probe) or hca)
+        _exit(module, builder, ansible_facts={"gpufleet_deepep": facts}, **result)
+
+    if p["wheel"]:
+        wheel, record = p["wheel"], wheel_record
+    else:
+        wheel, record = _find_artifact(p["artifact_dir"], key)
+    would_build = wheel is None
+    would_install = p["install"]
+    if not would_install and not would_build:
+        result.update(reason="wheel for key %s is in %s (install: false)" % (short_key(key), p["artifact_dir"]),
+                      wheel=wheel)
+        facts = _facts(probe, installed_stamp, current_import, generation, _installed_hca(probe))
+        _exit(module, builder, ansible_facts={"gpufleet_deepep": facts}, **result)
+    if installed_key is None:
+        why = "no DeepEP installed by this module" if not probe.get("deep_ep_dir") else "installed DeepEP has no stamp"
+    elif installed_key != key:
+        why = "key changed: installed %s, wanted %s" % (str(installed_key)[:8], short_key(key))
+        if result.get("abi_mismatch"):
+            why += " (torch changed: ABI mismatch)"
+    elif not ext_matches:
+        why = "installed extension differs from the recorded build"
+    else:
+        why = "installed DeepEP does not import: %s" % current_import.get("error")
+    why += "; %s" % ("a compile is needed" if would_build else "the wheel for the key exists: %s" % wheel)
+    result.update(reason=why, would_build=would_build, would_install=would_install, changed=True, wheel=wheel)
+
+    new_stamp = {
+        "key": key, "kind": "deepep", "generation": generation, "inputs": inputs, "version": src_version,
+        "built_against": {"torch": probe.get("torch_version"), "cuda": cuda_version, "nvshmem": nvshmem["version"],
+                          "nccl": nccl["version"], "arch_list": arch_list},
+        "hca_mapping_support": hca,
+    }
+    if module._diff:
+        result["diff"] = {"before": json.dumps(installed_stamp or {}, sort_keys=True, indent=2) + "\n",
+                          "after": json.dumps(new_stamp, sort_keys=True, indent=2) + "\n"}
+    if module.check_mode:
+        facts = _facts(probe, installed_stamp, current_import, generation, hca)
+        facts.update(key=key, built_against=new_stamp["built_against"], generation=generation, installed=True,
+                     import_ok=True, import_error=None, hca_mapping_support=hca)
+        _exit(module, builder, ansible_facts={"gpufleet_deepep": facts}, **result)
+
+    # Build.
+    if would_build:
+        try:
+            wheel, record = build_wheel(builder, p, key, generation, new_stamp, build_env)
+        except StepFailed as exc:
+            fail("DeepEP %s build failed: %s (nothing was installed)" % (generation, exc.msg), rc=exc.rc, cmd=exc.cmd,
+                 log_tail=_tail(builder.log_path, p["log_lines"]), **exc.extra)
+        except (OSError, IOError) as exc:
+            fail("DeepEP %s build failed: %s (nothing was installed)" % (generation, exc),
+                 log_tail=_tail(builder.log_path, p["log_lines"]))
+        result.update(built=True, wheel=wheel, log=builder.log_path)
+    if not p["install"]:
+        facts = _facts(probe, installed_stamp, current_import, generation, _installed_hca(probe))
+        _exit(module, builder, ansible_facts={"gpufleet_deepep": facts}, **result)
+
+    # Install, stamp, check the import; put the previous wheel back when the new one does not import.
+    previous_wheel = (installed_stamp or {}).get("wheel")
+    try:
+        install_wheel(builder, p["python"], wheel)
+        after = builder.probe()
+        after["python"] = p["python"]
+        stamp = dict(record or new_stamp)
+        stamp.update(wheel=wheel, installed_at=_now(), python=p["python"])
+        stamp.setdefault("hca_mapping_support", hca)
+        ext = _ext_path(after)
+        stamp["extension_sha256"] = file_sha256(ext) if ext and os.path.isfile(ext) else None
+        if after.get("deep_ep_dir"):
+            write_json_atomic(module, os.path.join(after["deep_ep_dir"], STAMP_NAME), stamp)
+        check = builder.import_check()
+    except StepFailed as exc:
+        fail("installing %s failed: %s" % (wheel, exc.msg), rc=exc.rc, cmd=exc.cmd, **exc.extra)
+    result["installed"] = True
+    if not check.get("ok"):
+        rolled_back = False
+        if previous_wheel and os.path.isfile(previous_wheel) and previous_wheel != wheel:
+            try:
+                install_wheel(builder, p["python"], previous_wheel)
+                rolled_back = bool(builder.import_check().get("ok"))
+            except StepFailed:
+                rolled_back = False
+        fail("the new DeepEP build does not import: %s%s" % (
+            check.get("error"), "; the previous wheel %s was reinstalled" % previous_wheel if rolled_back else ""),
+            rolled_back=rolled_back)
+    facts = _facts(after, stamp, check, generation, _installed_hca(after) or hca)
+    _exit(module, builder, ansible_facts={"gpufleet_deepep": facts}, **result)
+
+
+def _exit(module, builder, ansible_facts, **result):
+    result["commands"] = builder.commands
+    module.exit_json(ansible_facts=ansible_facts, **result)
+
+
+def write_json_atomic(module, path, data):
+    directory = os.path.dirname(path)
+    tmp = os.path.join(directory, ".%s.%d.tmp" % (os.path.basename(path), os.getpid()))
+    with open(tmp, "w", encoding="utf-8") as handle:
+        json.dump(data, handle, sort_keys=True, indent=2)
+        handle.write("\n")
+    module.atomic_move(tmp, path)
+
+
+def install_wheel(builder, python, wheel):
+    builder.run([python, "-m", "pip", "install", "--no-deps", "--force-reinstall", "--no-index",
+                 "--disable-pip-version-check", wheel], env={"PIP_BREAK_SYSTEM_PACKAGES": "1"})
+
+
+def build_wheel(builder, p, key, generation, stamp, build_env):
+    """Build in ``<artifact_dir>/.staging-<key8>``; keep the wheel in ``<artifact_dir>/<key>/``."""
+    artifact_dir = p["artifact_dir"]
+    if not os.path.isdir(artifact_dir):
+        os.makedirs(artifact_dir, 0o755)
+    staging = os.path.join(artifact_dir, ".staging-%s" % short_key(key))
+    for stale in glob.glob(os.path.join(artifact_dir, ".staging-*")):
+        shutil.rmtree(stale, ignore_errors=True)
+    os.makedirs(staging)
+    builder.log_path = os.path.join(staging, "build.log")
+    builder.log("# gpufleet.deepep.deepep_build %s key %s generation %s\n# inputs %s\n"
+                % (_now(), key, generation, json.dumps(stamp["inputs"])))
+    work = os.path.join(staging, "src")
+
+    def ignore(directory, names):
+        skip = [n for n in names if n in (".git", "__pycache__") or n.endswith(".egg-info")]
+        if os.path.normpath(directory) == os.path.normpath(p["src"]):
+            skip += [n for n in names if n in ("build", "dist")]
+        return skip
+
+    shutil.copytree(p["src"], work, symlinks=True, ignore=ignore)
+    if os.path.exists(os.path.join(p["src"], ".git")):
+        # setup.py appends `git rev-parse --short HEAD` to the version; keep that working in the copy.
+        os.symlink(os.path.join(os.path.abspath(p["src"]), ".git"), os.path.join(work, ".git"))
+    env = dict(build_env)
+    dist = os.path.join(staging, "dist")
+    builder.run([p["python"], "setup.py", "bdist_wheel", "--dist-dir", dist], env=env, cwd=work)
+    wheels = sorted(glob.glob(os.path.join(dist, "*.whl")))
+    if len(wheels) != 1:
+        raise StepFailed("setup.py bdist_wheel produced %d wheels in %s, expected 1" % (len(wheels), dist))
+    log_text = _read(builder.log_path) or ""
+    if generation == "v1" and p["nvshmem_root"] and "NVSHMEM path: %s" % p["nvshmem_root"] not in log_text:
+        raise StepFailed("the build did not use nvshmem_root %s (no 'NVSHMEM path: %s' in its summary)"
+                         % (p["nvshmem_root"], p["nvshmem_root"]))
+    final = os.path.join(artifact_dir, key)
+    artifact = os.path.join(staging, "artifact")
+    os.makedirs(artifact)
+    name = os.path.basename(wheels[0])
+    shutil.move(wheels[0], os.path.join(artifact, name))
+    record = dict(stamp)
+    record.update(wheel_name=name, wheel_sha256=file_sha256(os.path.join(artifact, name)), built_at=_now())
+    with open(os.path.join(artifact, "build.json"), "w", encoding="utf-8") as handle:
+        json.dump(record, handle, sort_keys=True, indent=2)
+        handle.write("\n")
+    shutil.copyfile(builder.log_path, os.path.join(artifact, "build.log"))
+    if os.path.isdir(final):
+        shutil.rmtree(final)
+    os.rename(artifact, final)
+    shutil.rmtree(staging, ignore_errors=True)
+    builder.log_path = os.path.join(final, "build.log")
+    return os.path.join(final, name), record
+
+
+def main():
+    module = build_module()
+    run(module)
+
+
+if __name__ == "__main__":
+    main()

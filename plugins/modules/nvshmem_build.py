@@ -1,0 +1,803 @@
+#!/usr/bin/python
+# Copyright: (c) 2026, gpufleet.deepep contributors
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+---
+module: nvshmem_build
+short_description: Build NVSHMEM with IBGDA into a prefix, keyed, staged and swapped
+version_added: 0.1.0
+description:
+  - Builds NVSHMEM from a source directory or tarball with the configure flags the field runbooks use
+    (IBGDA on; SHMEM, UCX, NCCL, MPI and PMIx off; GDRCopy include when given; examples and tests off;
+    C(CUDACXX) and C(CMAKE_CUDA_COMPILER) set explicitly; C(CMAKE_CUDA_ARCHITECTURES) from O(cuda_arch)).
+  - Every input that changes the result (source sha256 or revision, the RoCE fix, configure options, CUDA
+    and compiler versions, arch list) goes into a build key. The key is recorded in a stamp file,
+    C(<prefix>/.gpufleet-build.json). Same key and a passing verification of the install means no change.
+  - A new key builds in C(<prefix>.staging-<key8>), installs there, verifies the staged tree (C(bin/nvshmem-info -a)
+    reports C(NVSHMEM_IBGDA_SUPPORT=ON), the host library and the IBGDA transport exist), and only then swaps it
+    into O(prefix) by renames (an atomic exchange where the kernel has C(renameat2)). The install it replaces is
+    kept as C(<prefix>.previous). A failed or killed build leaves the previous install untouched; leftovers of a
+    killed run are removed at the next start.
+  - With O(roce_ah_attr_fix) the module zeroes every local C(struct ibv_ah_attr) declaration in the IBGDA transport
+    source before building, the fix for C(Unable to create ah) on RoCE (NVIDIA/nvshmem#21).
+author: gpufleet.deepep maintainers (@gpufleet)
+extends_documentation_fragment:
+  - gpufleet.deepep.attributes
+  - gpufleet.deepep.attributes.files
+options:
+  src:
+    description:
+      - NVSHMEM source on the target, a directory (the one holding C(CMakeLists.txt)) or a tarball
+        (C(.tar.gz), C(.tgz), C(.txz), C(.tar.xz)) holding one.
+      - A source directory is copied into the staging directory before it is patched and built; it is never
+        modified.
+    type: path
+    required: true
+  sha256:
+    description:
+      - Expected sha256 of the O(src) tarball. The build fails before doing anything when it differs.
+      - Ignored for a source directory.
+    type: str
+  prefix:
+    description: Install prefix. Must be an absolute path.
+    type: path
+    default: /opt/deepep/nvshmem
+  cuda_home:
+    description: CUDA toolkit root; C(<cuda_home>/bin/nvcc) becomes C(CUDACXX) and C(CMAKE_CUDA_COMPILER).
+    type: path
+    default: /usr/local/cuda
+  cuda_arch:
+    description:
+      - C(CMAKE_CUDA_ARCHITECTURES), e.g. C(90) (H100/H200), C(100) (B200), C(80) (A100), or several as C(90;100).
+      - The PyTorch form (C(9.0), C(10.0)) is accepted and converted. A malformed value is named in the error.
+    type: str
+    required: true
+  ibgda:
+    description: Build the IBGDA transport (C(NVSHMEM_IBGDA_SUPPORT=ON)) and require it in the verification.
+    type: bool
+    default: true
+  gdrcopy_home:
+    description:
+      - GDRCopy install root. When set, C(NVSHMEM_USE_GDRCOPY=ON) with C(GDRCOPY_HOME) and
+        C(GDRCOPY_INCLUDE=<gdrcopy_home>/include); when unset, GDRCopy is off.
+    type: path
+  cmake_options:
+    description:
+      - Extra C(-D) entries for the configure step; they override the module's defaults. Booleans become
+        C(ON)/C(OFF). Part of the build key.
+    type: dict
+    default: {}
+  roce_ah_attr_fix:
+    description:
+      - Insert C(memset(&X, 0, sizeof(X));) after every C(struct ibv_ah_attr X;) declared inside a function of
+        C(src/modules/transport/ibgda/ibgda.cpp) before building (idempotent, part of the build key).
+    type: bool
+    default: false
+  jobs:
+    description: Parallel build jobs. Defaults to the number of CPUs of the target.
+    type: int
+  artifact_dir:
+    description:
+      - Directory of built installs, one C(nvshmem-<key>.tar.gz) (with its C(nvshmem-<key>.json) record) per build key.
+      - After a build, the new install is packed there. When the archive for the wanted key is already there (for
+        example copied from the fleet's artifact store), it is unpacked, verified and swapped in instead of building.
+      - With an archive for the key, O(src) may be a tarball path that does not exist on this host as long as O(sha256)
+        is given (the key only needs the tarball's sha256).
+    type: path
+  log_lines:
+    description: How many lines of the build log a failure reports.
+    type: int
+    default: 60
+notes:
+  - To group hosts by build key before building (build once, distribute), run the module in check mode and read
+    RV(key).
+  - The build log is kept in C(<prefix>/.gpufleet-build.log) after a successful build, and in
+    C(<prefix>.staging-<key8>/build.log) after a failed one (reported as RV(log)).
+  - In check mode the module computes the key and reports RV(would_build), and writes nothing.
+seealso:
+  - module: gpufleet.deepep.deepep_build
+"""
+
+EXAMPLES = r"""
+- name: Build NVSHMEM 3.4.5 with IBGDA for B200 (sm_100), RoCE fix applied
+  gpufleet.deepep.nvshmem_build:
+    src: /opt/deepep/src/nvshmem_src_3.4.5-0.txz
+    sha256: "{{ nvshmem_src_sha256 }}"
+    prefix: /opt/deepep/nvshmem
+    cuda_home: /usr/local/cuda
+    cuda_arch: "100"
+    gdrcopy_home: /opt/deepep/gdrcopy
+    roce_ah_attr_fix: true
+  register: nvshmem
+
+- name: Show the key and version of the install
+  ansible.builtin.debug:
+    msg: "NVSHMEM {{ ansible_facts.gpufleet_nvshmem.version }} key {{ ansible_facts.gpufleet_nvshmem.key }}"
+
+- name: What would a build for H200 do? (no changes)
+  gpufleet.deepep.nvshmem_build:
+    src: /opt/deepep/src/nvshmem-src
+    cuda_arch: "9.0"
+  check_mode: true
+  register: plan
+"""
+
+RETURN = r"""
+key:
+  description: The build key of the requested build (sha256 over all inputs).
+  returned: always
+  type: str
+  sample: 3f9a1c0e5b7d2a4c6e8f0a1b2c3d4e5f60718293a4b5c6d7e8f9a0b1c2d3e4f5
+would_build:
+  description: Whether the inputs call for a build (new key, or the install at O(prefix) fails verification).
+  returned: always
+  type: bool
+  sample: false
+built:
+  description: Whether this run built and swapped in a new install.
+  returned: always
+  type: bool
+  sample: true
+installed_from:
+  description: Where a new install came from, C(build) or C(artifact) (null when nothing changed).
+  returned: always
+  type: str
+  sample: artifact
+artifact:
+  description: The packed install for the key in O(artifact_dir) (written after a build, or used), or null.
+  returned: always
+  type: str
+  sample: /opt/deepep/artifacts/nvshmem/nvshmem-3f9a1c0e5b7d2a4c6e8f0a1b2c3d4e5f60718293a4b5c6d7e8f9a0b1c2d3e4f5.tar.gz
+reason:
+  description: Why a build is (or would be) needed, or why not.
+  returned: always
+  type: str
+  sample: "key changed: installed 1b2c3d4e, wanted 3f9a1c0e"
+inputs:
+  description: The inputs the key was computed over.
+  returned: always
+  type: dict
+  sample: {"source": {"kind": "tarball", "sha256": "..."}, "cuda_arch": "100", "ibgda": true}
+previous:
+  description: Where the replaced install was kept (C(<prefix>.previous)), or null.
+  returned: always
+  type: str
+  sample: /opt/deepep/nvshmem.previous
+staging:
+  description: The staging directory of the build (removed after a successful swap).
+  returned: always
+  type: str
+  sample: /opt/deepep/nvshmem.staging-3f9a1c0e
+log:
+  description: Path of the build log, or null when nothing was built.
+  returned: always
+  type: str
+  sample: /opt/deepep/nvshmem/.gpufleet-build.log
+log_tail:
+  description: The last O(log_lines) lines of the build log on failure.
+  returned: failure
+  type: list
+  elements: str
+rc:
+  description: Exit status of the failed command.
+  returned: failure
+  type: int
+  sample: 1
+cmd:
+  description: The failed command.
+  returned: failure
+  type: list
+  elements: str
+commands:
+  description: The commands run (argv lists), in order.
+  returned: always
+  type: list
+  elements: list
+cleaned:
+  description: Leftover staging directories of killed or failed runs that were removed (or would be, in check mode).
+  returned: always
+  type: list
+  elements: str
+recovered:
+  description: What was repaired from a swap interrupted between its renames, or null.
+  returned: always
+  type: str
+  sample: null
+ah_attr_fix:
+  description: What O(roce_ah_attr_fix) did to the IBGDA transport source of this build.
+  returned: when a build ran with O(roce_ah_attr_fix)
+  type: dict
+  sample: {"file": "src/modules/transport/ibgda/ibgda.cpp", "fixed": 3, "already": 0}
+verify:
+  description: The verification of the install at O(prefix) (or the staged tree when a build ran).
+  returned: always
+  type: dict
+  contains:
+    ok:
+      description: Whether every check passed.
+      type: bool
+    problems:
+      description: What failed.
+      type: list
+      elements: str
+  sample: {"ok": true, "problems": []}
+diff:
+  description: Before and after stamp of the install (diff mode).
+  returned: when diff mode is on and a build is (or would be) needed
+  type: dict
+  sample: {"before": "{}\n", "after": "{\"key\": \"...\"}\n"}
+ansible_facts:
+  description: Facts about the NVSHMEM install at O(prefix).
+  returned: always
+  type: dict
+  contains:
+    gpufleet_nvshmem:
+      description: The install as it stands after this run (predicted in check mode).
+      type: dict
+      contains:
+        prefix:
+          description: Install prefix.
+          type: str
+          sample: /opt/deepep/nvshmem
+        present:
+          description: Whether an install exists at the prefix.
+          type: bool
+          sample: true
+        version:
+          description: NVSHMEM version (from C(nvshmem-info) or C(include/nvshmem_version.h)).
+          type: str
+          sample: 3.4.5
+        ibgda:
+          description: Whether the install has IBGDA support (C(NVSHMEM_IBGDA_SUPPORT=ON) and the transport).
+          type: bool
+          sample: true
+        key:
+          description: Build key recorded in the stamp (null without a stamp).
+          type: str
+          sample: 3f9a1c0e5b7d2a4c6e8f0a1b2c3d4e5f60718293a4b5c6d7e8f9a0b1c2d3e4f5
+        libraries:
+          description: File names under C(<prefix>/lib).
+          type: list
+          elements: str
+          sample: [libnvshmem_host.so.3, nvshmem_transport_ibgda.so.3, libnvshmem_device.a]
+        built_at:
+          description: UTC time of the build (ISO 8601), from the stamp.
+          type: str
+          sample: "2026-11-22T03:04:05Z"
+        cuda_arch:
+          description: CMAKE_CUDA_ARCHITECTURES of the build, from the stamp.
+          type: str
+          sample: "100"
+        cuda_version:
+          description: CUDA version the build used, from the stamp.
+          type: str
+          sample: 13.0.88
+        roce_ah_attr_fix:
+          description: Whether the RoCE ah_attr fix is in the build, from the stamp.
+          type: bool
+          sample: true
+        verified:
+          description: Whether the install passed verification.
+          type: bool
+          sample: true
+        previous:
+          description: Path of the kept previous install, or null.
+          type: str
+          sample: /opt/deepep/nvshmem.previous
+        stamp:
+          description: Path of the stamp file.
+          type: str
+          sample: /opt/deepep/nvshmem/.gpufleet-build.json
+reboot_required:
+  description: Always false; building NVSHMEM never needs a reboot.
+  returned: always
+  type: bool
+  sample: false
+"""
+
+import datetime
+import json
+import os
+import shutil
+import tarfile
+
+from ansible.module_utils.basic import AnsibleModule
+from ansible_collections.gpufleet.deepep.plugins.module_utils._build import (
+    LOG_NAME,
+    ArchError,
+    BuildError,
+    apply_ah_attr_fix,
+    build_key,
+    clean_stale_staging,
+    file_sha256,
+    nvshmem_cmake_args,
+    nvshmem_version_from_header,
+    parse_cmake_arch_list,
+    parse_nvshmem_info,
+    previous_path,
+    read_stamp,
+    recover_interrupted_swap,
+    short_key,
+    stale_staging_dirs,
+    staging_path,
+    stamp_path,
+    swap_in,
+    tree_hash,
+    write_stamp,
+)
+from ansible_collections.gpufleet.deepep.plugins.module_utils._versions import cuda_version_from_nvcc
+
+IBGDA_SOURCE = os.path.join("src", "modules", "transport", "ibgda", "ibgda.cpp")
+AH_ATTR_FIX_VERSION = 1
+TARBALL_SUFFIXES = (".tar.gz", ".tgz", ".txz", ".tar.xz", ".tar.bz2", ".tbz2", ".tar")
+
+
+def build_module():
+    return AnsibleModule(
+        argument_spec=dict(
+            src=dict(type="path", required=True),
+            sha256=dict(type="str"),
+            prefix=dict(type="path", default="/opt/deepep/nvshmem"),
+            cuda_home=dict(type="path", default="/usr/local/cuda"),
+            cuda_arch=dict(type="str", required=True),
+            ibgda=dict(type="bool", default=True),
+            gdrcopy_home=dict(type="path"),
+            cmake_options=dict(type="dict", default={}),
+            roce_ah_attr_fix=dict(type="bool", default=False),
+            jobs=dict(type="int"),
+            artifact_dir=dict(type="path"),
+            log_lines=dict(type="int", default=60),
+        ),
+        supports_check_mode=True,
+    )
+
+
+def _now():
+    return datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+class BuildFailed(Exception):
+    def __init__(self, msg, rc=None, cmd=None):
+        super(BuildFailed, self).__init__(msg)
+        self.msg = msg
+        self.rc = rc
+        self.cmd = cmd
+
+
+class Runner(object):
+    """Runs commands with LC_ALL=C, appending their output to the build log."""
+
+    def __init__(self, module, log_path=None):
+        self.module = module
+        self.log_path = log_path
+        self.commands = []
+
+    def log(self, text):
+        if self.log_path:
+            with open(self.log_path, "a", encoding="utf-8", errors="replace") as handle:
+                handle.write(text)
+
+    def run(self, argv, env=None, cwd=None, check=True, record=True):
+        full_env = {"LC_ALL": "C"}
+        full_env.update(env or {})
+        if record:
+            self.commands.append(list(argv))
+        if self.log_path:
+            env_text = " ".join("%s=%s" % (k, v) for k, v in sorted((env or {}).items()))
+            self.log("\n$ %s%s\n" % ((env_text + " ") if env_text else "", " ".join(argv)))
+        rc, out, err = self.module.run_command(argv, environ_update=full_env, cwd=cwd)
+        self.log(out)
+        self.log(err)
+        if check and rc != 0:
+            raise BuildFailed("command failed (rc=%d): %s" % (rc, " ".join(argv)), rc=rc, cmd=list(argv))
+        return rc, out, err
+
+
+def _tail(path, lines):
+    try:
+        with open(path, "r", encoding="utf-8", errors="replace") as handle:
+            return handle.read().splitlines()[-lines:]
+    except (IOError, OSError):
+        return []
+
+
+def source_identity(module, src, sha256):
+    """``(kind, identity dict)`` for the source: a tarball's sha256 or a directory's git HEAD / tree hash."""
+    if not os.path.exists(src) and sha256 and src.endswith(TARBALL_SUFFIXES):
+        return {"kind": "tarball", "sha256": sha256.strip().lower()}
+    if os.path.isfile(src):
+        if not src.endswith(TARBALL_SUFFIXES):
+            raise BuildFailed("src %s is a file but not a tarball (expected one of %s)"
+                              % (src, ", ".join(TARBALL_SUFFIXES)))
+        digest = file_sha256(src)
+        if sha256 and digest != sha256.strip().lower():
+            raise BuildFailed("src %s has sha256 %s, expected %s (sha256 option)" % (src, digest, sha256))
+        return {"kind": "tarball", "sha256": digest}
+    if not os.path.isdir(src):
+        raise BuildFailed("src %s is neither a source directory nor a tarball" % src)
+    if os.path.exists(os.path.join(src, ".git")):
+        git = module.get_bin_path("git")
+        if git:
+            rc, out, dummy = module.run_command([git, "-C", src, "rev-parse", "HEAD"], environ_update={"LC_ALL": "C"})
+            if rc == 0 and out.strip():
+                rc2, status, dummy = module.run_command([git, "-C", src, "status", "--porcelain", "--untracked-files=no"],
+                                                        environ_update={"LC_ALL": "C"})
+                identity = {"kind": "git", "revision": out.strip()}
+                if rc2 != 0 or status.strip():
+                    identity["tree"] = tree_hash(src)
+                return identity
+    return {"kind": "tree", "tree": tree_hash(src)}
+
+
+def _safe_extract(tarball, dest):
+    with tarfile.open(tarball) as archive:
+        members = archive.getmembers()
+        real_dest = os.path.realpath(dest)
+        for member in members:
+            target = os.path.realpath(os.path.join(dest, member.name))
+            if not (target == real_dest or target.startswith(real_dest + os.sep)):
+                raise BuildFailed("tarball %s has a member outside its root: %s" % (tarball, member.name))
+            if member.issym() or member.islnk():
+                link = os.path.realpath(os.path.join(os.path.dirname(target), member.linkname)) \
+                    if member.issym() else os.path.realpath(os.path.join(dest, member.linkname))
+                if not (link == real_dest or link.startswith(real_dest + os.sep)):
+                    raise BuildFailed("tarball %s has a link pointing outside its root: %s -> %s"
+                                      % (tarball, member.name, member.linkname))
+            if member.isdev():
+                raise BuildFailed("tarball %s holds a device file: %s" % (tarball, member.name))
+        archive.extractall(dest, members=members)
+
+
+def _source_root(path):
+    if os.path.exists(os.path.join(path, "CMakeLists.txt")):
+        return path
+    entries = [e for e in os.listdir(path) if not e.startswith(".")]
+    if len(entries) == 1 and os.path.isdir(os.path.join(path, entries[0])):
+        return _source_root(os.path.join(path, entries[0]))
+    raise BuildFailed("no CMakeLists.txt at the top of the NVSHMEM source (%s)" % path)
+
+
+def _copy_ignore(top):
+    def ignore(directory, names):
+        skip = [n for n in names if n == ".git"]
+        if os.path.normpath(directory) == os.path.normpath(top):
+            skip += [n for n in names if n in ("build", "_build")]
+        return skip
+    return ignore
+
+
+class ArtifactInstalled(Exception):
+    def __init__(self, swap):
+        super(ArtifactInstalled, self).__init__("installed from artifact")
+        self.swap = swap
+
+
+def artifact_paths(artifact_dir, key):
+    base = os.path.join(artifact_dir, "nvshmem-%s" % key)
+    return base + ".tar.gz", base + ".json"
+
+
+def pack_artifact(prefix, artifact_dir, key):
+    """Pack the install at ``prefix`` (stamp included) as ``nvshmem-<key>.tar.gz`` with a JSON record."""
+    if not os.path.isdir(artifact_dir):
+        os.makedirs(artifact_dir, 0o755)
+    tarball, record = artifact_paths(artifact_dir, key)
+    tmp = tarball + ".%d.tmp" % os.getpid()
+    with tarfile.open(tmp, "w:gz") as archive:
+        for name in sorted(os.listdir(prefix)):
+            archive.add(os.path.join(prefix, name), arcname=name)
+    os.rename(tmp, tarball)
+    data = dict(read_stamp(prefix) or {})
+    data["artifact_sha256"] = file_sha256(tarball)
+    tmp = record + ".%d.tmp" % os.getpid()
+    with open(tmp, "w", encoding="utf-8") as handle:
+        json.dump(data, handle, sort_keys=True, indent=2)
+        handle.write("\n")
+    os.rename(tmp, record)
+    return tarball
+
+
+def unpack_artifact(runner, artifact, staging, prefix, key):
+    """Unpack a packed install into ``<staging>/destdir<prefix>`` after checking its record and sha256."""
+    tarball, record_path = artifact
+    try:
+        with open(record_path, "r", encoding="utf-8") as handle:
+            record = json.load(handle)
+    except (IOError, OSError, ValueError) as exc:
+        raise BuildFailed("cannot read the record %s of the packed install: %s" % (record_path, exc))
+    if record.get("key") != key:
+        raise BuildFailed("the packed install %s records key %s, not %s" % (tarball, record.get("key"), key))
+    digest = file_sha256(tarball)
+    if record.get("artifact_sha256") and digest != record["artifact_sha256"]:
+        raise BuildFailed("the packed install %s has sha256 %s, its record says %s"
+                          % (tarball, digest, record["artifact_sha256"]))
+    staged = os.path.join(staging, "destdir") + prefix
+    os.makedirs(staged)
+    runner.log("# unpacking %s (sha256 %s)\n" % (tarball, digest))
+    _safe_extract(tarball, staged)
+    stamp = read_stamp(staged)
+    if not stamp or stamp.get("key") != key:
+        raise BuildFailed("the packed install %s has no stamp for key %s" % (tarball, key))
+    return staged
+
+
+def verify_install(runner, tree, want_ibgda):
+    """Check an NVSHMEM install tree; returns a dict with ok, problems, version, ibgda, libraries."""
+    problems = []
+    lib_dir = os.path.join(tree, "lib")
+    libraries = sorted(os.listdir(lib_dir)) if os.path.isdir(lib_dir) else []
+    host = [n for n in libraries if n.startswith("libnvshmem_host.so")]
+    transport = [n for n in libraries if n.startswith("nvshmem_transport_ibgda.so")]
+    if not host:
+        problems.append("no host library %s/libnvshmem_host.so*" % lib_dir)
+    info = {"version": None, "ibgda": None}
+    info_bin = os.path.join(tree, "bin", "nvshmem-info")
+    if not os.access(info_bin, os.X_OK):
+        problems.append("no %s" % info_bin)
+    else:
+        rc, out, err = runner.run([info_bin, "-a"], env={"LD_LIBRARY_PATH": lib_dir}, check=False, record=False)
+        if rc != 0:
+            problems.append("%s -a failed (rc=%d): %s" % (info_bin, rc, (err or out).strip()[-300:]))
+        else:
+            info = parse_nvshmem_info(out)
+    header_version = None
+    try:
+        with open(os.path.join(tree, "include", "nvshmem_version.h"), "r", encoding="utf-8") as handle:
+            header_version = nvshmem_version_from_header(handle.read())
+    except (IOError, OSError):
+        pass
+    ibgda = bool(transport) and info.get("ibgda") is True
+    if want_ibgda:
+        if info.get("ibgda") is not True:
+            problems.append("nvshmem-info -a does not report NVSHMEM_IBGDA_SUPPORT=ON")
+        if not transport:
+            problems.append("no IBGDA transport %s/nvshmem_transport_ibgda.so*" % lib_dir)
+    return {
+        "ok": not problems,
+        "problems": problems,
+        "version": info.get("version") or header_version,
+        "ibgda": ibgda,
+        "libraries": libraries,
+    }
+
+
+def _facts(prefix, stamp, verify, previous):
+    present = os.path.isdir(prefix)
+    stamp = stamp or {}
+    return {
+        "prefix": prefix,
+        "present": present,
+        "version": verify.get("version") if present else None,
+        "ibgda": bool(verify.get("ibgda")) if present else False,
+        "key": stamp.get("key"),
+        "libraries": verify.get("libraries", []) if present else [],
+        "built_at": stamp.get("built_at"),
+        "cuda_arch": stamp.get("inputs", {}).get("cuda_arch"),
+        "cuda_version": stamp.get("inputs", {}).get("cuda_version"),
+        "roce_ah_attr_fix": bool(stamp.get("inputs", {}).get("roce_ah_attr_fix")),
+        "verified": bool(verify.get("ok")) if present else False,
+        "previous": previous if previous and os.path.isdir(previous) else None,
+        "stamp": stamp_path(prefix) if stamp else None,
+    }
+
+
+def run(module):
+    p = module.params
+    prefix = os.path.normpath(p["prefix"])
+    result = {
+        "changed": False, "built": False, "would_build": False, "reboot_required": False,
+        "key": None, "reason": "", "inputs": {}, "previous": None, "staging": None, "log": None,
+        "commands": [], "cleaned": [], "recovered": None, "verify": {}, "installed_from": None, "artifact": None,
+    }
+    runner = Runner(module)
+
+    def fail(msg, **extra):
+        result["commands"] = runner.commands
+        result.update(extra)
+        module.fail_json(msg=msg, **result)
+
+    if not os.path.isabs(prefix) or prefix == "/":
+        fail("prefix %r must be an absolute path other than /" % p["prefix"])
+    try:
+        cuda_arch = parse_cmake_arch_list(p["cuda_arch"])
+    except ArchError as exc:
+        fail("cuda_arch: %s" % exc)
+    if p["jobs"] is not None and p["jobs"] < 1:
+        fail("jobs must be 1 or more, got %d" % p["jobs"])
+    nvcc = os.path.join(p["cuda_home"], "bin", "nvcc")
+    if not os.access(nvcc, os.X_OK):
+        fail("no nvcc at %s: install the CUDA toolkit or set cuda_home (NVSHMEM needs CUDACXX)" % nvcc)
+    cmake = module.get_bin_path("cmake")
+    if not cmake:
+        fail("cmake is not installed on the target (install cmake, e.g. the build_deps phase)")
+    if p["gdrcopy_home"] and not os.path.isfile(os.path.join(p["gdrcopy_home"], "include", "gdrapi.h")):
+        fail("gdrcopy_home %s has no include/gdrapi.h: build GDRCopy's library first (role gdrcopy) "
+             "or leave gdrcopy_home unset" % p["gdrcopy_home"])
+
+    try:
+        rc, out, err = runner.run([nvcc, "--version"], record=False)
+        cuda_version = cuda_version_from_nvcc(out)
+        cxx = module.get_bin_path("c++") or module.get_bin_path("g++")
+        compiler = None
+        if cxx:
+            rc, out, err = runner.run([cxx, "--version"], record=False, check=False)
+            compiler = out.splitlines()[0].strip() if rc == 0 and out else None
+        source = source_identity(module, p["src"], p["sha256"])
+    except BuildFailed as exc:
+        fail(exc.msg, rc=exc.rc, cmd=exc.cmd)
+
+    inputs = {
+        "source": source,
+        "cuda_arch": cuda_arch,
+        "ibgda": p["ibgda"],
+        "gdrcopy_home": p["gdrcopy_home"],
+        "cmake_options": dict((str(k), v) for k, v in (p["cmake_options"] or {}).items()),
+        "roce_ah_attr_fix": AH_ATTR_FIX_VERSION if p["roce_ah_attr_fix"] else False,
+        "cuda_home": p["cuda_home"],
+        "cuda_version": cuda_version,
+        "compiler": compiler,
+        "prefix": prefix,
+    }
+    try:
+        key = build_key("nvshmem", inputs)
+    except BuildError as exc:
+        fail(str(exc))
+    result.update(key=key, inputs=inputs)
+    staging = staging_path(prefix, key)
+    result["staging"] = staging
+    previous = previous_path(prefix)
+
+    # Leftovers of a killed run.
+    if module.check_mode:
+        result["cleaned"] = stale_staging_dirs(prefix)
+        if not os.path.lexists(prefix) and os.path.isdir(previous):
+            result["recovered"] = "would restore %s from %s (a swap was interrupted)" % (prefix, previous)
+    else:
+        try:
+            result["recovered"] = recover_interrupted_swap(prefix)
+            result["cleaned"] = clean_stale_staging(prefix)
+        except (OSError, BuildError) as exc:
+            fail("cannot clean up beside %s: %s" % (prefix, exc))
+
+    stamp = read_stamp(prefix) if os.path.isdir(prefix) else None
+    current = verify_install(runner, prefix, p["ibgda"]) if os.path.isdir(prefix) else {
+        "ok": False, "problems": ["%s does not exist" % prefix], "libraries": []}
+    if stamp and stamp.get("key") == key and current["ok"]:
+        result["reason"] = "installed build has key %s and passes verification" % short_key(key)
+        result["verify"] = current
+        result["previous"] = previous if os.path.isdir(previous) else None
+        module.exit_json(ansible_facts={"gpufleet_nvshmem": _facts(prefix, stamp, current, previous)}, **result)
+
+    if not os.path.isdir(prefix):
+        reason = "nothing installed at %s" % prefix
+    elif not stamp:
+        reason = "%s has no build stamp" % prefix
+    elif stamp.get("key") != key:
+        reason = "key changed: installed %s, wanted %s" % (str(stamp.get("key"))[:8], short_key(key))
+    else:
+        reason = "installed build fails verification: %s" % "; ".join(current["problems"])
+    artifact = artifact_paths(p["artifact_dir"], key) if p["artifact_dir"] else None
+    have_artifact = bool(artifact and os.path.isfile(artifact[0]) and os.path.isfile(artifact[1]))
+    if have_artifact:
+        reason += "; the packed install for the key is in %s" % p["artifact_dir"]
+        result["artifact"] = artifact[0]
+    result.update(reason=reason, would_build=not have_artifact, changed=True, verify=current)
+    new_stamp_preview = {"key": key, "inputs": inputs}
+    if module._diff:
+        result["diff"] = {
+            "before": json.dumps(stamp or {}, sort_keys=True, indent=2) + "\n",
+            "after": json.dumps(new_stamp_preview, sort_keys=True, indent=2) + "\n",
+            "before_header": stamp_path(prefix), "after_header": stamp_path(prefix),
+        }
+    if module.check_mode:
+        facts = _facts(prefix, stamp, current, previous)
+        facts.update(key=key, cuda_arch=cuda_arch, cuda_version=cuda_version,
+                     roce_ah_attr_fix=p["roce_ah_attr_fix"], ibgda=p["ibgda"], present=True)
+        module.exit_json(ansible_facts={"gpufleet_nvshmem": facts}, **result)
+
+    # Build.
+    log_path = os.path.join(staging, "build.log")
+    try:
+        if not os.path.isdir(os.path.dirname(prefix)):
+            os.makedirs(os.path.dirname(prefix), 0o755)
+        os.makedirs(staging, 0o755)
+        runner.log_path = log_path
+        result["log"] = log_path
+        runner.log("# gpufleet.deepep.nvshmem_build %s key %s\n# inputs %s\n" % (_now(), key, json.dumps(inputs)))
+        if have_artifact:
+            staged = unpack_artifact(runner, artifact, staging, prefix, key)
+            check = verify_install(runner, staged, p["ibgda"])
+            result["verify"] = check
+            if not check["ok"]:
+                raise BuildFailed("the packed install %s fails verification: %s"
+                                  % (artifact[0], "; ".join(check["problems"])))
+            swap = swap_in(prefix, staged)
+            raise ArtifactInstalled(swap)
+        if not os.path.exists(p["src"]):
+            raise BuildFailed("src %s does not exist on this host and no packed install for key %s is in %s"
+                              % (p["src"], short_key(key), p["artifact_dir"]))
+        src_dir = os.path.join(staging, "src")
+        if os.path.isfile(p["src"]):
+            os.makedirs(src_dir)
+            _safe_extract(p["src"], src_dir)
+        else:
+            shutil.copytree(p["src"], src_dir, symlinks=True, ignore=_copy_ignore(p["src"]))
+        source_root = _source_root(src_dir)
+        if p["roce_ah_attr_fix"]:
+            ibgda_src = os.path.join(source_root, IBGDA_SOURCE)
+            if not os.path.isfile(ibgda_src):
+                raise BuildFailed("roce_ah_attr_fix: the source has no IBGDA transport at %s" % IBGDA_SOURCE)
+            with open(ibgda_src, "r", encoding="utf-8", errors="surrogateescape") as handle:
+                text = handle.read()
+            new_text, fixed, already = apply_ah_attr_fix(text)
+            if new_text != text:
+                with open(ibgda_src, "w", encoding="utf-8", errors="surrogateescape") as handle:
+                    handle.write(new_text)
+            result["ah_attr_fix"] = {"file": IBGDA_SOURCE, "fixed": len(fixed), "already": len(already)}
+            runner.log("# roce_ah_attr_fix: %d declaration(s) zeroed, %d already zeroed\n" % (len(fixed), len(already)))
+            if not fixed and not already:
+                module.warn("roce_ah_attr_fix: no struct ibv_ah_attr declaration found in %s" % IBGDA_SOURCE)
+        build_dir = os.path.join(staging, "build")
+        generator = "Ninja" if module.get_bin_path("ninja") else None
+        argv, env, dummy = nvshmem_cmake_args(source_root, build_dir, prefix, p["cuda_home"], cuda_arch,
+                                              ibgda=p["ibgda"], gdrcopy_home=p["gdrcopy_home"],
+                                              cmake_options=p["cmake_options"], generator=generator)
+        argv[0] = cmake
+        env["PATH"] = "%s:%s" % (os.path.join(p["cuda_home"], "bin"), os.environ.get("PATH", "/usr/bin:/bin"))
+        runner.run(argv, env=env)
+        jobs = p["jobs"] or os.cpu_count() or 1
+        runner.run([cmake, "--build", build_dir, "--parallel", str(jobs)], env=env)
+        destdir = os.path.join(staging, "destdir")
+        runner.run([cmake, "--install", build_dir], env=dict(env, DESTDIR=destdir))
+        staged = destdir + prefix
+        if not os.path.isdir(staged):
+            raise BuildFailed("the install step put nothing at %s" % staged)
+        check = verify_install(runner, staged, p["ibgda"])
+        result["verify"] = check
+        if not check["ok"]:
+            raise BuildFailed("the staged build fails verification: %s" % "; ".join(check["problems"]))
+        new_stamp = {
+            "key": key, "kind": "nvshmem", "inputs": inputs, "built_at": _now(),
+            "version": check["version"], "ibgda": check["ibgda"], "libraries": check["libraries"],
+            "ah_attr_fix": result.get("ah_attr_fix"), "module": "gpufleet.deepep.nvshmem_build",
+        }
+        write_stamp(staged, new_stamp)
+        shutil.copyfile(log_path, os.path.join(staged, LOG_NAME))
+        swap = swap_in(prefix, staged)
+    except ArtifactInstalled as done:
+        shutil.rmtree(staging, ignore_errors=True)
+        result.update(built=False, installed_from="artifact", previous=done.swap["previous"], log=None,
+                      commands=runner.commands)
+        final = read_stamp(prefix)
+        module.exit_json(ansible_facts={"gpufleet_nvshmem": _facts(prefix, final, result["verify"], previous)},
+                         **result)
+    except BuildFailed as exc:
+        fail(exc.msg + " (the install at %s is unchanged)" % prefix, rc=exc.rc, cmd=exc.cmd,
+             log_tail=_tail(log_path, p["log_lines"]))
+    except (OSError, IOError, BuildError, tarfile.TarError, ArchError) as exc:
+        fail("build of NVSHMEM failed: %s (the install at %s is unchanged)" % (exc, prefix),
+             log_tail=_tail(log_path, p["log_lines"]))
+
+    shutil.rmtree(staging, ignore_errors=True)
+    result.update(built=True, installed_from="build", previous=swap["previous"], log=os.path.join(prefix, LOG_NAME),
+                  commands=runner.commands)
+    if p["artifact_dir"]:
+        try:
+            result["artifact"] = pack_artifact(prefix, p["artifact_dir"], key)
+        except (OSError, IOError, tarfile.TarError) as exc:
+            fail("NVSHMEM was built and installed at %s, but packing it into %s failed: %s"
+                 % (prefix, p["artifact_dir"], exc))
+    final = read_stamp(prefix)
+    module.exit_json(ansible_facts={"gpufleet_nvshmem": _facts(prefix, final, result["verify"], previous)}, **result)
+
+
+def main():
+    module = build_module()
+    run(module)
+
+
+if __name__ == "__main__":
+    main()

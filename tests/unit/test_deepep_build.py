@@ -1,0 +1,334 @@
+# Copyright: (c) 2026, gpufleet.deepep contributors
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
+
+"""gpufleet.deepep.deepep_build against the DeepEP-shaped fixture trees: real wheel builds in tmp_path.
+
+Most tests use a virtualenv of the system Python with a stand-in ``torch`` distribution (a package whose
+``__version__`` and metadata the test sets): the fixtures only read torch's version, so a torch change is one
+file write. One test (marked ``slow``) installs the real CPU torch wheel from /opt/wheels.
+"""
+
+from __future__ import annotations
+
+import glob
+import json
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from ansible_collections.gpufleet.deepep.plugins.modules import deepep_build
+from ansible_collections.gpufleet.deepep.plugins.module_utils import _build as b
+
+REPO = Path(__file__).resolve().parents[2]
+SOURCES = REPO / "tools" / "fleetsim" / "fixtures" / "sources"
+CUDA_HOME = "/usr/local/cuda"
+SYSTEM_PYTHON = "/usr/bin/python3"
+TORCH_WHEELS = "/opt/wheels"
+
+
+def _system_python_can_build():
+    if not os.access(SYSTEM_PYTHON, os.X_OK) or not shutil.which("g++"):
+        return False
+    proc = subprocess.run([SYSTEM_PYTHON, "-c", "import setuptools, wheel, venv, pip, sysconfig, os; "
+                           "assert os.path.exists(os.path.join(sysconfig.get_paths()['include'], 'Python.h'))"],
+                          capture_output=True, check=False)
+    return proc.returncode == 0
+
+
+pytestmark = [
+    pytest.mark.skipif(not _system_python_can_build(),
+                       reason="needs /usr/bin/python3 with setuptools, wheel, venv, pip and Python.h, and g++"),
+    pytest.mark.skipif(not os.path.isfile(os.path.join(CUDA_HOME, "include", "cccl", "cuda", "std", "tuple")),
+                       reason="needs CUDA 13 headers (include/cccl/cuda/std/tuple) at /usr/local/cuda"),
+]
+
+
+class Venv(object):
+    def __init__(self, path):
+        self.path = path
+        # pip comes from the system site-packages (Debian's python3-pip); installs still land in the venv.
+        subprocess.run([SYSTEM_PYTHON, "-m", "venv", "--without-pip", "--system-site-packages", str(path)],
+                       check=True)
+        self.python = str(path / "bin" / "python")
+        self.site = subprocess.run([self.python, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+                                   capture_output=True, text=True, check=True).stdout.strip()
+
+    def set_torch(self, version):
+        """Install (or replace) the stand-in torch distribution at ``version``."""
+        for old in glob.glob(os.path.join(self.site, "torch-*.dist-info")) + [os.path.join(self.site, "torch")]:
+            shutil.rmtree(old, ignore_errors=True)
+        os.makedirs(os.path.join(self.site, "torch"))
+        with open(os.path.join(self.site, "torch", "__init__.py"), "w") as handle:
+            handle.write("__version__ = %r\n" % version)
+        meta = os.path.join(self.site, "torch-%s.dist-info" % version)
+        os.makedirs(meta)
+        with open(os.path.join(meta, "METADATA"), "w") as handle:
+            handle.write("Metadata-Version: 2.1\nName: torch\nVersion: %s\n\n" % version)
+        return self
+
+    def run(self, code):
+        return subprocess.run([self.python, "-c", code], capture_output=True, text=True, check=False)
+
+
+@pytest.fixture(scope="module")
+def nvshmem_root(tmp_path_factory):
+    """The nvshmem-fixture built with IBGDA (cmake, seconds)."""
+    if not shutil.which("cmake"):
+        pytest.skip("needs cmake to build the nvshmem-fixture")
+    base = tmp_path_factory.mktemp("nvshmem")
+    prefix = base / "nvshmem"
+    env = dict(os.environ, CUDACXX=os.path.join(CUDA_HOME, "bin", "nvcc"), LC_ALL="C")
+    subprocess.run(["cmake", "-S", str(SOURCES / "nvshmem-fixture"), "-B", str(base / "build"),
+                    "-DCMAKE_INSTALL_PREFIX=%s" % prefix, "-DNVSHMEM_IBGDA_SUPPORT=ON", "-DNVSHMEM_USE_GDRCOPY=OFF",
+                    "-DCMAKE_CUDA_ARCHITECTURES=90"], check=True, env=env, capture_output=True)
+    subprocess.run(["cmake", "--build", str(base / "build"), "--parallel", "2"], check=True, env=env,
+                   capture_output=True)
+    subprocess.run(["cmake", "--install", str(base / "build")], check=True, env=env, capture_output=True)
+    return str(prefix)
+
+
+def _nccl_root(base, version):
+    major, minor, patch = (int(x) for x in version.split("."))
+    root = base / ("nccl-%s" % version)
+    (root / "include").mkdir(parents=True)
+    (root / "include" / "nccl.h").write_text(
+        "#ifndef NCCL_H_\n#define NCCL_H_\n#define NCCL_MAJOR %d\n#define NCCL_MINOR %d\n#define NCCL_PATCH %d\n"
+        "#define NCCL_SUFFIX \"\"\n#define NCCL_VERSION_CODE %d\n"
+        "#define NCCL_VERSION(X,Y,Z) (((X) <= 2 && (Y) <= 8) ? (X) * 1000 + (Y) * 100 + (Z) : "
+        "(X) * 10000 + (Y) * 100 + (Z))\n#endif\n" % (major, minor, patch, major * 10000 + minor * 100 + patch))
+    return str(root)
+
+
+def _tree(tmp_path, name):
+    """A private copy of a fixture tree (the repository copy may be edited while tests run)."""
+    copy = tmp_path / "trees" / name
+    if not copy.is_dir():
+        shutil.copytree(SOURCES / name, copy)
+    return copy
+
+
+def _args(venv, tmp_path, nvshmem_root, tree="deepep-v1-fixture", **extra):
+    args = {"src": str(_tree(tmp_path, tree)), "python": venv.python, "arch_list": "9.0", "gpu_arch_list": ["9.0", "9.0"],
+            "nvshmem_root": nvshmem_root, "cuda_home": CUDA_HOME, "artifact_dir": str(tmp_path / "artifacts"),
+            "jobs": 2}
+    args.update(extra)
+    return args
+
+
+@pytest.mark.slow
+def test_v1_build_install_rerun_and_torch_change(module_runner, tmp_path, nvshmem_root):
+    venv = Venv(tmp_path / "venv").set_torch("2.11.0+cu130")
+    args = _args(venv, tmp_path, nvshmem_root, internode=True)
+
+    first = module_runner(deepep_build, args)
+    assert not first.failed, first.get("msg")
+    assert first["built"] and first["installed"] and first["changed"]
+    facts = first["ansible_facts"]["gpufleet_deepep"]
+    assert facts["import_ok"] is True and facts["generation"] == "v1" and facts["version"] == "1.2.1"
+    assert facts["built_against"] == {"torch": "2.11.0+cu130", "cuda": "13.0.88", "nvshmem": "3.4.5", "nccl": None,
+                                      "arch_list": "9.0"}
+    assert facts["hca_mapping_support"] is False and facts["key"] == first["key"]
+    assert first["wheel"].startswith(str(tmp_path / "artifacts" / first["key"]) + "/")
+    assert first["build_env"]["CPATH"].split(":")[0] == "/usr/local/cuda/include/cccl"
+    assert first["build_env"]["NVCC_APPEND_FLAGS"].endswith("-I/usr/local/cuda/include/cccl")
+    assert first["build_env"]["NVSHMEM_DIR"] == nvshmem_root
+    log = Path(first["log"]).read_text()
+    assert "> NVSHMEM path: %s" % nvshmem_root in log and "> Arch list: 9.0" in log
+    record = json.loads(Path(first["wheel"]).with_name("build.json").read_text())
+    assert record["key"] == first["key"] and record["wheel_name"] == os.path.basename(first["wheel"])
+    # The extension links the NVSHMEM build through its rpath.
+    info = venv.run("import deep_ep, json; print(json.dumps(deep_ep.build_info()))")
+    assert info.returncode == 0, info.stderr
+    assert json.loads(info.stdout.splitlines()[-1])["nvshmem_version"] == 30405
+
+    again = module_runner(deepep_build, args)
+    assert not again.failed and not again["changed"] and not again["built"]
+    assert "imports" in again["reason"]
+
+    # torch changes under DeepEP: the import breaks (ABI), the key changes, one rebuild fixes it.
+    venv.set_torch("2.12.0+cu130")
+    broken = venv.run("import deep_ep")
+    assert "undefined symbol" in broken.stderr
+    plan = module_runner(deepep_build, args, check_mode=True)
+    assert not plan.failed and plan["would_build"] and plan["key"] != first["key"]
+    assert plan["abi_mismatch"]["built_torch"] == "2.11.0+cu130" and plan["abi_mismatch"]["torch"] == "2.12.0+cu130"
+    assert "rebuild" in plan["abi_mismatch"]["fix"] and "ABI mismatch" in plan["reason"]
+    rebuilt = module_runner(deepep_build, args)
+    assert rebuilt["built"] and rebuilt["ansible_facts"]["gpufleet_deepep"]["import_ok"]
+    assert rebuilt["ansible_facts"]["gpufleet_deepep"]["built_against"]["torch"] == "2.12.0+cu130"
+    assert not module_runner(deepep_build, args)["changed"]
+
+
+@pytest.mark.slow
+def test_build_once_install_elsewhere_from_the_artifact(module_runner, tmp_path, nvshmem_root):
+    builder = Venv(tmp_path / "builder").set_torch("2.11.0")
+    built = module_runner(deepep_build, _args(builder, tmp_path, nvshmem_root))
+    assert built["built"]
+
+    other = Venv(tmp_path / "other").set_torch("2.11.0")
+    plan = module_runner(deepep_build, _args(other, tmp_path, nvshmem_root), check_mode=True)
+    assert plan["key"] == built["key"] and not plan["would_build"] and plan["would_install"]
+    installed = module_runner(deepep_build, _args(other, tmp_path, nvshmem_root))
+    assert not installed.failed and not installed["built"] and installed["installed"]
+    assert installed["ansible_facts"]["gpufleet_deepep"]["import_ok"]
+    assert installed["commands"][0][1:4] == ["-m", "pip", "install"]
+
+    third = Venv(tmp_path / "third").set_torch("2.11.0")
+    from_wheel = module_runner(deepep_build, {"wheel": built["wheel"], "python": third.python, "arch_list": "9.0",
+                                              "nvshmem_root": nvshmem_root, "cuda_home": CUDA_HOME})
+    assert not from_wheel.failed, from_wheel.get("msg")
+    assert from_wheel["installed"] and from_wheel["key"] == built["key"]
+    assert from_wheel["ansible_facts"]["gpufleet_deepep"]["built_against"]["torch"] == "2.11.0"
+    again = module_runner(deepep_build, {"wheel": built["wheel"], "python": third.python, "arch_list": "9.0",
+                                         "nvshmem_root": nvshmem_root, "cuda_home": CUDA_HOME})
+    assert not again["changed"]
+
+
+@pytest.mark.slow
+def test_failed_build_and_failed_import_leave_the_previous_install(module_runner, tmp_path, nvshmem_root):
+    venv = Venv(tmp_path / "venv").set_torch("2.11.0")
+    good = module_runner(deepep_build, _args(venv, tmp_path, nvshmem_root))
+    assert good["installed"]
+
+    broken_tree = tmp_path / "broken-compile"
+    shutil.copytree(_tree(tmp_path, "deepep-v1-fixture"), broken_tree)
+    with open(broken_tree / "csrc" / "kernels" / "layout.cpp", "a") as handle:
+        handle.write("\nthis is not C++;\n")
+    failed = module_runner(deepep_build, _args(venv, tmp_path, nvshmem_root, src=str(broken_tree)))
+    assert failed.failed and failed["rc"] != 0 and "nothing was installed" in failed["msg"]
+    assert any("layout.cpp" in line for line in failed["log_tail"])
+    assert venv.run("import deep_ep").returncode == 0
+
+    bad_import = tmp_path / "broken-import"
+    shutil.copytree(_tree(tmp_path, "deepep-v1-fixture"), bad_import)
+    with open(bad_import / "deep_ep" / "__init__.py", "a") as handle:
+        handle.write("\nraise ImportError('broken on purpose')\n")
+    rolled = module_runner(deepep_build, _args(venv, tmp_path, nvshmem_root, src=str(bad_import)))
+    assert rolled.failed and rolled["rolled_back"] is True and "broken on purpose" in rolled["msg"]
+    assert venv.run("import deep_ep").returncode == 0
+    back = module_runner(deepep_build, _args(venv, tmp_path, nvshmem_root))
+    assert not back.failed and not back["built"]
+    assert not glob.glob(str(tmp_path / "artifacts" / ".staging-*"))
+
+
+def test_v2_nccl_2_28_9_is_refused_before_compiling(module_runner, tmp_path, nvshmem_root):
+    venv = Venv(tmp_path / "venv").set_torch("2.11.0+cu130")
+    args = _args(venv, tmp_path, nvshmem_root, tree="deepep-v2-fixture", nccl_root=_nccl_root(tmp_path, "2.28.9"))
+    for check_mode in (True, False):
+        result = module_runner(deepep_build, args, check_mode=check_mode)
+        assert result.failed and result["generation"] == "v2"
+        assert "NCCL >= 2.30.4" in result["msg"] and "2.28.9" in result["msg"]
+        assert "pip install 'nvidia-nccl-cu13>=2.30.4' --no-deps" in result["msg"]
+        assert [f["check"] for f in result["preflight"]["failures"]] == ["nccl_too_old"]
+        assert result["commands"] == [] and not (tmp_path / "artifacts").exists()
+
+
+def test_v2_fixture_really_fails_to_compile_against_nccl_2_28_9(tmp_path, nvshmem_root):
+    venv = Venv(tmp_path / "venv").set_torch("2.11.0")
+    tree = tmp_path / "v2"
+    shutil.copytree(SOURCES / "deepep-v2-fixture", tree)
+    env = dict(os.environ, EP_NVSHMEM_ROOT_DIR=nvshmem_root, EP_NCCL_ROOT_DIR=_nccl_root(tmp_path, "2.28.9"))
+    proc = subprocess.run([venv.python, "setup.py", "bdist_wheel"], cwd=str(tree), env=env, capture_output=True,
+                          text=True, check=False)
+    assert proc.returncode != 0
+    assert "ncclCommProperties" in proc.stderr and "ncclGetLsaDevicePointer" in proc.stderr
+
+
+@pytest.mark.slow
+def test_v2_builds_against_nccl_2_30_7(module_runner, tmp_path, nvshmem_root):
+    venv = Venv(tmp_path / "venv").set_torch("2.11.0+cu130")
+    nccl = _nccl_root(tmp_path, "2.30.7")
+    result = module_runner(deepep_build, _args(venv, tmp_path, nvshmem_root, tree="deepep-v2-fixture", nccl_root=nccl,
+                                               arch_list="9.0;10.0", gpu_arch_list="9.0"))
+    assert not result.failed, result.get("msg")
+    facts = result["ansible_facts"]["gpufleet_deepep"]
+    assert facts["generation"] == "v2" and facts["version"] == "2.1.0" and facts["import_ok"]
+    assert facts["built_against"]["nccl"] == "2.30.7" and facts["built_against"]["arch_list"] == "9.0;10.0"
+    assert result["build_env"]["EP_NVSHMEM_ROOT_DIR"] == nvshmem_root and result["build_env"]["EP_NCCL_ROOT_DIR"] == nccl
+    assert result["build_env"]["DISABLE_AGGRESSIVE_PTX_INSTRS"] == "1"
+    baked = venv.run("import deep_ep; print(deep_ep.persistent_envs['EP_NCCL_ROOT_DIR'])")
+    assert baked.stdout.strip().splitlines()[-1] == nccl
+
+
+def test_preflight_reports_everything_at_once_in_check_mode(module_runner, tmp_path):
+    fake_cuda = tmp_path / "cuda"
+    (fake_cuda / "bin").mkdir(parents=True)
+    nvcc = fake_cuda / "bin" / "nvcc"
+    nvcc.write_text("#!/bin/sh\necho 'Cuda compilation tools, release 13.0, V13.0.88'\n")
+    nvcc.chmod(0o755)
+    venv = Venv(tmp_path / "venv")           # no torch at all
+    result = module_runner(deepep_build, {
+        "src": str(_tree(tmp_path, "deepep-v2-fixture")), "python": venv.python, "arch_list": "10,0",
+        "cuda_home": str(fake_cuda), "nvshmem_root": str(tmp_path / "no-nvshmem"),
+        "nccl_root": _nccl_root(tmp_path, "2.28.9"), "artifact_dir": str(tmp_path / "artifacts"),
+    }, check_mode=True)
+    assert result.failed
+    checks = sorted(f["check"] for f in result["preflight"]["failures"])
+    assert checks == sorted(["arch_list_malformed", "cccl_missing", "torch_missing", "nccl_too_old",
+                             "nvshmem_root_missing"])
+    assert "'10,0'" in result["msg"] and "include/cccl" in result["msg"]
+    assert result["msg"].count("Fix:") == 5
+
+
+def test_arch_list_defaults_to_the_gpus_and_must_cover_them(module_runner, tmp_path, nvshmem_root):
+    venv = Venv(tmp_path / "venv").set_torch("2.11.0")
+    plan = module_runner(deepep_build, _args(venv, tmp_path, nvshmem_root, arch_list=None, gpu_arch_list="10.0"),
+                         check_mode=True)
+    assert not plan.failed and plan["inputs"]["arch_list"] == "10.0"
+    assert plan["build_env"]["TORCH_CUDA_ARCH_LIST"] == "10.0"
+    assert plan["build_env"]["DISABLE_AGGRESSIVE_PTX_INSTRS"] == "1"
+    mismatch = module_runner(deepep_build, _args(venv, tmp_path, nvshmem_root, arch_list="9.0",
+                                                 gpu_arch_list=["10.0"] * 8), check_mode=True)
+    assert mismatch.failed and "arch_mismatch" in mismatch["msg"]
+
+
+def test_pr466_tree_and_generation_checks(module_runner, tmp_path, nvshmem_root):
+    venv = Venv(tmp_path / "venv").set_torch("2.11.0")
+    plan = module_runner(deepep_build, _args(venv, tmp_path, nvshmem_root, tree="deepep-v1-pr466-fixture"),
+                         check_mode=True)
+    assert not plan.failed and plan["ansible_facts"]["gpufleet_deepep"]["hca_mapping_support"] is True
+    plain = module_runner(deepep_build, _args(venv, tmp_path, nvshmem_root), check_mode=True)
+    assert plain["ansible_facts"]["gpufleet_deepep"]["hca_mapping_support"] is False
+    assert plain["key"] != plan["key"]
+    wrong = module_runner(deepep_build, _args(venv, tmp_path, nvshmem_root, generation="v2"), check_mode=True)
+    assert wrong.failed and "v1 tree" in wrong["msg"]
+    assert not (tmp_path / "artifacts").exists()
+
+
+def test_v1_fixture_needs_cccl_on_cpath_like_the_real_build(tmp_path, nvshmem_root):
+    venv = Venv(tmp_path / "venv").set_torch("2.11.0")
+    tree = tmp_path / "v1"
+    shutil.copytree(SOURCES / "deepep-v1-fixture", tree)
+    env = {k: v for k, v in os.environ.items() if k not in ("CPATH", "CPLUS_INCLUDE_PATH")}
+    env.update(NVSHMEM_DIR=nvshmem_root, TORCH_CUDA_ARCH_LIST="9.0", CUDA_HOME=CUDA_HOME)
+    proc = subprocess.run([venv.python, "setup.py", "bdist_wheel"], cwd=str(tree), env=env, capture_output=True,
+                          text=True, check=False)
+    assert proc.returncode != 0 and "cuda/std/tuple: No such file or directory" in proc.stderr
+    assert "> NVSHMEM path: %s" % nvshmem_root in proc.stdout
+    bad_arch = subprocess.run([venv.python, "setup.py", "bdist_wheel"], cwd=str(tree),
+                              env=dict(env, TORCH_CUDA_ARCH_LIST="10,0"), capture_output=True, text=True, check=False)
+    assert bad_arch.returncode != 0 and "Unknown CUDA arch (10,0)" in bad_arch.stderr
+
+
+@pytest.mark.slow
+def test_v1_with_the_real_cpu_torch_wheel(module_runner, tmp_path, nvshmem_root):
+    system_tag = subprocess.run([SYSTEM_PYTHON, "-c", "import sys; print('cp%d%d' % sys.version_info[:2])"],
+                                capture_output=True, text=True, check=True).stdout.strip()
+    wheels = sorted(glob.glob(os.path.join(TORCH_WHEELS, "torch-*+cpu-%s-*.whl" % system_tag)))
+    if not wheels:
+        pytest.skip("no CPU torch wheel for %s (%s) in %s" % (system_tag, SYSTEM_PYTHON, TORCH_WHEELS))
+    venv = Venv(tmp_path / "venv")
+    # The CPU wheel itself (the nodes' torch); its small pure-Python dependencies come from the index.
+    proc = subprocess.run([venv.python, "-m", "pip", "install", "-q", "--disable-pip-version-check", wheels[-1]],
+                          capture_output=True, text=True, check=False)
+    if proc.returncode != 0 or venv.run("import torch").returncode != 0:
+        pytest.skip("torch cannot be installed from %s here: %s" % (TORCH_WHEELS, (proc.stderr or "")[-300:]))
+    result = module_runner(deepep_build, _args(venv, tmp_path, nvshmem_root))
+    assert not result.failed, result.get("msg")
+    facts = result["ansible_facts"]["gpufleet_deepep"]
+    torch_version = venv.run("import torch; print(torch.__version__)").stdout.strip().splitlines()[-1]
+    assert facts["import_ok"] and facts["built_against"]["torch"] == torch_version
+    assert b.read_stamp(facts["location"])["key"] == result["key"]

@@ -1,0 +1,256 @@
+# Copyright: (c) 2026, gpufleet.deepep contributors
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
+
+"""gpufleet.deepep.nvshmem_build against the nvshmem-fixture source: real cmake builds in tmp_path."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+import tarfile
+from pathlib import Path
+
+import pytest
+
+from ansible_collections.gpufleet.deepep.plugins.modules import nvshmem_build
+from ansible_collections.gpufleet.deepep.plugins.module_utils import _build as b
+
+REPO = Path(__file__).resolve().parents[2]
+FIXTURE = REPO / "tools" / "fleetsim" / "fixtures" / "sources" / "nvshmem-fixture"
+CUDA_HOME = "/usr/local/cuda"
+
+pytestmark = [
+    pytest.mark.skipif(not shutil.which("cmake") or not shutil.which("c++"), reason="needs cmake and a C++ compiler"),
+    pytest.mark.skipif(not os.access(os.path.join(CUDA_HOME, "bin", "nvcc"), os.X_OK),
+                       reason="needs nvcc at /usr/local/cuda (the fixture checks the CUDA compiler like NVSHMEM)"),
+]
+
+
+@pytest.fixture
+def prefix(tmp_path):
+    return str(tmp_path / "opt" / "nvshmem")
+
+
+def _args(prefix, **extra):
+    args = {"src": str(FIXTURE), "prefix": prefix, "cuda_home": CUDA_HOME, "cuda_arch": "90", "jobs": 2}
+    args.update(extra)
+    return args
+
+
+def _siblings(prefix):
+    parent, base = os.path.split(prefix)
+    return sorted(n for n in os.listdir(parent) if n.startswith(base))
+
+
+def test_build_verify_and_idempotence(module_runner, prefix):
+    first = module_runner(nvshmem_build, _args(prefix))
+    assert not first.failed, first.get("msg")
+    assert first["changed"] and first["built"] and first["would_build"]
+    facts = first["ansible_facts"]["gpufleet_nvshmem"]
+    assert facts["version"] == "3.4.5" and facts["ibgda"] is True and facts["verified"] is True
+    assert facts["key"] == first["key"] and facts["cuda_arch"] == "90"
+    assert "libnvshmem_host.so.3" in facts["libraries"] and "nvshmem_transport_ibgda.so.3" in facts["libraries"]
+    # The runbook flags reached cmake.
+    configure = first["commands"][0]
+    for flag in ("-DNVSHMEM_IBGDA_SUPPORT=ON", "-DNVSHMEM_SHMEM_SUPPORT=OFF", "-DNVSHMEM_UCX_SUPPORT=OFF",
+                 "-DNVSHMEM_USE_NCCL=OFF", "-DNVSHMEM_MPI_SUPPORT=OFF", "-DNVSHMEM_BUILD_EXAMPLES=OFF",
+                 "-DCMAKE_CUDA_COMPILER=/usr/local/cuda/bin/nvcc", "-DCMAKE_CUDA_ARCHITECTURES=90",
+                 "-DCMAKE_INSTALL_PREFIX=%s" % prefix):
+        assert flag in configure
+    # Built for the final prefix, installed through staging: nvshmem-info reports the real prefix.
+    info = subprocess.run([os.path.join(prefix, "bin", "nvshmem-info"), "-a"], capture_output=True, text=True,
+                          check=True).stdout
+    assert "NVSHMEM_PREFIX=%s" % prefix in info and "NVSHMEM_IBGDA_SUPPORT=ON" in info
+    stamp = b.read_stamp(prefix)
+    assert stamp["key"] == first["key"] and stamp["inputs"]["source"]["kind"] == "tree"
+    assert os.path.isfile(os.path.join(prefix, b.LOG_NAME))
+    assert _siblings(prefix) == ["nvshmem"]
+
+    again = module_runner(nvshmem_build, _args(prefix))
+    assert not again.failed and not again["changed"] and not again["built"]
+    assert again["key"] == first["key"] and "passes verification" in again["reason"]
+
+
+def test_check_mode_reports_and_writes_nothing(module_runner, prefix, tmp_path):
+    plan = module_runner(nvshmem_build, _args(prefix), check_mode=True)
+    assert not plan.failed
+    assert plan["changed"] and plan["would_build"] and not plan["built"]
+    assert plan["ansible_facts"]["gpufleet_nvshmem"]["key"] == plan["key"]
+    assert not os.path.exists(os.path.dirname(prefix))
+    built = module_runner(nvshmem_build, _args(prefix))
+    assert built["key"] == plan["key"]
+    before = sorted(os.listdir(prefix))
+    plan2 = module_runner(nvshmem_build, _args(prefix, cuda_arch="100"), check_mode=True, diff=True)
+    assert plan2["would_build"] and plan2["key"] != built["key"] and "key changed" in plan2["reason"]
+    assert json.loads(plan2["diff"]["after"])["key"] == plan2["key"]
+    assert sorted(os.listdir(prefix)) == before and _siblings(prefix) == ["nvshmem"]
+    assert b.read_stamp(prefix)["key"] == built["key"]
+
+
+def test_new_key_swaps_and_keeps_previous(module_runner, prefix):
+    first = module_runner(nvshmem_build, _args(prefix))
+    second = module_runner(nvshmem_build, _args(prefix, cuda_arch="10.0"))
+    assert not second.failed and second["built"]
+    assert second["previous"] == prefix + ".previous"
+    assert b.read_stamp(prefix)["inputs"]["cuda_arch"] == "100"
+    assert b.read_stamp(prefix + ".previous")["key"] == first["key"]
+    assert second["ansible_facts"]["gpufleet_nvshmem"]["previous"] == prefix + ".previous"
+    third = module_runner(nvshmem_build, _args(prefix, cuda_arch="90;100"))
+    assert b.read_stamp(prefix + ".previous")["key"] == second["key"]
+    assert _siblings(prefix) == ["nvshmem", "nvshmem.previous"]
+    assert third["ansible_facts"]["gpufleet_nvshmem"]["cuda_arch"] == "90;100"
+
+
+def test_roce_ah_attr_fix_is_applied_to_the_build_not_the_source(module_runner, prefix):
+    original = (FIXTURE / nvshmem_build.IBGDA_SOURCE).read_bytes()
+    plain = module_runner(nvshmem_build, _args(prefix))
+    fixed = module_runner(nvshmem_build, _args(prefix, roce_ah_attr_fix=True))
+    assert not fixed.failed and fixed["key"] != plain["key"]
+    assert fixed["ah_attr_fix"] == {"file": "src/modules/transport/ibgda/ibgda.cpp", "fixed": 3, "already": 0}
+    assert fixed["ansible_facts"]["gpufleet_nvshmem"]["roce_ah_attr_fix"] is True
+    log = Path(prefix, b.LOG_NAME).read_text()
+    assert "roce_ah_attr_fix: 3 declaration(s) zeroed" in log
+    assert (FIXTURE / nvshmem_build.IBGDA_SOURCE).read_bytes() == original
+
+
+def test_ibgda_off_and_gdrcopy(module_runner, prefix, tmp_path):
+    gdr = tmp_path / "gdrcopy"
+    (gdr / "include").mkdir(parents=True)
+    (gdr / "include" / "gdrapi.h").write_text("/* gdrapi */\n")
+    result = module_runner(nvshmem_build, _args(prefix, ibgda=False, gdrcopy_home=str(gdr)))
+    assert not result.failed, result.get("msg")
+    facts = result["ansible_facts"]["gpufleet_nvshmem"]
+    assert facts["ibgda"] is False and "nvshmem_transport_ibgda.so.3" not in facts["libraries"]
+    assert "-DNVSHMEM_USE_GDRCOPY=ON" in result["commands"][0]
+    assert "-DGDRCOPY_INCLUDE=%s/include" % gdr in result["commands"][0]
+    missing = module_runner(nvshmem_build, _args(prefix, gdrcopy_home=str(tmp_path / "nowhere")))
+    assert missing.failed and "gdrapi.h" in missing["msg"]
+
+
+def test_failed_build_leaves_the_previous_install_working(module_runner, prefix):
+    good = module_runner(nvshmem_build, _args(prefix))
+    # NVSHMEM_USE_NCCL=ON needs NCCL: the fixture's configure stops, as the real one does without it.
+    bad = module_runner(nvshmem_build, _args(prefix, cmake_options={"NVSHMEM_USE_NCCL": True}))
+    assert bad.failed
+    assert bad["rc"] != 0 and bad["cmd"][0].endswith("cmake")
+    assert "unchanged" in bad["msg"]
+    assert any("NVSHMEM_USE_NCCL=ON" in line for line in bad["log_tail"])
+    assert b.read_stamp(prefix)["key"] == good["key"]
+    info = subprocess.run([os.path.join(prefix, "bin", "nvshmem-info"), "-a"], capture_output=True, text=True,
+                          check=True)
+    assert "NVSHMEM_IBGDA_SUPPORT=ON" in info.stdout
+    assert os.path.isfile(os.path.join(bad["staging"], "build.log"))
+    # The next run cleans the failed run's staging dir and finds the install unchanged.
+    again = module_runner(nvshmem_build, _args(prefix))
+    assert not again["changed"] and again["cleaned"] == [bad["staging"]]
+    assert _siblings(prefix) == ["nvshmem"]
+
+
+def test_killed_run_leftovers_are_repaired(module_runner, prefix):
+    good = module_runner(nvshmem_build, _args(prefix))
+    # What a run killed midway leaves: a half-built staging dir; killed between the two renames of the
+    # fallback swap: the prefix moved to .previous and not yet replaced.
+    half = prefix + ".staging-0badc0de"
+    os.makedirs(os.path.join(half, "build"))
+    Path(half, "build", "partial.o").write_text("x")
+    os.rename(prefix, prefix + ".previous")
+    plan = module_runner(nvshmem_build, _args(prefix), check_mode=True)
+    assert plan["cleaned"] == [half] and plan["recovered"].startswith("would restore")
+    assert os.path.isdir(half) and not os.path.exists(prefix)
+    fixed = module_runner(nvshmem_build, _args(prefix))
+    assert not fixed.failed and not fixed["changed"]
+    assert fixed["recovered"].startswith("restored") and fixed["cleaned"] == [half]
+    assert b.read_stamp(prefix)["key"] == good["key"] and _siblings(prefix) == ["nvshmem"]
+
+
+def test_broken_install_with_the_same_key_is_rebuilt(module_runner, prefix):
+    good = module_runner(nvshmem_build, _args(prefix))
+    os.unlink(os.path.join(prefix, "lib", "nvshmem_transport_ibgda.so.3"))
+    again = module_runner(nvshmem_build, _args(prefix))
+    assert again["built"] and again["key"] == good["key"] and "fails verification" in again["reason"]
+    assert os.path.isfile(os.path.join(prefix, "lib", "nvshmem_transport_ibgda.so.3"))
+
+
+def test_tarball_source_and_checksum(module_runner, prefix, tmp_path):
+    tarball = tmp_path / "nvshmem-fixture.tar.gz"
+    with tarfile.open(tarball, "w:gz") as archive:
+        archive.add(str(FIXTURE), arcname="nvshmem-fixture")
+    digest = hashlib.sha256(tarball.read_bytes()).hexdigest()
+    wrong = module_runner(nvshmem_build, _args(prefix, src=str(tarball), sha256="0" * 64))
+    assert wrong.failed and digest in wrong["msg"] and "0" * 64 in wrong["msg"]
+    assert not os.path.exists(os.path.dirname(prefix))
+    built = module_runner(nvshmem_build, _args(prefix, src=str(tarball), sha256=digest))
+    assert not built.failed, built.get("msg")
+    assert built["inputs"]["source"] == {"kind": "tarball", "sha256": digest}
+
+
+def test_tarball_with_member_outside_its_root_is_refused(module_runner, prefix, tmp_path):
+    tarball = tmp_path / "evil.tar.gz"
+    payload = tmp_path / "payload"
+    payload.write_text("x")
+    with tarfile.open(tarball, "w:gz") as archive:
+        archive.add(str(payload), arcname="../escaped")
+    result = module_runner(nvshmem_build, _args(prefix, src=str(tarball)))
+    assert result.failed and "outside its root" in result["msg"]
+    assert not (tmp_path / "opt" / "escaped").exists()
+
+
+@pytest.mark.parametrize("args,words", [
+    ({"cuda_arch": "10,0"}, ["'10,0'", "90"]),
+    ({"prefix": "relative/nvshmem"}, ["absolute"]),
+    ({"cuda_home": "/nonexistent/cuda"}, ["nvcc", "cuda_home"]),
+    ({"jobs": 0}, ["jobs"]),
+    ({"src": "/nonexistent/src"}, ["/nonexistent/src"]),
+])
+def test_bad_options_are_named(module_runner, prefix, args, words):
+    full = _args(prefix)
+    full.update(args)
+    result = module_runner(nvshmem_build, full)
+    assert result.failed
+    for word in words:
+        assert word in result["msg"]
+    assert not os.path.exists(os.path.dirname(prefix))
+
+
+def test_fixture_refuses_a_missing_cuda_compiler(tmp_path):
+    env = {k: v for k, v in os.environ.items() if k not in ("CUDACXX", "CUDA_HOME")}
+    env["PATH"] = "/usr/bin:/bin"
+    proc = subprocess.run(["cmake", "-S", str(FIXTURE), "-B", str(tmp_path / "build")], capture_output=True,
+                          text=True, env=env, check=False)
+    assert proc.returncode != 0
+    assert "No CMAKE_CUDA_COMPILER could be found" in proc.stderr
+
+
+def test_build_once_then_install_the_packed_build(module_runner, prefix, tmp_path):
+    tarball = tmp_path / "nvshmem-fixture.tar.gz"
+    with tarfile.open(tarball, "w:gz") as archive:
+        archive.add(str(FIXTURE), arcname="nvshmem-fixture")
+    digest = hashlib.sha256(tarball.read_bytes()).hexdigest()
+    store = tmp_path / "artifacts"
+    built = module_runner(nvshmem_build, _args(prefix, src=str(tarball), sha256=digest, artifact_dir=str(store)))
+    assert built["built"] and built["installed_from"] == "build"
+    assert built["artifact"] == str(store / ("nvshmem-%s.tar.gz" % built["key"]))
+    record = json.loads((store / ("nvshmem-%s.json" % built["key"])).read_text())
+    assert record["key"] == built["key"] and record["artifact_sha256"]
+
+    # Another node: same image, no source on disk, the store's archive copied in.
+    shutil.rmtree(prefix)
+    elsewhere = _args(prefix, src="/srv/absent/nvshmem-fixture.tar.gz", sha256=digest, artifact_dir=str(store))
+    plan = module_runner(nvshmem_build, elsewhere, check_mode=True)
+    assert plan["key"] == built["key"] and plan["changed"] and not plan["would_build"]
+    installed = module_runner(nvshmem_build, elsewhere)
+    assert not installed.failed, installed.get("msg")
+    assert installed["installed_from"] == "artifact" and not installed["built"]
+    assert installed["commands"] == []
+    facts = installed["ansible_facts"]["gpufleet_nvshmem"]
+    assert facts["verified"] and facts["ibgda"] and facts["key"] == built["key"]
+    assert not module_runner(nvshmem_build, elsewhere)["changed"]
+
+    # Without the archive and without the source, the module says what is missing.
+    shutil.rmtree(prefix)
+    missing = module_runner(nvshmem_build, _args(prefix, src="/srv/absent/nvshmem-fixture.tar.gz", sha256=digest,
+                                                 artifact_dir=str(tmp_path / "empty-store")))
+    assert missing.failed and "/srv/absent/nvshmem-fixture.tar.gz does not exist" in missing["msg"]
