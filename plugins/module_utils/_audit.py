@@ -1,0 +1,490 @@
+# Copyright: (c) 2026, gpufleet.deepep contributors
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
+"""Audit rule engine: judge one node's facts document against rules kept as data, and find drift.
+
+Pure controller-side logic (no Ansible objects). The conditions are jmespath expressions evaluated
+over one node's facts document::
+
+    {"host": "b200-1", "groups": ["b200_cluster"], "reachable": true,
+     "expect": {"hca_prefix": "mlx5", ...},            # profile expectations (inventory variables)
+     "gather_errors": {"gpufleet_deepep": "..."},       # facts modules that failed on this node
+     "gpufleet_nvidia": {...}, "gpufleet_rdma": {...}, "gpufleet_gpus": {...},
+     "gpufleet_nvshmem": {...}, "gpufleet_bundled_nvshmem": {...}, "gpufleet_deepep": {...},
+     "gpufleet_stack": {...}}
+
+A rule fires when its ``condition`` evaluates to a true value in the jmespath sense (not null, not
+false, not an empty string/list/object). Besides the standard jmespath functions the conditions may use:
+
+``version_cmp(a, b)``
+    -1, 0 or 1 comparing two version strings numerically (``2.28.9`` < ``2.30.4``, ``2.11.0+cu130`` ==
+    ``2.11.0``); null when either side is missing or has no number.
+``arch_covers(built, needed)``
+    true when every arch of ``needed`` is in ``built`` (lists or strings such as ``9.0;10.0``, ``9.0a``,
+    ``90``, ``sm_90``); null when either side is missing.
+``arch_list(value)``
+    the normalised arch list (``["9.0", "10.0"]``) of a list or string; null when missing.
+``to_int(value)``
+    the integer of a number or a decimal string; null otherwise (``to_number`` also accepts floats).
+``without_prefix(strings, prefix)``
+    the strings of a list that do not start with ``prefix`` (``[]`` when the list is missing; every
+    string when the prefix is null or empty is not wanted, so then ``[]``).
+"""
+
+from __future__ import annotations
+
+import re
+import traceback
+
+from ansible_collections.gpufleet.deepep.plugins.module_utils._versions import (
+    VersionError,
+    compare_versions,
+)
+
+try:
+    import jmespath
+    from jmespath import functions as _jp_functions
+
+    HAS_JMESPATH = True
+    JMESPATH_IMPORT_ERROR = None
+except ImportError:  # pragma: no cover - exercised only without jmespath
+    jmespath = None
+    _jp_functions = None
+    HAS_JMESPATH = False
+    JMESPATH_IMPORT_ERROR = traceback.format_exc()
+
+
+SEVERITIES = ("critical", "warning", "info")
+SEVERITY_RANK = {"critical": 0, "warning": 1, "info": 2}
+RULE_KEYS_REQUIRED = ("id", "title", "severity", "condition", "fix", "source")
+RULE_KEYS_OPTIONAL = ("evidence", "description", "tags")
+RULE_ID_RE = re.compile(r"^[A-Z][A-Z0-9_]*$")
+DRIFT_KEYS_REQUIRED = ("name", "path")
+DRIFT_KEYS_OPTIONAL = ("expand", "description")
+# Inventory groups never compared for drift: everything is in them, nothing says they are alike.
+DEFAULT_DRIFT_SKIP_GROUPS = ("all", "ungrouped")
+
+_VERSION_RE = re.compile(r"(\d+(?:\.\d+)*)")
+_ARCH_RE = re.compile(r"^(?:sm_|compute_)?(\d+)(?:\.(\d+))?([a-z]?)(?:\+ptx)?$", re.IGNORECASE)
+
+
+class AuditError(Exception):
+    """A rule, a drift entry or a facts document is malformed; the message names it."""
+
+
+def parse_version(value):
+    """Return the numeric tuple of a version string (``"2.11.0+cu130"`` -> ``(2, 11, 0)``) or None."""
+    if value is None or isinstance(value, bool):
+        return None
+    if isinstance(value, (int, float)):
+        value = str(value)
+    if not isinstance(value, str):
+        return None
+    match = _VERSION_RE.search(value)
+    if not match:
+        return None
+    return tuple(int(part) for part in match.group(1).split("."))
+
+
+def version_cmp(left, right):
+    """Compare two version strings: -1, 0, 1, or None when either is not a version.
+
+    Uses the collection's version rules (``_versions.compare_versions``: pre-releases sort before the
+    release, ``+cu130`` labels are ignored); values they reject are compared by their leading numbers.
+    """
+    if left is None or right is None or isinstance(left, bool) or isinstance(right, bool):
+        return None
+    try:
+        return compare_versions(left, right)
+    except VersionError:
+        pass
+    a, b = parse_version(left), parse_version(right)
+    if a is None or b is None:
+        return None
+    width = max(len(a), len(b))
+    a = a + (0,) * (width - len(a))
+    b = b + (0,) * (width - len(b))
+    return (a > b) - (a < b)
+
+
+def normalize_arch_list(value):
+    """Return the sorted arch list ``["9.0", "10.0"]`` of a list or string, or None when missing.
+
+    Accepts ``9.0``, ``9.0a``, ``90``, ``sm_90``, ``10.0+PTX``, separated by ``;``, ``,`` or spaces.
+    Unknown tokens are kept verbatim so a comparison with them fails visibly.
+    """
+    if value is None or value == "" or value == []:
+        return None
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        value = str(value)
+    if isinstance(value, str):
+        tokens = re.split(r"[;,\s]+", value.strip())
+    elif isinstance(value, (list, tuple)):
+        tokens = []
+        for item in value:
+            tokens.extend(re.split(r"[;,\s]+", str(item).strip()))
+    else:
+        return None
+    out = set()
+    for token in tokens:
+        if not token:
+            continue
+        match = _ARCH_RE.match(token)
+        if not match:
+            out.add(token)
+            continue
+        major, minor = match.group(1), match.group(2)
+        if minor is None:
+            # "90" / "sm_100": the last digit is the minor version.
+            if len(major) < 2:
+                out.add(token)
+                continue
+            major, minor = major[:-1], major[-1]
+        out.add("%d.%d" % (int(major), int(minor)))
+    if not out:
+        return None
+    return sorted(out, key=lambda a: parse_version(a) or (999,))
+
+
+def arch_covers(built, needed):
+    """True when every arch in ``needed`` is in ``built``; None when either is missing."""
+    have, want = normalize_arch_list(built), normalize_arch_list(needed)
+    if have is None or want is None:
+        return None
+    return set(want).issubset(have)
+
+
+def _to_int(value):
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int):
+        return value
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    if isinstance(value, str) and re.match(r"^\s*-?\d+\s*$", value):
+        return int(value)
+    return None
+
+
+def without_prefix(strings, prefix):
+    if not isinstance(strings, list) or not isinstance(prefix, str) or not prefix:
+        return []
+    return [s for s in strings if isinstance(s, str) and not s.startswith(prefix)]
+
+
+if HAS_JMESPATH:
+
+    class _AuditFunctions(_jp_functions.Functions):
+        """Extra jmespath functions available to rule conditions."""
+
+        @_jp_functions.signature({"types": []}, {"types": []})
+        def _func_version_cmp(self, left, right):
+            return version_cmp(left, right)
+
+        @_jp_functions.signature({"types": []}, {"types": []})
+        def _func_arch_covers(self, built, needed):
+            return arch_covers(built, needed)
+
+        @_jp_functions.signature({"types": []})
+        def _func_arch_list(self, value):
+            return normalize_arch_list(value)
+
+        @_jp_functions.signature({"types": []})
+        def _func_to_int(self, value):
+            return _to_int(value)
+
+        @_jp_functions.signature({"types": []}, {"types": []})
+        def _func_without_prefix(self, strings, prefix):
+            return without_prefix(strings, prefix)
+
+    _OPTIONS = jmespath.Options(custom_functions=_AuditFunctions())
+else:  # pragma: no cover
+    _OPTIONS = None
+
+
+def _require_jmespath():
+    if not HAS_JMESPATH:
+        raise AuditError("the audit needs the Python library jmespath on the controller: %s" % JMESPATH_IMPORT_ERROR)
+
+
+_COMPILED = {}
+
+
+def compile_expression(expression, where):
+    """Compile (and cache) a jmespath expression; errors name the rule or drift entry."""
+    _require_jmespath()
+    if not isinstance(expression, str) or not expression.strip():
+        raise AuditError("%s: expected a non-empty jmespath expression string, got %r" % (where, expression))
+    cached = _COMPILED.get(expression)
+    if cached is None:
+        try:
+            cached = jmespath.compile(expression)
+        except jmespath.exceptions.JMESPathError as exc:
+            raise AuditError("%s: invalid jmespath expression %r: %s" % (where, expression, exc))
+        _COMPILED[expression] = cached
+    return cached
+
+
+def search(expression, document, where="expression"):
+    """Evaluate a jmespath expression (with the audit functions) over a document."""
+    compiled = compile_expression(expression, where)
+    try:
+        return compiled.search(document, options=_OPTIONS)
+    except jmespath.exceptions.JMESPathError as exc:
+        raise AuditError("%s: evaluating %r failed: %s" % (where, expression, exc))
+
+
+def truthy(value):
+    """jmespath's notion of truth: false, null, empty strings, lists and objects are false."""
+    if value is None or value is False:
+        return False
+    if isinstance(value, (str, list, dict)) and not value:
+        return False
+    return True
+
+
+def validate_rules(rules):
+    """Check a rule list (or a catalogue dict with ``rules``); return the list of rule dicts.
+
+    Every rule needs id (UPPER_SNAKE, unique), title, severity (critical/warning/info), condition (a
+    compilable jmespath expression), fix and source; ``evidence`` (jmespath) is optional.
+    """
+    if isinstance(rules, dict):
+        rules = rules.get("rules")
+    if not isinstance(rules, list):
+        raise AuditError("rules: expected a list of rule mappings (or a catalogue with a 'rules' list), got %s"
+                         % type(rules).__name__)
+    seen = set()
+    out = []
+    for index, rule in enumerate(rules):
+        where = "rule #%d" % index
+        if not isinstance(rule, dict):
+            raise AuditError("%s: expected a mapping, got %s" % (where, type(rule).__name__))
+        rule_id = rule.get("id")
+        if isinstance(rule_id, str):
+            where = "rule %s" % rule_id
+        missing = [key for key in RULE_KEYS_REQUIRED if not rule.get(key)]
+        if missing:
+            raise AuditError("%s: missing required key(s) %s" % (where, ", ".join(missing)))
+        unknown = sorted(set(rule) - set(RULE_KEYS_REQUIRED) - set(RULE_KEYS_OPTIONAL))
+        if unknown:
+            raise AuditError("%s: unknown key(s) %s; expected %s" % (
+                where, ", ".join(unknown), ", ".join(RULE_KEYS_REQUIRED + RULE_KEYS_OPTIONAL)))
+        if not isinstance(rule_id, str) or not RULE_ID_RE.match(rule_id):
+            raise AuditError("%s: id %r must be UPPER_SNAKE_CASE (e.g. NIC_PORT_DOWN)" % (where, rule_id))
+        if rule_id in seen:
+            raise AuditError("%s: duplicate id" % where)
+        seen.add(rule_id)
+        if rule["severity"] not in SEVERITIES:
+            raise AuditError("%s: severity %r is not one of %s" % (where, rule["severity"], ", ".join(SEVERITIES)))
+        compile_expression(rule["condition"], "%s condition" % where)
+        if rule.get("evidence") is not None:
+            compile_expression(rule["evidence"], "%s evidence" % where)
+        out.append(rule)
+    return out
+
+
+def validate_drift(entries):
+    """Check the drift entries (name + jmespath path, optional ``expand`` for dict-valued facts)."""
+    if isinstance(entries, dict):
+        entries = entries.get("drift")
+    if entries is None:
+        return []
+    if not isinstance(entries, list):
+        raise AuditError("drift: expected a list of {name, path} mappings, got %s" % type(entries).__name__)
+    seen = set()
+    for index, entry in enumerate(entries):
+        where = "drift entry #%d" % index
+        if not isinstance(entry, dict):
+            raise AuditError("%s: expected a mapping, got %s" % (where, type(entry).__name__))
+        missing = [key for key in DRIFT_KEYS_REQUIRED if not entry.get(key)]
+        if missing:
+            raise AuditError("%s: missing required key(s) %s" % (where, ", ".join(missing)))
+        unknown = sorted(set(entry) - set(DRIFT_KEYS_REQUIRED) - set(DRIFT_KEYS_OPTIONAL))
+        if unknown:
+            raise AuditError("%s: unknown key(s) %s" % (where, ", ".join(unknown)))
+        if entry["name"] in seen:
+            raise AuditError("%s: duplicate name %r" % (where, entry["name"]))
+        seen.add(entry["name"])
+        compile_expression(entry["path"], "drift %s" % entry["name"])
+    return entries
+
+
+def evaluate_rules(document, rules):
+    """Return the findings of one node: the rules whose condition holds, most severe first.
+
+    Each finding: id, title, severity, fix, source and evidence (the value of the rule's evidence
+    expression, or null).
+    """
+    if not isinstance(document, dict):
+        raise AuditError("facts document: expected a mapping, got %s" % type(document).__name__)
+    findings = []
+    for rule in validate_rules(rules):
+        where = "rule %s" % rule["id"]
+        if not truthy(search(rule["condition"], document, "%s condition" % where)):
+            continue
+        evidence = None
+        if rule.get("evidence"):
+            evidence = search(rule["evidence"], document, "%s evidence" % where)
+        findings.append({
+            "id": rule["id"],
+            "title": rule["title"],
+            "severity": rule["severity"],
+            "fix": rule["fix"],
+            "source": rule["source"],
+            "evidence": evidence,
+        })
+    findings.sort(key=lambda f: (SEVERITY_RANK[f["severity"]], f["id"]))
+    return findings
+
+
+def severity_counts(findings):
+    counts = dict((severity, 0) for severity in SEVERITIES)
+    for finding in findings or []:
+        counts[finding["severity"]] = counts.get(finding["severity"], 0) + 1
+    return counts
+
+
+def node_status(findings, reachable=True):
+    """``unreachable``, ``critical``, ``warning``, ``info`` or ``ok`` (the worst finding wins)."""
+    if not reachable:
+        return "unreachable"
+    if not findings:
+        return "ok"
+    return min((f["severity"] for f in findings), key=lambda s: SEVERITY_RANK[s])
+
+
+def _canonical(value):
+    """A hashable, order-independent key for a fact value (dicts and lists compared by content)."""
+    if isinstance(value, dict):
+        return "{" + ",".join("%r:%s" % (k, _canonical(value[k])) for k in sorted(value, key=str)) + "}"
+    if isinstance(value, (list, tuple)):
+        return "[" + ",".join(_canonical(v) for v in value) + "]"
+    return repr(value)
+
+
+def _drift_values(document, entry):
+    """Yield (fact name, value) for one drift entry over one node's document."""
+    value = search(entry["path"], document, "drift %s" % entry["name"])
+    if entry.get("expand"):
+        if isinstance(value, dict):
+            for key in sorted(value, key=str):
+                yield "%s.%s" % (entry["name"], key), value[key]
+        return
+    yield entry["name"], value
+
+
+def fleet_drift(documents, groups, drift_entries, skip_groups=DEFAULT_DRIFT_SKIP_GROUPS):
+    """Every drift fact whose value differs between reachable nodes of the same group.
+
+    ``documents``: host -> facts document (unreachable ones carry ``reachable: false`` and are skipped).
+    ``groups``: group -> list of hosts (the inventory's groups; ``all``/``ungrouped`` are skipped).
+    ``drift_entries``: the catalogue's drift list. A fact present on some nodes and absent on others is
+    drift too (the absent nodes hold null).
+
+    Returns a list of ``{group, fact, values: [{value, nodes}]}``, values ordered by how many nodes hold
+    them (the majority first), sorted by group then fact.
+    """
+    entries = validate_drift(drift_entries)
+    skip = set(skip_groups or ())
+    rows = []
+    for group in sorted(groups or {}):
+        if group in skip:
+            continue
+        members = [h for h in (groups[group] or [])
+                   if h in documents and documents[h].get("reachable", True) is not False]
+        if len(members) < 2:
+            continue
+        per_fact = {}
+        order = []
+        for host in members:
+            seen_here = set()
+            for entry in entries:
+                for fact, value in _drift_values(documents[host], entry):
+                    seen_here.add(fact)
+                    if fact not in per_fact:
+                        per_fact[fact] = {}
+                        order.append(fact)
+                    per_fact[fact][host] = value
+        for fact in order:
+            held = per_fact[fact]
+            buckets = {}
+            for host in members:
+                value = held.get(host)
+                key = _canonical(value)
+                if key not in buckets:
+                    buckets[key] = {"value": value, "nodes": []}
+                buckets[key]["nodes"].append(host)
+            if len(buckets) < 2:
+                continue
+            values = sorted(buckets.values(), key=lambda b: (-len(b["nodes"]), b["nodes"][0]))
+            rows.append({"group": group, "fact": fact, "values": values})
+    return rows
+
+
+def key_facts(document, entries):
+    """The catalogue's ``key_facts`` (name, path) evaluated over one node's document: [{name, value}]."""
+    out = []
+    for entry in validate_drift(entries or []):
+        value = search(entry["path"], document, "key fact %s" % entry["name"])
+        out.append({"name": entry["name"], "value": value})
+    return out
+
+
+def split_catalogue(catalogue):
+    """(rules, drift entries, key facts) of a catalogue mapping, or of a bare rule list."""
+    if isinstance(catalogue, dict):
+        return (validate_rules(catalogue.get("rules")), validate_drift(catalogue.get("drift") or []),
+                validate_drift(catalogue.get("key_facts") or []))
+    return validate_rules(catalogue), [], []
+
+
+def audit_fleet(documents, catalogue, groups=None, skip_groups=DEFAULT_DRIFT_SKIP_GROUPS, meta=None):
+    """Judge every node and find drift: the fleet document the report renders.
+
+    ``documents``: host -> facts document (``reachable: false`` for nodes that could not be reached);
+    ``catalogue``: the rules catalogue (``rules``, ``drift``, ``key_facts``) or a bare rule list;
+    ``groups``: group -> hosts for drift. Returns ``{meta, nodes: {host: {status, reachable, groups,
+    findings, counts, key_facts, facts}}, drift: [...], summary: {nodes, ok, with_findings, unreachable,
+    critical, warning, info}, rules: [{id, title, severity, source}]}``.
+    """
+    if not isinstance(documents, dict):
+        raise AuditError("documents: expected a mapping of host to facts document, got %s"
+                         % type(documents).__name__)
+    rules, drift_entries, key_entries = split_catalogue(catalogue)
+    nodes = {}
+    summary = {"nodes": 0, "ok": 0, "with_findings": 0, "unreachable": 0,
+               "critical": 0, "warning": 0, "info": 0}
+    for host in sorted(documents):
+        doc = documents[host]
+        if not isinstance(doc, dict):
+            raise AuditError("documents[%r]: expected a mapping, got %s" % (host, type(doc).__name__))
+        reachable = doc.get("reachable", True) is not False
+        findings = evaluate_rules(doc, rules) if reachable else []
+        counts = severity_counts(findings)
+        nodes[host] = {
+            "status": node_status(findings, reachable),
+            "reachable": reachable,
+            "groups": list(doc.get("groups") or []),
+            "findings": findings,
+            "counts": counts,
+            "key_facts": key_facts(doc, key_entries) if reachable else [],
+            "facts": doc,
+        }
+        summary["nodes"] += 1
+        if not reachable:
+            summary["unreachable"] += 1
+        elif findings:
+            summary["with_findings"] += 1
+        else:
+            summary["ok"] += 1
+        for severity in SEVERITIES:
+            summary[severity] += counts[severity]
+    drift = fleet_drift(documents, groups or {}, drift_entries, skip_groups) if groups else []
+    return {
+        "meta": dict(meta or {}),
+        "summary": summary,
+        "nodes": nodes,
+        "drift": drift,
+        "rules": [{"id": r["id"], "title": r["title"], "severity": r["severity"], "source": r["source"]}
+                  for r in rules],
+    }

@@ -1,0 +1,361 @@
+# Copyright: (c) 2026, gpufleet.deepep contributors
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
+"""Render the audit's fleet document (``_audit.audit_fleet``) as Markdown and as one self-contained HTML page.
+
+Pure controller-side logic. The HTML page has its CSS inline and loads nothing (no scripts, fonts or
+images), so it opens offline. Every string that comes from a node (host names, fact values, error text)
+is escaped.
+"""
+
+from __future__ import annotations
+
+import html
+import json
+
+SEVERITIES = ("critical", "warning", "info")
+STATUS_ORDER = {"unreachable": 0, "critical": 1, "warning": 2, "info": 3, "ok": 4}
+STATUS_LABEL = {"unreachable": "unreachable", "critical": "critical", "warning": "warning", "info": "info",
+                "ok": "ok"}
+
+
+def _text(value):
+    """A fact value as one line of text (null as an em dash, lists and dicts as compact JSON)."""
+    if value is None or value == "":
+        return "\u2014"
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    if isinstance(value, (dict, list)):
+        return json.dumps(value, sort_keys=True, separators=(", ", ": "))
+    return str(value)
+
+
+def _value(value):
+    """A fact value where absent and empty must not look alike (drift cells, evidence)."""
+    if value is None:
+        return "(absent)"
+    if value == "":
+        return "(empty)"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, (dict, list)):
+        return json.dumps(value, sort_keys=True, separators=(", ", ": "))
+    return str(value)
+
+
+def _pretty(value):
+    """Evidence as short lines: ``key: value`` for a mapping, one item per line for a list of mappings."""
+    if isinstance(value, dict):
+        return "\n".join("%s: %s" % (k, _value(value[k])) for k in sorted(value, key=str))
+    if isinstance(value, list) and value and all(isinstance(v, dict) for v in value):
+        return "\n".join(", ".join("%s: %s" % (k, _value(v[k])) for k in sorted(v, key=str)) for v in value)
+    if isinstance(value, list):
+        return "\n".join(_value(v) for v in value)
+    return _value(value)
+
+
+def _sorted_hosts(fleet):
+    nodes = fleet.get("nodes") or {}
+    return sorted(nodes, key=lambda h: (STATUS_ORDER.get(nodes[h].get("status"), 9), h))
+
+
+def _findings_by_severity(fleet):
+    """One row per rule that fired anywhere: (severity, rule id, title, [hosts]), most severe first."""
+    rules = {}
+    nodes = fleet.get("nodes") or {}
+    for host in sorted(nodes):
+        for finding in nodes[host].get("findings") or []:
+            row = rules.setdefault(finding["id"], [finding["severity"], finding["id"], finding["title"], []])
+            row[3].append(host)
+    order = dict((s, i) for i, s in enumerate(SEVERITIES))
+    return sorted((tuple(r) for r in rules.values()), key=lambda r: (order.get(r[0], 9), r[1]))
+
+
+# --- Markdown ------------------------------------------------------------------------------------------
+
+def _md_cell(value):
+    return _text(value).replace("|", "\\|").replace("\n", " ")
+
+
+def render_markdown(fleet):
+    meta = fleet.get("meta") or {}
+    summary = fleet.get("summary") or {}
+    nodes = fleet.get("nodes") or {}
+    out = ["# DeepEP fleet audit", ""]
+    if meta.get("generated_at"):
+        out.append("Generated %s%s." % (meta["generated_at"],
+                                        " from inventory %s" % meta["inventory"] if meta.get("inventory") else ""))
+        out.append("")
+    out.append("**%d nodes: %d ok, %d with findings, %d unreachable** (findings: %d critical, %d warning, %d info)"
+               % (summary.get("nodes", 0), summary.get("ok", 0), summary.get("with_findings", 0),
+                  summary.get("unreachable", 0), summary.get("critical", 0), summary.get("warning", 0),
+                  summary.get("info", 0)))
+    out.append("")
+
+    key_names = []
+    for host in nodes:
+        for item in nodes[host].get("key_facts") or []:
+            if item["name"] not in key_names:
+                key_names.append(item["name"])
+    out += ["## Nodes", ""]
+    header = ["node", "status", "critical", "warning", "info"] + key_names
+    out.append("| " + " | ".join(header) + " |")
+    out.append("|" + "---|" * len(header))
+    for host in _sorted_hosts(fleet):
+        node = nodes[host]
+        values = dict((k["name"], k["value"]) for k in node.get("key_facts") or [])
+        counts = node.get("counts") or {}
+        row = [host, node.get("status"), counts.get("critical", 0), counts.get("warning", 0), counts.get("info", 0)]
+        row += [values.get(name) for name in key_names]
+        out.append("| " + " | ".join(_md_cell(v) for v in row) + " |")
+    out.append("")
+
+    out += ["## Findings by severity", ""]
+    rows = _findings_by_severity(fleet)
+    if not rows:
+        out += ["No findings.", ""]
+    else:
+        out.append("| severity | rule | title | nodes |")
+        out.append("|---|---|---|---|")
+        for severity, rule_id, title, hosts in rows:
+            out.append("| %s | %s | %s | %s |" % (severity, rule_id, _md_cell(title), _md_cell(", ".join(hosts))))
+        out.append("")
+
+    out += ["## Drift", ""]
+    drift = fleet.get("drift") or []
+    if not drift:
+        out += ["No drift between nodes of the same group.", ""]
+    else:
+        out.append("| group | fact | values (nodes) |")
+        out.append("|---|---|---|")
+        for row in drift:
+            held = "; ".join("%s: %s" % (_value(v["value"]), ", ".join(v["nodes"])) for v in row["values"])
+            out.append("| %s | %s | %s |" % (_md_cell(row["group"]), _md_cell(row["fact"]), _md_cell(held)))
+        out.append("")
+
+    unreachable = [h for h in sorted(nodes) if not nodes[h].get("reachable", True)]
+    if unreachable:
+        out += ["## Unreachable", ""]
+        for host in unreachable:
+            reason = (nodes[host].get("facts") or {}).get("unreachable_reason")
+            out.append("- %s%s" % (host, ": %s" % _md_cell(reason) if reason else ""))
+        out.append("")
+
+    out += ["## Node details", ""]
+    for host in _sorted_hosts(fleet):
+        node = nodes[host]
+        out.append("### %s (%s)" % (host, node.get("status")))
+        out.append("")
+        if node.get("groups"):
+            out += ["Groups: %s" % ", ".join(node["groups"]), ""]
+        if not node.get("reachable", True):
+            out += ["Not reachable: no facts gathered.", ""]
+            continue
+        if not node.get("findings"):
+            out += ["No findings.", ""]
+            continue
+        for finding in node["findings"]:
+            out.append("- **%s** `%s` %s" % (finding["severity"].upper(), finding["id"], finding["title"]))
+            if finding.get("evidence") not in (None, "", [], {}):
+                out.append("  - evidence: `%s`" % _pretty(finding["evidence"]).replace("\n", "; ").replace("`", "'"))
+            out.append("  - fix: %s" % finding["fix"])
+            out.append("  - source: %s" % finding["source"])
+        out.append("")
+    return "\n".join(out).rstrip("\n") + "\n"
+
+
+# --- HTML ----------------------------------------------------------------------------------------------
+
+CSS = """
+:root { --crit: #b42318; --crit-bg: #fef3f2; --warn: #b54708; --warn-bg: #fffaeb; --info: #175cd3;
+  --info-bg: #eff8ff; --ok: #067647; --ok-bg: #ecfdf3; --down: #475467; --down-bg: #f2f4f7;
+  --line: #d0d5dd; --muted: #667085; --ink: #101828; }
+* { box-sizing: border-box; }
+body { font: 14px/1.45 system-ui, -apple-system, "Segoe UI", Roboto, "Helvetica Neue", Arial, sans-serif;
+  color: var(--ink); margin: 0; background: #f9fafb; }
+header { background: #101828; color: #fff; padding: 18px 28px; }
+header h1 { margin: 0 0 4px; font-size: 22px; font-weight: 600; }
+header p { margin: 0; color: #d0d5dd; font-size: 13px; }
+main { padding: 20px 28px 40px; max-width: 1600px; }
+h2 { font-size: 17px; margin: 28px 0 10px; padding-bottom: 4px; border-bottom: 1px solid var(--line); }
+h3 { font-size: 15px; margin: 0; display: inline; }
+.cards { display: flex; gap: 12px; flex-wrap: wrap; margin-top: 4px; }
+.card { background: #fff; border: 1px solid var(--line); border-radius: 8px; padding: 10px 16px; min-width: 120px; }
+.card b { display: block; font-size: 24px; }
+.card span { color: var(--muted); font-size: 12px; text-transform: uppercase; letter-spacing: .04em; }
+.card.ok b { color: var(--ok); } .card.bad b { color: var(--crit); } .card.down b { color: var(--down); }
+table { border-collapse: collapse; background: #fff; width: 100%; border: 1px solid var(--line); }
+th, td { text-align: left; padding: 6px 10px; border-bottom: 1px solid #eaecf0; vertical-align: top; }
+th { background: #f2f4f7; font-size: 12px; text-transform: uppercase; letter-spacing: .03em; color: #344054; }
+td.num { text-align: right; font-variant-numeric: tabular-nums; }
+td.zero { color: #98a2b3; }
+code, pre { font-family: ui-monospace, SFMono-Regular, Menlo, Consolas, monospace; font-size: 12px; }
+pre { background: #f2f4f7; border-radius: 6px; padding: 8px 10px; margin: 6px 0 0; white-space: pre-wrap;
+  word-break: break-word; }
+.badge { display: inline-block; padding: 1px 8px; border-radius: 10px; font-size: 12px; font-weight: 600;
+  white-space: nowrap; }
+.s-critical { color: var(--crit); background: var(--crit-bg); border: 1px solid #fda29b; }
+.s-warning { color: var(--warn); background: var(--warn-bg); border: 1px solid #fec84b; }
+.s-info { color: var(--info); background: var(--info-bg); border: 1px solid #b2ddff; }
+.s-ok { color: var(--ok); background: var(--ok-bg); border: 1px solid #75e0a7; }
+.s-unreachable { color: var(--down); background: var(--down-bg); border: 1px solid #98a2b3; }
+.node { background: #fff; border: 1px solid var(--line); border-radius: 8px; margin: 12px 0; padding: 12px 16px; }
+.node .groups { color: var(--muted); font-size: 12px; margin-left: 8px; }
+.finding { border-left: 4px solid var(--line); padding: 6px 12px; margin: 10px 0; }
+.finding.critical { border-color: var(--crit); } .finding.warning { border-color: #f79009; }
+.finding.info { border-color: #2e90fa; }
+.finding .title { font-weight: 600; }
+.finding .id { color: var(--muted); font-size: 12px; margin-left: 6px; }
+.fix { margin: 6px 0 0; } .fix b { color: var(--ok); }
+.source { color: var(--muted); font-size: 12px; margin-top: 4px; }
+.values div { margin: 1px 0; } .values code { background: #f2f4f7; padding: 0 4px; border-radius: 4px; }
+.muted { color: var(--muted); }
+a { color: #175cd3; text-decoration: none; } a:hover { text-decoration: underline; }
+"""
+
+
+def _e(value):
+    return html.escape(_text(value), quote=True)
+
+
+def _anchor(host):
+    safe = "".join(c if c.isalnum() or c in "-_" else "-" for c in str(host))
+    return "node-" + safe
+
+
+def _badge(status):
+    status = status or "ok"
+    return '<span class="badge s-%s">%s</span>' % (html.escape(status), html.escape(STATUS_LABEL.get(status, status)))
+
+
+def render_html(fleet):
+    meta = fleet.get("meta") or {}
+    summary = fleet.get("summary") or {}
+    nodes = fleet.get("nodes") or {}
+    parts = []
+    add = parts.append
+    add("<!DOCTYPE html>")
+    add('<html lang="en">')
+    add("<head>")
+    add('<meta charset="utf-8">')
+    add('<meta name="viewport" content="width=device-width, initial-scale=1">')
+    add("<title>DeepEP fleet audit</title>")
+    add("<style>%s</style>" % CSS)
+    add("</head>")
+    add("<body>")
+    add("<header>")
+    add("<h1>DeepEP fleet audit</h1>")
+    sub = []
+    if meta.get("generated_at"):
+        sub.append("generated %s" % _e(meta["generated_at"]))
+    if meta.get("inventory"):
+        sub.append("inventory %s" % _e(meta["inventory"]))
+    if meta.get("check_mode") is not None:
+        sub.append("check mode" if meta.get("check_mode") else "read-only run")
+    sub.append("%d rules" % len(fleet.get("rules") or []))
+    add("<p>%s</p>" % " &middot; ".join(sub))
+    add("</header>")
+    add("<main>")
+
+    add('<div class="cards">')
+    cards = [("nodes", summary.get("nodes", 0), ""), ("ok", summary.get("ok", 0), "ok"),
+             ("with findings", summary.get("with_findings", 0), "bad" if summary.get("with_findings") else ""),
+             ("unreachable", summary.get("unreachable", 0), "down" if summary.get("unreachable") else ""),
+             ("critical", summary.get("critical", 0), "bad" if summary.get("critical") else ""),
+             ("warning", summary.get("warning", 0), ""), ("info", summary.get("info", 0), "")]
+    for label, value, cls in cards:
+        add('<div class="card %s"><b>%d</b><span>%s</span></div>' % (cls, int(value or 0), html.escape(label)))
+    add("</div>")
+
+    # Node table
+    key_names = []
+    for host in nodes:
+        for item in nodes[host].get("key_facts") or []:
+            if item["name"] not in key_names:
+                key_names.append(item["name"])
+    add('<h2 id="nodes">Nodes</h2>')
+    add("<table>")
+    add("<thead><tr><th>node</th><th>status</th><th>critical</th><th>warning</th><th>info</th>%s</tr></thead>"
+        % "".join("<th>%s</th>" % html.escape(n) for n in key_names))
+    add("<tbody>")
+    for host in _sorted_hosts(fleet):
+        node = nodes[host]
+        counts = node.get("counts") or {}
+        values = dict((k["name"], k["value"]) for k in node.get("key_facts") or [])
+        cells = ['<td><a href="#%s">%s</a></td>' % (_anchor(host), _e(host)), "<td>%s</td>" % _badge(node.get("status"))]
+        for severity in SEVERITIES:
+            n = int(counts.get(severity, 0) or 0)
+            cells.append('<td class="num%s">%d</td>' % ("" if n else " zero", n))
+        for name in key_names:
+            cells.append("<td>%s</td>" % _e(values.get(name)) if node.get("reachable", True)
+                         else '<td class="muted">\u2014</td>')
+        add("<tr>%s</tr>" % "".join(cells))
+    add("</tbody></table>")
+
+    # Findings by severity
+    add('<h2 id="findings">Findings by severity</h2>')
+    rows = _findings_by_severity(fleet)
+    if not rows:
+        add('<p class="muted">No findings.</p>')
+    else:
+        add("<table><thead><tr><th>severity</th><th>rule</th><th>title</th><th>nodes</th></tr></thead><tbody>")
+        for severity, rule_id, title, hosts in rows:
+            links = ", ".join('<a href="#%s">%s</a>' % (_anchor(h), _e(h)) for h in hosts)
+            add('<tr><td>%s</td><td><code>%s</code></td><td>%s</td><td>%s <span class="muted">(%d)</span></td></tr>'
+                % (_badge(severity), _e(rule_id), _e(title), links, len(hosts)))
+        add("</tbody></table>")
+
+    # Drift
+    add('<h2 id="drift">Drift</h2>')
+    drift = fleet.get("drift") or []
+    if not drift:
+        add('<p class="muted">No drift: the nodes of each group agree on every compared fact.</p>')
+    else:
+        add("<table><thead><tr><th>group</th><th>fact</th><th>values and the nodes that hold them</th></tr></thead><tbody>")
+        for row in drift:
+            values = "".join('<div><code>%s</code> &larr; %s</div>'
+                             % (html.escape(_value(v["value"])), ", ".join(_e(n) for n in v["nodes"]))
+                             for v in row["values"])
+            add('<tr><td>%s</td><td><code>%s</code></td><td class="values">%s</td></tr>'
+                % (_e(row["group"]), _e(row["fact"]), values))
+        add("</tbody></table>")
+
+    # Node details
+    add('<h2 id="details">Node details</h2>')
+    for host in _sorted_hosts(fleet):
+        node = nodes[host]
+        add('<section class="node" id="%s">' % _anchor(host))
+        groups = ", ".join(node.get("groups") or [])
+        add("<h3>%s</h3> %s%s" % (_e(host), _badge(node.get("status")),
+                                  '<span class="groups">%s</span>' % html.escape(groups) if groups else ""))
+        if not node.get("reachable", True):
+            reason = (node.get("facts") or {}).get("unreachable_reason")
+            add('<p class="muted">Not reachable: no facts gathered.%s</p>'
+                % (" %s" % _e(reason) if reason else ""))
+        elif not node.get("findings"):
+            add('<p class="muted">No findings.</p>')
+        for finding in node.get("findings") or []:
+            add('<div class="finding %s">' % html.escape(finding["severity"]))
+            add('<div>%s <span class="title">%s</span><span class="id">%s</span></div>'
+                % (_badge(finding["severity"]), _e(finding["title"]), _e(finding["id"])))
+            if finding.get("evidence") not in (None, "", [], {}):
+                add("<pre>%s</pre>" % html.escape(_pretty(finding["evidence"])))
+            add('<p class="fix"><b>Fix:</b> %s</p>' % _e(finding["fix"]))
+            add('<div class="source">Source: %s</div>' % _e(finding["source"]))
+            add("</div>")
+        add("</section>")
+
+    add("</main>")
+    add("</body>")
+    add("</html>")
+    return "\n".join(parts) + "\n"
+
+
+def render(fleet, fmt):
+    """``fmt``: ``md``/``markdown``, ``html`` or ``json``."""
+    if fmt in ("md", "markdown"):
+        return render_markdown(fleet)
+    if fmt == "html":
+        return render_html(fleet)
+    if fmt == "json":
+        return json.dumps(fleet, sort_keys=True, indent=2, default=str) + "\n"
+    raise ValueError("format %r: expected one of md, html, json" % (fmt,))

@@ -1,0 +1,658 @@
+# Copyright: (c) 2026, gpufleet.deepep contributors
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
+"""Read-only gathering of a node's software stack for the audit (module gpufleet.deepep.node_stack).
+
+Everything here reads files or runs read-only commands; nothing writes. Paths are resolved under a
+``root`` directory (``/`` on a node, a fixture tree in tests) and commands go through a ``runner``
+callable ``runner(argv, timeout, env) -> (rc, stdout, stderr)`` so tests can drive every branch.
+"""
+
+from __future__ import annotations
+
+import glob
+import hashlib
+import json
+import os
+import re
+import subprocess
+
+from ansible_collections.gpufleet.deepep.plugins.module_utils._build import (
+    nvshmem_version_from_header,
+    read_stamp,
+    stamp_path,
+)
+from ansible_collections.gpufleet.deepep.plugins.module_utils._versions import (
+    cuda_version_from_nvcc,
+    nccl_version_from_header,
+)
+
+DEFAULT_MLX5DV_SYMBOLS = ("MLX5DV_REG_DMABUF_ACCESS_DATA_DIRECT",)
+DEFAULT_DPKG_PACKAGES = (
+    "rdma-core", "libibverbs1", "libibverbs-dev", "ibverbs-providers", "librdmacm-dev", "infiniband-diags",
+    "doca-ofed", "doca-ofed-userspace", "doca-roce", "mlnx-ofed-kernel-utils", "mlnx-tools",
+    "gdrcopy", "libgdrapi", "gdrdrv-dkms", "libnccl2", "libnccl-dev",
+)
+WATCHED_KERNEL_MODULES = ("nvidia", "nvidia_peermem", "nvidia_uvm", "gdrdrv", "mlx5_core", "mlx5_ib", "ib_core")
+LIB_DIRS = ("/usr/lib/x86_64-linux-gnu", "/usr/lib/aarch64-linux-gnu", "/usr/lib64", "/usr/lib", "/usr/local/lib",
+            "/lib/x86_64-linux-gnu", "/lib64")
+MLX5_HEADER = "/usr/include/infiniband/mlx5_api.h"
+REBOOT_FILES = ("/var/run/reboot-required", "/run/reboot-required")
+C_ENV = {"LC_ALL": "C", "LANG": "C", "PYTHONDONTWRITEBYTECODE": "1"}
+
+_EXPORT_RE = re.compile(r"^\s*(?:export\s+)?([A-Za-z_][A-Za-z0-9_]*)=(.*)$")
+_VAR_RE = re.compile(r"\$(?:\{([A-Za-z_][A-Za-z0-9_]*)(?::?-([^}]*))?\}|([A-Za-z_][A-Za-z0-9_]*))")
+_NVCC_RELEASE_RE = re.compile(r"release\s+(\d+\.\d+)")
+
+# Runs in the node's own Python: package metadata only (no heavy imports), JSON on stdout.
+PYTHON_PROBE = r"""
+import json, re, sys
+out = {"python_version": "%d.%d.%d" % sys.version_info[:3], "executable": sys.executable, "packages": []}
+try:
+    from importlib import metadata
+except ImportError:
+    metadata = None
+if metadata is not None:
+    pat = re.compile(r"^(torch|deep[-_]ep|nvidia-nccl-cu\d+|nvidia-nvshmem-cu\d+|nvidia-cuda-runtime-cu\d+)$", re.I)
+    seen = set()
+    for dist in metadata.distributions():
+        name = dist.metadata["Name"] or ""
+        if not pat.match(name) or name.lower() in seen:
+            continue
+        seen.add(name.lower())
+        try:
+            location = str(dist.locate_file(""))
+        except Exception:
+            location = None
+        out["packages"].append({"name": name, "version": dist.version, "location": location})
+print(json.dumps(out))
+"""
+
+IMPORT_PROBE = "import deep_ep, json; print(json.dumps({'file': getattr(deep_ep, '__file__', None), " \
+               "'version': getattr(deep_ep, '__version__', None)}))"
+
+
+def subprocess_runner(argv, timeout=None, env=None):
+    """Run a command list with LC_ALL=C, return (rc, stdout, stderr); rc 124 on timeout, 127 if missing."""
+    full_env = dict(os.environ)
+    full_env.update(C_ENV)
+    if env:
+        full_env.update(env)
+    try:
+        proc = subprocess.run(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL,
+                              timeout=timeout, env=full_env, check=False)
+    except subprocess.TimeoutExpired as exc:
+        out = exc.stdout.decode("utf-8", "replace") if isinstance(exc.stdout, bytes) else (exc.stdout or "")
+        err = exc.stderr.decode("utf-8", "replace") if isinstance(exc.stderr, bytes) else (exc.stderr or "")
+        return 124, out, err + "\ntimed out after %ss" % timeout
+    except OSError as exc:
+        return 127, "", str(exc)
+    return (proc.returncode, proc.stdout.decode("utf-8", "replace"), proc.stderr.decode("utf-8", "replace"))
+
+
+def under(root, path):
+    """``path`` (absolute, as on the node) resolved under ``root``."""
+    if not root or root == "/":
+        return path
+    return os.path.join(root, path.lstrip("/"))
+
+
+def read_text(path, limit=4 * 1024 * 1024):
+    try:
+        with open(path, "rb") as handle:
+            return handle.read(limit).decode("utf-8", "replace")
+    except (IOError, OSError):
+        return None
+
+
+def sha256_file(path):
+    digest = hashlib.sha256()
+    try:
+        with open(path, "rb") as handle:
+            for block in iter(lambda: handle.read(1 << 16), b""):
+                digest.update(block)
+    except (IOError, OSError):
+        return None
+    return digest.hexdigest()
+
+
+def _tail(text, lines=5):
+    text = (text or "").strip()
+    return "\n".join(text.splitlines()[-lines:]) if text else ""
+
+
+# --- OS ------------------------------------------------------------------------------------------------
+
+def parse_os_release(text):
+    """``/etc/os-release`` -> {id, version_id, version_codename, pretty_name}."""
+    values = {}
+    for line in (text or "").splitlines():
+        match = re.match(r"^([A-Z_]+)=(.*)$", line.strip())
+        if not match:
+            continue
+        value = match.group(2).strip()
+        if len(value) >= 2 and value[0] == value[-1] and value[0] in "\"'":
+            value = value[1:-1]
+        values[match.group(1)] = value
+    return {
+        "id": values.get("ID"),
+        "version_id": values.get("VERSION_ID"),
+        "version_codename": values.get("VERSION_CODENAME"),
+        "pretty_name": values.get("PRETTY_NAME"),
+    }
+
+
+def gather_os(root):
+    info = parse_os_release(read_text(under(root, "/etc/os-release")) or read_text(under(root, "/usr/lib/os-release")))
+    kernel = read_text(under(root, "/proc/sys/kernel/osrelease"))
+    if kernel is None and (not root or root == "/"):
+        kernel = os.uname()[2]
+    info["kernel"] = kernel.strip() if kernel else None
+    return info
+
+
+# --- CUDA / nvcc ---------------------------------------------------------------------------------------
+
+def parse_nvcc_version(text):
+    """``nvcc --version`` output -> (release ``13.0``, full ``13.0.88``) or (None, None)."""
+    text = text or ""
+    release = _NVCC_RELEASE_RE.search(text)
+    full = cuda_version_from_nvcc(text)
+    if release is None and full is None:
+        return None, None
+    if release is None:
+        release = ".".join(full.split(".")[:2])
+    else:
+        release = release.group(1)
+    return release, full or release
+
+
+def gather_cuda(root, cuda_home, runner):
+    nvcc = os.path.join(cuda_home, "bin", "nvcc")
+    result = {"home": cuda_home, "nvcc": nvcc, "nvcc_present": os.path.exists(under(root, nvcc)),
+              "release": None, "version": None, "error": None}
+    if not result["nvcc_present"]:
+        result["error"] = "%s not found" % nvcc
+        return result
+    rc, out, err = runner([under(root, nvcc), "--version"], timeout=30, env=None)
+    if rc != 0:
+        result["error"] = "nvcc --version failed (rc=%s): %s" % (rc, _tail(err or out, 2))
+        return result
+    result["release"], result["version"] = parse_nvcc_version(out)
+    if result["release"] is None:
+        result["error"] = "unrecognised nvcc --version output: %s" % _tail(out, 2)
+    return result
+
+
+# --- packages, MLX5DV ----------------------------------------------------------------------------------
+
+def parse_dpkg_query(text):
+    """Lines ``package<TAB>version<TAB>status`` -> {package: version} for installed packages."""
+    out = {}
+    for line in (text or "").splitlines():
+        parts = line.split("\t")
+        if len(parts) < 3:
+            continue
+        name, version, status = parts[0].strip(), parts[1].strip(), parts[2].strip()
+        if name and version and status in ("installed", "install ok installed"):
+            out[name.split(":")[0]] = version
+    return out
+
+
+def gather_packages(packages, runner):
+    argv = ["dpkg-query", "-W", "-f", "${Package}\\t${Version}\\t${db:Status-Status}\\n"] + list(packages)
+    rc, out, err = runner(argv, timeout=30, env=None)
+    # rc 1 only says that some of the asked packages are unknown; the known ones are still printed.
+    if rc not in (0, 1) and not out:
+        return {}, "dpkg-query failed (rc=%s): %s" % (rc, _tail(err, 2))
+    return parse_dpkg_query(out), None
+
+
+def scan_header_symbols(text, symbols):
+    return dict((symbol, bool(text) and re.search(r"\b%s\b" % re.escape(symbol), text) is not None)
+                for symbol in symbols)
+
+
+def gather_rdma_core(root, packages, symbols):
+    header_text = read_text(under(root, MLX5_HEADER))
+    found = scan_header_symbols(header_text, symbols)
+    doca = None
+    for name in ("doca-ofed", "doca-ofed-userspace", "doca-roce"):
+        if packages.get(name):
+            doca = packages[name]
+            break
+    return {
+        "rdma_core_version": packages.get("rdma-core") or packages.get("libibverbs1"),
+        "libibverbs_dev_version": packages.get("libibverbs-dev"),
+        "doca_version": doca,
+        "mlx5_header": MLX5_HEADER,
+        "mlx5_header_present": header_text is not None,
+        "mlx5dv_symbols": found,
+        "mlx5dv_ok": header_text is not None and all(found.values()),
+    }
+
+
+# --- libraries -----------------------------------------------------------------------------------------
+
+def parse_ldconfig(text):
+    """``ldconfig -p`` -> {soname: [paths]}."""
+    libs = {}
+    for line in (text or "").splitlines():
+        match = re.match(r"^\s*(\S+)\s+\(([^)]*)\)\s+=>\s+(\S+)", line)
+        if match:
+            libs.setdefault(match.group(1), []).append(match.group(3))
+    return libs
+
+
+def _find_lib(root, ldcache, name, extra_dirs=()):
+    """First path of ``name`` (exact file name) from the ld cache or the known library directories."""
+    for path in ldcache.get(name, []):
+        if os.path.exists(under(root, path)):
+            return path
+    for directory in tuple(extra_dirs) + LIB_DIRS:
+        candidate = os.path.join(directory, name)
+        if os.path.exists(under(root, candidate)):
+            return candidate
+    return None
+
+
+def _glob_lib(root, ldcache, prefix, extra_dirs=()):
+    for soname in sorted(ldcache):
+        if soname.startswith(prefix):
+            for path in ldcache[soname]:
+                if os.path.exists(under(root, path)):
+                    return path
+    for directory in tuple(extra_dirs) + LIB_DIRS:
+        hits = sorted(glob.glob(under(root, os.path.join(directory, prefix + "*"))))
+        if hits:
+            return os.path.join(directory, os.path.basename(hits[0]))
+    return None
+
+
+def gather_ldcache(runner):
+    rc, out, err = runner(["ldconfig", "-p"], timeout=30, env=None)
+    if rc != 0:
+        rc, out, err = runner(["/sbin/ldconfig", "-p"], timeout=30, env=None)
+    if rc != 0:
+        return {}, "ldconfig -p failed (rc=%s): %s" % (rc, _tail(err, 2))
+    return parse_ldconfig(out), None
+
+
+def gather_libcuda(root, ldcache, cuda_home):
+    so = _find_lib(root, ldcache, "libcuda.so")
+    so1 = _find_lib(root, ldcache, "libcuda.so.1")
+    stub = os.path.join(cuda_home, "lib64", "stubs", "libcuda.so")
+    return {
+        "so_path": so,
+        "so1_path": so1,
+        "stub_path": stub if os.path.exists(under(root, stub)) else None,
+        "linkable": so is not None,
+    }
+
+
+def gather_gdrcopy(root, ldcache, gdrcopy_home, modules):
+    extra = (os.path.join(gdrcopy_home, "lib"), os.path.join(gdrcopy_home, "lib64")) if gdrcopy_home else ()
+    library = _glob_lib(root, ldcache, "libgdrapi.so", extra)
+    loaded = "gdrdrv" in modules or os.path.isdir(under(root, "/sys/module/gdrdrv"))
+    return {"library": library, "library_present": library is not None, "gdrdrv_loaded": loaded}
+
+
+# --- kernel modules ------------------------------------------------------------------------------------
+
+def parse_proc_modules(text):
+    return set(line.split()[0] for line in (text or "").splitlines() if line.strip())
+
+
+def parse_lsmod(text):
+    """``lsmod`` output (a ``Module Size Used by`` header, then one module per line) -> set of names."""
+    names = set()
+    for line in (text or "").splitlines():
+        fields = line.split()
+        if fields and fields[0] != "Module":
+            names.add(fields[0])
+    return names
+
+
+def gather_kernel_modules(root, runner):
+    """Loaded kernel modules from ``/proc/modules``; where that file does not exist (a kernel without module
+    support, some containers), from ``lsmod``. ``/sys/module/<name>`` counts too (built-in drivers)."""
+    text = read_text(under(root, "/proc/modules"))
+    if text is not None:
+        modules = parse_proc_modules(text)
+    else:
+        rc, out, err = runner(["lsmod"], timeout=30, env=None)
+        modules = parse_lsmod(out) if rc == 0 else set()
+    loaded = {}
+    for name in WATCHED_KERNEL_MODULES:
+        loaded[name] = name in modules or os.path.isdir(under(root, "/sys/module/%s" % name))
+    return modules, loaded
+
+
+# --- Python packages: torch, NCCL ----------------------------------------------------------------------
+
+def parse_nccl_header(text):
+    """``nccl.h`` text -> ``"2.28.9"`` (NCCL_MAJOR/MINOR/PATCH or NCCL_VERSION_CODE), or None."""
+    if text is None:
+        return None
+    return nccl_version_from_header(text)
+
+
+def gather_python(python, runner, timeout):
+    """Package metadata of the given interpreter (torch, deep_ep, pip NCCL/NVSHMEM)."""
+    result = {"python": python, "ok": False, "python_version": None, "packages": [], "error": None}
+    rc, out, err = runner([python, "-c", PYTHON_PROBE], timeout=timeout, env=None)
+    if rc != 0:
+        result["error"] = "%s failed (rc=%s): %s" % (python, rc, _tail(err or out, 3))
+        return result
+    try:
+        data = json.loads(out.strip().splitlines()[-1])
+    except (ValueError, IndexError):
+        result["error"] = "%s printed no JSON: %s" % (python, _tail(out, 2))
+        return result
+    result.update(ok=True, python_version=data.get("python_version"), packages=data.get("packages") or [])
+    return result
+
+
+def _package(packages, pattern):
+    regex = re.compile(pattern, re.IGNORECASE)
+    return [p for p in packages if regex.match(p.get("name") or "")]
+
+
+def torch_facts(py):
+    found = _package(py["packages"], r"^torch$")
+    version = found[0]["version"] if found else None
+    cuda = None
+    if version and "+cu" in version:
+        tag = version.split("+cu", 1)[1]
+        if tag.isdigit() and len(tag) >= 3:
+            cuda = "%s.%s" % (tag[:-1], tag[-1])
+    return {"version": version, "cuda": cuda, "location": found[0]["location"] if found else None}
+
+
+def nccl_facts(root, py, cuda_home, ldcache):
+    pip = sorted(_package(py["packages"], r"^nvidia-nccl-cu\d+$"), key=lambda p: p["name"])
+    headers = (os.path.join(cuda_home, "include", "nccl.h"), "/usr/include/nccl.h", "/usr/local/include/nccl.h")
+    system_header, system_version = None, None
+    for header in headers:
+        version = parse_nccl_header(read_text(under(root, header)))
+        if version:
+            system_header, system_version = header, version
+            break
+    system_library = _find_lib(root, ldcache, "libnccl.so.2")
+    pip_version = pip[0]["version"] if pip else None
+    return {
+        "pip": pip,
+        "pip_version": pip_version,
+        "system_version": system_version,
+        "system_header": system_header,
+        "system_library": system_library,
+        # What torch loads: its pip NCCL when installed, else the system library.
+        "loaded_version": pip_version or (system_version if system_library else None),
+    }
+
+
+# --- environment script --------------------------------------------------------------------------------
+
+def _expand(text, values):
+    def repl(match):
+        name = match.group(1) or match.group(3)
+        if name in values and values[name] != "":
+            return values[name]
+        return match.group(2) or ""
+    return _VAR_RE.sub(repl, text)
+
+
+def _shell_value(raw, values):
+    """The value of ``NAME=<raw>`` as a shell would assign it, expanding only variables set earlier in
+    the file (others are empty, as in a clean environment). Stops at an unquoted blank, ``;`` or ``#``."""
+    out = []
+    i = 0
+    while i < len(raw):
+        char = raw[i]
+        if char == "'":
+            end = raw.find("'", i + 1)
+            end = len(raw) if end < 0 else end
+            out.append(raw[i + 1:end])
+            i = end + 1
+        elif char == '"':
+            j = i + 1
+            chunk = []
+            while j < len(raw) and raw[j] != '"':
+                if raw[j] == "\\" and j + 1 < len(raw) and raw[j + 1] in '"\\$`':
+                    chunk.append(raw[j + 1])
+                    j += 2
+                    continue
+                chunk.append(raw[j])
+                j += 1
+            out.append(_expand("".join(chunk), values))
+            i = j + 1
+        elif char in " \t;" or (char == "#" and not out):
+            break
+        else:
+            j = i
+            while j < len(raw) and raw[j] not in " \t;'\"":
+                j += 1
+            out.append(_expand(raw[i:j], values))
+            i = j
+    return "".join(out)
+
+
+def parse_env_script(text):
+    """The variables a shell script exports with top-level ``export NAME=value`` lines, in file order.
+
+    Conditional lines (``[ -d x ] && export ...``), functions and commands are not evaluated; ``${VAR}``
+    and ``${VAR:-default}`` are expanded from values the file set before. Returns (exports, raw) where
+    raw keeps the unexpanded right-hand sides.
+    """
+    exports, raw_values, values = {}, {}, {}
+    for line in (text or "").splitlines():
+        stripped = line.strip()
+        if not stripped or stripped.startswith("#"):
+            continue
+        match = _EXPORT_RE.match(line)
+        if not match:
+            continue
+        name, rhs = match.group(1), match.group(2)
+        value = _shell_value(rhs, values)
+        values[name] = value
+        if stripped.startswith("export"):
+            exports[name] = value
+            raw_values[name] = rhs.strip()
+    # A variable assigned first and exported later by name (`X=1` then `export X`).
+    for line in (text or "").splitlines():
+        match = re.match(r"^\s*export\s+([A-Za-z_][A-Za-z0-9_]*(?:\s+[A-Za-z_][A-Za-z0-9_]*)*)\s*$", line)
+        if match:
+            for name in match.group(1).split():
+                if name in values and name not in exports:
+                    exports[name] = values[name]
+    return exports, raw_values
+
+
+def gather_env_script(root, path):
+    full = under(root, path)
+    result = {"path": path, "present": os.path.isfile(full), "sha256": None, "mode": None, "exports": {},
+              "exports_raw": {}}
+    if not result["present"]:
+        return result
+    result["sha256"] = sha256_file(full)
+    try:
+        result["mode"] = "%04o" % (os.stat(full).st_mode & 0o7777)
+    except OSError:
+        pass
+    exports, raw = parse_env_script(read_text(full))
+    result["exports"], result["exports_raw"] = exports, raw
+    return result
+
+
+def check_import(python, env_script, env_present, runner, timeout):
+    """``import deep_ep`` in a fresh process with the env script sourced (when it exists)."""
+    result = {"checked": True, "ok": False, "env_sourced": bool(env_present), "file": None, "version": None,
+              "error": None, "rc": None}
+    if env_present:
+        argv = ["bash", "-c", 'source "$1" >/dev/null 2>&1 && exec "$2" -c "$3"', "deepep-import",
+                env_script, python, IMPORT_PROBE]
+    else:
+        argv = [python, "-c", IMPORT_PROBE]
+    rc, out, err = runner(argv, timeout=timeout, env=None)
+    result["rc"] = rc
+    if rc != 0:
+        reason = "timed out after %ss" % timeout if rc == 124 else _tail(err or out, 3)
+        result["error"] = reason or "exit status %s" % rc
+        return result
+    try:
+        data = json.loads(out.strip().splitlines()[-1])
+    except (ValueError, IndexError):
+        data = {}
+    result.update(ok=True, file=data.get("file"), version=data.get("version"))
+    return result
+
+
+# --- NVSHMEM install (what nvshmem_build recorded) --------------------------------------------------------
+
+def gather_nvshmem_install(root, prefix):
+    """The NVSHMEM install at ``prefix`` in the shape of ``gpufleet_nvshmem`` (nvshmem_build's facts), read
+    from its stamp and its files only (nothing is run). ``verified`` is null: only nvshmem_build verifies."""
+    full = under(root, prefix)
+    present = os.path.isdir(full)
+    stamp = read_stamp(full) if present else None
+    stamp = stamp or {}
+    inputs = stamp.get("inputs") if isinstance(stamp.get("inputs"), dict) else {}
+    libraries = []
+    if present:
+        try:
+            libraries = sorted(os.listdir(os.path.join(full, "lib")))
+        except OSError:
+            libraries = []
+    version = stamp.get("version")
+    if present and not version:
+        header = read_text(os.path.join(full, "include", "nvshmem_version.h"))
+        version = nvshmem_version_from_header(header) if header else None
+    transport = any(n.startswith("nvshmem_transport_ibgda.so") for n in libraries)
+    if "ibgda" in stamp:
+        ibgda = bool(stamp.get("ibgda")) and transport
+    else:
+        ibgda = transport
+    return {
+        "prefix": prefix,
+        "present": present,
+        "version": version,
+        "ibgda": ibgda if present else False,
+        "key": stamp.get("key"),
+        "libraries": libraries,
+        "built_at": stamp.get("built_at"),
+        "cuda_arch": inputs.get("cuda_arch"),
+        "cuda_version": inputs.get("cuda_version"),
+        "roce_ah_attr_fix": bool(inputs.get("roce_ah_attr_fix")),
+        "verified": None,
+        "stamp": stamp_path(prefix) if stamp else None,
+    }
+
+
+# --- DeepEP install (what deepep_build recorded) --------------------------------------------------------
+
+def gather_deepep_install(root, python, package, import_result):
+    """The installed DeepEP in the shape of ``gpufleet_deepep`` (deepep_build's facts), from package metadata,
+    the import probe and the build stamp deepep_build writes into the package directory. Adds ``nvshmem_build``
+    (root, version, ibgda of the NVSHMEM the build used) and ``stamp`` (its path)."""
+    directory = None
+    if import_result and import_result.get("file"):
+        directory = os.path.dirname(import_result["file"])
+    elif package and package.get("location"):
+        candidate = os.path.join(package["location"], "deep_ep")
+        if os.path.isdir(under(root, candidate)):
+            directory = candidate
+    installed = bool(package) or bool(directory)
+    stamp = read_stamp(under(root, directory)) if directory else None
+    stamp = stamp or {}
+    inputs = stamp.get("inputs") if isinstance(stamp.get("inputs"), dict) else {}
+    nvshmem = inputs.get("nvshmem") if isinstance(inputs.get("nvshmem"), dict) else {}
+    import_ok = None
+    import_error = None
+    if import_result and import_result.get("checked"):
+        import_ok = bool(import_result.get("ok"))
+        import_error = import_result.get("error")
+    version = (package or {}).get("version") or (import_result or {}).get("version") or stamp.get("version")
+    return {
+        "installed": installed,
+        "version": version,
+        "generation": stamp.get("generation"),
+        "key": stamp.get("key"),
+        "built_against": stamp.get("built_against") or {},
+        "nvshmem_build": {"root": nvshmem.get("root"), "version": nvshmem.get("version"),
+                          "ibgda": nvshmem.get("ibgda")} if nvshmem else None,
+        "wheel": stamp.get("wheel"),
+        "import_ok": import_ok,
+        "import_error": import_error,
+        "hca_mapping_support": stamp.get("hca_mapping_support"),
+        "location": directory,
+        "python": python,
+        "stamp": os.path.join(directory, ".gpufleet-build.json") if directory and stamp else None,
+    }
+
+
+# --- reboot --------------------------------------------------------------------------------------------
+
+def gather_reboot(root, nvidia_reboot_required):
+    reasons = []
+    packages = []
+    for path in REBOOT_FILES:
+        if os.path.exists(under(root, path)):
+            reasons.append(path)
+            pkgs = read_text(under(root, path + ".pkgs")) or ""
+            packages = sorted(set(packages) | set(p.strip() for p in pkgs.splitlines() if p.strip()))
+            break
+    if nvidia_reboot_required:
+        reasons.append("gpufleet_nvidia.reboot_required")
+    return {"required": bool(reasons), "reasons": reasons, "packages": packages,
+            "nvidia_reboot_required": nvidia_reboot_required}
+
+
+# --- everything ----------------------------------------------------------------------------------------
+
+def gather_stack(root="/", cuda_home="/usr/local/cuda", python="/usr/bin/python3",
+                 env_script="/opt/deepep/unified-env.sh", gdrcopy_home="/opt/deepep/gdrcopy",
+                 nvshmem_prefix="/opt/deepep/nvshmem",
+                 mlx5dv_symbols=DEFAULT_MLX5DV_SYMBOLS, dpkg_packages=DEFAULT_DPKG_PACKAGES,
+                 nvidia_reboot_required=None, import_check=True, timeout=60, runner=subprocess_runner):
+    """Every fact of ``gpufleet_stack``; errors of single probes are collected in ``errors``."""
+    errors = {}
+    facts = {"os": gather_os(root)}
+    facts["cuda"] = gather_cuda(root, cuda_home, runner)
+    if facts["cuda"]["error"] and facts["cuda"]["nvcc_present"]:
+        errors["cuda"] = facts["cuda"]["error"]
+
+    packages, error = gather_packages(dpkg_packages, runner)
+    if error:
+        errors["packages"] = error
+    facts["packages"] = packages
+    facts["rdma_core"] = gather_rdma_core(root, packages, mlx5dv_symbols)
+
+    ldcache, error = gather_ldcache(runner)
+    if error:
+        errors["ldconfig"] = error
+    module_names, loaded = gather_kernel_modules(root, runner)
+    facts["kernel_modules"] = loaded
+    facts["libcuda"] = gather_libcuda(root, ldcache, cuda_home)
+    facts["gdrcopy"] = gather_gdrcopy(root, ldcache, gdrcopy_home, module_names)
+
+    py = gather_python(python, runner, timeout)
+    if py["error"]:
+        errors["python"] = py["error"]
+    facts["python"] = {"path": python, "version": py["python_version"], "ok": py["ok"]}
+    facts["torch"] = torch_facts(py)
+    facts["nccl"] = nccl_facts(root, py, cuda_home, ldcache)
+    deep_ep = _package(py["packages"], r"^deep[-_]ep$")
+    facts["deep_ep_package"] = deep_ep[0] if deep_ep else None
+
+    facts["nvshmem"] = gather_nvshmem_install(root, nvshmem_prefix)
+    facts["env_script"] = gather_env_script(root, env_script)
+    if import_check:
+        facts["deep_ep_import"] = check_import(python, under(root, env_script), facts["env_script"]["present"],
+                                               runner, timeout)
+    else:
+        facts["deep_ep_import"] = {"checked": False, "ok": None, "env_sourced": False, "file": None,
+                                   "version": None, "error": None, "rc": None}
+    facts["deepep"] = gather_deepep_install(root, python, facts["deep_ep_package"], facts["deep_ep_import"])
+    facts["peermem_loaded"] = loaded["nvidia_peermem"]
+    facts["reboot"] = gather_reboot(root, nvidia_reboot_required)
+    facts["errors"] = errors
+    return facts

@@ -1,0 +1,299 @@
+#!/usr/bin/python
+# Copyright: (c) 2026, gpufleet.deepep contributors
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+---
+module: node_stack
+short_description: Gather the software stack of a DeepEP node for the audit
+version_added: 0.1.0
+description:
+  - Reads, without changing anything, the versions and states the DeepEP runbooks check by hand and the
+    other facts modules of the collection do not gather. OS and kernel, nvcc, DOCA/rdma-core packages and the
+    MLX5DV symbols NVSHMEM IBGDA needs, whether C(libcuda.so) is resolvable, the GDRCopy library and C(gdrdrv),
+    NCCL from pip and from the system, torch, whether C(import deep_ep) works in the environment script's
+    environment, the environment script itself (presence, sha256, exported variables), C(nvidia_peermem),
+    and whether a reboot is pending.
+  - The environment script is parsed, not executed, for its variables. Its C(export NAME=value) lines are
+    read; C(${VAR}) references to variables set earlier in the file are expanded.
+    The only place the script is sourced is the C(import deep_ep) probe, in a child shell.
+  - Python probes run with E(PYTHONDONTWRITEBYTECODE=1) so that no bytecode cache is written.
+  - Commands run as lists with E(LC_ALL=C), each bounded by O(timeout).
+author: gpufleet.deepep maintainers (@gpufleet)
+extends_documentation_fragment:
+  - gpufleet.deepep.attributes
+  - gpufleet.deepep.attributes.facts
+options:
+  cuda_home:
+    description: The CUDA toolkit directory; C(<cuda_home>/bin/nvcc --version) gives the CUDA version.
+    type: path
+    default: /usr/local/cuda
+  python:
+    description: The interpreter that has torch (and DeepEP), for package metadata and the import probe.
+    type: str
+    default: /usr/bin/python3
+  env_script:
+    description: The DeepEP environment script (written by the C(env_script) role).
+    type: path
+    default: /opt/deepep/unified-env.sh
+  gdrcopy_home:
+    description: Where a GDRCopy library built from source lives (its C(lib) directory is searched too).
+    type: path
+    default: /opt/deepep/gdrcopy
+  nvshmem_prefix:
+    description: Where M(gpufleet.deepep.nvshmem_build) installs NVSHMEM (its stamp file is read, nothing is run).
+    type: path
+    default: /opt/deepep/nvshmem
+  mlx5dv_symbols:
+    description: Symbols that C(infiniband/mlx5_api.h) must declare for NVSHMEM IBGDA.
+    type: list
+    elements: str
+    default: [MLX5DV_REG_DMABUF_ACCESS_DATA_DIRECT]
+  dpkg_packages:
+    description:
+      - Debian packages whose installed versions are reported under RV(ansible_facts.gpufleet_stack.packages).
+      - Defaults to the RDMA, DOCA, GDRCopy and NCCL packages.
+    type: list
+    elements: str
+  nvidia_reboot_required:
+    description:
+      - The C(reboot_required) of M(gpufleet.deepep.nvidia_params) on this node, when known; a true value
+        counts as a pending reboot.
+    type: bool
+  import_check:
+    description: Run the C(import deep_ep) probe (set false to skip it, for example on nodes without torch).
+    type: bool
+    default: true
+  timeout:
+    description: Seconds each Python probe (metadata, import) may take before it counts as failed.
+    type: int
+    default: 60
+  root:
+    description:
+      - The directory that stands for C(/) when reading files (fixture trees in tests). Commands still run
+        on the node itself.
+    type: path
+    default: /
+notes:
+  - Never changes the node; in check mode it does exactly the same reads.
+seealso:
+  - module: gpufleet.deepep.nvidia_params
+  - module: gpufleet.deepep.rdma_devices
+"""
+
+EXAMPLES = r"""
+- name: Gather the node's software stack
+  gpufleet.deepep.node_stack:
+
+- name: Gather with the torch environment's interpreter and the pending-reboot flag of nvidia_params
+  gpufleet.deepep.node_stack:
+    python: /opt/torch/.venv/bin/python
+    nvidia_reboot_required: "{{ (gpufleet_nvidia_result | default({})).reboot_required | default(omit) }}"
+
+- name: Show the versions
+  ansible.builtin.debug:
+    msg: >-
+      nvcc {{ ansible_facts.gpufleet_stack.cuda.version }},
+      torch {{ ansible_facts.gpufleet_stack.torch.version }},
+      NCCL {{ ansible_facts.gpufleet_stack.nccl.loaded_version }}
+"""
+
+RETURN = r"""
+ansible_facts:
+  description: Facts added to the host.
+  returned: always
+  type: dict
+  contains:
+    gpufleet_stack:
+      description: The node's software stack.
+      returned: always
+      type: dict
+      contains:
+        os:
+          description: Distribution (from C(/etc/os-release)) and running kernel.
+          type: dict
+          returned: always
+          sample: {id: ubuntu, version_id: "24.04", version_codename: noble,
+                   pretty_name: Ubuntu 24.04.1 LTS, kernel: 6.14.0-1011-gcp}
+        cuda:
+          description:
+            - The CUDA toolkit at O(cuda_home). V(release) is C(major.minor), V(version) the full nvcc version;
+              V(error) says why they are null.
+          type: dict
+          returned: always
+          sample: {home: /usr/local/cuda, nvcc: /usr/local/cuda/bin/nvcc, nvcc_present: true,
+                   release: "13.0", version: 13.0.88, error: null}
+        packages:
+          description: Installed versions of the O(dpkg_packages) that are installed.
+          type: dict
+          returned: always
+          sample: {rdma-core: 2501mlnx56-1.2501060, libibverbs-dev: 2501mlnx56-1.2501060, doca-ofed: 3.2.1-0}
+        rdma_core:
+          description: rdma-core and DOCA versions and the MLX5DV symbols of C(infiniband/mlx5_api.h).
+          type: dict
+          returned: always
+          sample: {rdma_core_version: "50.0-2build2", libibverbs_dev_version: "50.0-2build2", doca_version: null,
+                   mlx5_header: /usr/include/infiniband/mlx5_api.h, mlx5_header_present: true,
+                   mlx5dv_symbols: {MLX5DV_REG_DMABUF_ACCESS_DATA_DIRECT: false}, mlx5dv_ok: false}
+        kernel_modules:
+          description: Whether each watched kernel module is loaded (C(/proc/modules), else C(lsmod); or C(/sys/module/<name>)).
+          type: dict
+          returned: always
+          sample: {nvidia: true, nvidia_peermem: false, nvidia_uvm: true, gdrdrv: false, mlx5_core: true,
+                   mlx5_ib: true, ib_core: true}
+        libcuda:
+          description:
+            - Where C(libcuda.so) (what C(-lcuda) links), C(libcuda.so.1) and the toolkit stub are.
+              V(linkable) is false when no unversioned C(libcuda.so) is in the linker's search path.
+          type: dict
+          returned: always
+          sample: {so_path: /usr/lib/x86_64-linux-gnu/libcuda.so, so1_path: /usr/lib/x86_64-linux-gnu/libcuda.so.1,
+                   stub_path: /usr/local/cuda/lib64/stubs/libcuda.so, linkable: true}
+        gdrcopy:
+          description: The GDRCopy user library (C(libgdrapi.so*)) and whether C(gdrdrv) is loaded.
+          type: dict
+          returned: always
+          sample: {library: /opt/deepep/gdrcopy/lib/libgdrapi.so.2, library_present: true, gdrdrv_loaded: false}
+        python:
+          description: The interpreter given as O(python) and whether its metadata probe worked.
+          type: dict
+          returned: always
+          sample: {path: /opt/torch/.venv/bin/python, version: 3.12.3, ok: true}
+        torch:
+          description: torch's version from its package metadata and the CUDA of its C(+cuXYZ) label.
+          type: dict
+          returned: always
+          sample: {version: 2.11.0+cu130, cuda: "13.0", location: /opt/torch/.venv/lib/python3.12/site-packages}
+        nccl:
+          description:
+            - NCCL from pip (C(nvidia-nccl-cu*) in the interpreter's environment) and from the system (C(nccl.h),
+              C(libnccl.so.2)). V(loaded_version) is the NCCL torch loads, its pip package when installed.
+          type: dict
+          returned: always
+          sample: {pip: [{name: nvidia-nccl-cu13, version: 2.28.9, location: /opt/torch/.venv/lib/python3.12/site-packages}],
+                   pip_version: 2.28.9, system_version: null, system_header: null, system_library: null,
+                   loaded_version: 2.28.9}
+        deep_ep_package:
+          description: The installed C(deep_ep) distribution (name, version, location), or null.
+          type: dict
+          returned: always
+          sample: {name: deep_ep, version: 1.2.1+567632d, location: /opt/torch/.venv/lib/python3.12/site-packages}
+        nvshmem:
+          description:
+            - The NVSHMEM install at O(nvshmem_prefix), in the shape of the C(gpufleet_nvshmem) facts of
+              M(gpufleet.deepep.nvshmem_build), read from the build stamp and the install's files. V(verified) is
+              always null, since only the build module runs the verification.
+          type: dict
+          returned: always
+          sample: {prefix: /opt/deepep/nvshmem, present: true, version: 3.4.5, ibgda: true,
+                   key: 3f9a1c0e5b7d2a4c6e8f0a1b2c3d4e5f60718293a4b5c6d7e8f9a0b1c2d3e4f5,
+                   libraries: [libnvshmem_host.so.3, nvshmem_transport_ibgda.so.3], built_at: "2026-11-22T03:04:05Z",
+                   cuda_arch: "100", cuda_version: 13.0.88, roce_ah_attr_fix: true, verified: null,
+                   stamp: /opt/deepep/nvshmem/.gpufleet-build.json}
+        env_script:
+          description:
+            - The environment script. V(exports) holds the variables its top-level C(export) lines set,
+              expanded; V(exports_raw) the unexpanded right-hand sides.
+          type: dict
+          returned: always
+          sample: {path: /opt/deepep/unified-env.sh, present: true, mode: "0644",
+                   sha256: 3f9a0c1d2e4b5a69788776655443322110ffeeddccbbaa998877665544332211,
+                   exports: {NVSHMEM_REMOTE_TRANSPORT: ibgda, NVSHMEM_IB_GID_INDEX: "3",
+                             LD_PRELOAD: /opt/deepep/nvshmem/lib/libnvshmem_host.so.3},
+                   exports_raw: {LD_PRELOAD: '"${NVSHMEM_HOME}/lib/libnvshmem_host.so.3"'}}
+        deep_ep_import:
+          description:
+            - C(import deep_ep) in a fresh process with the environment script sourced (when present).
+              V(error) holds the last lines of the failure (for example an C(undefined symbol) after a torch change).
+          type: dict
+          returned: always
+          sample: {checked: true, ok: false, env_sourced: true, file: null, version: null, rc: 1,
+                   error: "ImportError: deep_ep_cpp.so: undefined symbol: _ZNK3c1010TensorImpl15incref_pyobjectEv"}
+        deepep:
+          description:
+            - The installed DeepEP in the shape of the C(gpufleet_deepep) facts of M(gpufleet.deepep.deepep_build), read
+              from package metadata, the import probe and the build stamp C(.gpufleet-build.json) that module writes into
+              the package directory. V(nvshmem_build) is the NVSHMEM the build used (C(root), C(version), C(ibgda)).
+            - V(import_ok) is null when O(import_check=false).
+          type: dict
+          returned: always
+          sample: {installed: true, version: 1.2.1, generation: v1,
+                   key: 9d0f5c3e1a2b4c6d8e0f1a3b5c7d9e1f2a4b6c8d0e2f4a6b8c0d2e4f6a8b0c2d,
+                   built_against: {torch: 2.11.0+cu130, cuda: 13.0.88, nvshmem: 3.4.5, nccl: 2.28.9, arch_list: "9.0"},
+                   nvshmem_build: {root: /opt/deepep/nvshmem, version: 3.4.5, ibgda: true},
+                   wheel: /opt/deepep/artifacts/deepep/9d0f/deep_ep-1.2.1-cp312-cp312-linux_x86_64.whl,
+                   import_ok: true, import_error: null, hca_mapping_support: true,
+                   location: /opt/torch/.venv/lib/python3.12/site-packages/deep_ep, python: /opt/torch/.venv/bin/python,
+                   stamp: /opt/torch/.venv/lib/python3.12/site-packages/deep_ep/.gpufleet-build.json}
+        peermem_loaded:
+          description: Whether C(nvidia_peermem) is loaded.
+          type: bool
+          returned: always
+          sample: false
+        reboot:
+          description:
+            - Whether a reboot is pending, from C(/var/run/reboot-required) and O(nvidia_reboot_required).
+          type: dict
+          returned: always
+          sample: {required: true, reasons: [gpufleet_nvidia.reboot_required], packages: [],
+                   nvidia_reboot_required: true}
+        errors:
+          description: Probes that could not run, by name, with the reason (the other facts are still returned).
+          type: dict
+          returned: always
+          sample: {python: "/usr/bin/python3 failed (rc=127): No such file or directory"}
+"""
+
+from ansible.module_utils.basic import AnsibleModule
+
+from ansible_collections.gpufleet.deepep.plugins.module_utils._stack import (
+    DEFAULT_DPKG_PACKAGES,
+    DEFAULT_MLX5DV_SYMBOLS,
+    gather_stack,
+)
+
+
+def build_module():
+    return AnsibleModule(
+        argument_spec=dict(
+            cuda_home=dict(type="path", default="/usr/local/cuda"),
+            python=dict(type="str", default="/usr/bin/python3"),
+            env_script=dict(type="path", default="/opt/deepep/unified-env.sh"),
+            gdrcopy_home=dict(type="path", default="/opt/deepep/gdrcopy"),
+            nvshmem_prefix=dict(type="path", default="/opt/deepep/nvshmem"),
+            mlx5dv_symbols=dict(type="list", elements="str", default=list(DEFAULT_MLX5DV_SYMBOLS)),
+            dpkg_packages=dict(type="list", elements="str"),
+            nvidia_reboot_required=dict(type="bool"),
+            import_check=dict(type="bool", default=True),
+            timeout=dict(type="int", default=60),
+            root=dict(type="path", default="/"),
+        ),
+        supports_check_mode=True,
+    )
+
+
+def main():
+    module = build_module()
+    params = module.params
+    if params["timeout"] < 1:
+        module.fail_json(msg="timeout=%r: expected a positive number of seconds" % params["timeout"])
+    facts = gather_stack(
+        root=params["root"],
+        cuda_home=params["cuda_home"],
+        python=params["python"],
+        env_script=params["env_script"],
+        gdrcopy_home=params["gdrcopy_home"],
+        nvshmem_prefix=params["nvshmem_prefix"],
+        mlx5dv_symbols=params["mlx5dv_symbols"],
+        dpkg_packages=params["dpkg_packages"] or list(DEFAULT_DPKG_PACKAGES),
+        nvidia_reboot_required=params["nvidia_reboot_required"],
+        import_check=params["import_check"],
+        timeout=params["timeout"],
+    )
+    module.exit_json(changed=False, ansible_facts={"gpufleet_stack": facts})
+
+
+if __name__ == "__main__":
+    main()

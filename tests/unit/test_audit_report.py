@@ -1,0 +1,195 @@
+# Copyright: (c) 2026, gpufleet.deepep contributors
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
+"""The fleet report: well-formed self-contained HTML, every finding's fix, escaping, Markdown, JSON."""
+
+from __future__ import annotations
+
+import copy
+import html.parser
+import json
+
+import pytest
+import yaml
+
+from conftest import FIXTURES, REPO
+
+from ansible_collections.gpufleet.deepep.plugins.module_utils._audit import audit_fleet
+from ansible_collections.gpufleet.deepep.plugins.module_utils._report import render, render_html, render_markdown
+
+CATALOGUE = yaml.safe_load((REPO / "roles" / "audit" / "files" / "rules.yml").read_text())
+HEALTHY = json.loads((FIXTURES / "audit" / "healthy_node.json").read_text())
+EVIL = '<script>alert("x")</script>&'
+VOID = {"meta", "link", "br", "hr", "img", "input", "col", "area", "base", "wbr", "source", "track", "embed"}
+
+
+def doc(host, **changes):
+    out = copy.deepcopy(HEALTHY)
+    out["host"] = host
+    for path, value in changes.items():
+        node = out
+        keys = path.split("__")
+        for key in keys[:-1]:
+            node = node[key]
+        node[keys[-1]] = value
+    return out
+
+
+@pytest.fixture
+def fleet():
+    docs = {
+        "n1": doc("n1"),
+        "n2": doc("n2", gpufleet_stack__torch={"version": "2.11.0+cu130"}),
+        # A node whose facts carry markup: a device name and an import error with HTML in them.
+        EVIL: doc(EVIL, gpufleet_stack__deep_ep_import={"checked": True, "ok": False, "error": EVIL},
+                  gpufleet_stack__torch={"version": EVIL}),
+        "n4": {"host": "n4", "groups": ["b200"], "reachable": False, "unreachable_reason": "ssh: " + EVIL},
+    }
+    docs[EVIL]["gpufleet_rdma"]["devices"][0]["name"] = EVIL
+    docs[EVIL]["gpufleet_rdma"]["devices"][1]["ports"][0]["state"] = "DOWN"
+    return audit_fleet(docs, CATALOGUE, groups={"b200": list(docs)},
+                       meta={"generated_at": "2026-11-22T03:00:00Z", "inventory": "inv/" + EVIL, "check_mode": True})
+
+
+class Checker(html.parser.HTMLParser):
+    """Balance of non-void tags, external references, text, ids."""
+
+    def __init__(self):
+        super().__init__(convert_charrefs=True)
+        self.stack = []
+        self.errors = []
+        self.external = []
+        self.text = []
+        self.tags = []
+        self.ids = []
+        self.hrefs = []
+
+    def handle_starttag(self, tag, attrs):
+        self.tags.append(tag)
+        if tag not in VOID:
+            self.stack.append(tag)
+        for name, value in attrs:
+            if name == "id":
+                self.ids.append(value)
+            if name in ("src", "href", "action", "data") and value:
+                if value.startswith("#"):
+                    self.hrefs.append(value[1:])
+                else:
+                    self.external.append(value)
+            if name == "style" and "url(" in (value or ""):
+                self.external.append(value)
+
+    def handle_endtag(self, tag):
+        if tag in VOID:
+            return
+        if not self.stack or self.stack[-1] != tag:
+            self.errors.append("unexpected </%s> (open: %s)" % (tag, self.stack[-3:]))
+            return
+        self.stack.pop()
+
+    def handle_data(self, data):
+        self.text.append(data)
+
+
+def check(page):
+    checker = Checker()
+    checker.feed(page)
+    checker.close()
+    return checker
+
+
+def test_html_is_well_formed_and_self_contained(fleet):
+    page = render_html(fleet)
+    assert page.startswith("<!DOCTYPE html>")
+    c = check(page)
+    assert c.errors == []
+    assert c.stack == []
+    assert c.external == []                       # no scripts, stylesheets, fonts or images to fetch
+    assert "script" not in c.tags and "link" not in c.tags and "img" not in c.tags
+    assert "style" in c.tags                      # the CSS is inline
+    assert "@import" not in page and "url(" not in page and "http://" not in page and "https://" not in page
+    assert len(c.ids) == len(set(c.ids))
+    assert set(c.hrefs) <= set(c.ids)             # every in-page link has its target
+
+
+def test_html_escapes_node_supplied_strings(fleet):
+    page = render_html(fleet)
+    assert EVIL not in page
+    assert "<script>" not in page
+    assert html_escaped(EVIL) in page
+    text = " ".join(check(page).text)
+    assert EVIL in text                           # shown, as text
+
+
+def html_escaped(value):
+    import html
+    return html.escape(value, quote=True)
+
+
+def test_html_contains_every_fix_and_sections(fleet):
+    page = render_html(fleet)
+    text = " ".join(check(page).text)
+    findings = [f for n in fleet["nodes"].values() for f in n["findings"]]
+    assert {f["id"] for f in findings} >= {"DEEPEP_TORCH_ABI", "HCA_PREFIX_MISMATCH", "NIC_PORT_DOWN",
+                                           "DEEPEP_IMPORT_FAILS"}
+    for finding in findings:
+        assert finding["fix"] in text
+        assert finding["title"] in text
+    for heading in ("Nodes", "Findings by severity", "Drift", "Node details"):
+        assert heading in text
+    assert "unreachable" in text and "ssh: " + EVIL in text
+    assert "2.11.0+cu130" in text                 # drift value
+    assert "check mode" in text
+
+
+def test_html_node_table_order_and_status(fleet):
+    page = render_html(fleet)
+    # Worst first: the unreachable node, then critical ones, the healthy node last.
+    assert page.index('href="#node-n4"') < page.index('href="#node-n2"') < page.index('href="#node-n1"')
+    assert 'class="badge s-ok"' in page and 'class="badge s-critical"' in page and 'class="badge s-unreachable"' in page
+
+
+def test_markdown(fleet):
+    md = render_markdown(fleet)
+    assert md.startswith("# DeepEP fleet audit")
+    assert "**4 nodes: 1 ok, 2 with findings, 1 unreachable**" in md
+    for node in fleet["nodes"].values():
+        for finding in node["findings"]:
+            assert finding["fix"] in md
+    table = [line for line in md.splitlines() if line.startswith("| n1 |")]
+    assert len(table) == 1 and "| ok |" in table[0]
+    assert "## Drift" in md and "## Unreachable" in md
+
+
+def test_markdown_escapes_pipes():
+    fleet = audit_fleet({"a|b": {"host": "a|b", "reachable": False}}, CATALOGUE)
+    md = render_markdown(fleet)
+    assert "| a\\|b | unreachable |" in md
+
+
+def test_json_round_trip(fleet):
+    again = json.loads(render(fleet, "json"))
+    assert again["summary"] == fleet["summary"]
+    assert set(again["nodes"]) == set(fleet["nodes"])
+
+
+def test_empty_fleet_renders():
+    fleet = audit_fleet({}, CATALOGUE)
+    assert check(render_html(fleet)).errors == []
+    assert "No findings." in render_markdown(fleet)
+
+
+def test_unknown_format():
+    with pytest.raises(ValueError, match="format 'pdf'"):
+        render({"nodes": {}}, "pdf")
+
+
+def test_findings_table_has_one_row_per_rule_with_its_nodes():
+    docs = {h: doc(h, gpufleet_stack__torch={"version": "2.11.0+cu130"}) for h in ("n1", "n2", "n3")}
+    docs["n4"] = doc("n4")
+    fleet = audit_fleet(docs, CATALOGUE)
+    md = render_markdown(fleet)
+    rows = [line for line in md.splitlines() if line.startswith("| critical | DEEPEP_TORCH_ABI |")]
+    assert rows == ["| critical | DEEPEP_TORCH_ABI | DeepEP was built against another torch than the one installed (ABI) "
+                    "| n1, n2, n3 |"]
+    page = render_html(fleet)
+    assert '<a href="#node-n1">n1</a>, <a href="#node-n2">n2</a>, <a href="#node-n3">n3</a> <span class="muted">(3)</span>' in page

@@ -1,0 +1,231 @@
+# Copyright: (c) 2026, gpufleet.deepep contributors
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
+"""Every rule of the audit catalogue: one facts document that makes it fire, one close to it that keeps it quiet."""
+
+from __future__ import annotations
+
+import copy
+import json
+
+import pytest
+import yaml
+
+from conftest import FIXTURES, REPO
+
+from ansible_collections.gpufleet.deepep.plugins.module_utils._audit import evaluate_rules, validate_rules
+
+CATALOGUE = yaml.safe_load((REPO / "roles" / "audit" / "files" / "rules.yml").read_text())
+HEALTHY = json.loads((FIXTURES / "audit" / "healthy_node.json").read_text())
+DELETE = object()
+
+
+def mutate(doc, changes):
+    """Apply {"a.b.c": value} changes to a deep copy of doc (DELETE removes the key)."""
+    out = copy.deepcopy(doc)
+    for path, value in changes.items():
+        keys = path.split(".")
+        node = out
+        for key in keys[:-1]:
+            if isinstance(node, list):
+                node = node[int(key)]
+            else:
+                node = node.setdefault(key, {})
+        last = keys[-1]
+        if value is DELETE:
+            node.pop(last, None)
+        elif isinstance(node, list):
+            node[int(last)] = value
+        else:
+            node[last] = value
+    return out
+
+
+def ids(doc):
+    return [f["id"] for f in evaluate_rules(doc, CATALOGUE)]
+
+
+ROCEP = ["rocep145s0", "rocep146s0"]
+
+# rule id -> (changes that make it fire, changes of a close state that keeps it quiet)
+CASES = {
+    "PEERMAP_NOT_LIVE": (
+        {"gpufleet_nvidia.peer_mapping_override_active": False, "gpufleet_nvidia.params.RegistryDwords": "",
+         "gpufleet_nvidia.registry_dwords": {}, "gpufleet_nvidia.reboot_required": True},
+        # configured and live after the reboot: quiet
+        {"gpufleet_nvidia.peer_mapping_override_active": True, "gpufleet_nvidia.reboot_required": False},
+    ),
+    "PEERMAP_OPTION_IGNORED": (
+        {"gpufleet_nvidia.persistent.ineffective": [
+            {"path": "/etc/modprobe.d/nvidia-peermem.conf", "line": 1, "option": "NVreg_PeerMappingOverride",
+             "value": "1", "status": "registry_key", "reason": "registry key", "fix": None}]},
+        {"gpufleet_nvidia.persistent.ineffective": []},
+    ),
+    "BUNDLED_NVSHMEM_WINS": (
+        {"gpufleet_bundled_nvshmem.bundled_would_win": True,
+         "gpufleet_stack.env_script.exports.LD_PRELOAD": DELETE},
+        # the bundled copy exists but the env script preloads the custom host library
+        {"gpufleet_bundled_nvshmem.bundled_would_win": False},
+    ),
+    "DEEPEP_NVSHMEM_NO_IBGDA": (
+        {"gpufleet_deepep.nvshmem_build.ibgda": False,
+         "gpufleet_deepep.nvshmem_build.root": "/usr/local/lib/python3.12/dist-packages/nvidia/nvshmem"},
+        {"gpufleet_deepep.nvshmem_build.ibgda": True},
+    ),
+    "DEEPEP_TORCH_ABI": (
+        {"gpufleet_stack.torch.version": "2.11.0+cu130"},
+        # the same torch, only the facts module saw it again
+        {"gpufleet_stack.torch.version": "2.9.1+cu129"},
+    ),
+    "DEEPEP_V2_NCCL_OLD": (
+        {"gpufleet_deepep.generation": "v2", "gpufleet_stack.nccl.loaded_version": "2.28.9"},
+        {"gpufleet_deepep.generation": "v2", "gpufleet_stack.nccl.loaded_version": "2.30.4"},
+    ),
+    "HCA_PREFIX_MISMATCH": (
+        {"gpufleet_rdma.devices.0.name": ROCEP[0], "gpufleet_rdma.devices.1.name": ROCEP[1]},
+        # rocep names on a node whose profile expects rocep
+        {"gpufleet_rdma.devices.0.name": ROCEP[0], "gpufleet_rdma.devices.1.name": ROCEP[1],
+         "gpufleet_rdma.devices.2.name": "rocep152s0", "gpufleet_rdma.devices.3.name": "rocep153s0",
+         "gpufleet_rdma.devices.4.name": "rocep196s0", "gpufleet_rdma.devices.5.name": "rocep197s0",
+         "gpufleet_rdma.devices.6.name": "rocep205s0", "gpufleet_rdma.devices.7.name": "rocep206s0",
+         "expect.hca_prefix": "rocep"},
+    ),
+    "ROCE_GID_INDEX": (
+        {"gpufleet_stack.env_script.exports.NVSHMEM_IB_GID_INDEX": "1"},
+        {"gpufleet_stack.env_script.exports.NVSHMEM_IB_GID_INDEX": "3"},
+    ),
+    "NIC_HANDLER_CPU_NO_GDRDRV": (
+        {"gpufleet_stack.env_script.exports.NVSHMEM_IBGDA_NIC_HANDLER": "cpu"},
+        {"gpufleet_stack.env_script.exports.NVSHMEM_IBGDA_NIC_HANDLER": "cpu",
+         "gpufleet_stack.gdrcopy.gdrdrv_loaded": True},
+    ),
+    "HCA_MAPPING_MISSING": (
+        {"gpufleet_stack.env_script.exports.DEEP_EP_DEVICE_TO_HCA_MAPPING": DELETE},
+        # one active NIC: nothing to map
+        {"gpufleet_stack.env_script.exports.DEEP_EP_DEVICE_TO_HCA_MAPPING": DELETE,
+         "gpufleet_rdma.active_devices": ["mlx5_0"]},
+    ),
+    "RDMA_CORE_NO_MLX5DV": (
+        {"gpufleet_stack.rdma_core.rdma_core_version": "50.0-2build2", "gpufleet_stack.rdma_core.mlx5dv_ok": False,
+         "gpufleet_stack.rdma_core.mlx5dv_symbols": {"MLX5DV_REG_DMABUF_ACCESS_DATA_DIRECT": False}},
+        # no rdma-core at all (a node without RDMA): not this rule's business
+        {"gpufleet_stack.rdma_core.rdma_core_version": None, "gpufleet_stack.rdma_core.mlx5_header_present": False,
+         "gpufleet_stack.rdma_core.mlx5dv_ok": False},
+    ),
+    "LIBCUDA_SO_MISSING": (
+        {"gpufleet_stack.libcuda.so_path": None, "gpufleet_stack.libcuda.linkable": False},
+        # no toolkit: the node does not build
+        {"gpufleet_stack.libcuda.so_path": None, "gpufleet_stack.libcuda.linkable": False,
+         "gpufleet_stack.cuda.nvcc_present": False},
+    ),
+    "REMOTE_TRANSPORT_NOT_IBGDA": (
+        {"gpufleet_stack.env_script.exports.NVSHMEM_REMOTE_TRANSPORT": DELETE},
+        # no RDMA NICs: intranode only
+        {"gpufleet_stack.env_script.exports.NVSHMEM_REMOTE_TRANSPORT": DELETE, "gpufleet_rdma.transport": "none"},
+    ),
+    "DEEPEP_ARCH_MISMATCH": (
+        {"gpufleet_deepep.built_against.arch_list": "9.0"},
+        {"gpufleet_deepep.built_against.arch_list": "9.0;10.0"},
+    ),
+    "NIC_PORT_DOWN": (
+        {"gpufleet_rdma.devices.7.ports.0.state": "DOWN", "gpufleet_rdma.devices.7.ports.0.phys_state": "DISABLED"},
+        {"gpufleet_rdma.devices.7.ports.0.state": "ACTIVE"},
+    ),
+    "PEERMEM_MISSING": (
+        {"gpufleet_stack.peermem_loaded": False, "gpufleet_stack.kernel_modules.nvidia_peermem": False,
+         "gpufleet_nvidia.peer_mapping_override_active": False,
+         "gpufleet_nvidia.persistent.registry_dwords": {}, "gpufleet_nvidia.persistent.registry_dwords_raw": None},
+        {"gpufleet_stack.peermem_loaded": True, "gpufleet_nvidia.peer_mapping_override_active": False,
+         "gpufleet_nvidia.persistent.registry_dwords": {}, "gpufleet_nvidia.persistent.registry_dwords_raw": None},
+    ),
+    "PEERMEM_MISSING_DMABUF": (
+        {"gpufleet_stack.peermem_loaded": False, "gpufleet_stack.kernel_modules.nvidia_peermem": False},
+        {"gpufleet_stack.peermem_loaded": True},
+    ),
+    "DEEPEP_IMPORT_FAILS": (
+        {"gpufleet_stack.deep_ep_import.ok": False, "gpufleet_stack.deep_ep_import.rc": 1,
+         "gpufleet_stack.deep_ep_import.error": "ImportError: undefined symbol: ncclGetLsaDevicePointer"},
+        # DeepEP is not installed on this node: a failing import is expected
+        {"gpufleet_stack.deep_ep_import.ok": False, "gpufleet_stack.deep_ep_package": None,
+         "gpufleet_deepep.installed": False},
+    ),
+    "ENV_SCRIPT_MISSING": (
+        {"gpufleet_stack.env_script": {"path": "/opt/deepep/unified-env.sh", "present": False, "sha256": None,
+                                       "mode": None, "exports": {}, "exports_raw": {}}},
+        {"gpufleet_stack.env_script.present": True},
+    ),
+    "REBOOT_PENDING": (
+        {"gpufleet_stack.reboot.required": True, "gpufleet_stack.reboot.reasons": ["/var/run/reboot-required"]},
+        {"gpufleet_stack.reboot.required": False},
+    ),
+    "FACTS_INCOMPLETE": (
+        {"gather_errors": {"gpufleet_rdma": "module failed"}},
+        {"gather_errors": {}},
+    ),
+}
+
+
+def test_healthy_node_has_no_findings():
+    assert ids(HEALTHY) == []
+
+
+def test_every_rule_has_a_case():
+    rule_ids = {r["id"] for r in validate_rules(CATALOGUE)}
+    assert rule_ids == set(CASES)
+
+
+def test_issue_rules_are_in_the_catalogue():
+    """The rules issue 7 asks for, by what they check."""
+    rule_ids = {r["id"] for r in validate_rules(CATALOGUE)}
+    assert {"PEERMAP_NOT_LIVE", "BUNDLED_NVSHMEM_WINS", "DEEPEP_NVSHMEM_NO_IBGDA", "DEEPEP_TORCH_ABI",
+            "DEEPEP_V2_NCCL_OLD", "HCA_PREFIX_MISMATCH", "ROCE_GID_INDEX", "NIC_HANDLER_CPU_NO_GDRDRV",
+            "HCA_MAPPING_MISSING", "RDMA_CORE_NO_MLX5DV", "LIBCUDA_SO_MISSING", "REMOTE_TRANSPORT_NOT_IBGDA",
+            "DEEPEP_ARCH_MISMATCH", "NIC_PORT_DOWN", "PEERMEM_MISSING", "PEERMEM_MISSING_DMABUF"} <= rule_ids
+
+
+@pytest.mark.parametrize("rule_id", sorted(CASES))
+def test_rule_fires(rule_id):
+    found = evaluate_rules(mutate(HEALTHY, CASES[rule_id][0]), CATALOGUE)
+    assert rule_id in [f["id"] for f in found]
+    finding = next(f for f in found if f["id"] == rule_id)
+    assert finding["fix"] and finding["source"]
+
+
+@pytest.mark.parametrize("rule_id", sorted(CASES))
+def test_rule_quiet(rule_id):
+    assert rule_id not in ids(mutate(HEALTHY, CASES[rule_id][1]))
+
+
+@pytest.mark.parametrize("rule_id", sorted(CASES))
+def test_rule_quiet_without_its_facts(rule_id):
+    """A node whose facts modules returned nothing triggers no rule except FACTS_INCOMPLETE."""
+    doc = {"host": "n1", "groups": [], "reachable": True, "expect": {"hca_prefix": "mlx5"},
+           "gather_errors": {"gpufleet_stack": "boom"}}
+    found = ids(doc)
+    assert found == ["FACTS_INCOMPLETE"]
+    if rule_id != "FACTS_INCOMPLETE":
+        assert rule_id not in found
+
+
+def test_severities_as_issue_says():
+    rules = {r["id"]: r for r in validate_rules(CATALOGUE)}
+    assert rules["PEERMEM_MISSING_DMABUF"]["severity"] == "info"
+    assert rules["PEERMEM_MISSING"]["severity"] != "info"
+    assert rules["PEERMAP_NOT_LIVE"]["severity"] == "critical"
+
+
+def test_evidence_names_the_offending_devices():
+    doc = mutate(HEALTHY, {"gpufleet_rdma.devices.0.name": "rocep145s0",
+                           "gpufleet_rdma.devices.3.ports.0.state": "DOWN"})
+    found = {f["id"]: f for f in evaluate_rules(doc, CATALOGUE)}
+    assert found["HCA_PREFIX_MISMATCH"]["evidence"] == {"expected": "mlx5", "devices": ["rocep145s0"]}
+    assert found["NIC_PORT_DOWN"]["evidence"][0]["device"] == "mlx5_3"
+    assert found["NIC_PORT_DOWN"]["evidence"][0]["ports"][0]["state"] == "DOWN"
+
+
+def test_torch_abi_evidence_and_import_error():
+    doc = mutate(HEALTHY, {"gpufleet_stack.torch.version": "2.11.0+cu130", "gpufleet_stack.deep_ep_import.ok": False,
+                           "gpufleet_stack.deep_ep_import.error": "undefined symbol: _ZNK3c10"})
+    found = {f["id"]: f for f in evaluate_rules(doc, CATALOGUE)}
+    assert found["DEEPEP_TORCH_ABI"]["evidence"]["built_against"] == "2.9.1+cu129"
+    assert found["DEEPEP_TORCH_ABI"]["evidence"]["installed"] == "2.11.0+cu130"
+    assert "DEEPEP_IMPORT_FAILS" in found

@@ -1,0 +1,309 @@
+# Copyright: (c) 2026, gpufleet.deepep contributors
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
+"""node_stack: the parsers, each probe over a fixture root with a scripted command runner, and the module."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+
+import pytest
+
+from ansible_collections.gpufleet.deepep.plugins.module_utils import _stack
+from ansible_collections.gpufleet.deepep.plugins.modules import node_stack
+
+NVCC_13 = """nvcc: NVIDIA (R) Cuda compiler driver
+Copyright (c) 2005-2025 NVIDIA Corporation
+Built on Wed_Aug_20_01:58:59_PM_PDT_2025
+Cuda compilation tools, release 13.0, V13.0.88
+Build cuda_13.0.r13.0/compiler.36424714_0
+"""
+
+LDCONFIG = """1234 libs found in cache `/etc/ld.so.cache'
+\tlibnccl.so.2 (libc6,x86-64) => /usr/lib/x86_64-linux-gnu/libnccl.so.2
+\tlibgdrapi.so.2 (libc6,x86-64) => /usr/lib/x86_64-linux-gnu/libgdrapi.so.2
+\tlibcuda.so.1 (libc6,x86-64) => /usr/lib/x86_64-linux-gnu/libcuda.so.1
+"""
+
+ENV_SCRIPT = """#!/bin/bash
+# DeepEP environment
+export NVSHMEM_HOME=/opt/deepep/nvshmem
+export CUDA_HOME=/usr/local/cuda
+export LD_LIBRARY_PATH=${NVSHMEM_HOME}/lib:${CUDA_HOME}/lib64:${LD_LIBRARY_PATH:-}
+export LD_PRELOAD="${NVSHMEM_HOME}/lib/libnvshmem_host.so.3"
+export NVSHMEM_REMOTE_TRANSPORT=ibgda   # force IBGDA
+export NVSHMEM_IBGDA_NIC_HANDLER='gpu'
+export NVSHMEM_IB_GID_INDEX=3
+export DEEP_EP_DEVICE_TO_HCA_MAPPING=0:mlx5_0:1,1:mlx5_1:1
+[ -d /lssd/huggingface ] && export HF_HOME=/lssd/huggingface
+FOO=bar
+export FOO
+export PYTHONPATH=/opt/deepep/DeepEP:${PYTHONPATH:-}
+export QUOTED="a b" ; echo loaded
+"""
+
+PROBE_OUT = {
+    "python_version": "3.12.3", "executable": "/opt/torch/.venv/bin/python",
+    "packages": [
+        {"name": "torch", "version": "2.11.0+cu130", "location": "/site"},
+        {"name": "nvidia-nccl-cu13", "version": "2.28.9", "location": "/site"},
+        {"name": "deep_ep", "version": "1.2.1", "location": "/site"},
+    ],
+}
+
+
+def write(root, path, text="", mode=None):
+    full = root / path.lstrip("/")
+    full.parent.mkdir(parents=True, exist_ok=True)
+    full.write_text(text)
+    if mode is not None:
+        os.chmod(full, mode)
+    return full
+
+
+class Runner:
+    """Scripted command runner: the first matching (argv prefix -> result) answers; records every call."""
+
+    def __init__(self, answers):
+        self.answers = answers
+        self.calls = []
+
+    def __call__(self, argv, timeout=None, env=None):
+        self.calls.append((list(argv), timeout))
+        for prefix, result in self.answers:
+            exact = list(argv[:len(prefix)]) == list(prefix)
+            suffix = argv[0].endswith(prefix[0]) and list(argv[1:len(prefix)]) == list(prefix[1:])
+            if exact or suffix:
+                return result(argv) if callable(result) else result
+        return 127, "", "%s: not found" % argv[0]
+
+
+@pytest.fixture
+def node(tmp_path):
+    """A fixture root of a configured node."""
+    root = tmp_path / "root"
+    write(root, "/etc/os-release", 'ID=ubuntu\nVERSION_ID="24.04"\nVERSION_CODENAME=noble\n'
+                                   'PRETTY_NAME="Ubuntu 24.04.1 LTS"\n')
+    write(root, "/proc/sys/kernel/osrelease", "6.14.0-1011-gcp\n")
+    write(root, "/proc/modules", "nvidia_peermem 16384 0 - Live 0x0\nnvidia 14381056 1 nvidia_peermem, Live 0x0\n"
+                                 "mlx5_ib 585728 0 - Live 0x0\n")
+    write(root, "/usr/local/cuda/bin/nvcc", "#!/bin/sh\n", 0o755)
+    write(root, "/usr/include/infiniband/mlx5_api.h",
+          "#define MLX5DV_REG_DMABUF_ACCESS_DATA_DIRECT (1 << 0)\n")
+    write(root, "/usr/lib/x86_64-linux-gnu/libcuda.so.1")
+    write(root, "/usr/lib/x86_64-linux-gnu/libnccl.so.2")
+    write(root, "/usr/lib/x86_64-linux-gnu/libgdrapi.so.2")
+    write(root, "/usr/include/nccl.h", "#define NCCL_MAJOR 2\n#define NCCL_MINOR 30\n#define NCCL_PATCH 7\n")
+    write(root, "/opt/deepep/unified-env.sh", ENV_SCRIPT, 0o755)
+    write(root, "/opt/deepep/nvshmem/lib/libnvshmem_host.so.3")
+    write(root, "/opt/deepep/nvshmem/lib/nvshmem_transport_ibgda.so.3")
+    write(root, "/opt/deepep/nvshmem/.gpufleet-build.json", json.dumps(
+        {"key": "k" * 64, "version": "3.5.19", "ibgda": True, "built_at": "2026-11-22T01:00:00Z",
+         "inputs": {"cuda_arch": "100", "cuda_version": "13.0.88", "roce_ah_attr_fix": True}}))
+    write(root, "/site/deep_ep/__init__.py")
+    write(root, "/site/deep_ep/.gpufleet-build.json", json.dumps(
+        {"key": "d" * 64, "generation": "v1",
+         "built_against": {"torch": "2.9.1+cu129", "arch_list": "10.0", "nvshmem": "3.5.19"},
+         "inputs": {"nvshmem": {"root": "/opt/deepep/nvshmem", "version": "3.5.19", "ibgda": True}},
+         "hca_mapping_support": True, "wheel": "/opt/deepep/artifacts/deepep/x.whl"}))
+    write(root, "/var/run/reboot-required")
+    write(root, "/var/run/reboot-required.pkgs", "linux-image-6.14.0-1012-gcp\n")
+    return root
+
+
+def answers(import_rc=1, import_out="", import_err="ImportError: undefined symbol: _ZNK3c10"):
+    return [
+        (["/nvcc", "--version"], (0, NVCC_13, "")),
+        (["dpkg-query"], (1, "rdma-core\t2501mlnx56-1.2501060\tinstalled\nlibibverbs-dev\t2501mlnx56-1\tinstalled\n"
+                             "doca-ofed\t3.2.1-0\tinstalled\ngdrcopy\t2.5\tconfig-files\n",
+                          "dpkg-query: no packages found matching doca-roce\n")),
+        (["ldconfig", "-p"], (0, LDCONFIG, "")),
+        (["/opt/torch/.venv/bin/python", "-c"], (0, "noise\n" + json.dumps(PROBE_OUT) + "\n", "")),
+        (["bash", "-c"], (import_rc, import_out, import_err)),
+    ]
+
+
+def gather(root, runner, **kw):
+    args = dict(root=str(root), python="/opt/torch/.venv/bin/python", runner=runner)
+    args.update(kw)
+    return _stack.gather_stack(**args)
+
+
+# --- parsers --------------------------------------------------------------------------------------------
+
+def test_parse_nvcc_version():
+    assert _stack.parse_nvcc_version(NVCC_13) == ("13.0", "13.0.88")
+    assert _stack.parse_nvcc_version("garbage") == (None, None)
+
+
+def test_parse_dpkg_query_keeps_installed_only():
+    out = "rdma-core\t50.0-2build2\tinstalled\ngdrcopy\t2.5\tconfig-files\nbroken line\n"
+    assert _stack.parse_dpkg_query(out) == {"rdma-core": "50.0-2build2"}
+
+
+def test_parse_ldconfig():
+    libs = _stack.parse_ldconfig(LDCONFIG)
+    assert libs["libcuda.so.1"] == ["/usr/lib/x86_64-linux-gnu/libcuda.so.1"]
+    assert "libcuda.so" not in libs
+
+
+def test_parse_modules_and_lsmod():
+    assert _stack.parse_proc_modules("a 1 0 - Live 0x0\nb 2 0 - Live 0x0\n") == {"a", "b"}
+    assert _stack.parse_lsmod("Module                  Size  Used by\nnvidia 1 0\n") == {"nvidia"}
+
+
+def test_parse_nccl_header():
+    assert _stack.parse_nccl_header("#define NCCL_MAJOR 2\n#define NCCL_MINOR 28\n#define NCCL_PATCH 9\n") == "2.28.9"
+    assert _stack.parse_nccl_header(None) is None
+
+
+def test_parse_env_script():
+    exports, raw = _stack.parse_env_script(ENV_SCRIPT)
+    assert exports["LD_LIBRARY_PATH"] == "/opt/deepep/nvshmem/lib:/usr/local/cuda/lib64:"
+    assert exports["LD_PRELOAD"] == "/opt/deepep/nvshmem/lib/libnvshmem_host.so.3"
+    assert exports["NVSHMEM_REMOTE_TRANSPORT"] == "ibgda"
+    assert exports["NVSHMEM_IBGDA_NIC_HANDLER"] == "gpu"
+    assert exports["NVSHMEM_IB_GID_INDEX"] == "3"
+    assert exports["DEEP_EP_DEVICE_TO_HCA_MAPPING"] == "0:mlx5_0:1,1:mlx5_1:1"
+    assert exports["FOO"] == "bar"                      # assigned, then exported by name
+    assert exports["QUOTED"] == "a b"
+    assert exports["PYTHONPATH"] == "/opt/deepep/DeepEP:"
+    assert "HF_HOME" not in exports                     # conditional lines are not evaluated
+    assert raw["LD_PRELOAD"] == '"${NVSHMEM_HOME}/lib/libnvshmem_host.so.3"'
+
+
+def test_parse_env_script_single_quotes_do_not_expand():
+    exports, raw = _stack.parse_env_script("export A=1\nexport B='${A}'\nexport C=\"x${A}y\"\nexport D=${MISSING:-dflt}\n")
+    assert exports == {"A": "1", "B": "${A}", "C": "x1y", "D": "dflt"}
+    assert raw["B"] == "'${A}'"
+
+
+def test_parse_os_release():
+    info = _stack.parse_os_release('ID=debian\nVERSION_ID="12"\nPRETTY_NAME="Debian GNU/Linux 12 (bookworm)"\n')
+    assert info["id"] == "debian" and info["version_id"] == "12"
+
+
+# --- probes over a fixture root -------------------------------------------------------------------------
+
+def test_gather_configured_node(node):
+    runner = Runner(answers())
+    facts = gather(node, runner, nvidia_reboot_required=True)
+    assert facts["os"] == {"id": "ubuntu", "version_id": "24.04", "version_codename": "noble",
+                           "pretty_name": "Ubuntu 24.04.1 LTS", "kernel": "6.14.0-1011-gcp"}
+    assert facts["cuda"]["release"] == "13.0" and facts["cuda"]["version"] == "13.0.88"
+    assert facts["packages"] == {"rdma-core": "2501mlnx56-1.2501060", "libibverbs-dev": "2501mlnx56-1",
+                                 "doca-ofed": "3.2.1-0"}
+    assert facts["rdma_core"]["doca_version"] == "3.2.1-0"
+    assert facts["rdma_core"]["mlx5dv_ok"] is True
+    assert facts["kernel_modules"]["nvidia_peermem"] is True and facts["peermem_loaded"] is True
+    assert facts["kernel_modules"]["gdrdrv"] is False
+    assert facts["libcuda"] == {"so_path": None, "so1_path": "/usr/lib/x86_64-linux-gnu/libcuda.so.1",
+                                "stub_path": None, "linkable": False}
+    assert facts["gdrcopy"]["library"] == "/usr/lib/x86_64-linux-gnu/libgdrapi.so.2"
+    assert facts["gdrcopy"]["gdrdrv_loaded"] is False
+    assert facts["torch"] == {"version": "2.11.0+cu130", "cuda": "13.0", "location": "/site"}
+    assert facts["nccl"]["pip_version"] == "2.28.9"
+    assert facts["nccl"]["system_version"] == "2.30.7"
+    assert facts["nccl"]["loaded_version"] == "2.28.9"       # torch loads its pip NCCL
+    assert facts["env_script"]["present"] is True
+    assert facts["env_script"]["mode"] == "0755"
+    assert facts["env_script"]["sha256"] == hashlib.sha256(ENV_SCRIPT.encode()).hexdigest()
+    assert facts["env_script"]["exports"]["NVSHMEM_IB_GID_INDEX"] == "3"
+    assert facts["deep_ep_import"]["ok"] is False
+    assert "undefined symbol" in facts["deep_ep_import"]["error"]
+    assert facts["deep_ep_import"]["env_sourced"] is True
+    assert facts["nvshmem"]["present"] is True and facts["nvshmem"]["ibgda"] is True
+    assert facts["nvshmem"]["version"] == "3.5.19" and facts["nvshmem"]["cuda_arch"] == "100"
+    deepep = facts["deepep"]
+    assert deepep["installed"] is True and deepep["generation"] == "v1"
+    assert deepep["built_against"]["torch"] == "2.9.1+cu129"
+    assert deepep["nvshmem_build"] == {"root": "/opt/deepep/nvshmem", "version": "3.5.19", "ibgda": True}
+    assert deepep["import_ok"] is False and deepep["location"] == "/site/deep_ep"
+    assert facts["reboot"] == {"required": True,
+                               "reasons": ["/var/run/reboot-required", "gpufleet_nvidia.reboot_required"],
+                               "packages": ["linux-image-6.14.0-1012-gcp"], "nvidia_reboot_required": True}
+    assert facts["errors"] == {}
+    # The import probe sources the env script and runs the given interpreter in a child shell.
+    bash = [c for c in runner.calls if c[0][0] == "bash"][0]
+    assert bash[0][-3:] == [str(node / "opt/deepep/unified-env.sh"), "/opt/torch/.venv/bin/python",
+                            _stack.IMPORT_PROBE]
+    assert bash[1] == 60
+
+
+def test_gather_import_ok_and_timeout(node):
+    ok = gather(node, Runner(answers(0, json.dumps({"file": "/site/deep_ep/__init__.py", "version": "1.2.1"}), "")))
+    assert ok["deep_ep_import"]["ok"] is True
+    assert ok["deepep"]["import_ok"] is True
+    slow = gather(node, Runner(answers(124, "", "")), timeout=5)
+    assert slow["deep_ep_import"]["ok"] is False
+    assert slow["deep_ep_import"]["error"] == "timed out after 5s"
+
+
+def test_gather_bare_node(tmp_path):
+    """Nothing installed, no commands available: empty facts, no exception."""
+    facts = gather(tmp_path, Runner([]), import_check=False)
+    assert facts["cuda"]["nvcc_present"] is False
+    assert facts["rdma_core"]["mlx5dv_ok"] is False and facts["rdma_core"]["mlx5_header_present"] is False
+    assert facts["torch"]["version"] is None
+    assert facts["nccl"]["loaded_version"] is None
+    assert facts["env_script"]["present"] is False
+    assert facts["deep_ep_import"]["checked"] is False
+    assert facts["deepep"]["installed"] is False
+    assert facts["nvshmem"]["present"] is False
+    assert facts["reboot"]["required"] is False
+    assert set(facts["errors"]) == {"packages", "ldconfig", "python"}
+    assert "rc=127" in facts["errors"]["python"]
+
+
+def test_gather_missing_header_symbols(node):
+    write(node, "/usr/include/infiniband/mlx5_api.h", "/* rdma-core 50 */\n")
+    facts = gather(node, Runner(answers()))
+    assert facts["rdma_core"]["mlx5dv_symbols"] == {"MLX5DV_REG_DMABUF_ACCESS_DATA_DIRECT": False}
+    assert facts["rdma_core"]["mlx5dv_ok"] is False
+
+
+def test_lsmod_fallback_without_proc_modules(node):
+    os.remove(node / "proc" / "modules")
+    runner = Runner(answers() + [(["lsmod"], (0, "Module Size Used by\ngdrdrv 1 0\n", ""))])
+    facts = gather(node, runner)
+    assert facts["kernel_modules"]["gdrdrv"] is True
+    assert facts["gdrcopy"]["gdrdrv_loaded"] is True
+    assert facts["peermem_loaded"] is False
+
+
+def test_libcuda_unversioned_and_stub(node):
+    write(node, "/usr/lib/x86_64-linux-gnu/libcuda.so")
+    write(node, "/usr/local/cuda/lib64/stubs/libcuda.so")
+    facts = gather(node, Runner(answers()))
+    assert facts["libcuda"]["linkable"] is True
+    assert facts["libcuda"]["stub_path"] == "/usr/local/cuda/lib64/stubs/libcuda.so"
+
+
+def test_subprocess_runner_reports_timeout_and_missing():
+    slow = _stack.subprocess_runner(["sleep", "5"], timeout=0.2)
+    assert slow[0] == 124 and "timed out" in slow[2]
+    assert _stack.subprocess_runner(["/nonexistent/binary"])[0] == 127
+    rc, out, err = _stack.subprocess_runner(["sh", "-c", "echo $LC_ALL $PYTHONDONTWRITEBYTECODE"])
+    assert rc == 0 and out.split() == ["C", "1"] and err == ""
+
+
+# --- the module -----------------------------------------------------------------------------------------
+
+def test_module_reports_facts_and_changes_nothing(module_runner, tmp_path):
+    write(tmp_path, "/opt/deepep/unified-env.sh", "export NVSHMEM_REMOTE_TRANSPORT=ibgda\n")
+    before = sorted(str(p) for p in tmp_path.rglob("*"))
+    result = module_runner(node_stack, {"root": str(tmp_path), "import_check": False, "python": "/usr/bin/python3"},
+                           check_mode=True)
+    assert not result.failed
+    assert result["changed"] is False
+    facts = result["ansible_facts"]["gpufleet_stack"]
+    assert facts["env_script"]["exports"] == {"NVSHMEM_REMOTE_TRANSPORT": "ibgda"}
+    assert facts["python"]["ok"] is True
+    assert sorted(str(p) for p in tmp_path.rglob("*")) == before
+
+
+def test_module_rejects_bad_timeout(module_runner, tmp_path):
+    result = module_runner(node_stack, {"root": str(tmp_path), "timeout": 0})
+    assert result.failed
+    assert "timeout=0" in result["msg"]
