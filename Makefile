@@ -13,7 +13,7 @@ MOLECULE_SCENARIOS ?= $(sort $(notdir $(patsubst %/molecule.yml,%,$(wildcard mol
 FLEETSIM := $(VENV)/bin/python -m tools.fleetsim
 DEMO_NODES ?= 4
 
-.PHONY: help bootstrap test lint changelog-lint yamllint ansible-lint sanity unit molecule demo demo-down bench clean
+.PHONY: help bootstrap test lint changelog-lint yamllint ansible-lint sanity unit integration molecule demo demo-down bench clean
 
 help:
 	@echo "make demo       bring up 4 simulated gcp_b200 nodes and converge playbooks/site.yml on them"
@@ -25,7 +25,7 @@ bootstrap:
 	@scripts/bootstrap.sh
 
 test: bootstrap
-	@$(MAKE) --no-print-directory lint sanity unit molecule
+	@$(MAKE) --no-print-directory lint sanity unit integration molecule
 	@echo "make test: all stages passed"
 
 lint: yamllint ansible-lint changelog-lint
@@ -43,7 +43,10 @@ sanity: bootstrap
 	scripts/sanity.sh
 
 unit: bootstrap
-	python -m pytest -q tests/unit
+	python -m pytest -q tests/unit tests/gpu
+
+integration: bootstrap
+	python -m pytest -q tests/integration
 
 molecule: bootstrap
 	@for s in $(MOLECULE_SCENARIOS); do \
@@ -55,7 +58,7 @@ demo: bootstrap
 	$(FLEETSIM) down --quiet
 	$(FLEETSIM) up --profile gcp_b200 --nodes $(DEMO_NODES) --group b200_cluster
 	$(FLEETSIM) inventory --output $(ROOT)/build/demo-inventory.yml
-	ansible-playbook -i $(ROOT)/build/demo-inventory.yml playbooks/site.yml -l b200_cluster
+	ansible-playbook -i $(ROOT)/build/demo-inventory.yml -i $(ROOT)/inventories/fleetsim playbooks/site.yml -l b200_cluster
 	@echo
 	@echo "The simulated fleet is still up. Look at it with:"
 	@echo "  $(FLEETSIM) status"
@@ -68,6 +71,7 @@ demo-down: bootstrap
 
 bench: bootstrap
 	$(VENV)/bin/python tools/bench/fleet_bench.py
+	$(VENV)/bin/python tools/bench/audit_bench.py
 
 clean:
 	rm -rf build .pytest_cache

@@ -1,0 +1,144 @@
+# Copyright: (c) 2026, gpufleet.deepep contributors
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
+"""Verify of the audit scenario: each injected fault is a finding on its node and nowhere else, the drift
+is listed with the nodes that hold each value, the report files exist (from --check too), and no file under
+/etc, /opt or /usr/local changed on any node during the audit (listing taken through the harness)."""
+
+from __future__ import annotations
+
+import html.parser
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+SCENARIO = Path(__file__).resolve().parents[1]
+REPO = SCENARIO.parents[1]
+EPHEMERAL = Path(os.environ["MOLECULE_EPHEMERAL_DIRECTORY"])
+FLEET = os.environ["FLEETSIM_FLEET"]
+NODES = ["b200-cluster-1", "b200-cluster-2", "b200-cluster-3", "b200-cluster-4"]
+GHOST = "b200-cluster-9"          # added to the group by converge.yml; its SSH port refuses connections
+
+# The fault each node carries -> the findings it must produce (and no other node may show).
+EXPECTED = {
+    "b200-cluster-1": {"PEERMAP_NOT_LIVE", "REBOOT_PENDING"},         # override configured, not live
+    "b200-cluster-2": {"HCA_PREFIX_MISMATCH"},                        # rocep* where mlx5_* is expected
+    "b200-cluster-3": {"DEEPEP_TORCH_ABI", "DEEPEP_IMPORT_FAILS"},    # stale DeepEP build (torch changed)
+    "b200-cluster-4": {"NIC_PORT_DOWN"},                              # a DOWN NIC port
+}
+# Drift facts -> the node that holds the odd value.
+EXPECTED_DRIFT = {
+    "driver_params.RegistryDwords": "b200-cluster-1",
+    "peer_mapping_override_active": "b200-cluster-1",
+    "hca_prefix": "b200-cluster-2",
+    "torch": "b200-cluster-3",
+    "active_nics": "b200-cluster-4",
+}
+
+
+def load(run):
+    return json.loads((EPHEMERAL / run / "fleet.json").read_text())
+
+
+@pytest.fixture(scope="module", params=["audit-report", "audit-check"])
+def fleet(request):
+    return load(request.param)
+
+
+def test_every_node_audited(fleet):
+    assert sorted(fleet["nodes"]) == NODES + [GHOST]
+    assert fleet["summary"]["nodes"] == 5
+    assert fleet["summary"]["with_findings"] == 4
+    assert fleet["summary"]["ok"] == 0
+    for node in NODES:
+        assert fleet["nodes"][node]["reachable"] is True
+        assert fleet["nodes"][node]["facts"]["gather_errors"] == {}
+
+
+def test_unreachable_node_reported_not_fatal(fleet):
+    assert fleet["summary"]["unreachable"] == 1
+    ghost = fleet["nodes"][GHOST]
+    assert ghost["status"] == "unreachable" and ghost["reachable"] is False
+    assert ghost["findings"] == []
+    assert ghost["facts"]["unreachable_reason"]
+    assert all(GHOST not in v["nodes"] for row in fleet["drift"] for v in row["values"])
+
+
+@pytest.mark.parametrize("node", NODES)
+def test_findings_on_the_right_node_only(fleet, node):
+    found = {f["id"] for f in fleet["nodes"][node]["findings"]}
+    assert found == EXPECTED[node]
+    others = set().union(*(EXPECTED[n] for n in NODES if n != node))
+    assert not found & (others - EXPECTED[node])
+
+
+def test_findings_carry_fix_and_evidence(fleet):
+    node = fleet["nodes"]["b200-cluster-2"]
+    finding = node["findings"][0]
+    assert finding["fix"] and finding["source"]
+    assert finding["evidence"]["expected"] == "mlx5"
+    assert all(name.startswith("rocep") for name in finding["evidence"]["devices"])
+    down = next(f for f in fleet["nodes"]["b200-cluster-4"]["findings"] if f["id"] == "NIC_PORT_DOWN")
+    assert [d["device"] for d in down["evidence"]] == ["mlx5_3"]
+
+
+def test_drift_lists_the_odd_node(fleet):
+    rows = {r["fact"]: r for r in fleet["drift"] if r["group"] == "b200_cluster"}
+    for fact, odd in EXPECTED_DRIFT.items():
+        assert fact in rows, sorted(rows)
+        minority = rows[fact]["values"][-1]
+        assert minority["nodes"] == [odd], rows[fact]
+        assert sorted(rows[fact]["values"][0]["nodes"]) == sorted(n for n in NODES if n != odd)
+
+
+def test_check_mode_run_says_so():
+    assert load("audit-check")["meta"]["check_mode"] is True
+    assert load("audit-report")["meta"]["check_mode"] is False
+
+
+class _Parser(html.parser.HTMLParser):
+    def __init__(self):
+        super().__init__()
+        self.external = []
+        self.text = []
+
+    def handle_starttag(self, tag, attrs):
+        for name, value in attrs:
+            if name in ("src", "href") and value and not value.startswith("#"):
+                self.external.append(value)
+
+    def handle_data(self, data):
+        self.text.append(data)
+
+
+def test_report_files():
+    run = EPHEMERAL / "audit-report"
+    fleet = load("audit-report")
+    page = (run / "fleet.html").read_text()
+    parser = _Parser()
+    parser.feed(page)
+    assert parser.external == []
+    text = " ".join(parser.text)
+    markdown = (run / "fleet.md").read_text()
+    for node in fleet["nodes"].values():
+        for finding in node["findings"]:
+            assert finding["fix"] in text
+            assert finding["fix"] in markdown
+
+
+def listing(node):
+    script = (SCENARIO / "files" / "listing.py").read_text()
+    out = subprocess.run([sys.executable, "-m", "tools.fleetsim", "--fleet", FLEET, "exec", node, "--",
+                          "python3", "-c", script], cwd=REPO, check=True, capture_output=True, text=True)
+    return out.stdout.strip()
+
+
+@pytest.mark.parametrize("node", NODES)
+def test_no_file_changed_on_the_node(node):
+    before = (EPHEMERAL / "audit-listing-before" / ("%s.txt" % node)).read_text().strip().splitlines()
+    after = listing(node).splitlines()
+    assert len(before) > 100
+    assert sorted(set(before) ^ set(after)) == []

@@ -1,0 +1,218 @@
+# Copyright: (c) 2026, gpufleet.deepep contributors
+# Apache License 2.0 (see LICENSE in the collection root)
+"""PID 1 of a simulated node: one boot, from mounts to sshd, then reap children until power-off.
+
+Started by the node's supervisor as
+``ip netns exec NS unshare --mount --propagation private --pid --fork --mount-proc --uts --kill-child
+<python> -m tools.fleetsim.nodeinit NODE_DIR``. Everything it mounts lives in the node's private mount
+namespace and disappears with it, so each boot starts from the host's view again.
+
+Signals (sent by the node's ``reboot``/``shutdown``/``poweroff`` or by the host): SIGTERM powers the
+node off for a reboot, SIGUSR1 powers it off for good (exit status ``HALT_EXIT``). When PID 1 exits,
+the kernel kills every other process of the node.
+"""
+
+from __future__ import annotations
+
+import encodings.idna
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+import traceback
+import uuid
+from pathlib import Path
+
+from tools.fleetsim import boot, fakehw
+from tools.fleetsim.common import (BOOTED_TAG, HALT_EXIT, MASKED_PATHS, MIRROR_MOUNT, OVERLAID, NodePaths,
+                                   read_json, write_json)
+
+# Loaded now because the host's Python library is masked once the node has booted (socket needs it).
+PRELOADED = (encodings.idna,)
+SSHD_PATH = "/usr/sbin/sshd"
+CLEAN_ENV = {"PATH": "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", "LANG": "C.UTF-8"}
+
+
+def log(msg: str) -> None:
+    sys.stderr.write(f"[init] {msg}\n")
+    sys.stderr.flush()
+
+
+def run(*argv: str) -> None:
+    proc = subprocess.run(list(argv), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                          env=CLEAN_ENV, check=False)
+    if proc.returncode != 0:
+        raise RuntimeError(f"{' '.join(argv)}: rc={proc.returncode}: {proc.stdout.strip()}")
+
+
+def mount(*args: str) -> None:
+    run("mount", *args)
+
+
+def ro_remount(path: str, bind: bool = True) -> None:
+    opts = "remount,bind,ro" if bind else "remount,ro"
+    mount("-o", opts, path)
+
+
+def setup(paths: NodePaths, cfg: dict) -> dict:
+    """Everything of a boot up to (not including) sshd. Returns the boot record."""
+    mount("--make-rprivate", "/")
+
+    # Copy-on-write views of the host's /etc /opt /usr /var: this node's writes go to its upper dirs.
+    for name in OVERLAID:
+        upper = paths.upper / name
+        work = paths.work / name
+        # volatile: no sync of the host's file system when the node powers off (a simulated disk
+        # need not survive a host crash), which makes reboots and `down` fast on a busy host.
+        mount("-t", "overlay", f"fsim-{name}", "-o",
+              f"lowerdir=/{name},upperdir={upper},workdir={work},volatile", f"/{name}")
+
+    # The boot: read the node's own configuration (now visible at the real paths) and render hardware.
+    profile = fakehw.load_profile(cfg["profile"])
+    faults = read_json(paths.faults, {}) or {}
+    plan = boot.plan_boot("/", profile, faults)
+    for sub in (paths.sysfs, paths.proc):
+        if sub.exists():
+            shutil.rmtree(sub)
+        sub.mkdir(parents=True)
+    rendered = boot.render_boot(profile, plan, paths.sysfs, paths.proc, Path("/etc/fleetsim/hardware.json"),
+                                cfg["index"])
+    write_json(Path("/etc/fleetsim/modules.json"), boot.modules_state(profile, plan))
+
+    # Fake hardware at the real paths, read-only to the node (the host may still change the files).
+    # /sys is the node network namespace's own sysfs (mounted by `ip netns exec`), so /sys/class/net
+    # shows the node's interfaces; the rendered tree is layered on top of it.
+    for sub in ("class", "bus", "devices"):
+        lower = paths.sysfs / sub
+        if lower.is_dir():
+            mount("-t", "overlay", f"fsim-sys-{sub}", "-o", f"ro,lowerdir={lower}:/sys/{sub}", f"/sys/{sub}")
+    mount("-t", "tmpfs", "-o", "size=1m,mode=755", "fsim-driver", "/proc/driver")
+    if rendered["nvidia_loaded"]:
+        os.makedirs("/proc/driver/nvidia", mode=0o755)
+        for item in paths.proc.iterdir():
+            shutil.copyfile(item, f"/proc/driver/nvidia/{item.name}")
+            os.chmod(f"/proc/driver/nvidia/{item.name}", 0o444)
+    mount("-o", "remount,ro", "/proc/driver")
+
+    boot_id = str(uuid.uuid4())
+    paths.boot_id.write_text(boot_id + "\n", encoding="utf-8")
+    mount("--bind", str(paths.boot_id), "/proc/sys/kernel/random/boot_id")
+    ro_remount("/proc/sys/kernel/random/boot_id")
+
+    # Per-boot /run, the node's own /tmp and /root.
+    mount("-t", "tmpfs", "-o", "mode=755,size=64m", "fsim-run", "/run")
+    for d in ("/run/sshd", "/run/lock", "/run/fleetsim"):
+        os.makedirs(d, exist_ok=True)
+    os.chmod("/run/sshd", 0o755)
+    with open("/run/fleetsim/proc-modules", "w", encoding="utf-8") as fh:
+        fh.write(boot.proc_modules(profile, plan))
+    if os.path.exists("/proc/modules"):  # absent on kernels without module support
+        mount("--bind", "/run/fleetsim/proc-modules", "/proc/modules")
+        ro_remount("/proc/modules")
+    mount("--bind", str(paths.tmp), "/tmp")
+    os.chmod("/tmp", 0o1777)
+    mount("--bind", str(paths.root_home), "/root")
+
+    record = {
+        "boot_id": boot_id,
+        "nic_naming": plan["nic_naming"],
+        "doca_ofed": plan["doca_ofed"],
+        "nvidia_options": plan["nvidia_options"],
+        "nvidia_loaded": rendered["nvidia_loaded"],
+        "nvidia_warnings": rendered["nvidia_warnings"],
+        "port_states": plan["port_states"],
+        "modules_loaded": plan["modules_loaded"],
+        "rdma_devices": rendered["rdma_devices"],
+    }
+    write_json(paths.boot_info, record)
+
+    # The mirror, read-only, and nothing else of the host's /srv, /home, ... nor any fleet's state.
+    mirror = cfg.get("mirror")
+    staged = "/run/fleetsim/mirror"
+    if mirror and os.path.isdir(mirror):
+        os.makedirs(staged)
+        mount("--bind", mirror, staged)
+    masked = []
+    for path in list(MASKED_PATHS) + [cfg["state_root"]]:
+        if os.path.isdir(path) and os.path.realpath(path) != "/":
+            mount("-t", "tmpfs", "-o", "size=1m,mode=755", "fsim-masked", path)
+            masked.append(path)
+    os.makedirs(MIRROR_MOUNT, exist_ok=True)
+    if os.path.isdir(staged):
+        mount("--move", staged, MIRROR_MOUNT)
+        ro_remount(MIRROR_MOUNT)
+        os.rmdir(staged)
+    for path in masked:
+        ro_remount(path, bind=False)
+
+    socket.sethostname(cfg["name"])
+    run("ip", "link", "set", "lo", "up")
+    return record
+
+
+def start_sshd(console_fd: int) -> subprocess.Popen:
+    return subprocess.Popen([SSHD_PATH, "-D", "-e", "-f", "/etc/ssh/sshd_config"], stdin=subprocess.DEVNULL,
+                            stdout=console_fd, stderr=console_fd, env=CLEAN_ENV, close_fds=True,
+                            cwd="/")
+
+
+def wait_listening(port: int = 22) -> None:
+    """Wait until a socket of this network namespace listens on ``port`` (read from /proc/net/tcp)."""
+    want = f":{port:04X}".encode()
+    while True:
+        with open("/proc/net/tcp", "rb") as fh:
+            for line in fh.readlines()[1:]:
+                fields = line.split()
+                if fields[1].endswith(want) and fields[3] == b"0A":
+                    return
+        time.sleep(0.02)
+
+
+def main() -> int:
+    node_dir = Path(sys.argv[1])
+    paths = NodePaths(node_dir)
+    cfg = read_json(paths.config)
+
+    def power_off(signum, _frame):
+        os._exit(HALT_EXIT if signum == signal.SIGUSR1 else 0)
+
+    signal.signal(signal.SIGTERM, power_off)
+    signal.signal(signal.SIGUSR1, power_off)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGHUP, signal.SIG_IGN)
+
+    console_fd = os.open(paths.console, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    try:
+        record = setup(paths, cfg)
+    except Exception:  # report any boot failure on the console; the node stays "off"
+        traceback.print_exc()
+        sys.stderr.flush()
+        return 1
+    os.chdir("/")
+    sshd = start_sshd(console_fd)
+    wait_listening()
+    sys.stdout.write(f"{BOOTED_TAG} {json.dumps(record, sort_keys=True)}\n")
+    sys.stdout.flush()
+    # The supervisor reads nothing more from us; keep stdout from blocking if it stops reading.
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, 1)
+    while True:
+        try:
+            pid, _status = os.waitpid(-1, 0)
+        except ChildProcessError:
+            time.sleep(1)
+            continue
+        except InterruptedError:
+            continue
+        if pid == sshd.pid:
+            time.sleep(1)
+            sshd = start_sshd(console_fd)
+            sshd.returncode = None
+
+
+if __name__ == "__main__":
+    sys.exit(main())
