@@ -22,10 +22,11 @@ import shutil
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
-from tools.fleetsim import fakehw
+from tools.fleetsim import fakehw, traffic
 from tools.fleetsim.common import (BOOTED_TAG, HALT_EXIT, NODE_TOOLS, FleetPaths, append_line, now, read_json,
                                    write_json)
 
@@ -39,6 +40,7 @@ NODE_TOOLS_INSTALLED = {
     "usr/bin/systemctl": "systemctl",
     "usr/sbin/modprobe": "modprobe.py",
     "usr/sbin/lsmod": "modprobe.py",
+    "usr/local/bin/fleetsim-nic-traffic": "fleetsim-nic-traffic.py",
 }
 NODE_PYTHON = "#!/usr/bin/python3\n"
 
@@ -169,12 +171,27 @@ class Supervisor:
         self.power_on = False
         return not self.stopping
 
+    def traffic_loop(self):
+        """Apply the node's simulated RDMA traffic requests (fleetsim-nic-traffic) every 0.5 s while it is up."""
+        while not self.stopping:
+            if self.init_pid:
+                devices = (read_json(self.paths.boot_info, {}) or {}).get("rdma_devices", {})
+                ports = {dev: self.paths.sysfs / info["port_dir"] for dev, info in devices.items()
+                         if info.get("port_dir")}
+                try:
+                    traffic.apply_traffic(self.paths.upper / "var", ports,
+                                          offset_file=self.paths.dir / traffic.OFFSET_NAME)
+                except OSError as exc:
+                    print(f"fleetsim traffic: {exc}", file=sys.stderr, flush=True)
+            time.sleep(0.5)
+
     def run(self) -> int:
         signal.signal(signal.SIGTERM, self.on_term)
         signal.signal(signal.SIGINT, self.on_term)
         signal.signal(signal.SIGUSR1, self.on_usr1)
         signal.signal(signal.SIGUSR2, self.on_usr2)
         signal.signal(signal.SIGHUP, signal.SIG_IGN)
+        threading.Thread(target=self.traffic_loop, name="traffic", daemon=True).start()
         while not self.stopping:
             rc = self.boot_once()
             if self.stopping:

@@ -1,0 +1,128 @@
+# Copyright: (c) 2026, gpufleet.deepep contributors
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
+
+"""Filters of the fleet verification (roles verify_intranode and verify_internode).
+
+Each filter is documented in ``<filter name>.yml`` beside this file. The logic lives in
+``plugins/module_utils/_verify.py``; the master address is checked here with netaddr, on the controller.
+"""
+
+from __future__ import annotations
+
+from ansible.errors import AnsibleFilterError
+
+from ansible_collections.gpufleet.deepep.plugins.module_utils._verify import (
+    VerifyInputError,
+    connectivity,
+    fabric_interface,
+    gate,
+    internode_plan,
+    nic_traffic,
+    render_markdown,
+    select_thresholds,
+    summarize,
+)
+
+try:
+    import netaddr
+except ImportError:
+    netaddr = None
+
+
+def _call(name, func, *args, **kwargs):
+    try:
+        return func(*args, **kwargs)
+    except VerifyInputError as exc:
+        raise AnsibleFilterError("%s: %s" % (name, exc)) from exc
+
+
+def verify_ranks(groups, inventory_groups, masters=None, only_hosts=None):
+    """Internode runs over inventory groups: master (rank 0) first, then the group's order."""
+    return _call("verify_ranks", internode_plan, groups, inventory_groups, masters=masters, only_hosts=only_hosts)
+
+
+def _ip(text):
+    try:
+        return netaddr.IPAddress(str(text).split("%", 1)[0])
+    except (netaddr.AddrFormatError, ValueError, TypeError):
+        return None
+
+
+def verify_master_address(facts, address=None, interface=None, ansible_host=None):
+    """Check (or choose) MASTER_ADDR: an address of the master on its fabric-facing interface."""
+    if netaddr is None:
+        raise AnsibleFilterError("verify_master_address: the netaddr Python library is required on the controller "
+                                 "(pip install netaddr)")
+    chosen = _call("verify_master_address", fabric_interface, facts, interface=interface, ansible_host=ansible_host)
+    own = [ip for ip in (_ip(a) for a in chosen["addresses"]) if ip is not None]
+    if not own:
+        raise AnsibleFilterError("verify_master_address: interface %r of the master has no IP address"
+                                 % chosen["interface"])
+    if address in (None, ""):
+        usable = [ip for ip in own if ip.version == 4 and not ip.is_loopback()] or [ip for ip in own if not ip.is_loopback()]
+        if not usable:
+            raise AnsibleFilterError("verify_master_address: interface %r of the master has only loopback addresses"
+                                     % chosen["interface"])
+        picked = usable[0]
+    else:
+        picked = _ip(address)
+        if picked is None:
+            raise AnsibleFilterError("verify_master_address: %r is not an IP address; expected an IPv4 or IPv6 "
+                                     "address of the master, e.g. 10.8.0.2" % (address,))
+        if picked.is_loopback() or str(picked) in ("0.0.0.0", "::"):
+            raise AnsibleFilterError("verify_master_address: %s cannot be MASTER_ADDR (loopback or unspecified); "
+                                     "use the master's address on %s" % (picked, chosen["interface"]))
+        if picked not in own:
+            raise AnsibleFilterError("verify_master_address: %s is not an address of the master on its fabric-facing "
+                                     "interface %s (addresses: %s)"
+                                     % (picked, chosen["interface"], ", ".join(str(ip) for ip in own)))
+    return {"address": str(picked), "interface": chosen["interface"], "version": picked.version,
+            "addresses": [str(ip) for ip in own]}
+
+
+def verify_thresholds(table, profile=None):
+    """The thresholds of a profile: exact name, then a family token (b200, h200...), then default."""
+    return _call("verify_thresholds", select_thresholds, table, profile)
+
+
+def verify_gate(parsed, thresholds, rc=0, timed_out=False, timeout_s=None, stage="test"):
+    """Hold a deepep_bandwidth result against thresholds; pass/fail with reasons and diagnosis."""
+    return _call("verify_gate", gate, parsed, thresholds, rc=rc, timed_out=timed_out, timeout_s=timeout_s,
+                 stage=stage)
+
+
+def verify_connectivity(output, rc=0, timed_out=False, timeout_s=None):
+    """Judge the quick connectivity test (runbook 000) on one node."""
+    return _call("verify_connectivity", connectivity, output, rc=rc, timed_out=timed_out, timeout_s=timeout_s)
+
+
+def verify_nic_traffic(before, after, min_bytes=1048576, rdma_gbps=None, mapping=None, mapping_supported=None):
+    """Judge port_xmit_data of every ACTIVE NIC before and after an internode run."""
+    return _call("verify_nic_traffic", nic_traffic, before, after, min_bytes=min_bytes, rdma_gbps=rdma_gbps,
+                 mapping=mapping, mapping_supported=mapping_supported)
+
+
+def verify_summary(records, missing_hosts=None):
+    """Summary data (rows, failures, counts) of verification records."""
+    return _call("verify_summary", summarize, records, missing_hosts=missing_hosts)
+
+
+def verify_summary_markdown(summary, title=None):
+    """Markdown table of a verify_summary result."""
+    return _call("verify_summary_markdown", render_markdown, summary, title=title)
+
+
+class FilterModule:
+    """Fleet verification filters."""
+
+    def filters(self):
+        return {
+            "verify_ranks": verify_ranks,
+            "verify_master_address": verify_master_address,
+            "verify_thresholds": verify_thresholds,
+            "verify_gate": verify_gate,
+            "verify_connectivity": verify_connectivity,
+            "verify_nic_traffic": verify_nic_traffic,
+            "verify_summary": verify_summary,
+            "verify_summary_markdown": verify_summary_markdown,
+        }

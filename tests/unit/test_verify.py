@@ -1,0 +1,277 @@
+# Copyright: (c) 2026, gpufleet.deepep contributors
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
+"""Unit tests of the fleet verification logic (_verify.py and the verify_* filters)."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+from ansible.errors import AnsibleFilterError
+
+from ansible_collections.gpufleet.deepep.plugins.filter import verify_helpers as vf
+from ansible_collections.gpufleet.deepep.plugins.module_utils import _verify as v
+from ansible_collections.gpufleet.deepep.plugins.module_utils._bandwidth import parse_output
+
+from conftest import CAPTURED, FIXTURES
+
+GROUPS = {"all": ["a1", "a2", "b1", "b2", "c1"], "ga": ["a1", "a2"], "gb": ["b1", "b2"], "solo": ["c1"]}
+
+
+# ------------------------------------------------------------------------------------------ ranks
+def test_plan_master_is_first_host_and_ranks_follow_group_order():
+    plan = v.internode_plan(["ga", "gb"], GROUPS)
+    assert [p["group"] for p in plan] == ["ga", "gb"]
+    assert plan[0]["master"] == "a1" and plan[0]["ranks"] == {"a1": 0, "a2": 1} and plan[0]["world_size"] == 2
+    assert plan[1]["hosts"] == ["b1", "b2"]
+
+
+def test_plan_master_override_becomes_rank_zero():
+    plan = v.internode_plan("gb", GROUPS, masters={"gb": "b2"})
+    assert plan[0]["ranks"] == {"b2": 0, "b1": 1}
+
+
+def test_plan_accepts_comma_string_and_limits_to_play_hosts():
+    groups = dict(GROUPS, big=["x1", "x2", "x3"])
+    plan = v.internode_plan("ga, big", groups, only_hosts=["a1", "a2", "x1", "x3"])
+    assert plan[1]["ranks"] == {"x1": 0, "x3": 1}
+
+
+@pytest.mark.parametrize("groups,masters,msg", [
+    ("nope", None, "not in the inventory"),
+    ("solo", None, "needs at least 2"),
+    ("ga", {"ga": "b1"}, "not a host of that group"),
+    ([], None, "groups must be"),
+])
+def test_plan_errors_name_the_problem(groups, masters, msg):
+    with pytest.raises(v.VerifyInputError, match=msg):
+        v.internode_plan(groups, GROUPS, masters=masters)
+
+
+def test_filter_wraps_errors():
+    with pytest.raises(AnsibleFilterError, match="verify_ranks: group 'nope'"):
+        vf.verify_ranks("nope", GROUPS)
+
+
+# ------------------------------------------------------------------------------------------ master address
+FACTS = {
+    "interfaces": ["lo", "eth0", "gpu0rdma0"],
+    "lo": {"ipv4": {"address": "127.0.0.1"}},
+    "eth0": {"ipv4": {"address": "10.213.0.10", "netmask": "255.255.255.0"},
+             "ipv4_secondaries": [{"address": "10.213.0.99"}],
+             "ipv6": [{"address": "fe80::1", "scope": "link"}, {"address": "fd00::10", "scope": "global"}]},
+    "gpu0rdma0": {"ipv4": {"address": "192.168.0.2"}},
+    "default_ipv4": {},
+}
+
+
+def test_master_address_defaults_to_interface_of_ansible_host():
+    got = vf.verify_master_address(FACTS, ansible_host="10.213.0.10")
+    assert got["address"] == "10.213.0.10" and got["interface"] == "eth0"
+    assert "fd00::10" in got["addresses"] and "fe80::1" not in got["addresses"]
+
+
+def test_master_address_accepts_secondary_and_ipv6_on_the_interface():
+    assert vf.verify_master_address(FACTS, address="10.213.0.99", ansible_host="10.213.0.10")["address"] == "10.213.0.99"
+    assert vf.verify_master_address(FACTS, address="fd00::10", interface="eth0")["version"] == 6
+
+
+@pytest.mark.parametrize("address,msg", [
+    ("192.168.0.2", "not an address of the master on its fabric-facing interface eth0"),
+    ("10.213.0.300", "is not an IP address"),
+    ("127.0.0.1", "loopback"),
+    ("master-node", "is not an IP address"),
+])
+def test_master_address_rejects(address, msg):
+    with pytest.raises(AnsibleFilterError, match=msg):
+        vf.verify_master_address({"ansible_facts": FACTS}, address=address, interface="eth0")
+
+
+def test_master_address_needs_an_interface():
+    with pytest.raises(AnsibleFilterError, match="cannot tell the master's fabric-facing interface"):
+        vf.verify_master_address(FACTS, ansible_host="10.9.9.9")
+    with pytest.raises(AnsibleFilterError, match="interface 'ib0' is not an interface"):
+        vf.verify_master_address(FACTS, interface="ib0")
+    facts = dict(FACTS, default_ipv4={"interface": "gpu0rdma0"})
+    assert vf.verify_master_address(facts)["address"] == "192.168.0.2"
+
+
+# ------------------------------------------------------------------------------------------ thresholds and gate
+TABLE = {"default": {"dispatch_bf16_nvl_gbps": 100, "combine_nvl_gbps": 100},
+         "b200": {"dispatch_bf16_nvl_gbps": 380}, "h200": {"dispatch_bf16_nvl_gbps": 300, "combine_nvl_gbps": 250}}
+
+
+@pytest.mark.parametrize("profile,matched,bf16,combine", [
+    ("h200", "h200", 300, 250), ("gcp_b200", "b200", 380, 100), ("b200_cuda13", "b200", 380, 100),
+    ("a100", "default", 100, 100), (None, "default", 100, 100),
+])
+def test_select_thresholds(profile, matched, bf16, combine):
+    got = v.select_thresholds(TABLE, profile)
+    assert got["matched"] == matched
+    assert got["thresholds"]["dispatch_bf16_nvl_gbps"] == bf16 and got["thresholds"]["combine_nvl_gbps"] == combine
+
+
+@pytest.mark.parametrize("table,msg", [({"x": {"bogus_gbps": 1}}, "unknown metric"),
+                                       ({"x": {"combine_nvl_gbps": "fast"}}, "non-negative number"),
+                                       ({}, "mapping of profile")])
+def test_select_thresholds_rejects(table, msg):
+    with pytest.raises(v.VerifyInputError, match=msg):
+        v.select_thresholds(table, "x")
+
+
+def _captured_intranode():
+    return parse_output((CAPTURED / "deepep_v1_test_intranode_2gpu.txt").read_text(), test="intranode")
+
+
+def test_gate_passes_the_measured_h200_run():
+    verdict = v.gate(_captured_intranode(), v.select_thresholds(TABLE, "h200"))
+    assert verdict["passed"] and verdict["status"] == "pass"
+    assert {c["metric"]: c["value"] for c in verdict["checks"]} == {"dispatch_bf16_nvl_gbps": 340.61,
+                                                                    "combine_nvl_gbps": 293.21}
+
+
+def test_gate_fails_below_threshold_and_names_metric():
+    verdict = v.gate(_captured_intranode(), {"dispatch_bf16_nvl_gbps": 380, "dispatch_fp8_nvl_gbps": None})
+    assert not verdict["passed"] and verdict["status"] == "fail"
+    assert "dispatch_bf16_nvl_gbps 340.61 GB/s is below the gate of 380 GB/s" in verdict["reasons"]
+    assert len(verdict["checks"]) == 1
+
+
+def test_gate_timeout_reports_dispatch_cpu_diagnosis():
+    text = (FIXTURES / "deepep_output" / "v1_test_internode_timeout_dispatch_cpu.txt").read_text()
+    parsed = parse_output(text, test="internode")
+    verdict = v.gate(parsed, {"dispatch_bf16_rdma_gbps": 45}, rc=1)
+    assert verdict["status"] == "error" and not verdict["passed"]
+    assert any("NVSHMEM without IBGDA" in d or "without IBGDA" in d for d in verdict["diagnosis"])
+    hung = v.gate(parse_output("[config] num_tokens=2048\n", test="internode"), {}, rc=124, timed_out=True,
+                  timeout_s=60)
+    assert hung["status"] == "timeout" and "within 60s" in hung["reasons"][0]
+    assert "ranks out of step" in hung["diagnosis"][0] and "NVSHMEM_IBGDA_NIC_HANDLER=gpu" in hung["diagnosis"][0]
+
+
+def test_gate_unmapped_signature():
+    text = (FIXTURES / "deepep_output" / "v1_test_internode_b200_2node_node0.txt").read_text()
+    parsed = parse_output(text, test="internode")
+    assert v.gate(parsed, {"dispatch_bf16_rdma_gbps": 45})["passed"]
+    slow = copy.deepcopy(parsed)
+    slow["dispatch"]["bf16"]["rdma_gbps"] = 6.47
+    verdict = v.gate(slow, {"dispatch_bf16_rdma_gbps": 45})
+    assert not verdict["passed"] and "signature of every GPU using one NIC (mlx5_0" in verdict["diagnosis"][0]
+    slow["combine"]["rdma_gbps"] = 6.5
+    assert len(v.gate(slow, {"dispatch_bf16_rdma_gbps": 45, "combine_rdma_gbps": 45})["diagnosis"]) == 1
+
+
+def test_gate_counts_failed_cases_and_incomplete_output():
+    parsed = parse_output("[testing] Running with BF16, without top-k (async=False, previous=False) ... failed\n",
+                          test="intranode")
+    verdict = v.gate(parsed, {})
+    assert not verdict["passed"] and any("1 of 1 test cases failed" in r for r in verdict["reasons"])
+
+
+# ------------------------------------------------------------------------------------------ NIC traffic
+MAP8 = ",".join("%d:mlx5_%d:1" % (i, i) for i in range(8))
+
+
+def rdma(counters, down=()):
+    devices = []
+    for index, value in enumerate(counters):
+        name = "mlx5_%d" % index
+        active = name not in down
+        devices.append({"name": name, "active": active, "ports": [
+            {"port": 1, "active": active, "state": "ACTIVE" if active else "DOWN",
+             "counters": {"port_xmit_data": value, "port_rcv_data": value}}]})
+    return {"devices": devices, "active_devices": [d["name"] for d in devices if d["active"]]}
+
+
+WORDS = (256 << 20) // 4
+
+
+def test_nic_traffic_all_busy_passes():
+    got = v.nic_traffic(rdma([0] * 8), rdma([WORDS] * 8), rdma_gbps=81.0, mapping=MAP8, mapping_supported=True)
+    assert got["passed"] and got["idle"] == [] and len(got["busy"]) == 8 and got["causes"] == []
+    assert got["nics"][0]["bytes"] == 256 << 20
+
+
+def test_nic_traffic_one_idle_named():
+    after = [WORDS] * 8
+    after[5] = 10
+    got = v.nic_traffic(rdma([0] * 8), rdma(after), mapping=MAP8, mapping_supported=True)
+    assert not got["passed"] and got["idle"] == ["mlx5_5"]
+    assert "mlx5_5 carried no traffic although DEEP_EP_DEVICE_TO_HCA_MAPPING maps GPUs to them" in got["causes"][0]
+
+
+def test_nic_traffic_all_on_mlx5_0_without_mapping():
+    got = v.nic_traffic(rdma([0] * 8), rdma([WORDS * 8] + [0] * 7), rdma_gbps=6.44, mapping="")
+    assert not got["passed"] and got["busy"] == ["mlx5_0"] and len(got["idle"]) == 7
+    assert "DEEP_EP_DEVICE_TO_HCA_MAPPING is not set" in got["causes"][0]
+    assert got["signature"] and "~6.5 GB/s signature" in got["causes"][-1]
+
+
+def test_nic_traffic_all_on_mlx5_0_without_mapping_support():
+    got = v.nic_traffic(rdma([0] * 8), rdma([WORDS * 8] + [0] * 7), mapping=MAP8, mapping_supported=False)
+    assert "built without the GPU-NIC mapping support (PR #466)" in got["causes"][0]
+    unknown = v.nic_traffic(rdma([0] * 8), rdma([WORDS * 8] + [0] * 7), mapping=MAP8)
+    assert "the mapping was not applied" in unknown["causes"][0]
+
+
+def test_nic_traffic_skips_down_ports_and_flags_no_traffic():
+    got = v.nic_traffic(rdma([0] * 8, down=["mlx5_3"]), rdma([WORDS] * 8, down=["mlx5_3"]), mapping=MAP8)
+    assert got["passed"] and "mlx5_3" not in [n["name"] for n in got["nics"]]
+    none = v.nic_traffic(rdma([0] * 2), rdma([0] * 2))
+    assert not none["passed"] and "no NIC carried traffic" in none["causes"][0]
+    empty = v.nic_traffic({"devices": []}, {"devices": []})
+    assert not empty["passed"] and "no ACTIVE RDMA port" in empty["causes"][0]
+
+
+def test_nic_traffic_rejects_bad_input():
+    with pytest.raises(AnsibleFilterError, match="no 'devices' list"):
+        vf.verify_nic_traffic({}, {})
+    with pytest.raises(AnsibleFilterError, match="min_bytes must be a positive integer"):
+        vf.verify_nic_traffic(rdma([0]), rdma([0]), min_bytes=0)
+
+
+# ------------------------------------------------------------------------------------------ connectivity
+def test_connectivity():
+    ok = "[Rank 0] DeepEP buffer created!\n[Rank 0] Dispatch layout test PASSED!\n"
+    assert v.connectivity(ok)["passed"]
+    bad = v.connectivity("[Rank 1] ERROR: Unable to create ah\n", rc=1)
+    assert bad["status"] == "error" and "rank 1: Unable to create ah" in bad["reasons"]
+    assert "no DeepEP buffer was created" in bad["diagnosis"][0]
+    nonv = v.connectivity("[Rank 0] ERROR: DeepEP was built without NVSHMEM: internode and low-latency modes are "
+                          "disabled\n", rc=1)
+    assert "rebuild it with NVSHMEM_DIR" in nonv["diagnosis"][0]
+    hung = v.connectivity("[Rank 0] Starting\n", rc=124, timed_out=True, timeout_s=30)
+    assert hung["status"] == "timeout"
+
+
+# ------------------------------------------------------------------------------------------ summary
+def test_summary_rows_and_markdown():
+    parsed = _captured_intranode()
+    good = {"host": "n1", "scope": "n1", "stage": "intranode", "test": "tests/test_intranode.py", "parsed": parsed,
+            "gate": v.gate(parsed, {"dispatch_bf16_nvl_gbps": 300})}
+    nic = v.nic_traffic(rdma([0] * 8), rdma([WORDS * 8] + [0] * 7), rdma_gbps=6.5, mapping="")
+    bad = {"host": "n2", "scope": "n2 (rank 1 of g: n1 + n2)", "stage": "internode", "test": "tests/test_internode.py",
+           "parsed": parsed, "gate": v.gate(parsed, {}), "nic": nic}
+    summary = vf.verify_summary([good, bad, None])
+    assert not summary["passed"] and summary["counts"] == {"total": 2, "passed": 1, "failed": 1}
+    assert summary["rows"][0]["gbps"]["dispatch_bf16_nvl_gbps"] == 340.61
+    assert summary["failures"][0]["host"] == "n2"
+    assert any("DEEP_EP_DEVICE_TO_HCA_MAPPING is not set" in d for d in summary["failures"][0]["diagnosis"])
+    text = vf.verify_summary_markdown(summary, title="t")
+    lines = text.splitlines()
+    assert lines[0] == "# t"
+    assert lines[2].startswith("| node / pair | test | cases | BF16 disp NVL")
+    assert "| n1 | tests/test_intranode.py (intranode) | 24/24 | 340.61 |" in text
+    assert "idle: mlx5_1, mlx5_2" in text and "| FAIL |" in text and "1 of 2 passed." in text
+    assert "- **n2 (rank 1 of g: n1 + n2) on n2**" in text
+
+
+def test_summary_all_pass_and_errors():
+    parsed = _captured_intranode()
+    summary = v.summarize([{"host": "n1", "parsed": parsed, "gate": v.gate(parsed, {})}])
+    assert summary["passed"] and "## Failures" not in v.render_markdown(summary)
+    assert not v.summarize([])["passed"]
+    lost = v.summarize([{"host": "n1", "parsed": parsed, "gate": v.gate(parsed, {})}], missing_hosts=["n9"])
+    assert not lost["passed"] and lost["failures"][0]["host"] == "n9" and "unreachable" in lost["failures"][0]["reasons"][0]
+    with pytest.raises(AnsibleFilterError, match="expected the result of verify_summary"):
+        vf.verify_summary_markdown({})

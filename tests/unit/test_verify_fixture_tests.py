@@ -1,0 +1,125 @@
+# Copyright: (c) 2026, gpufleet.deepep contributors
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
+"""The fixture DeepEP tests print what deepep_bandwidth parses, and move traffic only on mapped NICs."""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+
+from ansible_collections.gpufleet.deepep.plugins.module_utils._bandwidth import parse_output
+
+from tools.fleetsim.common import REPO
+
+SOURCES = REPO / "tools" / "fleetsim" / "fixtures" / "sources"
+V1 = SOURCES / "deepep-v1-fixture" / "tests"
+V2 = SOURCES / "deepep-v2-fixture" / "tests"
+MAP8 = ",".join("%d:mlx5_%d:1" % (i, i) for i in range(8))
+PR466 = '''
+import os
+class Buffer:
+    @staticmethod
+    def _setup_device_hca_mapping(local_rank=0):
+        table = dict(item.split(":", 1) for item in os.environ["DEEP_EP_DEVICE_TO_HCA_MAPPING"].split(","))
+        return table[str(local_rank)]
+'''
+
+
+def node(tmp_path, mapping_support=True):
+    (tmp_path / "bin").mkdir()
+    smi = tmp_path / "bin" / "nvidia-smi"
+    smi.write_text("#!/bin/sh\nfor i in 0 1 2 3 4 5 6 7; do echo 'NVIDIA B200'; done\n")
+    smi.chmod(0o755)
+    tool = tmp_path / "bin" / "fleetsim-nic-traffic"
+    tool.write_text("#!/bin/sh\nexec %s %s \"$@\"\n" % (sys.executable, REPO / "tools/fleetsim/node/fleetsim-nic-traffic.py"))
+    tool.chmod(0o755)
+    pkg = tmp_path / "pkg" / "deep_ep"
+    pkg.mkdir(parents=True)
+    (pkg / "__init__.py").write_text(PR466 if mapping_support else "class Buffer:\n    pass\n")
+    for i in range(8):
+        port = tmp_path / "sys" / "class" / "infiniband" / ("mlx5_%d" % i) / "ports" / "1"
+        port.mkdir(parents=True)
+        (port / "state").write_text("4: ACTIVE\n")
+    return dict(os.environ, PATH="%s:%s" % (tmp_path / "bin", os.environ["PATH"]), PYTHONPATH=str(tmp_path / "pkg"),
+                PYTHONDONTWRITEBYTECODE="1",
+                FLEETSIM_SYSFS_ROOT=str(tmp_path / "sys"), FLEETSIM_TRAFFIC_SPOOL=str(tmp_path / "spool"))
+
+
+def run(argv, env):
+    return subprocess.run([sys.executable] + [str(a) for a in argv], check=False, env=env, stdout=subprocess.PIPE,
+                          stderr=subprocess.PIPE, universal_newlines=True)
+
+
+def test_intranode_v1_and_v2_legacy_parse(tmp_path):
+    env = node(tmp_path)
+    for script in (V1 / "test_intranode.py", V2 / "legacy" / "test_intranode.py"):
+        proc = run([script, "--num-processes", "8"], env)
+        assert proc.returncode == 0, proc.stderr
+        parsed = parse_output(proc.stdout, test="intranode")
+        assert parsed["complete"] and parsed["cases"] == {"passed": 24, "failed": 0}
+        assert 430 < parsed["dispatch"]["bf16"]["nvl_gbps"] < 460 and parsed["combine"]["nvl_gbps"] > 340
+
+
+def test_intranode_refuses_more_processes_than_gpus(tmp_path):
+    proc = run([V1 / "test_intranode.py", "--num-processes", "9"], node(tmp_path))
+    assert proc.returncode == 1 and "invalid device ordinal" in proc.stderr
+
+
+def test_low_latency_and_elastic_parse(tmp_path):
+    env = node(tmp_path)
+    parsed = parse_output(run([V1 / "test_low_latency.py", "--num-processes", "2"], env).stdout, test="low_latency")
+    assert parsed["complete"] and parsed["low_latency"]["ranks"] == 2
+    parsed = parse_output(run([V2 / "elastic" / "test_ep.py", "--num-processes", "4"], env).stdout, test="elastic")
+    assert parsed["complete"] and parsed["cases"] == {"passed": 2, "failed": 0}
+    assert parsed["dispatch"]["bf16"]["rdma_gbps"] is None and parsed["dispatch"]["bf16"]["nvl_gbps"] > 600
+
+
+def free_port():
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def internode(tmp_path, mapping, support=True):
+    env = node(tmp_path, support)
+    port = free_port()
+    procs = []
+    for rank in (0, 1):
+        node_env = dict(env, WORLD_SIZE="2", RANK=str(rank), MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port),
+                        FLEETSIM_RENDEZVOUS_TIMEOUT="60")
+        if mapping:
+            node_env["DEEP_EP_DEVICE_TO_HCA_MAPPING"] = mapping
+        procs.append(subprocess.Popen([sys.executable, str(V1 / "test_internode.py")], env=node_env,
+                                      stdout=subprocess.PIPE, stderr=subprocess.PIPE, universal_newlines=True))
+    outs = [p.communicate() for p in procs]
+    assert [p.returncode for p in procs] == [0, 0], outs
+    spool = (tmp_path / "spool").read_text().split()
+    sent = {}
+    for dev, nbytes in zip(spool[0::2], spool[1::2]):
+        sent[dev] = sent.get(dev, 0) + int(nbytes)
+    return [parse_output(out, test="internode") for out, dummy in outs], sent
+
+
+def test_internode_with_mapping_uses_every_nic(tmp_path):
+    parsed, sent = internode(tmp_path, MAP8)
+    assert sorted(sent) == ["mlx5_%d" % i for i in range(8)]
+    assert all(p["complete"] and p["dispatch"]["bf16"]["rdma_gbps"] > 75 for p in parsed)
+
+
+def test_internode_without_mapping_uses_mlx5_0_at_the_signature(tmp_path):
+    parsed, sent = internode(tmp_path, "")
+    assert list(sent) == ["mlx5_0"]
+    assert all(6.0 < p["dispatch"]["bf16"]["rdma_gbps"] < 7.0 for p in parsed)
+
+
+def test_internode_mapping_ignored_without_pr466(tmp_path):
+    parsed, sent = internode(tmp_path, MAP8, support=False)
+    assert list(sent) == ["mlx5_0"]
+
+
+def test_internode_wrong_master_address_fails_like_torch(tmp_path):
+    env = dict(node(tmp_path), WORLD_SIZE="2", RANK="0", MASTER_ADDR="192.0.2.1", MASTER_PORT=str(free_port()))
+    proc = run([V1 / "test_internode.py"], env)
+    assert proc.returncode == 1 and "failed to bind to 192.0.2.1" in proc.stderr
