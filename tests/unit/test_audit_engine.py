@@ -10,7 +10,7 @@ import json
 import pytest
 import yaml
 
-from conftest import FIXTURES, REPO
+from unit_helpers import FIXTURES, REPO
 
 from ansible_collections.gpufleet.deepep.plugins.module_utils import _audit
 from ansible_collections.gpufleet.deepep.plugins.module_utils._audit import (

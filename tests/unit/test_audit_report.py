@@ -11,7 +11,7 @@ import json
 import pytest
 import yaml
 
-from conftest import FIXTURES, REPO
+from unit_helpers import FIXTURES, REPO
 
 from ansible_collections.gpufleet.deepep.plugins.module_utils._audit import audit_fleet
 from ansible_collections.gpufleet.deepep.plugins.module_utils._report import render, render_html, render_markdown

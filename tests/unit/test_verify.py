@@ -13,7 +13,7 @@ from ansible_collections.gpufleet.deepep.plugins.filter import verify_helpers as
 from ansible_collections.gpufleet.deepep.plugins.module_utils import _verify as v
 from ansible_collections.gpufleet.deepep.plugins.module_utils._bandwidth import parse_output
 
-from conftest import CAPTURED, FIXTURES
+from unit_helpers import CAPTURED, FIXTURES
 
 GROUPS = {"all": ["a1", "a2", "b1", "b2", "c1"], "ga": ["a1", "a2"], "gb": ["b1", "b2"], "solo": ["c1"]}
 

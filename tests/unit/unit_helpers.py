@@ -1,0 +1,68 @@
+# Copyright: (c) 2026, gpufleet.deepep contributors
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
+"""Shared helpers for the collection's unit tests (import them from here, never from conftest).
+
+Modules and module_utils are imported through the collection namespace
+(``ansible_collections.gpufleet.deepep...``); ``scripts/bootstrap.sh`` links the checkout at
+``.collections/ansible_collections/gpufleet/deepep`` and this file puts ``.collections`` on sys.path.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+COLLECTIONS = REPO / ".collections"
+if not (COLLECTIONS / "ansible_collections" / "gpufleet" / "deepep").exists():
+    raise RuntimeError("run scripts/bootstrap.sh (or `make bootstrap`) first: .collections is missing")
+if str(COLLECTIONS) not in sys.path:
+    sys.path.insert(0, str(COLLECTIONS))
+
+FIXTURES = REPO / "tests" / "fixtures"
+CAPTURED = FIXTURES / "captured" / "h200x2"
+
+
+class ModuleResult(dict):
+    """The JSON a module printed, plus whether it failed."""
+
+    @property
+    def failed(self) -> bool:
+        return bool(self.get("failed"))
+
+
+def run_module(module, args: dict, check_mode: bool = False, diff: bool = False) -> ModuleResult:
+    """Run ``module.main()`` with ``args`` and return what it printed as a dict.
+
+    Works for exit_json and fail_json alike (both end in SystemExit); the caller asserts on
+    ``result.failed`` and the keys.
+    """
+    from ansible.module_utils.testing import patch_module_args
+
+    full = dict(args)
+    full["_ansible_check_mode"] = check_mode
+    full["_ansible_diff"] = diff
+    full.setdefault("_ansible_remote_tmp", "/tmp")
+    full.setdefault("_ansible_keep_remote_files", False)
+    from ansible.module_utils import _internal
+
+    out = io.StringIO()
+    # Once a test has imported controller-side code (filters, the template engine), ansible-core flags the
+    # process as the controller and prints module warnings to stderr instead of returning them. Modules run
+    # on targets, so run them as a target would.
+    was_controller = _internal.is_controller
+    _internal.is_controller = False
+    try:
+        with patch_module_args(full), contextlib.redirect_stdout(out):
+            with pytest.raises(SystemExit):
+                module.main()
+    finally:
+        _internal.is_controller = was_controller
+    text = out.getvalue().strip()
+    # The module prints exactly one JSON document.
+    return ModuleResult(json.loads(text))
