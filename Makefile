@@ -71,6 +71,7 @@ demo-down: bootstrap
 
 bench: bootstrap
 	$(VENV)/bin/python tools/bench/fleet_bench.py
+	$(VENV)/bin/python tools/bench/site_bench.py
 	$(VENV)/bin/python tools/bench/audit_bench.py
 
 clean:

@@ -1,5 +1,5 @@
 # Copyright: (c) 2026, gpufleet.deepep contributors
-# Apache License 2.0 (see LICENSE in the collection root)
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
 """Fixtures of the integration tests of the simulated fleet (helpers: fleetsim_helpers.py).
 
 Every test fleet gets a unique name (``it-<pid>-<tag>``); fleetsim picks a free subnet and bridge for it,

@@ -1,5 +1,5 @@
 # Copyright: (c) 2026, gpufleet.deepep contributors
-# Apache License 2.0 (see LICENSE in the collection root)
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
 """Helpers for the integration tests of the simulated fleet (need root, namespaces and overlayfs).
 
 Imported by conftest.py and the test modules (a module name of its own, so that it never clashes with

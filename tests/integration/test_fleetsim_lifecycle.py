@@ -1,5 +1,5 @@
 # Copyright: (c) 2026, gpufleet.deepep contributors
-# Apache License 2.0 (see LICENSE in the collection root)
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
 """Fleet lifecycle: `down` leaves nothing behind, `status` finds leftovers, a node that never returns."""
 
 from __future__ import annotations

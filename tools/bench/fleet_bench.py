@@ -1,5 +1,5 @@
 # Copyright: (c) 2026, gpufleet.deepep contributors
-# Apache License 2.0 (see LICENSE in the collection root)
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
 """Figures of the simulated fleet: for 2, 4 and 8 nodes, the fleet's start and stop time, one Ansible
 ping round, and a no-op converge of the default Molecule scenario's converge playbook (run once to
 converge, with its reboot, then timed on the second run).

@@ -1,5 +1,5 @@
 # Copyright: (c) 2026, gpufleet.deepep contributors
-# Apache License 2.0 (see LICENSE in the collection root)
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
 """What a simulated node's "kernel" decides at boot, from the node's own files (pure logic).
 
 ``plan_boot(root, profile, faults)`` reads the node's view of its file system under ``root`` (``/``

@@ -1,5 +1,5 @@
 # Copyright: (c) 2026, gpufleet.deepep contributors
-# Apache License 2.0 (see LICENSE in the collection root)
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
 """Host side of the simulated fleet: create, start, stop, inspect and fault nodes.
 
 A fleet lives in ``<state root>/<fleet>/`` (``state.json``, the SSH client key, ``boots.log`` and

@@ -1,5 +1,5 @@
 # Copyright: (c) 2026, gpufleet.deepep contributors
-# Apache License 2.0 (see LICENSE in the collection root)
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
 """What a simulated node's kernel makes of ``options <module> ...`` lines at boot.
 
 This is the simulator's own reading of modprobe configuration, written from kmod's and the

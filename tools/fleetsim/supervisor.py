@@ -1,5 +1,5 @@
 # Copyright: (c) 2026, gpufleet.deepep contributors
-# Apache License 2.0 (see LICENSE in the collection root)
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
 """The host-side power supply of one simulated node: boots it, and boots it again after a reboot.
 
 ``python -m tools.fleetsim.supervisor FLEET_DIR NODE`` (started detached by ``fleetsim up``). Each boot

@@ -1,5 +1,5 @@
 # Copyright: (c) 2026, gpufleet.deepep contributors
-# Apache License 2.0 (see LICENSE in the collection root)
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
 """fleetsim node ``modprobe`` and ``lsmod`` (one file, installed under both names).
 
 The kernel modules of the node's profile (nvidia, mlx5_core, ib_core, ...) are simulated: their list

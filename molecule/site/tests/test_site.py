@@ -1,0 +1,109 @@
+# Copyright: (c) 2026, gpufleet.deepep contributors
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
+"""Verify of the site scenario: every phase of playbooks/site.yml left its mark, with one reboot a node."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import testinfra.utils.ansible_runner
+
+testinfra_hosts = testinfra.utils.ansible_runner.AnsibleRunner(
+    os.environ["MOLECULE_INVENTORY_FILE"]).get_hosts("b200_cluster")
+
+ENV_SCRIPT = "/opt/deepep/unified-env.sh"
+
+
+def boot_log() -> list[dict]:
+    root = Path(os.environ.get("FLEETSIM_STATE_DIR", "/srv/fleetsim"))
+    path = root / os.environ["FLEETSIM_FLEET"] / "boots.log"
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def sourced_env(host) -> dict:
+    # check_output quotes its arguments itself.
+    out = host.check_output("env -i PATH=/usr/bin:/bin bash -c %s", f"source {ENV_SCRIPT} && env -0")
+    env = {}
+    for item in out.split("\0"):
+        if "=" in item:
+            key, dummy, value = item.partition("=")
+            env[key] = value
+    return env
+
+
+def test_cuda_toolkit_and_symlink(host):
+    link = host.file("/usr/local/cuda")
+    assert link.is_symlink
+    assert link.linked_to == "/usr/local/cuda-12.9"
+    assert "release 12.9, V12.9" in host.check_output("/usr/local/cuda/bin/nvcc --version")
+
+
+def test_rdma_devices_are_mlx5_after_doca(host):
+    names = sorted(host.file("/sys/class/infiniband").listdir())
+    assert names == [f"mlx5_{i}" for i in range(8)]
+    assert host.package("doca-ofed").is_installed
+
+
+def test_mft_is_pinned(host):
+    assert host.package("mft").version == "4.30.0-139"
+    assert "Pin: version 4.30.0-139" in host.file("/etc/apt/preferences.d/gpufleet-mft").content_string
+
+
+def test_override_is_live(host):
+    params = {}
+    for line in host.file("/proc/driver/nvidia/params").content_string.splitlines():
+        name, dummy, value = line.partition(":")
+        params[name.strip()] = value.strip()
+    assert params["RegistryDwords"].strip('"').rstrip(";").split(";") == ["PeerMappingOverride=1"]
+    assert params["EnableStreamMemOPs"] == "1"
+
+
+def test_nvidia_peermem_loaded_once_doca_provides_it(host):
+    modules = [line.split()[0] for line in host.check_output("lsmod").splitlines()[1:] if line.strip()]
+    assert "nvidia_peermem" in modules
+
+
+def test_one_reboot_per_node(host):
+    name = host.check_output("hostname").strip()
+    ups = [e for e in boot_log() if e["node"] == name and e["event"] == "up"]
+    assert len(ups) == 2, ups  # the boot at create, and exactly one reboot for DOCA-OFED + PeerMappingOverride
+    assert host.file("/proc/sys/kernel/random/boot_id").content_string.strip() == ups[1]["boot_id"]
+
+
+def test_gdrcopy_library(host):
+    assert host.file("/opt/deepep/gdrcopy/lib/libgdrapi.so.2").exists
+    assert host.file("/opt/deepep/gdrcopy/include/gdrapi.h").exists
+
+
+def test_torch_from_the_mirror(host):
+    version = host.check_output("/usr/bin/python3 -c %s", "import importlib.metadata as m; print(m.version('torch'))")
+    assert version.startswith("2.13.0")
+
+
+def test_env_script_file(host):
+    script = host.file(ENV_SCRIPT)
+    assert script.is_file
+    assert script.user == "root"
+    assert script.mode == 0o644
+    assert host.run("bash -n %s", ENV_SCRIPT).rc == 0
+
+
+def test_env_script_content(host):
+    env = sourced_env(host)
+    assert env["CUDA_HOME"] == "/usr/local/cuda"
+    assert env["NVSHMEM_HOME"] == "/opt/deepep/nvshmem"
+    assert env["GDRCOPY_HOME"] == "/opt/deepep/gdrcopy"
+    assert env["LD_LIBRARY_PATH"].split(":") == ["/opt/deepep/nvshmem/lib", "/opt/deepep/gdrcopy/lib", "/usr/local/cuda/lib64"]
+    assert env["NVSHMEM_REMOTE_TRANSPORT"] == "ibgda"
+    assert env["NVSHMEM_IB_ENABLE_IBGDA"] == "1"
+    assert env["NVSHMEM_IBGDA_NIC_HANDLER"] == "gpu"
+    assert env["NVSHMEM_HCA_PREFIX"] == "mlx5"  # from the facts after the reboot, not the inbox rocep
+    assert env["NVSHMEM_IB_GID_INDEX"] == "3"
+    assert env["NVSHMEM_DISABLE_CUDA_VMM"] == "1"
+    assert env["NVSHMEM_ENABLE_NIC_PE_MAPPING"] == "1"
+    assert env["DEEP_EP_DEVICE_TO_HCA_MAPPING"] == ",".join(f"{i}:mlx5_{i}:1" for i in range(8))
+    assert env["EP_NIC_NAME"] == "mlx5_0"
+    assert env["PYTHONPATH"] == "/opt/deepep/DeepEP"
+    assert "LD_PRELOAD" not in env  # no custom NVSHMEM yet: nothing must win over a bundled one

@@ -1,0 +1,112 @@
+# Copyright: (c) 2026, gpufleet.deepep contributors
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
+"""Verifier of the verify scenario: the four runs of converge.yml gave the right verdicts on the right nodes,
+with the right diagnosis, the hang was killed at its timeout (no test process left), and a rerun of the
+playbook changes no file on the nodes outside the directory the verification owns."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+SCENARIO = Path(__file__).resolve().parents[1]
+REPO = SCENARIO.parents[1]
+EPHEMERAL = Path(os.environ["MOLECULE_EPHEMERAL_DIRECTORY"])
+FLEET = os.environ["FLEETSIM_FLEET"]
+NODES = ["b200-a-1", "b200-a-2", "b200-b-1", "b200-b-2"]
+
+
+def summary(run):
+    return json.loads((EPHEMERAL / run / "summary.json").read_text())
+
+
+def rows(run, stage=None, host=None):
+    return [r for r in summary(run)["rows"] if (stage is None or r["stage"] == stage)
+            and (host is None or r["host"] == host)]
+
+
+def fleetsim(*argv):
+    return subprocess.run([sys.executable, "-m", "tools.fleetsim", "--fleet", FLEET] + list(argv), check=False,
+                          cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, universal_newlines=True)
+
+
+def test_healthy_fleet_passes_everywhere():
+    data = summary("verify-pass")
+    assert data["passed"] and data["counts"] == {"total": 8, "passed": 8, "failed": 0}
+    assert sorted(r["host"] for r in rows("verify-pass", "intranode")) == NODES
+    for row in rows("verify-pass", "internode"):
+        assert row["nic"]["passed"] and len(row["nic"]["busy"]) == 8, row
+        assert row["gbps"]["dispatch_bf16_rdma_gbps"] > 45 and row["cases"] == {"passed": 24, "failed": 0}
+    ranks = {r["host"]: (r["group"], r["rank"]) for r in rows("verify-pass", "internode")}
+    assert ranks == {"b200-a-1": ("b200_a", 0), "b200-a-2": ("b200_a", 1),
+                     "b200-b-1": ("b200_b", 0), "b200-b-2": ("b200_b", 1)}
+    for node in NODES:
+        assert (EPHEMERAL / "verify-pass" / node / "intranode.log").is_file()
+    table = (EPHEMERAL / "verify-pass" / "summary.md").read_text()
+    assert "| node / pair | test | cases |" in table and "8 of 8 passed." in table
+
+
+def test_missing_mapping_fails_on_that_node_with_the_diagnosis():
+    data = summary("verify-unmapped")
+    assert not data["passed"]
+    assert {f["host"] for f in data["failures"]} == {"b200-b-2"}
+    (row,) = rows("verify-unmapped", "internode", "b200-b-2")
+    assert row["nic"]["busy"] == ["rocep145s0"] and len(row["nic"]["idle"]) == 7
+    text = " ".join(row["diagnosis"])
+    assert "DEEP_EP_DEVICE_TO_HCA_MAPPING is not set" in text
+    assert "~6.5 GB/s RDMA signature" in text
+    assert 5.0 < row["gbps"]["dispatch_bf16_rdma_gbps"] < 8.0
+    for row in rows("verify-unmapped"):
+        assert row["passed"] == (row["host"] != "b200-b-2" or row["stage"] == "intranode"), row
+
+
+def test_hang_is_killed_and_reported_within_its_timeout():
+    data = summary("verify-hang")
+    hung = [r for r in data["rows"] if r["group"] == "b200_a"]
+    assert len(hung) == 2 and all(r["status"] == "timeout" for r in hung)
+    for row in hung:
+        assert "within 30s" in row["reasons"][0]
+        assert "timeout (dispatch CPU)" in row["diagnosis"][0] and "ranks out of step" in row["diagnosis"][0]
+        log = (EPHEMERAL / "verify-hang" / row["host"] / "b200_a-internode.log").read_text()
+        assert "[verify] exit status 124" in log
+    assert all(r["passed"] for r in data["rows"] if r["group"] == "b200_b")
+    for node in ("b200-a-1", "b200-a-2"):
+        left = fleetsim("exec", node, "--", "pgrep", "-f", "tests/test_internode.py")
+        assert left.returncode == 1 and left.stdout == "", "test processes left on %s: %s" % (node, left.stdout)
+
+
+def test_connectivity_stage_stops_the_group():
+    data = summary("verify-connectivity")
+    conn = [r for r in data["rows"] if r["stage"] == "connectivity"]
+    full = [r for r in data["rows"] if r["stage"] == "internode"]
+    assert sorted(r["host"] for r in conn) == ["b200-b-1", "b200-b-2"]
+    assert all(r["status"] == "error" and "rebuild it with NVSHMEM_DIR" in " ".join(r["diagnosis"]) for r in conn)
+    assert all(r["status"] == "skipped" for r in full)
+
+
+def test_rerun_changes_nothing_outside_its_directory():
+    for node in NODES:
+        assert fleetsim("exec", node, "--", "touch", "/tmp/verify-rerun-marker").returncode == 0
+    env = dict(os.environ, ANSIBLE_CONFIG=str(REPO / "ansible.cfg"))
+    inventory = str(Path(os.environ["MOLECULE_INVENTORY_FILE"]).parent)
+    run = subprocess.run([str(Path(sys.executable).parent / "ansible-playbook"), "-i", inventory,
+                          str(REPO / "playbooks" / "verify.yml"), "--tags", "intranode",
+                          "-e", '{"gpufleet_verify_groups": ["b200_a", "b200_b"]}',
+                          "-e", "gpufleet_verify_run_dir=%s" % (EPHEMERAL / "verify-rerun")],
+                         check=False, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                         universal_newlines=True)
+    assert run.returncode == 0, run.stdout[-3000:]
+    for node in NODES:
+        changed = fleetsim("exec", node, "--", "find", "/etc", "/opt", "/usr/local", "-newer",
+                           "/tmp/verify-rerun-marker", "-type", "f")
+        assert changed.stdout.split() == ["/opt/deepep/verify/intranode.log"], (node, changed.stdout)
+
+
+@pytest.mark.parametrize("run", ["verify-pass", "verify-unmapped", "verify-hang", "verify-connectivity"])
+def test_every_run_wrote_its_table(run):
+    assert (EPHEMERAL / run / "summary.md").read_text().startswith("# DeepEP fleet verification")

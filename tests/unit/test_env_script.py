@@ -1,0 +1,217 @@
+# Copyright: (c) 2026, gpufleet.deepep contributors
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
+"""The env_script role's templates, rendered with the facts the collection's modules return.
+
+The facts come from running gpufleet.deepep.rdma_devices and gpu_topology against sysfs trees the
+simulated fleet's fakehw renders (gcp_b200 after DOCA-OFED, h100_ib, h200_nvlink). The rendered script
+must pass ``bash -n`` and, sourced by bash, export exactly what the facts decide.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+import yaml
+
+from unit_helpers import REPO, run_module
+
+ROLE = REPO / "roles" / "env_script"
+BASH = shutil.which("bash")
+
+pytestmark = pytest.mark.skipif(BASH is None, reason="bash is needed to check the script")
+
+
+def role_defaults() -> dict:
+    return yaml.safe_load((ROLE / "defaults" / "main.yml").read_text(encoding="utf-8"))
+
+
+def render(text: str, variables: dict):
+    from ansible.parsing.dataloader import DataLoader
+    from ansible.template import Templar, trust_as_template
+
+    templar = Templar(loader=DataLoader(), variables=variables)
+    return templar.template(trust_as_template(text))
+
+
+_FACTS: dict = {}
+
+
+def node_facts(tmp_path: Path, profile: str, naming: str = "as-profile") -> dict:
+    """ansible_facts of a simulated node: what rdma_devices and gpu_topology return for its hardware."""
+    if (profile, naming) not in _FACTS:
+        _FACTS[(profile, naming)] = _node_facts(tmp_path, profile, naming)
+    return json.loads(json.dumps(_FACTS[(profile, naming)]))
+
+
+def _node_facts(tmp_path: Path, profile: str, naming: str) -> dict:
+    from tools.fleetsim import fakehw
+    from ansible_collections.gpufleet.deepep.plugins.modules import gpu_topology, rdma_devices
+
+    prof = fakehw.load_profile(profile)
+    root = tmp_path / profile
+    fakehw.render_sysfs(prof, root, nic_naming=naming)
+    hw_json = tmp_path / f"{profile}-hardware.json"
+    fakehw.write_hw_json(prof, hw_json, nic_naming=naming)
+    nvidia_smi = fakehw.install_fake_nvidia_smi(tmp_path / "bin" / "nvidia-smi")
+    facts = {}
+    rdma = run_module(rdma_devices, {"sysfs_root": str(root)})
+    assert not rdma.failed, rdma
+    facts.update(rdma["ansible_facts"])
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("FLEETSIM_HW_JSON", str(hw_json))
+        gpus = run_module(gpu_topology, {"sysfs_root": str(root), "nvidia_smi": str(nvidia_smi)})
+    assert not gpus.failed, gpus
+    facts.update(gpus["ansible_facts"])
+    return facts
+
+
+def render_script(tmp_path: Path, facts: dict, nvshmem_built: bool = True, gdrcopy_built: bool = False,
+                  bundled: dict | None = None, **overrides) -> tuple[Path, dict]:
+    variables = role_defaults()
+    variables.update(overrides)
+    variables["inventory_hostname"] = "node-1"
+    facts = dict(facts)
+    if bundled is not None:
+        facts["gpufleet_bundled_nvshmem"] = bundled
+    variables["ansible_facts"] = facts
+    # What the role's stat task registers for <nvshmem>/lib/libnvshmem_host.so.3 and <gdrcopy>/lib.
+    variables["env_script_libs"] = {"results": [{"stat": {"exists": nvshmem_built}}, {"stat": {"exists": gdrcopy_built}}]}
+    # Role defaults refer to other roles' variables with default(): resolve them like Ansible would.
+    for name in ("env_script_gdrcopy_home", "env_script_python"):
+        variables[name] = render(variables[name], variables)
+    decided = render((ROLE / "templates" / "env.json.j2").read_text(encoding="utf-8"), variables)
+    env = json.loads(decided) if isinstance(decided, str) else decided
+    variables["env_script_env"] = env
+    script = render((ROLE / "templates" / "unified-env.sh.j2").read_text(encoding="utf-8"), variables)
+    path = tmp_path / "unified-env.sh"
+    path.write_text(script, encoding="utf-8")
+    return path, env
+
+
+def bash_n(path: Path) -> None:
+    proc = subprocess.run([BASH, "-n", str(path)], capture_output=True, text=True, check=False)
+    assert proc.returncode == 0, proc.stderr
+
+
+def sourced(path: Path, start: dict | None = None) -> dict:
+    """The environment bash has after sourcing the script (from a clean, known environment)."""
+    base = {"PATH": "/usr/bin:/bin"}
+    base.update(start or {})
+    proc = subprocess.run([BASH, "-c", 'source "$1" && env -0', "bash", str(path)], capture_output=True,
+                          env=base, check=False)
+    assert proc.returncode == 0, proc.stderr.decode()
+    out = {}
+    for item in proc.stdout.split(b"\0"):
+        if b"=" in item:
+            key, dummy, value = item.partition(b"=")
+            out[key.decode()] = value.decode()
+    return out
+
+
+BUNDLED = {
+    "bundled": [{"package": "nvidia-nvshmem-cu13", "version": "3.4.5",
+                 "host_lib": "/usr/local/lib/python3.11/dist-packages/nvidia/nvshmem/lib/libnvshmem_host.so.3"}],
+    "preload": "/opt/deepep/nvshmem/lib/libnvshmem_host.so.3",
+}
+
+
+def test_gcp_b200_after_doca(tmp_path):
+    facts = node_facts(tmp_path, "gcp_b200", naming="mlx5")
+    path, dummy = render_script(tmp_path, facts, bundled=BUNDLED)
+    bash_n(path)
+    env = sourced(path, {"LD_LIBRARY_PATH": "/existing"})
+    assert env["CUDA_HOME"] == "/usr/local/cuda"
+    assert env["NVSHMEM_HOME"] == env["NVSHMEM_DIR"] == "/opt/deepep/nvshmem"
+    assert env["NVSHMEM_REMOTE_TRANSPORT"] == "ibgda"
+    assert env["NVSHMEM_IB_ENABLE_IBGDA"] == "1"
+    assert env["NVSHMEM_IBGDA_NIC_HANDLER"] == "gpu"
+    assert env["NVSHMEM_HCA_PREFIX"] == "mlx5"
+    assert env["NVSHMEM_IB_GID_INDEX"] == "3"
+    assert env["NVSHMEM_DISABLE_CUDA_VMM"] == "1"
+    assert env["NVSHMEM_ENABLE_NIC_PE_MAPPING"] == "1"
+    # gcp_b200: GPU k shares a PCIe switch with NIC k, so each GPU gets its own mlx5_k.
+    assert env["DEEP_EP_DEVICE_TO_HCA_MAPPING"] == ",".join(f"{i}:mlx5_{i}:1" for i in range(8))
+    assert env["EP_NIC_NAME"] == "mlx5_0"
+    assert env["LD_PRELOAD"] == "/opt/deepep/nvshmem/lib/libnvshmem_host.so.3"
+    assert env["LD_LIBRARY_PATH"] == "/opt/deepep/nvshmem/lib:/usr/local/cuda/lib64:/existing"
+    assert env["PATH"].split(":")[0] == "/usr/local/cuda/bin"
+    assert "GDRCOPY_HOME" not in env
+
+
+def test_rocep_names_before_doca(tmp_path):
+    facts = node_facts(tmp_path, "gcp_b200", naming="rocep")
+    path, dummy = render_script(tmp_path, facts)
+    env = sourced(path)
+    assert env["NVSHMEM_HCA_PREFIX"] == "rocep"
+    assert env["DEEP_EP_DEVICE_TO_HCA_MAPPING"].startswith("0:rocep")
+    assert env["EP_NIC_NAME"].startswith("rocep")
+
+
+def test_infiniband_has_no_gid_index_nor_vmm_switch(tmp_path):
+    facts = node_facts(tmp_path, "h100_ib")
+    assert facts["gpufleet_rdma"]["transport"] == "infiniband"
+    path, dummy = render_script(tmp_path, facts)
+    bash_n(path)
+    env = sourced(path)
+    assert env["NVSHMEM_HCA_PREFIX"] == "mlx5"
+    assert "NVSHMEM_IB_GID_INDEX" not in env
+    assert "NVSHMEM_DISABLE_CUDA_VMM" not in env
+    assert env["DEEP_EP_DEVICE_TO_HCA_MAPPING"].count(":mlx5_") == 8
+
+
+def test_node_without_nics(tmp_path):
+    facts = node_facts(tmp_path, "h200_nvlink")
+    path, dummy = render_script(tmp_path, facts)
+    bash_n(path)
+    env = sourced(path)
+    for name in ("NVSHMEM_HCA_PREFIX", "NVSHMEM_IB_GID_INDEX", "NVSHMEM_DISABLE_CUDA_VMM",
+                 "NVSHMEM_ENABLE_NIC_PE_MAPPING", "DEEP_EP_DEVICE_TO_HCA_MAPPING", "EP_NIC_NAME"):
+        assert name not in env, name
+    assert env["NVSHMEM_REMOTE_TRANSPORT"] == "ibgda"
+
+
+@pytest.mark.parametrize("nvshmem_built,bundled,env_script_ld_preload,expected", [
+    (True, BUNDLED, "auto", BUNDLED["preload"]),
+    (True, {"bundled": [], "preload": BUNDLED["preload"]}, "auto", None),  # nothing bundled: nothing to beat
+    (False, BUNDLED, "auto", None),  # no custom build: nothing to preload
+    (True, BUNDLED, "never", None),
+])
+def test_ld_preload_only_when_a_bundled_nvshmem_would_win(tmp_path, nvshmem_built, bundled, env_script_ld_preload,
+                                                          expected):
+    facts = node_facts(tmp_path, "gcp_b200", naming="mlx5")
+    path, dummy = render_script(tmp_path, facts, nvshmem_built=nvshmem_built, bundled=bundled,
+                            env_script_ld_preload=env_script_ld_preload)
+    env = sourced(path)
+    assert env.get("LD_PRELOAD") == expected
+
+
+def test_gdrcopy_and_explicit_values(tmp_path):
+    facts = node_facts(tmp_path, "gcp_b200", naming="mlx5")
+    path, dummy = render_script(tmp_path, facts, gdrcopy_built=True, env_script_nic_handler="cpu",
+                            env_script_gid_index=5, env_script_hca_mapping="", env_script_ep_nic_name="mlx5_3",
+                            env_script_pythonpath=["/opt/deepep/DeepEP"],
+                            env_script_extra_env={"NVSHMEM_DEBUG": "WARN", "ODD_VALUE": "it's \"quoted\" $HOME `x`"})
+    bash_n(path)
+    env = sourced(path, {"PYTHONPATH": "/p"})
+    assert env["GDRCOPY_HOME"] == "/opt/deepep/gdrcopy"
+    assert env["LD_LIBRARY_PATH"] == "/opt/deepep/nvshmem/lib:/opt/deepep/gdrcopy/lib:/usr/local/cuda/lib64"
+    assert env["NVSHMEM_IBGDA_NIC_HANDLER"] == "cpu"
+    assert env["NVSHMEM_IB_GID_INDEX"] == "5"
+    assert "DEEP_EP_DEVICE_TO_HCA_MAPPING" not in env and "NVSHMEM_ENABLE_NIC_PE_MAPPING" not in env
+    assert env["EP_NIC_NAME"] == "mlx5_3"
+    assert env["PYTHONPATH"] == "/opt/deepep/DeepEP:/p"
+    assert env["NVSHMEM_DEBUG"] == "WARN"
+    assert env["ODD_VALUE"] == "it's \"quoted\" $HOME `x`"
+
+
+def test_script_is_stable_and_says_where_it_comes_from(tmp_path):
+    facts = node_facts(tmp_path, "gcp_b200", naming="mlx5")
+    first, dummy = render_script(tmp_path, facts, bundled=BUNDLED)
+    text = first.read_text(encoding="utf-8")
+    second, dummy = render_script(tmp_path, facts, bundled=BUNDLED)
+    assert second.read_text(encoding="utf-8") == text  # no dates or run-dependent content: idempotent
+    assert text.startswith("#!/usr/bin/env bash\n# Managed by gpufleet.deepep")
