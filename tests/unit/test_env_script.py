@@ -184,7 +184,7 @@ def test_ld_preload_only_when_a_bundled_nvshmem_would_win(tmp_path, nvshmem_buil
                                                           expected):
     facts = node_facts(tmp_path, "gcp_b200", naming="mlx5")
     path, dummy = render_script(tmp_path, facts, nvshmem_built=nvshmem_built, bundled=bundled,
-                            env_script_ld_preload=env_script_ld_preload)
+                                env_script_ld_preload=env_script_ld_preload)
     env = sourced(path)
     assert env.get("LD_PRELOAD") == expected
 
@@ -192,9 +192,9 @@ def test_ld_preload_only_when_a_bundled_nvshmem_would_win(tmp_path, nvshmem_buil
 def test_gdrcopy_and_explicit_values(tmp_path):
     facts = node_facts(tmp_path, "gcp_b200", naming="mlx5")
     path, dummy = render_script(tmp_path, facts, gdrcopy_built=True, env_script_nic_handler="cpu",
-                            env_script_gid_index=5, env_script_hca_mapping="", env_script_ep_nic_name="mlx5_3",
-                            env_script_pythonpath=["/opt/deepep/DeepEP"],
-                            env_script_extra_env={"NVSHMEM_DEBUG": "WARN", "ODD_VALUE": "it's \"quoted\" $HOME `x`"})
+                                env_script_gid_index=5, env_script_hca_mapping="", env_script_ep_nic_name="mlx5_3",
+                                env_script_pythonpath=["/opt/deepep/DeepEP"],
+                                env_script_extra_env={"NVSHMEM_DEBUG": "WARN", "ODD_VALUE": "it's \"quoted\" $HOME `x`"})
     bash_n(path)
     env = sourced(path, {"PYTHONPATH": "/p"})
     assert env["GDRCOPY_HOME"] == "/opt/deepep/gdrcopy"
