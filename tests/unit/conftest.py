@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from unit_helpers import CAPTURED, run_module
+from unit_helpers import CAPTURED, render_sysfs_tree, run_module
 
 
 @pytest.fixture
@@ -19,3 +19,17 @@ def module_runner():
 @pytest.fixture
 def captured_dir() -> Path:
     return CAPTURED
+
+
+@pytest.fixture(scope="module")
+def tree(tmp_path_factory):
+    """Fake sysfs trees of shipped fleetsim profiles, rendered once per test file for the tests that only read them."""
+    cache = {}
+
+    def get(profile="gcp_b200", **kwargs):
+        key = (profile, tuple(sorted(kwargs.items())))
+        if key not in cache:
+            cache[key] = render_sysfs_tree(tmp_path_factory.mktemp(profile), profile, **kwargs)
+        return cache[key]
+
+    return get

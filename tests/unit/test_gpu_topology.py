@@ -5,41 +5,17 @@
 from __future__ import annotations
 
 import copy
-from pathlib import Path
 
 import pytest
 
 from tools.fleetsim import fakehw
+from unit_helpers import render_sysfs_tree as render
 
 from ansible_collections.gpufleet.deepep.plugins.module_utils import _pci
 from ansible_collections.gpufleet.deepep.plugins.modules import gpu_topology
 
-REPO = Path(__file__).resolve().parents[2]
 
 MLX5_MAPPING = "0:mlx5_0:1,1:mlx5_1:1,2:mlx5_2:1,3:mlx5_3:1,4:mlx5_4:1,5:mlx5_5:1,6:mlx5_6:1,7:mlx5_7:1"
-
-
-def render(tmp_path, profile="gcp_b200", name="sys", **kwargs):
-    prof = fakehw.load_profile(profile) if isinstance(profile, str) else profile
-    root = tmp_path / name
-    fakehw.render_sysfs(prof, root, **kwargs)
-    return root
-
-
-@pytest.fixture(scope="module")
-def tree(tmp_path_factory):
-    """Trees of shipped profiles rendered once per file, for the tests that only read them."""
-    cache = {}
-
-    def get(profile="gcp_b200", **kwargs):
-        key = (profile, tuple(sorted(kwargs.items())))
-        if key not in cache:
-            root = tmp_path_factory.mktemp(profile) / "sys"
-            fakehw.render_sysfs(fakehw.load_profile(profile), root, **kwargs)
-            cache[key] = root
-        return cache[key]
-
-    return get
 
 
 @pytest.fixture

@@ -7,39 +7,14 @@ from __future__ import annotations
 import copy
 import importlib
 import sys
-from pathlib import Path
 
 import pytest
 
 from tools.fleetsim import fakehw
+from unit_helpers import render_sysfs_tree as render
 
 from ansible_collections.gpufleet.deepep.plugins.module_utils import _rdma
 from ansible_collections.gpufleet.deepep.plugins.modules import rdma_devices
-
-REPO = Path(__file__).resolve().parents[2]
-
-
-def render(tmp_path, profile="gcp_b200", name="sys", **kwargs):
-    prof = fakehw.load_profile(profile) if isinstance(profile, str) else profile
-    root = tmp_path / name
-    fakehw.render_sysfs(prof, root, **kwargs)
-    return root
-
-
-@pytest.fixture(scope="module")
-def tree(tmp_path_factory):
-    """Trees of shipped profiles rendered once per file, for the tests that only read them."""
-    cache = {}
-
-    def get(profile="gcp_b200", **kwargs):
-        key = (profile, tuple(sorted(kwargs.items())))
-        if key not in cache:
-            root = tmp_path_factory.mktemp(profile) / "sys"
-            fakehw.render_sysfs(fakehw.load_profile(profile), root, **kwargs)
-            cache[key] = root
-        return cache[key]
-
-    return get
 
 
 def with_down_frontend_rdma_nic(profile_name="gcp_b200"):

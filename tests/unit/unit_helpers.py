@@ -66,3 +66,13 @@ def run_module(module, args: dict, check_mode: bool = False, diff: bool = False)
     text = out.getvalue().strip()
     # The module prints exactly one JSON document.
     return ModuleResult(json.loads(text))
+
+
+def render_sysfs_tree(tmp_path: Path, profile="gcp_b200", name: str = "sys", **kwargs) -> Path:
+    """Render a fleetsim profile's fake sysfs (a profile name or a profile dict) under ``tmp_path/name``."""
+    from tools.fleetsim import fakehw
+
+    prof = fakehw.load_profile(profile) if isinstance(profile, str) else profile
+    root = tmp_path / name
+    fakehw.render_sysfs(prof, root, **kwargs)
+    return root
