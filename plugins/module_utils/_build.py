@@ -980,3 +980,45 @@ def deepep_build_env(generation, arch_list, cuda_home, nvshmem_root=None, nccl_r
             else:
                 env[name] = value
     return env
+
+
+class StepFailed(Exception):
+    """A build step failed: ``msg`` for the user, ``rc`` and ``cmd`` when a command failed, ``extra`` result keys."""
+
+    def __init__(self, msg, rc=None, cmd=None, **extra):
+        super(StepFailed, self).__init__(msg)
+        self.msg = msg
+        self.rc = rc
+        self.cmd = cmd
+        self.extra = extra
+
+
+class CommandLog(object):
+    """Runs commands with LC_ALL=C through ``run_command`` (AnsibleModule.run_command), records their argv in
+    ``commands`` and, once ``log_path`` is set, appends each command line and its output to the build log."""
+
+    def __init__(self, run_command, log_path=None):
+        self._run_command = run_command
+        self.log_path = log_path
+        self.commands = []
+
+    def log(self, text):
+        if self.log_path and text:
+            with open(self.log_path, "a", encoding="utf-8", errors="replace") as handle:
+                handle.write(text)
+
+    def run(self, argv, env=None, cwd=None, check=True, record=True):
+        full_env = {"LC_ALL": "C"}
+        full_env.update(env or {})
+        if record:
+            self.commands.append(list(argv))
+        if self.log_path:
+            env_text = " ".join("%s=%s" % (k, v) for k, v in sorted((env or {}).items()))
+            self.log("\n$ %s%s\n" % ((env_text + " ") if env_text else "", " ".join(argv)))
+        rc, out, err = self._run_command(argv, environ_update=full_env, cwd=cwd)
+        self.log(out)
+        self.log(err)
+        if check and rc != 0:
+            raise StepFailed("command failed (rc=%d): %s" % (rc, " ".join(argv)), rc=rc, cmd=list(argv),
+                             stdout=out[-4000:], stderr=err[-4000:])
+        return rc, out, err

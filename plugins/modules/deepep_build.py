@@ -341,6 +341,8 @@ import shutil
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.gpufleet.deepep.plugins.module_utils._build import (
+    CommandLog,
+    StepFailed,
     STAMP_NAME,
     ArchError,
     BuildError,
@@ -482,42 +484,11 @@ def _tail(path, lines):
     return text.splitlines()[-lines:] if text else []
 
 
-class StepFailed(Exception):
-    def __init__(self, msg, rc=None, cmd=None, **extra):
-        super(StepFailed, self).__init__(msg)
-        self.msg = msg
-        self.rc = rc
-        self.cmd = cmd
-        self.extra = extra
-
-
-class Builder(object):
+class Builder(CommandLog):
     def __init__(self, module):
+        CommandLog.__init__(self, module.run_command)
         self.module = module
         self.p = module.params
-        self.commands = []
-        self.log_path = None
-
-    def log(self, text):
-        if self.log_path and text:
-            with open(self.log_path, "a", encoding="utf-8", errors="replace") as handle:
-                handle.write(text)
-
-    def run(self, argv, env=None, cwd=None, check=True, record=True):
-        full_env = {"LC_ALL": "C"}
-        full_env.update(env or {})
-        if record:
-            self.commands.append(list(argv))
-        if self.log_path:
-            env_text = " ".join("%s=%s" % (k, v) for k, v in sorted((env or {}).items()))
-            self.log("\n$ %s%s\n" % ((env_text + " ") if env_text else "", " ".join(argv)))
-        rc, out, err = self.module.run_command(argv, environ_update=full_env, cwd=cwd)
-        self.log(out)
-        self.log(err)
-        if check and rc != 0:
-            raise StepFailed("command failed (rc=%d): %s" % (rc, " ".join(argv)), rc=rc, cmd=list(argv),
-                             stdout=out[-4000:], stderr=err[-4000:])
-        return rc, out, err
 
     # --- observations -----------------------------------------------------------------------
 

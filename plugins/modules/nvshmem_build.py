@@ -306,6 +306,8 @@ import tarfile
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.gpufleet.deepep.plugins.module_utils._build import (
+    CommandLog,
+    StepFailed,
     LOG_NAME,
     ArchError,
     BuildError,
@@ -359,43 +361,6 @@ def _now():
     return datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
-class BuildFailed(Exception):
-    def __init__(self, msg, rc=None, cmd=None):
-        super(BuildFailed, self).__init__(msg)
-        self.msg = msg
-        self.rc = rc
-        self.cmd = cmd
-
-
-class Runner(object):
-    """Runs commands with LC_ALL=C, appending their output to the build log."""
-
-    def __init__(self, module, log_path=None):
-        self.module = module
-        self.log_path = log_path
-        self.commands = []
-
-    def log(self, text):
-        if self.log_path:
-            with open(self.log_path, "a", encoding="utf-8", errors="replace") as handle:
-                handle.write(text)
-
-    def run(self, argv, env=None, cwd=None, check=True, record=True):
-        full_env = {"LC_ALL": "C"}
-        full_env.update(env or {})
-        if record:
-            self.commands.append(list(argv))
-        if self.log_path:
-            env_text = " ".join("%s=%s" % (k, v) for k, v in sorted((env or {}).items()))
-            self.log("\n$ %s%s\n" % ((env_text + " ") if env_text else "", " ".join(argv)))
-        rc, out, err = self.module.run_command(argv, environ_update=full_env, cwd=cwd)
-        self.log(out)
-        self.log(err)
-        if check and rc != 0:
-            raise BuildFailed("command failed (rc=%d): %s" % (rc, " ".join(argv)), rc=rc, cmd=list(argv))
-        return rc, out, err
-
-
 def _tail(path, lines):
     try:
         with open(path, "r", encoding="utf-8", errors="replace") as handle:
@@ -410,14 +375,14 @@ def source_identity(module, src, sha256):
         return {"kind": "tarball", "sha256": sha256.strip().lower()}
     if os.path.isfile(src):
         if not src.endswith(TARBALL_SUFFIXES):
-            raise BuildFailed("src %s is a file but not a tarball (expected one of %s)"
-                              % (src, ", ".join(TARBALL_SUFFIXES)))
+            raise StepFailed("src %s is a file but not a tarball (expected one of %s)"
+                             % (src, ", ".join(TARBALL_SUFFIXES)))
         digest = file_sha256(src)
         if sha256 and digest != sha256.strip().lower():
-            raise BuildFailed("src %s has sha256 %s, expected %s (sha256 option)" % (src, digest, sha256))
+            raise StepFailed("src %s has sha256 %s, expected %s (sha256 option)" % (src, digest, sha256))
         return {"kind": "tarball", "sha256": digest}
     if not os.path.isdir(src):
-        raise BuildFailed("src %s is neither a source directory nor a tarball" % src)
+        raise StepFailed("src %s is neither a source directory nor a tarball" % src)
     if os.path.exists(os.path.join(src, ".git")):
         git = module.get_bin_path("git")
         if git:
@@ -439,15 +404,15 @@ def _safe_extract(tarball, dest):
         for member in members:
             target = os.path.realpath(os.path.join(dest, member.name))
             if not (target == real_dest or target.startswith(real_dest + os.sep)):
-                raise BuildFailed("tarball %s has a member outside its root: %s" % (tarball, member.name))
+                raise StepFailed("tarball %s has a member outside its root: %s" % (tarball, member.name))
             if member.issym() or member.islnk():
                 link = os.path.realpath(os.path.join(os.path.dirname(target), member.linkname)) \
                     if member.issym() else os.path.realpath(os.path.join(dest, member.linkname))
                 if not (link == real_dest or link.startswith(real_dest + os.sep)):
-                    raise BuildFailed("tarball %s has a link pointing outside its root: %s -> %s"
-                                      % (tarball, member.name, member.linkname))
+                    raise StepFailed("tarball %s has a link pointing outside its root: %s -> %s"
+                                     % (tarball, member.name, member.linkname))
             if member.isdev():
-                raise BuildFailed("tarball %s holds a device file: %s" % (tarball, member.name))
+                raise StepFailed("tarball %s holds a device file: %s" % (tarball, member.name))
         archive.extractall(dest, members=members)
 
 
@@ -457,7 +422,7 @@ def _source_root(path):
     entries = [e for e in os.listdir(path) if not e.startswith(".")]
     if len(entries) == 1 and os.path.isdir(os.path.join(path, entries[0])):
         return _source_root(os.path.join(path, entries[0]))
-    raise BuildFailed("no CMakeLists.txt at the top of the NVSHMEM source (%s)" % path)
+    raise StepFailed("no CMakeLists.txt at the top of the NVSHMEM source (%s)" % path)
 
 
 def _copy_ignore(top):
@@ -507,20 +472,20 @@ def unpack_artifact(runner, artifact, staging, prefix, key):
         with open(record_path, "r", encoding="utf-8") as handle:
             record = json.load(handle)
     except (IOError, OSError, ValueError) as exc:
-        raise BuildFailed("cannot read the record %s of the packed install: %s" % (record_path, exc))
+        raise StepFailed("cannot read the record %s of the packed install: %s" % (record_path, exc))
     if record.get("key") != key:
-        raise BuildFailed("the packed install %s records key %s, not %s" % (tarball, record.get("key"), key))
+        raise StepFailed("the packed install %s records key %s, not %s" % (tarball, record.get("key"), key))
     digest = file_sha256(tarball)
     if record.get("artifact_sha256") and digest != record["artifact_sha256"]:
-        raise BuildFailed("the packed install %s has sha256 %s, its record says %s"
-                          % (tarball, digest, record["artifact_sha256"]))
+        raise StepFailed("the packed install %s has sha256 %s, its record says %s"
+                         % (tarball, digest, record["artifact_sha256"]))
     staged = os.path.join(staging, "destdir") + prefix
     os.makedirs(staged)
     runner.log("# unpacking %s (sha256 %s)\n" % (tarball, digest))
     _safe_extract(tarball, staged)
     stamp = read_stamp(staged)
     if not stamp or stamp.get("key") != key:
-        raise BuildFailed("the packed install %s has no stamp for key %s" % (tarball, key))
+        raise StepFailed("the packed install %s has no stamp for key %s" % (tarball, key))
     return staged
 
 
@@ -592,7 +557,7 @@ def run(module):
         "key": None, "reason": "", "inputs": {}, "previous": None, "staging": None, "log": None,
         "commands": [], "cleaned": [], "recovered": None, "verify": {}, "installed_from": None, "artifact": None,
     }
-    runner = Runner(module)
+    runner = CommandLog(module.run_command)
 
     def fail(msg, **extra):
         result["commands"] = runner.commands
@@ -626,7 +591,7 @@ def run(module):
             rc, out, err = runner.run([cxx, "--version"], record=False, check=False)
             compiler = out.splitlines()[0].strip() if rc == 0 and out else None
         source = source_identity(module, p["src"], p["sha256"])
-    except BuildFailed as exc:
+    except StepFailed as exc:
         fail(exc.msg, rc=exc.rc, cmd=exc.cmd)
 
     inputs = {
@@ -712,13 +677,13 @@ def run(module):
             check = verify_install(runner, staged, p["ibgda"])
             result["verify"] = check
             if not check["ok"]:
-                raise BuildFailed("the packed install %s fails verification: %s"
-                                  % (artifact[0], "; ".join(check["problems"])))
+                raise StepFailed("the packed install %s fails verification: %s"
+                                 % (artifact[0], "; ".join(check["problems"])))
             swap = swap_in(prefix, staged)
             raise ArtifactInstalled(swap)
         if not os.path.exists(p["src"]):
-            raise BuildFailed("src %s does not exist on this host and no packed install for key %s is in %s"
-                              % (p["src"], short_key(key), p["artifact_dir"]))
+            raise StepFailed("src %s does not exist on this host and no packed install for key %s is in %s"
+                             % (p["src"], short_key(key), p["artifact_dir"]))
         src_dir = os.path.join(staging, "src")
         if os.path.isfile(p["src"]):
             os.makedirs(src_dir)
@@ -729,7 +694,7 @@ def run(module):
         if p["roce_ah_attr_fix"]:
             ibgda_src = os.path.join(source_root, IBGDA_SOURCE)
             if not os.path.isfile(ibgda_src):
-                raise BuildFailed("roce_ah_attr_fix: the source has no IBGDA transport at %s" % IBGDA_SOURCE)
+                raise StepFailed("roce_ah_attr_fix: the source has no IBGDA transport at %s" % IBGDA_SOURCE)
             with open(ibgda_src, "r", encoding="utf-8", errors="surrogateescape") as handle:
                 text = handle.read()
             new_text, fixed, already = apply_ah_attr_fix(text)
@@ -754,11 +719,11 @@ def run(module):
         runner.run([cmake, "--install", build_dir], env=dict(env, DESTDIR=destdir))
         staged = destdir + prefix
         if not os.path.isdir(staged):
-            raise BuildFailed("the install step put nothing at %s" % staged)
+            raise StepFailed("the install step put nothing at %s" % staged)
         check = verify_install(runner, staged, p["ibgda"])
         result["verify"] = check
         if not check["ok"]:
-            raise BuildFailed("the staged build fails verification: %s" % "; ".join(check["problems"]))
+            raise StepFailed("the staged build fails verification: %s" % "; ".join(check["problems"]))
         new_stamp = {
             "key": key, "kind": "nvshmem", "inputs": inputs, "built_at": _now(),
             "version": check["version"], "ibgda": check["ibgda"], "libraries": check["libraries"],
@@ -774,7 +739,7 @@ def run(module):
         final = read_stamp(prefix)
         module.exit_json(ansible_facts={"gpufleet_nvshmem": _facts(prefix, final, result["verify"], previous)},
                          **result)
-    except BuildFailed as exc:
+    except StepFailed as exc:
         fail(exc.msg + " (the install at %s is unchanged)" % prefix, rc=exc.rc, cmd=exc.cmd,
              log_tail=_tail(log_path, p["log_lines"]))
     except (OSError, IOError, BuildError, tarfile.TarError, ArchError) as exc:
