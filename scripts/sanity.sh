@@ -21,7 +21,7 @@ trap 'rm -rf "$work"' EXIT
 dest="$work/ansible_collections/gpufleet/deepep"
 mkdir -p "$dest"
 cd "$here"
-git ls-files -z --cached --others --exclude-standard | rsync -a --from0 --files-from=- ./ "$dest/"
+git ls-files -z --cached --others --exclude-standard | rsync -a --ignore-missing-args --from0 --files-from=- ./ "$dest/"
 cd "$dest"
 git init -q && git add -A
 ansible-test sanity --venv --python 3.11 --color no "$@"

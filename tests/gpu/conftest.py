@@ -4,13 +4,15 @@
 
 Every test here carries the marker ``gpu`` and is skipped, with the reason, where no NVIDIA GPU is visible.
 Inputs are paths, never fetched here: ``--deepep-v1-src`` (a DeepEP V1 tree, e.g. commit 567632d) and
-``--deepep-v2-src`` (a DeepEP V2 tree), or the environment variables GPUFLEET_DEEPEP_V1_SRC / _V2_SRC.
+``--deepep-v2-src`` (a DeepEP V2 tree), or the environment variables GPUFLEET_DEEPEP_V1_SRC / _V2_SRC, and
+``--nccl-src`` (an NVIDIA/nccl tree, e.g. tag v2.30.7-1, built and pinned into the torch environment for V2).
 ``--gpu-python`` names the interpreter that has the CUDA build of torch (default: the one running pytest).
 Results (build logs, test outputs, parsed figures) go to ``--gpu-results`` (default a temporary directory).
 """
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
@@ -28,6 +30,8 @@ def pytest_addoption(parser):
                     help="DeepEP V1 source tree (directory with setup.py)")
     group.addoption("--deepep-v2-src", default=os.environ.get("GPUFLEET_DEEPEP_V2_SRC"),
                     help="DeepEP V2 source tree (directory with setup.py)")
+    group.addoption("--nccl-src", default=os.environ.get("GPUFLEET_NCCL_SRC"),
+                    help="NCCL source tree (NVIDIA/nccl, e.g. tag v2.30.7-1) to pin in the torch environment for V2")
     group.addoption("--gpu-python", default=os.environ.get("GPUFLEET_GPU_PYTHON", sys.executable),
                     help="interpreter with the CUDA build of torch")
     group.addoption("--gpu-results", default=os.environ.get("GPUFLEET_GPU_RESULTS"),
@@ -94,3 +98,24 @@ def deepep_v1_src(request) -> Path:
 @pytest.fixture(scope="session")
 def deepep_v2_src(request) -> Path:
     return _src(request, "--deepep-v2-src")
+
+
+@pytest.fixture(scope="session")
+def nccl_src(request) -> Path:
+    value = request.config.getoption("--nccl-src")
+    if not value:
+        pytest.skip("--nccl-src (or GPUFLEET_NCCL_SRC) names no NCCL source tree: DeepEP V2 needs NCCL >= 2.30.4")
+    path = Path(value).resolve()
+    if not (path / "src" / "nccl.h.in").is_file() and not (path / "Makefile").is_file():
+        pytest.fail(f"--nccl-src={value}: not an NCCL source tree (no Makefile, no src/nccl.h.in)")
+    return path
+
+
+@pytest.fixture(scope="session", autouse=True)
+def stage_times(results_dir):
+    """Write and print how long each stage took (figures for the record, never a pass/fail criterion)."""
+    from tests.gpu.gpu_helpers import TIMINGS
+    yield TIMINGS
+    if TIMINGS:
+        (results_dir / "timings.json").write_text(json.dumps(TIMINGS, indent=2))
+        print("\nGPU suite stage times (s): " + ", ".join(f"{k}={v:.1f}" for k, v in TIMINGS.items()), file=sys.stderr)

@@ -12,64 +12,23 @@ stage's seconds are printed in the summary, never asserted.
 
 from __future__ import annotations
 
-import json
-import os
-import shutil
-import subprocess
 import sys
-import time
-from pathlib import Path
 
 import pytest
 
+from tests.gpu.gpu_helpers import load, run_stage, tail
+
 pytestmark = pytest.mark.gpu
-
-REPO = Path(__file__).resolve().parents[2]
-PLAYBOOK = REPO / "tests" / "gpu" / "playbooks" / "deepep.yml"
-TIMINGS: dict[str, float] = {}
-
-
-def ansible_playbook() -> list[str]:
-    exe = shutil.which("ansible-playbook")
-    if exe:
-        return [exe]
-    pytest.skip("ansible-playbook is not installed for this interpreter")
-    return []
-
-
-def run_stage(stage: str, results: Path, python: str, extra: dict) -> subprocess.CompletedProcess:
-    env = dict(os.environ)
-    env.setdefault("ANSIBLE_COLLECTIONS_PATH", str(REPO / ".collections"))
-    env.setdefault("ANSIBLE_CONFIG", str(REPO / "ansible.cfg"))
-    variables = {"gpu_python": python, "gpu_results": str(results), "ansible_python_interpreter": python}
-    variables.update(extra)
-    cmd = ansible_playbook() + ["-i", "localhost,", str(PLAYBOOK), "--tags", stage, "-e", json.dumps(variables)]
-    start = time.monotonic()
-    proc = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, check=False)
-    TIMINGS[stage if stage != "build" else f"build-{extra.get('gpu_build_round', 1)}"] = time.monotonic() - start
-    (results / f"ansible-{stage}-{extra.get('gpu_build_round', 1)}.log").write_text(proc.stdout + proc.stderr)
-    return proc
-
-
-def load(results: Path, name: str) -> dict:
-    return json.loads((results / name).read_text())
-
-
-@pytest.fixture(scope="module", autouse=True)
-def stage_times(results_dir):
-    """Write and print how long each stage took (figures for the record, never a pass/fail criterion)."""
-    yield TIMINGS
-    if TIMINGS:
-        (results_dir / "timings.json").write_text(json.dumps(TIMINGS, indent=2))
-        print("\nGPU suite stage times (s): " + ", ".join(f"{k}={v:.1f}" for k, v in TIMINGS.items()), file=sys.stderr)
 
 
 @pytest.fixture(scope="module")
 def v1_built(deepep_v1_src, results_dir, gpu_python):
-    first = run_stage("build", results_dir, gpu_python, {"deepep_src": str(deepep_v1_src), "gpu_build_round": 1})
-    assert first.returncode == 0, first.stdout[-4000:] + first.stderr[-2000:]
-    second = run_stage("build", results_dir, gpu_python, {"deepep_src": str(deepep_v1_src), "gpu_build_round": 2})
-    assert second.returncode == 0, second.stdout[-4000:] + second.stderr[-2000:]
+    first = run_stage("build", results_dir, gpu_python, {"deepep_src": str(deepep_v1_src), "gpu_build_round": 1},
+                      label="build-1")
+    assert first.returncode == 0, tail(first)
+    second = run_stage("build", results_dir, gpu_python, {"deepep_src": str(deepep_v1_src), "gpu_build_round": 2},
+                       label="build-2")
+    assert second.returncode == 0, tail(second)
     return load(results_dir, "build-1.json"), load(results_dir, "build-2.json")
 
 
@@ -98,6 +57,9 @@ def test_v1_intranode_all_cases_pass_and_clear_the_gate(v1_built, deepep_v1_src,
     assert parsed["cases"]["passed"] > 0
     gate = request.config.getoption("--bf16-dispatch-gate")
     bf16 = parsed["dispatch"]["bf16"]["nvl_gbps"]
+    print(f"\n{out.get('test', 'intranode')}: cases {parsed['cases']}, BF16 dispatch {bf16}, "
+          f"FP8 dispatch {parsed['dispatch']['fp8']['nvl_gbps']}, combine {parsed['combine']['nvl_gbps']} GB/s (NVL)",
+          file=sys.stderr)
     assert bf16 is not None and bf16 >= gate, f"BF16 dispatch {bf16} GB/s (NVL) on {num_gpus} GPUs, gate {gate}"
 
 
@@ -108,6 +70,7 @@ def test_v1_low_latency_completes(v1_built, deepep_v1_src, results_dir, gpu_pyth
     parsed = out["parsed"]
     assert out["rc"] == 0, out["stdout"][-3000:] + out["stderr"][-3000:]
     assert parsed["complete"] is True
+    print(f"\nlow latency: {parsed['low_latency']}", file=sys.stderr)
     assert parsed["low_latency"]["dispatch_gbps"] and parsed["low_latency"]["combine_gbps"]
 
 

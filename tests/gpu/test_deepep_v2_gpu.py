@@ -1,0 +1,99 @@
+# Copyright: (c) 2026, gpufleet.deepep contributors
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
+"""DeepEP V2 on a real GPU node: pin NCCL >= 2.30.4 in the torch environment, build V2, run its tests.
+
+V2 needs NCCL >= 2.30.4 at build and run time, and refuses a second NCCL loaded beside torch's: the torch
+environment's own pip NCCL files must be the new version. The collection's ``nccl`` role builds NCCL from the
+source tree given with ``--nccl-src`` (no download) and pins it there (tests/gpu/playbooks/nccl.yml); then
+``deepep_build`` builds V2 against it, and V2's V1-API test ``tests/legacy/test_intranode.py`` must pass and
+clear the BF16 gate. V2's own ``tests/elastic/test_ep.py`` is run and reported, never gated (see
+tests/gpu/README.md). This module runs after test_deepep_gpu.py, whose V2 preflight test needs the node's
+original, older NCCL.
+"""
+
+from __future__ import annotations
+
+import re
+import sys
+
+import pytest
+
+from tests.gpu.gpu_helpers import load, run_stage, tail
+
+pytestmark = pytest.mark.gpu
+
+V2_NCCL_FLOOR = (2, 30, 4)
+
+
+def version_tuple(text: str) -> tuple:
+    return tuple(int(part) for part in text.split(".")[:3])
+
+
+@pytest.fixture(scope="module")
+def nccl_pinned(nccl_src, results_dir, gpu_python):
+    procs = []
+    for round_ in (1, 2):
+        proc = run_stage("all", results_dir, gpu_python, {"nccl_src_dir": str(nccl_src), "gpu_round": round_},
+                         playbook="nccl.yml", label=f"nccl-{round_}")
+        assert proc.returncode == 0, tail(proc)
+        procs.append(proc)
+    return load(results_dir, "nccl-1.json"), load(results_dir, "nccl-2.json"), procs[1]
+
+
+@pytest.fixture(scope="module")
+def v2_built(nccl_pinned, deepep_v2_src, results_dir, gpu_python):
+    proc = run_stage("v2_build", results_dir, gpu_python, {"deepep_v2_src": str(deepep_v2_src)})
+    assert proc.returncode == 0, tail(proc)
+    return load(results_dir, "v2_build.json")
+
+
+def test_nccl_is_pinned_in_the_torch_environment(nccl_pinned):
+    first, second, second_run = nccl_pinned
+    facts = first["nccl"]
+    assert version_tuple(facts["version"]) >= V2_NCCL_FLOOR, facts
+    assert facts["pinned"] is True
+    assert first["nccl_root"].endswith("nvidia/nccl"), first["nccl_root"]
+    # The second run found the build and the pinned files in place: nothing rebuilt, nothing copied.
+    assert re.search(r"localhost\s*:.*\bchanged=0\b", second_run.stdout), second_run.stdout[-2000:]
+    assert second["nccl"]["version"] == facts["version"]
+
+
+def test_v2_builds_against_the_pinned_nccl_and_imports(v2_built):
+    assert not v2_built.get("failed"), v2_built.get("msg")
+    facts = v2_built["ansible_facts"]["gpufleet_deepep"]
+    assert facts["generation"] == "v2"
+    assert facts["import_ok"] is True, v2_built
+    assert version_tuple(facts["built_against"]["nccl"]) >= V2_NCCL_FLOOR
+    assert facts["built_against"]["nccl"] == v2_built["nccl"]["version"]
+
+
+def test_v2_legacy_intranode_all_cases_pass_and_clear_the_gate(v2_built, deepep_v2_src, results_dir, gpu_python,
+                                                               request):
+    proc = run_stage("v2_legacy_intranode", results_dir, gpu_python, {"deepep_v2_src": str(deepep_v2_src)})
+    assert proc.returncode == 0, tail(proc)
+    out = load(results_dir, "v2_legacy_intranode.json")
+    parsed = out["parsed"]
+    assert out["rc"] == 0, out["stdout"][-3000:] + out["stderr"][-3000:]
+    assert parsed["complete"] is True
+    assert parsed["cases"]["failed"] == 0 and parsed["cases"]["passed"] > 0
+    gate = request.config.getoption("--bf16-dispatch-gate")
+    bf16 = parsed["dispatch"]["bf16"]["nvl_gbps"]
+    print(f"\n{out.get('test', 'intranode')}: cases {parsed['cases']}, BF16 dispatch {bf16}, "
+          f"FP8 dispatch {parsed['dispatch']['fp8']['nvl_gbps']}, combine {parsed['combine']['nvl_gbps']} GB/s (NVL)",
+          file=sys.stderr)
+    assert bf16 is not None and bf16 >= gate, f"V2 legacy BF16 dispatch {bf16} GB/s (NVL), gate {gate}"
+
+
+def test_v2_elastic_is_run_and_reported(v2_built, deepep_v2_src, results_dir, gpu_python):
+    """Exploratory: the outcome is recorded and printed, not gated (a hand build segfaulted on 2 x H200)."""
+    proc = run_stage("v2_elastic", results_dir, gpu_python, {"deepep_v2_src": str(deepep_v2_src)})
+    assert proc.returncode == 0, tail(proc)
+    out = load(results_dir, "v2_elastic.json")
+    parsed = out["parsed"]
+    # A run that died (a signal, a timeout) cannot have read as complete.
+    if out["rc"] != 0:
+        assert parsed["complete"] is False, parsed
+    summary = {"rc": out["rc"], "complete": parsed["complete"], "cases": parsed.get("cases"),
+               "dispatch": parsed.get("dispatch"), "combine": parsed.get("combine"),
+               "elastic": parsed.get("elastic")}
+    print(f"\nV2 tests/elastic/test_ep.py: {summary}\nstderr tail: {out['stderr'][-1500:]}", file=sys.stderr)
