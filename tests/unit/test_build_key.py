@@ -16,6 +16,8 @@ import pytest
 
 from ansible_collections.gpufleet.deepep.plugins.module_utils import _build as b
 
+from tools.fleetsim import mirror
+
 REPO = Path(__file__).resolve().parents[2]
 SOURCES = REPO / "tools" / "fleetsim" / "fixtures" / "sources"
 IBGDA_CPP = SOURCES / "nvshmem-fixture" / "src" / "modules" / "transport" / "ibgda" / "ibgda.cpp"
@@ -344,28 +346,29 @@ def test_nvshmem_cmake_args_follow_the_runbooks():
 # DeepEP trees
 
 
-def _tree_texts(name):
-    root = SOURCES / name
+def _tree_texts(tmp_path, name):
+    root = tmp_path / name if (tmp_path / name).is_dir() else mirror.assemble_source(name, tmp_path / name)
     setup = (root / "setup.py").read_text()
     init = (root / "deep_ep" / "__init__.py").read_text()
     return setup, init, (root / "tests" / "elastic").is_dir()
 
 
-def test_generation_detection_on_the_fixture_trees():
-    assert b.detect_deepep_generation(*_tree_texts("deepep-v1-fixture"))[0] == "v1"
-    assert b.detect_deepep_generation(*_tree_texts("deepep-v1-pr466-fixture"))[0] == "v1"
-    generation, why = b.detect_deepep_generation(*_tree_texts("deepep-v2-fixture"))
+def test_generation_detection_on_the_fixture_trees(tmp_path):
+    assert b.detect_deepep_generation(*_tree_texts(tmp_path, "deepep-v1-fixture"))[0] == "v1"
+    assert b.detect_deepep_generation(*_tree_texts(tmp_path, "deepep-v1-pr466-fixture"))[0] == "v1"
+    generation, why = b.detect_deepep_generation(*_tree_texts(tmp_path, "deepep-v2-fixture"))
     assert generation == "v2" and "2.1.0" in why
     assert b.detect_deepep_generation("setup(version='1.1.0' + revision)", "")[0] == "v1"
     assert b.detect_deepep_generation("os.getenv('EP_NCCL_ROOT_DIR')", "")[0] == "v2"
     assert b.detect_deepep_generation("", "", has_elastic_tests=True)[0] == "v2"
     assert b.detect_deepep_generation("print('hello')", "")[0] is None
-    assert b.deepep_version_from_tree(*_tree_texts("deepep-v2-fixture")[:2]) == "2.1.0"
-    assert b.deepep_version_from_tree(*_tree_texts("deepep-v1-fixture")[:2]) == "1.2.1"
+    assert b.deepep_version_from_tree(*_tree_texts(tmp_path, "deepep-v2-fixture")[:2]) == "2.1.0"
+    assert b.deepep_version_from_tree(*_tree_texts(tmp_path, "deepep-v1-fixture")[:2]) == "1.2.1"
 
 
-def test_hca_mapping_support_detection():
-    assert b.has_hca_mapping_support((SOURCES / "deepep-v1-pr466-fixture" / "deep_ep" / "buffer.py").read_text())
+def test_hca_mapping_support_detection(tmp_path):
+    pr466 = mirror.assemble_source("deepep-v1-pr466-fixture", tmp_path / "pr466")
+    assert b.has_hca_mapping_support((pr466 / "deep_ep" / "buffer.py").read_text())
     assert not b.has_hca_mapping_support((SOURCES / "deepep-v1-fixture" / "deep_ep" / "buffer.py").read_text())
     assert b.has_hca_mapping_support("os.environ['DEEP_EP_DEVICE_TO_HCA_MAPPING']")
 

@@ -22,6 +22,8 @@ import pytest
 from ansible_collections.gpufleet.deepep.plugins.modules import deepep_build
 from ansible_collections.gpufleet.deepep.plugins.module_utils import _build as b
 
+from tools.fleetsim import mirror
+
 REPO = Path(__file__).resolve().parents[2]
 SOURCES = REPO / "tools" / "fleetsim" / "fixtures" / "sources"
 CUDA_HOME = "/usr/local/cuda"
@@ -106,7 +108,7 @@ def _tree(tmp_path, name):
     """A private copy of a fixture tree (the repository copy may be edited while tests run)."""
     copy = tmp_path / "trees" / name
     if not copy.is_dir():
-        shutil.copytree(SOURCES / name, copy)
+        mirror.assemble_source(name, copy)
     return copy
 
 
@@ -229,7 +231,7 @@ def test_v2_nccl_2_28_9_is_refused_before_compiling(module_runner, tmp_path, nvs
 def test_v2_fixture_really_fails_to_compile_against_nccl_2_28_9(tmp_path, nvshmem_root):
     venv = Venv(tmp_path / "venv").set_torch("2.11.0")
     tree = tmp_path / "v2"
-    shutil.copytree(SOURCES / "deepep-v2-fixture", tree)
+    mirror.assemble_source("deepep-v2-fixture", tree)
     env = dict(os.environ, EP_NVSHMEM_ROOT_DIR=nvshmem_root, EP_NCCL_ROOT_DIR=_nccl_root(tmp_path, "2.28.9"))
     proc = subprocess.run([venv.python, "setup.py", "bdist_wheel"], cwd=str(tree), env=env, capture_output=True,
                           text=True, check=False)
@@ -301,7 +303,7 @@ def test_pr466_tree_and_generation_checks(module_runner, tmp_path, nvshmem_root)
 def test_v1_fixture_needs_cccl_on_cpath_like_the_real_build(tmp_path, nvshmem_root):
     venv = Venv(tmp_path / "venv").set_torch("2.11.0")
     tree = tmp_path / "v1"
-    shutil.copytree(SOURCES / "deepep-v1-fixture", tree)
+    mirror.assemble_source("deepep-v1-fixture", tree)
     env = {k: v for k, v in os.environ.items() if k not in ("CPATH", "CPLUS_INCLUDE_PATH")}
     env.update(NVSHMEM_DIR=nvshmem_root, TORCH_CUDA_ARCH_LIST="9.0", CUDA_HOME=CUDA_HOME)
     proc = subprocess.run([venv.python, "setup.py", "bdist_wheel"], cwd=str(tree), env=env, capture_output=True,

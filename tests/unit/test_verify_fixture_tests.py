@@ -10,12 +10,10 @@ import subprocess
 import sys
 
 from ansible_collections.gpufleet.deepep.plugins.module_utils._bandwidth import parse_output
+import pytest
 
+from tools.fleetsim import mirror
 from tools.fleetsim.common import REPO
-
-SOURCES = REPO / "tools" / "fleetsim" / "fixtures" / "sources"
-V1 = SOURCES / "deepep-v1-fixture" / "tests"
-V2 = SOURCES / "deepep-v2-fixture" / "tests"
 MAP8 = ",".join("%d:mlx5_%d:1" % (i, i) for i in range(8))
 PR466 = '''
 import os
@@ -25,6 +23,13 @@ class Buffer:
         table = dict(item.split(":", 1) for item in os.environ["DEEP_EP_DEVICE_TO_HCA_MAPPING"].split(","))
         return table[str(local_rank)]
 '''
+
+
+@pytest.fixture(scope="module")
+def trees(tmp_path_factory):
+    """tests/ of the V1 and V2 fixture trees as the mirror packs them (shared files included)."""
+    base = tmp_path_factory.mktemp("trees")
+    return {gen: mirror.assemble_source("deepep-%s-fixture" % gen, base / gen) / "tests" for gen in ("v1", "v2")}
 
 
 def node(tmp_path, mapping_support=True):
@@ -52,9 +57,9 @@ def run(argv, env):
                           stderr=subprocess.PIPE, universal_newlines=True)
 
 
-def test_intranode_v1_and_v2_legacy_parse(tmp_path):
+def test_intranode_v1_and_v2_legacy_parse(trees, tmp_path):
     env = node(tmp_path)
-    for script in (V1 / "test_intranode.py", V2 / "legacy" / "test_intranode.py"):
+    for script in (trees["v1"] / "test_intranode.py", trees["v2"] / "legacy" / "test_intranode.py"):
         proc = run([script, "--num-processes", "8"], env)
         assert proc.returncode == 0, proc.stderr
         parsed = parse_output(proc.stdout, test="intranode")
@@ -62,16 +67,16 @@ def test_intranode_v1_and_v2_legacy_parse(tmp_path):
         assert 430 < parsed["dispatch"]["bf16"]["nvl_gbps"] < 460 and parsed["combine"]["nvl_gbps"] > 340
 
 
-def test_intranode_refuses_more_processes_than_gpus(tmp_path):
-    proc = run([V1 / "test_intranode.py", "--num-processes", "9"], node(tmp_path))
+def test_intranode_refuses_more_processes_than_gpus(trees, tmp_path):
+    proc = run([trees["v1"] / "test_intranode.py", "--num-processes", "9"], node(tmp_path))
     assert proc.returncode == 1 and "invalid device ordinal" in proc.stderr
 
 
-def test_low_latency_and_elastic_parse(tmp_path):
+def test_low_latency_and_elastic_parse(trees, tmp_path):
     env = node(tmp_path)
-    parsed = parse_output(run([V1 / "test_low_latency.py", "--num-processes", "2"], env).stdout, test="low_latency")
+    parsed = parse_output(run([trees["v1"] / "test_low_latency.py", "--num-processes", "2"], env).stdout, test="low_latency")
     assert parsed["complete"] and parsed["low_latency"]["ranks"] == 2
-    parsed = parse_output(run([V2 / "elastic" / "test_ep.py", "--num-processes", "4"], env).stdout, test="elastic")
+    parsed = parse_output(run([trees["v2"] / "elastic" / "test_ep.py", "--num-processes", "4"], env).stdout, test="elastic")
     assert parsed["complete"] and parsed["cases"] == {"passed": 2, "failed": 0}
     assert parsed["dispatch"]["bf16"]["rdma_gbps"] is None and parsed["dispatch"]["bf16"]["nvl_gbps"] > 600
 
@@ -82,7 +87,7 @@ def free_port():
         return sock.getsockname()[1]
 
 
-def internode(tmp_path, mapping, support=True):
+def internode(trees, tmp_path, mapping, support=True):
     env = node(tmp_path, support)
     port = free_port()
     procs = []
@@ -91,7 +96,7 @@ def internode(tmp_path, mapping, support=True):
                         FLEETSIM_RENDEZVOUS_TIMEOUT="60")
         if mapping:
             node_env["DEEP_EP_DEVICE_TO_HCA_MAPPING"] = mapping
-        procs.append(subprocess.Popen([sys.executable, str(V1 / "test_internode.py")], env=node_env,
+        procs.append(subprocess.Popen([sys.executable, str(trees["v1"] / "test_internode.py")], env=node_env,
                                       stdout=subprocess.PIPE, stderr=subprocess.PIPE, universal_newlines=True))
     outs = [p.communicate() for p in procs]
     assert [p.returncode for p in procs] == [0, 0], outs
@@ -102,24 +107,24 @@ def internode(tmp_path, mapping, support=True):
     return [parse_output(out, test="internode") for out, dummy in outs], sent
 
 
-def test_internode_with_mapping_uses_every_nic(tmp_path):
-    parsed, sent = internode(tmp_path, MAP8)
+def test_internode_with_mapping_uses_every_nic(trees, tmp_path):
+    parsed, sent = internode(trees, tmp_path, MAP8)
     assert sorted(sent) == ["mlx5_%d" % i for i in range(8)]
     assert all(p["complete"] and p["dispatch"]["bf16"]["rdma_gbps"] > 75 for p in parsed)
 
 
-def test_internode_without_mapping_uses_mlx5_0_at_the_signature(tmp_path):
-    parsed, sent = internode(tmp_path, "")
+def test_internode_without_mapping_uses_mlx5_0_at_the_signature(trees, tmp_path):
+    parsed, sent = internode(trees, tmp_path, "")
     assert list(sent) == ["mlx5_0"]
     assert all(6.0 < p["dispatch"]["bf16"]["rdma_gbps"] < 7.0 for p in parsed)
 
 
-def test_internode_mapping_ignored_without_pr466(tmp_path):
-    parsed, sent = internode(tmp_path, MAP8, support=False)
+def test_internode_mapping_ignored_without_pr466(trees, tmp_path):
+    parsed, sent = internode(trees, tmp_path, MAP8, support=False)
     assert list(sent) == ["mlx5_0"]
 
 
-def test_internode_wrong_master_address_fails_like_torch(tmp_path):
+def test_internode_wrong_master_address_fails_like_torch(trees, tmp_path):
     env = dict(node(tmp_path), WORLD_SIZE="2", RANK="0", MASTER_ADDR="192.0.2.1", MASTER_PORT=str(free_port()))
-    proc = run([V1 / "test_internode.py"], env)
+    proc = run([trees["v1"] / "test_internode.py"], env)
     assert proc.returncode == 1 and "failed to bind to 192.0.2.1" in proc.stderr

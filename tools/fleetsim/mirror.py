@@ -11,6 +11,18 @@ Built from ``tools/fleetsim/fixtures/``; adding a fixture is adding a directory 
 ``sources/<name>/``
     a source tree served as ``sources/<name>.tar.gz`` (reproducible: sorted entries, fixed mtime,
     root owner) with ``<name>.tar.gz.sha256`` beside it.
+``shared/<file>`` + a line of ``shared/placements.txt``
+    one file copied into several source trees (``<file> <source fixture> <path in its tree>``) before they
+    are packed, so the trees keep one copy of it.
+``patches/<name>.patch``
+    a unified diff (``patch -p1``) whose header lines name the tree it makes (``Fixture-Name:``) from
+    which source fixture (``Fixture-Base:``); served as ``sources/<Fixture-Name>.tar.gz`` like a directory.
+    With ``Git-Repository:`` and ``Git-Ref:`` it is also one commit (``Subject:``) at that ref.
+git repositories (:data:`GIT_REPOSITORIES`)
+    ``git/<repo>`` bare, ``main`` = its base source fixture, plus the patches' refs; commits have a fixed
+    author and date, so their ids are the same on every build. Inside a node:
+    ``file:///srv/fleetsim-mirror/git/DeepEP.git`` (``main``: deepep-v1-fixture; ``refs/pull/466/head``:
+    deepep-v1-pr466-fixture, fetched with ``git fetch URL refs/pull/466/head``).
 ``wheels.txt``
     pip requirement lines fetched with ``pip download`` for the nodes' Python (3.11, manylinux x86_64)
     into ``wheels/``, together with the CPU torch wheel found in ``/opt/wheels`` (and torch's own
@@ -22,6 +34,7 @@ it when a fixture changed.
 
 from __future__ import annotations
 
+import base64
 import gzip
 import hashlib
 import io
@@ -30,6 +43,7 @@ import shutil
 import subprocess
 import sys
 import tarfile
+import tempfile
 import zipfile
 from pathlib import Path
 
@@ -41,6 +55,10 @@ LOCAL_WHEEL_DIRS = ("/opt/wheels",)
 PIP_PLATFORMS = tuple(f"manylinux_2_{m}_x86_64" for m in range(36, 4, -1)) + (
     "manylinux2014_x86_64", "manylinux2010_x86_64", "manylinux1_x86_64", "linux_x86_64")
 PIP_PYTHON = "3.11"
+PATCH_HEADERS = ("Fixture-Name", "Fixture-Base", "Git-Repository", "Git-Ref", "Subject")
+# Bare git repositories served under git/: name -> the source fixture committed as its main branch.
+GIT_REPOSITORIES = {"DeepEP.git": "deepep-v1-fixture"}
+GIT_IDENTITY = ("gpufleet.deepep fixtures", "fixtures@gpufleet.invalid")
 
 
 def say(quiet: bool, msg: str) -> None:
@@ -79,11 +97,13 @@ def build(dest: Path, fixtures: Path = FIXTURES, wheels: bool = True, quiet: boo
         return dest
     build_apt(fixtures / "debs", dest / "apt", quiet)
     build_sources(fixtures / "sources", dest / "sources", quiet)
+    build_git(fixtures, dest / "git", quiet)
     if wheels:
         ok = build_wheels(fixtures / "wheels.txt", lw, dest / "wheels", dest.parent / ".cache" / "wheels", quiet)
     else:
         (dest / "wheels").mkdir(exist_ok=True)
         ok = True
+    build_fixture_wheels(fixtures / "wheels", dest / "wheels", quiet)
     if ok:
         stamp.write_text(digest + "\n")
     return dest
@@ -155,17 +175,157 @@ def reproducible_tarball(src: Path, dest: Path, top: str) -> str:
 
 
 def build_sources(sources: Path, out: Path, quiet: bool = False) -> list[str]:
+    """Pack every source fixture (see :func:`source_fixtures`) as ``out/<name>.tar.gz`` with its ``.sha256``."""
     if out.exists():
         shutil.rmtree(out)
     out.mkdir(parents=True)
     names = []
-    for src in sorted(p for p in sources.glob("*") if p.is_dir()) if sources.is_dir() else []:
-        tarball = out / f"{src.name}.tar.gz"
-        digest = reproducible_tarball(src, tarball, src.name)
-        (out / f"{src.name}.tar.gz.sha256").write_text(f"{digest}  {tarball.name}\n")
-        names.append(src.name)
+    for name in source_fixtures(sources.parent):
+        with tempfile.TemporaryDirectory(prefix="fleetsim-source-") as tmp:
+            tree = assemble_source(name, Path(tmp) / name, sources.parent)
+            tarball = out / f"{name}.tar.gz"
+            digest = reproducible_tarball(tree, tarball, name)
+        (out / f"{name}.tar.gz.sha256").write_text(f"{digest}  {tarball.name}\n")
+        names.append(name)
         say(quiet, f"sources: {tarball.name} {digest[:12]}")
     return names
+
+
+def patch_headers(patch: Path) -> dict[str, str]:
+    """The ``Key: value`` lines (:data:`PATCH_HEADERS`) before the diff of a ``patches/*.patch`` fixture."""
+    headers = {}
+    for line in patch.read_text().splitlines():
+        if line.startswith(("--- ", "diff ", "Index: ")):
+            break
+        key, sep, value = line.partition(":")
+        if sep and key in PATCH_HEADERS:
+            headers[key] = value.strip()
+    for key in ("Fixture-Name", "Fixture-Base"):
+        if not headers.get(key):
+            raise ValueError(f"{patch}: no '{key}: ...' line before the diff")
+    return headers
+
+
+def shared_placements(fixtures: Path = FIXTURES) -> list[tuple[Path, str, str]]:
+    """``(file under shared/, source fixture, path in its tree)`` of every line of ``shared/placements.txt``."""
+    listing = fixtures / "shared" / "placements.txt"
+    if not listing.is_file():
+        return []
+    out = []
+    for number, line in enumerate(listing.read_text().splitlines(), 1):
+        line = line.split("#", 1)[0].strip()
+        if not line:
+            continue
+        fields = line.split()
+        if len(fields) != 3 or any(f.startswith("/") or ".." in f.split("/") for f in (fields[0], fields[2])):
+            raise ValueError(f"{listing}:{number}: expected '<shared file> <source fixture> <relative path>', "
+                             f"got {line!r}")
+        shared = fixtures / "shared" / fields[0]
+        if not shared.is_file():
+            raise ValueError(f"{listing}:{number}: {shared} is not a file")
+        out.append((shared, fields[1], fields[2]))
+    return out
+
+
+def source_fixtures(fixtures: Path = FIXTURES) -> dict[str, Path | None]:
+    """Every source fixture by name: ``None`` for a directory of ``sources/``, else the patch that makes it."""
+    sources = fixtures / "sources"
+    out: dict[str, Path | None] = {p.name: None for p in sorted(sources.glob("*")) if p.is_dir()}
+    for patch in sorted((fixtures / "patches").glob("*.patch")):
+        name = patch_headers(patch)["Fixture-Name"]
+        if name in out:
+            raise ValueError(f"{patch}: the source fixture {name} is defined twice")
+        out[name] = patch
+    return dict(sorted(out.items()))
+
+
+def assemble_source(name: str, dest: Path, fixtures: Path = FIXTURES) -> Path:
+    """Write the tree of source fixture ``name`` to ``dest`` (a new directory) and return ``dest``.
+
+    A directory of ``sources/`` is copied and gets the files ``shared/placements.txt`` places in it; a
+    patched fixture is its ``Fixture-Base`` assembled that way with the patch applied (``patch -p1``, no fuzz).
+    """
+    specs = source_fixtures(fixtures)
+    if name not in specs:
+        raise ValueError(f"unknown source fixture {name!r}; known: {', '.join(specs)}")
+    patch = specs[name]
+    if patch is None:
+        shutil.copytree(fixtures / "sources" / name, dest, ignore=shutil.ignore_patterns("__pycache__"))
+        for shared, target, rel in shared_placements(fixtures):
+            if target == name:
+                (dest / rel).parent.mkdir(parents=True, exist_ok=True)
+                shutil.copy2(shared, dest / rel)
+        return dest
+    base = patch_headers(patch)["Fixture-Base"]
+    assemble_source(base, dest, fixtures)
+    proc = subprocess.run(["patch", "-p1", "-F0", "-N", "-t", "-s", "--no-backup-if-mismatch", "-d", str(dest),
+                           "-i", str(patch.resolve())], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                          text=True, check=False)
+    if proc.returncode != 0:
+        raise RuntimeError(f"{patch.name} does not apply to {base}: {proc.stdout.strip()}")
+    return dest
+
+
+def _git(git_dir: Path, *argv: str, cwd: Path | None = None, env: dict | None = None) -> str:
+    proc = subprocess.run(["git", f"--git-dir={git_dir}", *argv], cwd=cwd, env=env or _git_env(),
+                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, check=False)
+    if proc.returncode != 0:
+        raise RuntimeError(f"git {' '.join(argv)} failed: {proc.stderr.strip()}")
+    return proc.stdout.strip()
+
+
+def _git_env() -> dict[str, str]:
+    """No user or system configuration, a fixed identity and date: the same tree gives the same commit."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("GIT_")}
+    name, email = GIT_IDENTITY
+    env.update(GIT_CONFIG_NOSYSTEM="1", GIT_CONFIG_GLOBAL=os.devnull, LC_ALL="C",
+               GIT_AUTHOR_NAME=name, GIT_AUTHOR_EMAIL=email, GIT_AUTHOR_DATE=f"{FIXED_MTIME} +0000",
+               GIT_COMMITTER_NAME=name, GIT_COMMITTER_EMAIL=email, GIT_COMMITTER_DATE=f"{FIXED_MTIME} +0000")
+    return env
+
+
+def _commit_tree(git_dir: Path, tree: Path, message: str, parents: list[str]) -> str:
+    env = dict(_git_env(), GIT_INDEX_FILE=str(tree.parent / f"{tree.name}.index"))
+    _git(git_dir, f"--work-tree={tree}", "add", "--all", "--force", ".", cwd=tree, env=env)
+    tree_id = _git(git_dir, "write-tree", env=env)
+    argv = ["commit-tree", "--no-gpg-sign", tree_id, "-m", message]
+    for parent in parents:
+        argv += ["-p", parent]
+    return _git(git_dir, *argv, env=env)
+
+
+def build_git(fixtures: Path, out: Path, quiet: bool = False) -> list[str]:
+    """Serve :data:`GIT_REPOSITORIES` as bare repositories in ``out``: ``main`` is the base fixture (a repository
+    whose base is not among the fixtures is left out); every patch naming the repository (``Git-Repository:``)
+    is one commit on top of it, at its ``Git-Ref:``."""
+    if out.exists():
+        shutil.rmtree(out)
+    out.mkdir(parents=True)
+    specs = source_fixtures(fixtures)
+    built = []
+    for repo, base in sorted(GIT_REPOSITORIES.items()):
+        if base not in specs:
+            continue
+        git_dir = out / repo
+        _git(git_dir, "init", "--bare", "--quiet", "--template=", "--initial-branch=main", str(git_dir))
+        with tempfile.TemporaryDirectory(prefix="fleetsim-git-") as tmp:
+            main = _commit_tree(git_dir, assemble_source(base, Path(tmp) / base, fixtures),
+                                f"{base}\n\nThe {base} source fixture of the simulated fleet.", [])
+            _git(git_dir, "update-ref", "refs/heads/main", main)
+            refs = ["refs/heads/main"]
+            for name, patch in specs.items():
+                headers = patch_headers(patch) if patch else {}
+                if headers.get("Git-Repository") != repo or not headers.get("Git-Ref"):
+                    continue
+                if headers["Fixture-Base"] != base:
+                    raise ValueError(f"{patch}: Git-Repository {repo} holds {base}, not {headers['Fixture-Base']}")
+                commit = _commit_tree(git_dir, assemble_source(name, Path(tmp) / name, fixtures),
+                                      headers.get("Subject") or name, [main])
+                _git(git_dir, "update-ref", headers["Git-Ref"], commit)
+                refs.append(headers["Git-Ref"])
+        built.append(repo)
+        say(quiet, f"git: {repo} {main[:12]} ({', '.join(refs)})")
+    return built
 
 
 # ------------------------------------------------------------------------------------------- wheels
@@ -230,3 +390,55 @@ def build_wheels(wheels_txt: Path, local: list[Path], out: Path, cache: Path, qu
         _link_or_copy(wheel, out / wheel.name)
     say(quiet, f"wheels: {len(list(out.glob('*.whl')))} in {out}")
     return ok
+
+
+FIXTURE_WHEEL_TAG = "py3-none-manylinux_2_18_x86_64"
+
+
+def fixture_wheel(tree: Path, out: Path) -> Path:
+    """Pack the fixture directory ``tree`` (``wheels/<dist>-<version>/``, the files the wheel installs) as
+    ``out/<dist>-<version>-py3-none-manylinux_2_18_x86_64.whl``; return its path.
+
+    Reproducible: sorted entries, a fixed timestamp, fixed modes (0755 for ``*.so*``, else 0644) and a
+    generated ``.dist-info`` (``METADATA``, ``WHEEL``, ``RECORD``), so the same tree gives the same bytes.
+    """
+    dist, sep, version = tree.name.rpartition("-")
+    if not sep or not dist or not version:
+        raise ValueError(f"{tree}: a fixture wheel directory is named <dist>-<version>, e.g. nvidia_nccl_cu13-2.30.7")
+    dist = dist.replace("-", "_")
+    info = f"{dist}-{version}.dist-info"
+    files = []
+    for path in sorted(p for p in tree.rglob("*") if p.is_file() and "__pycache__" not in p.parts):
+        rel = path.relative_to(tree).as_posix()
+        files.append((rel, path.read_bytes(), 0o755 if ".so" in path.name else 0o644))
+    files.append((f"{info}/METADATA", (f"Metadata-Version: 2.1\nName: {dist.replace('_', '-')}\n"
+                                       f"Version: {version}\nSummary: fixture wheel of the simulated fleet "
+                                       f"(tools/fleetsim/fixtures/wheels/{tree.name})\n\n").encode(), 0o644))
+    files.append((f"{info}/WHEEL", (f"Wheel-Version: 1.0\nGenerator: fleetsim mirror\nRoot-Is-Purelib: false\n"
+                                    f"Tag: {FIXTURE_WHEEL_TAG}\n").encode(), 0o644))
+    record = []
+    for rel, data, _mode in files:
+        digest = base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
+        record.append(f"{rel},sha256={digest},{len(data)}")
+    record.append(f"{info}/RECORD,,")
+    files.append((f"{info}/RECORD", ("\n".join(record) + "\n").encode(), 0o644))
+    out.mkdir(parents=True, exist_ok=True)
+    wheel = out / f"{dist}-{version}-{FIXTURE_WHEEL_TAG}.whl"
+    tmp = wheel.with_name(wheel.name + ".tmp")
+    with zipfile.ZipFile(tmp, "w", compression=zipfile.ZIP_DEFLATED) as zf:
+        for rel, data, mode in files:
+            entry = zipfile.ZipInfo(rel, date_time=(2026, 1, 1, 0, 0, 0))
+            entry.external_attr = (0o100000 | mode) << 16
+            entry.compress_type = zipfile.ZIP_DEFLATED
+            zf.writestr(entry, data)
+    os.replace(tmp, wheel)
+    return wheel
+
+
+def build_fixture_wheels(trees: Path, out: Path, quiet: bool = False) -> list[Path]:
+    """Pack every ``trees/<dist>-<version>/`` fixture as a wheel into ``out`` (see :func:`fixture_wheel`)."""
+    built = [fixture_wheel(tree, out) for tree in sorted(trees.glob("*-*")) if tree.is_dir()] \
+        if trees.is_dir() else []
+    for wheel in built:
+        say(quiet, f"wheels: fixture {wheel.name}")
+    return built

@@ -1,7 +1,8 @@
 # Copyright: (c) 2026, gpufleet.deepep contributors
 # GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
-"""Verifier of the verify scenario: the four runs of converge.yml gave the right verdicts on the right nodes,
-with the right diagnosis, the hang was killed at its timeout (no test process left), and a rerun of the
+"""Verifier of the verify scenario: the five runs of converge.yml gave the right verdicts on the right nodes,
+with the right diagnosis, the hang was killed at its timeout (no test process left), the quick connectivity
+stage passed over 16 ranks and stopped the group where one node's DeepEP lacks NVSHMEM, and a rerun of the
 playbook changes no file on the nodes outside the directory the verification owns."""
 
 from __future__ import annotations
@@ -80,13 +81,34 @@ def test_hang_is_killed_and_reported_within_its_timeout():
         assert left.returncode == 1 and left.stdout == "", "test processes left on %s: %s" % (node, left.stdout)
 
 
-def test_connectivity_stage_stops_the_group():
+def test_connectivity_stage_passes_and_the_full_test_follows():
     data = summary("verify-connectivity")
-    conn = [r for r in data["rows"] if r["stage"] == "connectivity"]
-    full = [r for r in data["rows"] if r["stage"] == "internode"]
+    assert data["passed"], data["failures"]
+    conn = rows("verify-connectivity", "connectivity")
     assert sorted(r["host"] for r in conn) == ["b200-b-1", "b200-b-2"]
-    assert all(r["status"] == "error" and "rebuild it with NVSHMEM_DIR" in " ".join(r["diagnosis"]) for r in conn)
-    assert all(r["status"] == "skipped" for r in full)
+    assert all(r["status"] == "pass" for r in conn)
+    logs = {node: (EPHEMERAL / "verify-connectivity" / node / "b200_b-connectivity.log").read_text()
+            for node in ("b200-b-1", "b200-b-2")}
+    for node, first in (("b200-b-1", 0), ("b200-b-2", 8)):
+        for rank in range(first, first + 8):
+            assert "[Rank %d] DeepEP buffer created!" % rank in logs[node]
+            assert "[Rank %d] Dispatch layout test PASSED!" % rank in logs[node]
+        assert "ERROR" not in logs[node] and "[verify] exit status 0" in logs[node]
+    assert "=== All internode tests PASSED! ===" in logs["b200-b-1"]
+    full = rows("verify-connectivity", "internode")
+    assert sorted(r["host"] for r in full) == ["b200-b-1", "b200-b-2"] and all(r["passed"] for r in full)
+
+
+def test_connectivity_stage_stops_the_group_without_nvshmem():
+    data = summary("verify-no-nvshmem")
+    assert not data["passed"]
+    conn = {r["host"]: r for r in rows("verify-no-nvshmem", "connectivity")}
+    assert sorted(conn) == ["b200-b-1", "b200-b-2"] and not any(r["passed"] for r in conn.values())
+    assert conn["b200-b-2"]["status"] == "error"
+    assert "rebuild it with NVSHMEM_DIR" in " ".join(conn["b200-b-2"]["diagnosis"])
+    log = (EPHEMERAL / "verify-no-nvshmem" / "b200-b-2" / "b200_b-connectivity.log").read_text()
+    assert "DeepEP was built without NVSHMEM" in log
+    assert all(r["status"] == "skipped" for r in rows("verify-no-nvshmem", "internode"))
 
 
 def test_rerun_changes_nothing_outside_its_directory():
@@ -107,6 +129,7 @@ def test_rerun_changes_nothing_outside_its_directory():
         assert changed.stdout.split() == ["/opt/deepep/verify/intranode.log"], (node, changed.stdout)
 
 
-@pytest.mark.parametrize("run", ["verify-pass", "verify-unmapped", "verify-hang", "verify-connectivity"])
+@pytest.mark.parametrize("run", ["verify-pass", "verify-unmapped", "verify-hang", "verify-connectivity",
+                                 "verify-no-nvshmem"])
 def test_every_run_wrote_its_table(run):
     assert (EPHEMERAL / run / "summary.md").read_text().startswith("# DeepEP fleet verification")
