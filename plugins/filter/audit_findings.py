@@ -17,19 +17,12 @@ from ansible_collections.gpufleet.deepep.plugins.module_utils._audit import (
     AuditError,
     audit_fleet as _audit_fleet,
     evaluate_rules,
+    plain_data,
 )
 from ansible_collections.gpufleet.deepep.plugins.module_utils._report import render
 
 
-def _plain(value):
-    """Ansible's lazy containers and tagged strings -> plain dict/list/str for jmespath and json."""
-    if isinstance(value, dict):
-        return dict((str(k), _plain(v)) for k, v in value.items())
-    if isinstance(value, (list, tuple)):
-        return [_plain(v) for v in value]
-    if isinstance(value, str):
-        return str(value)
-    return value
+_plain = plain_data
 
 
 def audit_findings(facts, rules):

@@ -488,3 +488,48 @@ def audit_fleet(documents, catalogue, groups=None, skip_groups=DEFAULT_DRIFT_SKI
         "rules": [{"id": r["id"], "title": r["title"], "severity": r["severity"], "source": r["source"]}
                   for r in rules],
     }
+
+
+# Facts of the node_stack result that go into the facts document as they are.
+DOCUMENT_FACTS = ("gpufleet_nvidia", "gpufleet_rdma", "gpufleet_gpus", "gpufleet_bundled_nvshmem", "gpufleet_stack")
+NOT_GATHERED = "the play failed on this node before its facts were gathered"
+
+
+def node_document(host, groups, result, expect=None):
+    """One node's facts document from the registered result of ``node_stack`` (``gather`` of every set).
+
+    ``result`` None or empty: the node never got to the gathering task (reported as not reachable). An
+    unreachable result gives ``reachable: false`` with the connection's message; a failed one keeps
+    ``reachable: true`` and names the failure under ``gather_errors.node_stack``. ``gpufleet_nvshmem`` and
+    ``gpufleet_deepep`` are the stack's ``nvshmem`` and ``deepep`` (the shapes of the build modules' facts).
+    """
+    result = result if isinstance(result, dict) else {}
+    doc = {"host": host, "groups": list(groups or []), "reachable": True, "unreachable_reason": None,
+           "expect": dict(expect or {}), "gather_errors": {}}
+    if not result:
+        doc.update(reachable=False, unreachable_reason=NOT_GATHERED)
+    elif result.get("unreachable"):
+        doc.update(reachable=False, unreachable_reason=result.get("msg") or "unreachable")
+    facts = result.get("ansible_facts") if isinstance(result.get("ansible_facts"), dict) else {}
+    if doc["reachable"]:
+        errors = dict(result.get("gather_errors") or {})
+        if result.get("failed") or result.get("skipped"):
+            errors["node_stack"] = result.get("msg") or ("skipped" if result.get("skipped") else "failed")
+        doc["gather_errors"] = errors
+    for name in DOCUMENT_FACTS:
+        doc[name] = facts.get(name) if doc["reachable"] else None
+    stack = doc["gpufleet_stack"] if isinstance(doc["gpufleet_stack"], dict) else {}
+    doc["gpufleet_nvshmem"] = stack.get("nvshmem")
+    doc["gpufleet_deepep"] = stack.get("deepep")
+    return doc
+
+
+def plain_data(value):
+    """Ansible's lazy containers and tagged strings -> plain dict/list/str (for jmespath, json and yaml)."""
+    if isinstance(value, dict):
+        return dict((str(k), plain_data(v)) for k, v in value.items())
+    if isinstance(value, (list, tuple)):
+        return [plain_data(v) for v in value]
+    if isinstance(value, str):
+        return str(value)
+    return value

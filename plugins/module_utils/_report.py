@@ -97,14 +97,15 @@ def render_markdown(fleet):
             if item["name"] not in key_names:
                 key_names.append(item["name"])
     out += ["## Nodes", ""]
-    header = ["node", "status", "critical", "warning", "info"] + key_names
+    header = ["node", "status", "critical", "warning", "info", "findings"] + key_names
     out.append("| " + " | ".join(header) + " |")
     out.append("|" + "---|" * len(header))
     for host in _sorted_hosts(fleet):
         node = nodes[host]
         values = dict((k["name"], k["value"]) for k in node.get("key_facts") or [])
         counts = node.get("counts") or {}
-        row = [host, node.get("status"), counts.get("critical", 0), counts.get("warning", 0), counts.get("info", 0)]
+        row = [host, node.get("status"), counts.get("critical", 0), counts.get("warning", 0), counts.get("info", 0),
+               ", ".join(f["id"] for f in node.get("findings") or [])]
         row += [values.get(name) for name in key_names]
         out.append("| " + " | ".join(_md_cell(v) for v in row) + " |")
     out.append("")
@@ -175,19 +176,38 @@ body { font: 14px/1.45 system-ui, -apple-system, "Segoe UI", Roboto, "Helvetica 
 header { background: #101828; color: #fff; padding: 18px 28px; }
 header h1 { margin: 0 0 4px; font-size: 22px; font-weight: 600; }
 header p { margin: 0; color: #d0d5dd; font-size: 13px; }
+header nav { margin-top: 8px; font-size: 13px; } header nav a { color: #b2ddff; margin-right: 14px; }
 main { padding: 20px 28px 40px; max-width: 1600px; }
 h2 { font-size: 17px; margin: 28px 0 10px; padding-bottom: 4px; border-bottom: 1px solid var(--line); }
+h2 .muted { font-size: 13px; font-weight: normal; margin-left: 8px; }
 h3 { font-size: 15px; margin: 0; display: inline; }
 .cards { display: flex; gap: 12px; flex-wrap: wrap; margin-top: 4px; }
 .card { background: #fff; border: 1px solid var(--line); border-radius: 8px; padding: 10px 16px; min-width: 120px; }
 .card b { display: block; font-size: 24px; }
 .card span { color: var(--muted); font-size: 12px; text-transform: uppercase; letter-spacing: .04em; }
-.card.ok b { color: var(--ok); } .card.bad b { color: var(--crit); } .card.down b { color: var(--down); }
+.card.ok b { color: var(--ok); } .card.critical b { color: var(--crit); } .card.warning b { color: var(--warn); }
+.card.info b { color: var(--info); } .card.unreachable b { color: var(--down); }
+.card.critical { border-top: 4px solid var(--crit); } .card.warning { border-top: 4px solid #f79009; }
+.card.info { border-top: 4px solid #2e90fa; } .card.unreachable { border-top: 4px solid #98a2b3; }
+.card.ok { border-top: 4px solid #17b26a; }
 table { border-collapse: collapse; background: #fff; width: 100%; border: 1px solid var(--line); }
 th, td { text-align: left; padding: 6px 10px; border-bottom: 1px solid #eaecf0; vertical-align: top; }
 th { background: #f2f4f7; font-size: 12px; text-transform: uppercase; letter-spacing: .03em; color: #344054; }
 td.num { text-align: right; font-variant-numeric: tabular-nums; }
 td.zero { color: #98a2b3; }
+tr.row-critical td:first-child { box-shadow: inset 4px 0 var(--crit); }
+tr.row-warning td:first-child { box-shadow: inset 4px 0 #f79009; }
+tr.row-info td:first-child { box-shadow: inset 4px 0 #2e90fa; }
+tr.row-ok td:first-child { box-shadow: inset 4px 0 #17b26a; }
+tr.row-unreachable td:first-child { box-shadow: inset 4px 0 #98a2b3; }
+tr.row-critical { background: #fffbfa; } tr.row-unreachable { background: #f9fafb; }
+td.host { font-weight: 600; white-space: nowrap; }
+td.facts { white-space: nowrap; }
+td.hosts { min-width: 180px; } td.hosts a { white-space: nowrap; }
+.chips { display: flex; flex-wrap: wrap; gap: 4px; }
+.chip { display: inline-block; padding: 0 6px; border-radius: 4px; font: 11px/18px ui-monospace, SFMono-Regular,
+  Menlo, Consolas, monospace; white-space: nowrap; }
+a.chip:hover { text-decoration: none; filter: brightness(.95); }
 code, pre { font-family: ui-monospace, SFMono-Regular, Menlo, Consolas, monospace; font-size: 12px; }
 pre { background: #f2f4f7; border-radius: 6px; padding: 8px 10px; margin: 6px 0 0; white-space: pre-wrap;
   word-break: break-word; }
@@ -199,15 +219,23 @@ pre { background: #f2f4f7; border-radius: 6px; padding: 8px 10px; margin: 6px 0 
 .s-ok { color: var(--ok); background: var(--ok-bg); border: 1px solid #75e0a7; }
 .s-unreachable { color: var(--down); background: var(--down-bg); border: 1px solid #98a2b3; }
 .node { background: #fff; border: 1px solid var(--line); border-radius: 8px; margin: 12px 0; padding: 12px 16px; }
+.node.critical { border-left: 5px solid var(--crit); } .node.warning { border-left: 5px solid #f79009; }
+.node.info { border-left: 5px solid #2e90fa; } .node.ok { border-left: 5px solid #17b26a; }
+.node.unreachable { border-left: 5px solid #98a2b3; }
 .node .groups { color: var(--muted); font-size: 12px; margin-left: 8px; }
+.node .facts { color: #344054; font-size: 12px; margin: 6px 0 0; }
+.node .facts span { margin-right: 14px; white-space: nowrap; } .node .facts b { color: var(--muted); font-weight: 500; }
 .finding { border-left: 4px solid var(--line); padding: 6px 12px; margin: 10px 0; }
-.finding.critical { border-color: var(--crit); } .finding.warning { border-color: #f79009; }
+.finding.critical { border-color: var(--crit); background: #fffbfa; } .finding.warning { border-color: #f79009; }
 .finding.info { border-color: #2e90fa; }
 .finding .title { font-weight: 600; }
 .finding .id { color: var(--muted); font-size: 12px; margin-left: 6px; }
 .fix { margin: 6px 0 0; } .fix b { color: var(--ok); }
+.rulefix { color: #344054; font-size: 12px; margin-top: 2px; }
 .source { color: var(--muted); font-size: 12px; margin-top: 4px; }
-.values div { margin: 1px 0; } .values code { background: #f2f4f7; padding: 0 4px; border-radius: 4px; }
+.values div { margin: 2px 0; } .values code { background: #f2f4f7; padding: 0 4px; border-radius: 4px; }
+.values .odd code { background: var(--warn-bg); border: 1px solid #fec84b; }
+.values .count { display: inline-block; min-width: 58px; color: var(--muted); font-size: 12px; }
 .muted { color: var(--muted); }
 a { color: #175cd3; text-decoration: none; } a:hover { text-decoration: underline; }
 """
@@ -217,9 +245,11 @@ def _e(value):
     return html.escape(_text(value), quote=True)
 
 
-def _anchor(host):
+def _anchor(host, rule_id=None):
     safe = "".join(c if c.isalnum() or c in "-_" else "-" for c in str(host))
-    return "node-" + safe
+    if rule_id is None:
+        return "node-" + safe
+    return "node-%s--%s" % (safe, "".join(c if c.isalnum() or c in "-_" else "-" for c in str(rule_id)))
 
 
 def _badge(status):
@@ -227,10 +257,26 @@ def _badge(status):
     return '<span class="badge s-%s">%s</span>' % (html.escape(status), html.escape(STATUS_LABEL.get(status, status)))
 
 
+def _chips(host, findings):
+    """The node's findings as small severity-coloured rule ids, each linking to the finding's details."""
+    return '<div class="chips">%s</div>' % "".join(
+        '<a class="chip s-%s" href="#%s" title="%s">%s</a>'
+        % (html.escape(f["severity"]), _anchor(host, f["id"]), _e(f["title"]), _e(f["id"])) for f in findings)
+
+
+def _host_links(hosts):
+    return ", ".join('<a href="#%s">%s</a>' % (_anchor(h), _e(h)) for h in hosts)
+
+
+def _plural(n, word):
+    return "%d %s%s" % (n, word, "" if n == 1 else "s")
+
+
 def render_html(fleet):
     meta = fleet.get("meta") or {}
     summary = fleet.get("summary") or {}
     nodes = fleet.get("nodes") or {}
+    rules_by_id = dict((r.get("id"), r) for r in fleet.get("rules") or [])
     parts = []
     add = parts.append
     add("<!DOCTYPE html>")
@@ -249,84 +295,110 @@ def render_html(fleet):
         sub.append("generated %s" % _e(meta["generated_at"]))
     if meta.get("inventory"):
         sub.append("inventory %s" % _e(meta["inventory"]))
+    if meta.get("limit"):
+        sub.append("limit %s" % _e(meta["limit"]))
     if meta.get("check_mode") is not None:
         sub.append("check mode" if meta.get("check_mode") else "read-only run")
     sub.append("%d rules" % len(fleet.get("rules") or []))
     add("<p>%s</p>" % " &middot; ".join(sub))
+    add('<nav><a href="#nodes">Nodes</a><a href="#findings">Findings by severity</a><a href="#drift">Drift</a>'
+        '<a href="#details">Node details</a></nav>')
     add("</header>")
     add("<main>")
 
     add('<div class="cards">')
     cards = [("nodes", summary.get("nodes", 0), ""), ("ok", summary.get("ok", 0), "ok"),
-             ("with findings", summary.get("with_findings", 0), "bad" if summary.get("with_findings") else ""),
-             ("unreachable", summary.get("unreachable", 0), "down" if summary.get("unreachable") else ""),
-             ("critical", summary.get("critical", 0), "bad" if summary.get("critical") else ""),
-             ("warning", summary.get("warning", 0), ""), ("info", summary.get("info", 0), "")]
+             ("with findings", summary.get("with_findings", 0), ""),
+             ("unreachable", summary.get("unreachable", 0), "unreachable"),
+             ("critical findings", summary.get("critical", 0), "critical"),
+             ("warning findings", summary.get("warning", 0), "warning"),
+             ("info findings", summary.get("info", 0), "info")]
     for label, value, cls in cards:
-        add('<div class="card %s"><b>%d</b><span>%s</span></div>' % (cls, int(value or 0), html.escape(label)))
+        add('<div class="card %s"><b>%d</b><span>%s</span></div>'
+            % (cls if value else "", int(value or 0), html.escape(label)))
     add("</div>")
 
-    # Node table
+    # Node table: what is wrong where, at a glance (worst first), then the key versions.
     key_names = []
     for host in nodes:
         for item in nodes[host].get("key_facts") or []:
             if item["name"] not in key_names:
                 key_names.append(item["name"])
-    add('<h2 id="nodes">Nodes</h2>')
+    add('<h2 id="nodes">Nodes<span class="muted">worst first; a rule id links to its finding</span></h2>')
     add("<table>")
-    add("<thead><tr><th>node</th><th>status</th><th>critical</th><th>warning</th><th>info</th>%s</tr></thead>"
+    add("<thead><tr><th>node</th><th>status</th><th>findings</th>%s</tr></thead>"
         % "".join("<th>%s</th>" % html.escape(n) for n in key_names))
     add("<tbody>")
     for host in _sorted_hosts(fleet):
         node = nodes[host]
-        counts = node.get("counts") or {}
+        status = node.get("status") or "ok"
         values = dict((k["name"], k["value"]) for k in node.get("key_facts") or [])
-        cells = ['<td><a href="#%s">%s</a></td>' % (_anchor(host), _e(host)), "<td>%s</td>" % _badge(node.get("status"))]
-        for severity in SEVERITIES:
-            n = int(counts.get(severity, 0) or 0)
-            cells.append('<td class="num%s">%d</td>' % ("" if n else " zero", n))
+        cells = ['<td class="host"><a href="#%s">%s</a></td>' % (_anchor(host), _e(host)),
+                 "<td>%s</td>" % _badge(status)]
+        if not node.get("reachable", True):
+            reason = (node.get("facts") or {}).get("unreachable_reason")
+            cells.append('<td class="muted" title="%s">not reachable (<a href="#%s">why</a>)</td>'
+                         % (_e(reason or "unreachable"), _anchor(host)))
+        elif node.get("findings"):
+            cells.append("<td>%s</td>" % _chips(host, node["findings"]))
+        else:
+            cells.append('<td class="muted">none</td>')
         for name in key_names:
-            cells.append("<td>%s</td>" % _e(values.get(name)) if node.get("reachable", True)
+            cells.append('<td class="facts">%s</td>' % _e(values.get(name)) if node.get("reachable", True)
                          else '<td class="muted">\u2014</td>')
-        add("<tr>%s</tr>" % "".join(cells))
+        add('<tr class="row-%s">%s</tr>' % (html.escape(status), "".join(cells)))
     add("</tbody></table>")
 
-    # Findings by severity
+    # Findings by rule, most severe first, with what to do once per rule.
     add('<h2 id="findings">Findings by severity</h2>')
     rows = _findings_by_severity(fleet)
     if not rows:
         add('<p class="muted">No findings.</p>')
     else:
-        add("<table><thead><tr><th>severity</th><th>rule</th><th>title</th><th>nodes</th></tr></thead><tbody>")
+        add("<table><thead><tr><th>severity</th><th>rule</th><th>title and fix</th><th>nodes</th></tr></thead><tbody>")
+        fixes = {}
+        for node in nodes.values():
+            for finding in node.get("findings") or []:
+                fixes.setdefault(finding["id"], finding.get("fix"))
         for severity, rule_id, title, hosts in rows:
-            links = ", ".join('<a href="#%s">%s</a>' % (_anchor(h), _e(h)) for h in hosts)
-            add('<tr><td>%s</td><td><code>%s</code></td><td>%s</td><td>%s <span class="muted">(%d)</span></td></tr>'
-                % (_badge(severity), _e(rule_id), _e(title), links, len(hosts)))
+            add('<tr class="row-%s"><td>%s</td><td><code>%s</code></td><td>%s<div class="rulefix">%s</div></td>'
+                '<td class="hosts">%s <span class="muted">(%d)</span></td></tr>'
+                % (html.escape(severity), _badge(severity), _e(rule_id), _e(title),
+                   _e(fixes.get(rule_id) or (rules_by_id.get(rule_id) or {}).get("fix")), _host_links(hosts),
+                   len(hosts)))
         add("</tbody></table>")
 
-    # Drift
-    add('<h2 id="drift">Drift</h2>')
+    # Drift: per group and fact, the value most nodes hold, then the odd values with their nodes.
+    add('<h2 id="drift">Drift<span class="muted">facts that differ between nodes of the same group; the '
+        'highlighted values are held by fewer nodes</span></h2>')
     drift = fleet.get("drift") or []
     if not drift:
         add('<p class="muted">No drift: the nodes of each group agree on every compared fact.</p>')
     else:
-        add("<table><thead><tr><th>group</th><th>fact</th><th>values and the nodes that hold them</th></tr></thead><tbody>")
+        add("<table><thead><tr><th>group</th><th>fact</th><th>values and the nodes that hold them</th></tr></thead>"
+            "<tbody>")
         for row in drift:
-            values = "".join('<div><code>%s</code> &larr; %s</div>'
-                             % (html.escape(_value(v["value"])), ", ".join(_e(n) for n in v["nodes"]))
-                             for v in row["values"])
+            lines = []
+            for index, held in enumerate(row["values"]):
+                lines.append('<div class="%s"><span class="count">%s</span><code>%s</code> %s</div>'
+                             % ("odd" if index else "majority", _plural(len(held["nodes"]), "node"),
+                                html.escape(_value(held["value"])), _host_links(held["nodes"])))
             add('<tr><td>%s</td><td><code>%s</code></td><td class="values">%s</td></tr>'
-                % (_e(row["group"]), _e(row["fact"]), values))
+                % (_e(row["group"]), _e(row["fact"]), "".join(lines)))
         add("</tbody></table>")
 
     # Node details
     add('<h2 id="details">Node details</h2>')
     for host in _sorted_hosts(fleet):
         node = nodes[host]
-        add('<section class="node" id="%s">' % _anchor(host))
+        status = node.get("status") or "ok"
+        add('<section class="node %s" id="%s">' % (html.escape(status), _anchor(host)))
         groups = ", ".join(node.get("groups") or [])
-        add("<h3>%s</h3> %s%s" % (_e(host), _badge(node.get("status")),
+        add("<h3>%s</h3> %s%s" % (_e(host), _badge(status),
                                   '<span class="groups">%s</span>' % html.escape(groups) if groups else ""))
+        if node.get("reachable", True) and node.get("key_facts"):
+            add('<div class="facts">%s</div>' % "".join(
+                "<span><b>%s</b> %s</span>" % (_e(k["name"]), _e(k["value"])) for k in node["key_facts"]))
         if not node.get("reachable", True):
             reason = (node.get("facts") or {}).get("unreachable_reason")
             add('<p class="muted">Not reachable: no facts gathered.%s</p>'
@@ -334,7 +406,7 @@ def render_html(fleet):
         elif not node.get("findings"):
             add('<p class="muted">No findings.</p>')
         for finding in node.get("findings") or []:
-            add('<div class="finding %s">' % html.escape(finding["severity"]))
+            add('<div class="finding %s" id="%s">' % (html.escape(finding["severity"]), _anchor(host, finding["id"])))
             add('<div>%s <span class="title">%s</span><span class="id">%s</span></div>'
                 % (_badge(finding["severity"]), _e(finding["title"]), _e(finding["id"])))
             if finding.get("evidence") not in (None, "", [], {}):

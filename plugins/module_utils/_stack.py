@@ -15,12 +15,45 @@ import json
 import os
 import re
 import subprocess
+import threading
 
 from ansible_collections.gpufleet.deepep.plugins.module_utils._build import (
     nvshmem_version_from_header,
     read_stamp,
     stamp_path,
 )
+from ansible_collections.gpufleet.deepep.plugins.module_utils._hca_mapping import (
+    parse_hca_mapping,
+    render_hca_mapping,
+)
+from ansible_collections.gpufleet.deepep.plugins.module_utils._nvidia import (
+    DEFAULT_MODPROBE_DIRS,
+    DEFAULT_PARAMS_PATH,
+    DEFAULT_VERSION_PATH,
+    live_facts,
+    reboot_check,
+    scan_modprobe,
+)
+from ansible_collections.gpufleet.deepep.plugins.module_utils._nvshmem_discovery import (
+    PROBE_SCRIPT as SITE_PROBE_SCRIPT,
+    DiscoveryError,
+    bundled_would_win,
+    describe_custom,
+    env_script_preloads,
+    find_bundled,
+    mismatches,
+    ordered_site_packages,
+    parse_probe,
+    preload_value,
+)
+from ansible_collections.gpufleet.deepep.plugins.module_utils._pci import (
+    cuda_arch_list,
+    gpu_facts,
+    list_gpus,
+    parse_nvidia_smi_query,
+    parse_nvlink_status,
+)
+from ansible_collections.gpufleet.deepep.plugins.module_utils._rdma import collect_rdma, rdma_ports
 from ansible_collections.gpufleet.deepep.plugins.module_utils._versions import (
     cuda_version_from_nvcc,
     nccl_version_from_header,
@@ -38,6 +71,12 @@ LIB_DIRS = ("/usr/lib/x86_64-linux-gnu", "/usr/lib/aarch64-linux-gnu", "/usr/lib
 MLX5_HEADER = "/usr/include/infiniband/mlx5_api.h"
 REBOOT_FILES = ("/var/run/reboot-required", "/run/reboot-required")
 C_ENV = {"LC_ALL": "C", "LANG": "C", "PYTHONDONTWRITEBYTECODE": "1"}
+# What gather_node can read besides the stack, by facts name (each the facts of one facts module).
+GATHERABLE = ("stack", "nvidia", "rdma", "gpus", "bundled_nvshmem")
+FACT_NAMES = {"stack": "gpufleet_stack", "nvidia": "gpufleet_nvidia", "rdma": "gpufleet_rdma",
+              "gpus": "gpufleet_gpus", "bundled_nvshmem": "gpufleet_bundled_nvshmem"}
+NVIDIA_SMI_QUERY_FIELDS = ["index", "pci.bus_id", "name", "memory.total", "compute_cap", "uuid", "driver_version"]
+SBIN_DIRS = ("/sbin", "/usr/sbin", "/usr/local/sbin")
 
 _EXPORT_RE = re.compile(r"^\s*(?:export\s+)?([A-Za-z_][A-Za-z0-9_]*)=(.*)$")
 _VAR_RE = re.compile(r"\$(?:\{([A-Za-z_][A-Za-z0-9_]*)(?::?-([^}]*))?\}|([A-Za-z_][A-Za-z0-9_]*))")
@@ -64,8 +103,20 @@ if metadata is not None:
         except Exception:
             location = None
         out["packages"].append({"name": name, "version": dist.version, "location": location})
+# The interpreter's site-packages layout (the probe of pytorch_bundled_nvshmem), in the same process.
+import contextlib, io
+_buf = io.StringIO()
+try:
+    with contextlib.redirect_stdout(_buf):
+        exec(compile(SITE_PROBE, "<site-probe>", "exec"), {})
+    out["site"] = json.loads(_buf.getvalue().strip().splitlines()[-1])
+except Exception as exc:
+    out["site"] = None
+    out["site_error"] = "%s: %s" % (type(exc).__name__, exc)
 print(json.dumps(out))
 """
+
+PYTHON_PROBE = "SITE_PROBE = %r\n" % SITE_PROBE_SCRIPT + PYTHON_PROBE
 
 IMPORT_PROBE = "import deep_ep, json; print(json.dumps({'file': getattr(deep_ep, '__file__', None), " \
                "'version': getattr(deep_ep, '__version__', None)}))"
@@ -338,7 +389,8 @@ def parse_nccl_header(text):
 
 def gather_python(python, runner, timeout):
     """Package metadata of the given interpreter (torch, deep_ep, pip NCCL/NVSHMEM)."""
-    result = {"python": python, "ok": False, "python_version": None, "packages": [], "error": None}
+    result = {"python": python, "ok": False, "python_version": None, "packages": [], "error": None, "site": None,
+              "site_error": None}
     rc, out, err = runner([python, "-c", PYTHON_PROBE], timeout=timeout, env=None)
     if rc != 0:
         result["error"] = "%s failed (rc=%s): %s" % (python, rc, _tail(err or out, 3))
@@ -348,7 +400,8 @@ def gather_python(python, runner, timeout):
     except (ValueError, IndexError):
         result["error"] = "%s printed no JSON: %s" % (python, _tail(out, 2))
         return result
-    result.update(ok=True, python_version=data.get("python_version"), packages=data.get("packages") or [])
+    result.update(ok=True, python_version=data.get("python_version"), packages=data.get("packages") or [],
+                  site=data.get("site"), site_error=data.get("site_error"))
     return result
 
 
@@ -612,8 +665,11 @@ def gather_stack(root="/", cuda_home="/usr/local/cuda", python="/usr/bin/python3
                  env_script="/opt/deepep/unified-env.sh", gdrcopy_home="/opt/deepep/gdrcopy",
                  nvshmem_prefix="/opt/deepep/nvshmem",
                  mlx5dv_symbols=DEFAULT_MLX5DV_SYMBOLS, dpkg_packages=DEFAULT_DPKG_PACKAGES,
-                 nvidia_reboot_required=None, import_check=True, timeout=60, runner=subprocess_runner):
-    """Every fact of ``gpufleet_stack``; errors of single probes are collected in ``errors``."""
+                 nvidia_reboot_required=None, import_check=True, timeout=60, runner=subprocess_runner,
+                 python_probe=None):
+    """Every fact of ``gpufleet_stack``; errors of single probes are collected in ``errors``.
+
+    ``python_probe``: the result of :func:`gather_python` when the caller already ran it."""
     errors = {}
     facts = {"os": gather_os(root)}
     facts["cuda"] = gather_cuda(root, cuda_home, runner)
@@ -634,7 +690,7 @@ def gather_stack(root="/", cuda_home="/usr/local/cuda", python="/usr/bin/python3
     facts["libcuda"] = gather_libcuda(root, ldcache, cuda_home)
     facts["gdrcopy"] = gather_gdrcopy(root, ldcache, gdrcopy_home, module_names)
 
-    py = gather_python(python, runner, timeout)
+    py = python_probe if python_probe is not None else gather_python(python, runner, timeout)
     if py["error"]:
         errors["python"] = py["error"]
     facts["python"] = {"path": python, "version": py["python_version"], "ok": py["ok"]}
@@ -656,3 +712,260 @@ def gather_stack(root="/", cuda_home="/usr/local/cuda", python="/usr/bin/python3
     facts["reboot"] = gather_reboot(root, nvidia_reboot_required)
     facts["errors"] = errors
     return facts
+
+
+# --- one call for the whole node (the audit) ---------------------------------------------------------------
+
+class PrefetchRunner(object):
+    """A runner that starts the given commands at once, each in its own thread, and answers a later call
+    with the same argv from that run (waiting for it). Other calls go to the wrapped runner. The probes of a
+    node are independent, so the slowest one (``import deep_ep`` imports torch) bounds the time, not their sum.
+    """
+
+    def __init__(self, runner, calls):
+        self._runner = runner
+        self._results = {}
+        self._threads = {}
+        for argv, timeout in calls:
+            key = tuple(argv)
+            if key in self._threads:
+                continue
+            thread = threading.Thread(target=self._run, args=(key, list(argv), timeout))
+            thread.daemon = True
+            self._threads[key] = thread
+            thread.start()
+
+    def _run(self, key, argv, timeout):
+        try:
+            self._results[key] = self._runner(argv, timeout=timeout, env=None)
+        except Exception as exc:  # a runner that raises must not leave the caller waiting forever
+            self._results[key] = (1, "", "%s: %s" % (type(exc).__name__, exc))
+
+    def __call__(self, argv, timeout=None, env=None):
+        key = tuple(argv)
+        thread = self._threads.get(key)
+        if thread is None or env:
+            return self._runner(argv, timeout=timeout, env=env)
+        thread.join()
+        return self._results[key]
+
+    def join(self):
+        for thread in self._threads.values():
+            thread.join()
+
+
+def find_executable(name, path=None):
+    """``name`` if it holds a slash, else its first executable match in PATH and the sbin directories."""
+    if "/" in name:
+        return name if os.path.isfile(name) and os.access(name, os.X_OK) else None
+    dirs = (path if path is not None else os.environ.get("PATH", "")).split(os.pathsep)
+    for directory in [d for d in dirs if d] + [d for d in SBIN_DIRS if d not in dirs]:
+        candidate = os.path.join(directory, name)
+        if os.path.isfile(candidate) and os.access(candidate, os.X_OK):
+            return candidate
+    return None
+
+
+class GatherError(Exception):
+    """One facts set could not be gathered; the message names the bad value and the expected form."""
+
+
+def gather_nvidia(params_path=DEFAULT_PARAMS_PATH, version_path=DEFAULT_VERSION_PATH,
+                  modprobe_dirs=DEFAULT_MODPROBE_DIRS):
+    """``gpufleet_nvidia`` as gpufleet.deepep.nvidia_params reports it when asked for nothing (read only)."""
+    for what, path in (("params_path", params_path), ("version_path", version_path)):
+        if os.path.isdir(path):
+            raise GatherError("%s %s is a directory, expected a file" % (what, path))
+    live = live_facts(read_text(params_path) if os.path.exists(params_path) else None,
+                      read_text(version_path) if os.path.exists(version_path) else None)
+    dirs = [os.path.normpath(d) for d in modprobe_dirs]
+    persistent = scan_modprobe(dirs, live_params=live["params"])
+    reboot, reasons, _unverified = reboot_check(live, persistent, {"driver_options": {}, "registry_dwords": {}})
+    facts = dict(live)
+    facts["config_files"] = persistent["config_files"]
+    facts["persistent"] = dict((k, v) for k, v in persistent.items() if k != "config_files")
+    facts["reboot_required"] = reboot
+    facts["reboot_reasons"] = reasons
+    return facts
+
+
+def _check_sysfs(sysfs_root):
+    if not os.path.isdir(sysfs_root):
+        raise GatherError("sysfs_root %r is not a directory (expected the path of /sys or of a tree shaped like "
+                          "it)" % (sysfs_root,))
+
+
+def gather_gpus(sysfs_root, rdma, nvidia_smi, runner, timeout=60):
+    """``gpufleet_gpus`` as gpufleet.deepep.gpu_topology reports it, reusing the ``gpufleet_rdma`` facts."""
+    _check_sysfs(sysfs_root)
+    gpus = list_gpus(sysfs_root)
+    info = {"path": nvidia_smi, "used": False, "rc": None, "stdout": "", "stderr": ""}
+    rows, nvlink = None, None
+    if gpus and nvidia_smi is not None:
+        rc, out, err = runner(nvidia_smi_query_argv(nvidia_smi), timeout=timeout, env=None)
+        info["rc"] = rc
+        info["stderr"] = err
+        if rc != 0:
+            info["stdout"] = out
+        else:
+            rows = parse_nvidia_smi_query(out, NVIDIA_SMI_QUERY_FIELDS)
+            info["used"] = bool(rows)
+            rc2, out2, _err2 = runner([nvidia_smi, "nvlink", "-s"], timeout=timeout, env=None)
+            if rc2 == 0:
+                nvlink = parse_nvlink_status(out2)
+    facts_gpus = gpu_facts(gpus, rdma_ports(rdma), all_ports=rdma_ports(rdma, active_only=False),
+                           smi_rows=rows, nvlink=nvlink)
+    entries = [{"gpu": g["index"], "hca": g["hca"]["name"], "port": g["hca"]["port"]}
+               for g in facts_gpus if g["hca"] is not None]
+    mapping = render_hca_mapping(entries) if entries else ""
+    driver = None
+    for row in rows or []:
+        driver = row.get("driver_version") or driver
+    return {
+        "gpus": facts_gpus,
+        "gpu_count": len(facts_gpus),
+        "deepep_hca_mapping": mapping,
+        "hca_mapping": parse_hca_mapping(mapping) if mapping else [],
+        "cuda_arch_list": cuda_arch_list(g["compute_capability"] for g in facts_gpus),
+        "driver_version": driver,
+        "nvidia_smi": info,
+    }
+
+
+def nvidia_smi_query_argv(nvidia_smi):
+    return [nvidia_smi, "--query-gpu=" + ",".join(NVIDIA_SMI_QUERY_FIELDS), "--format=csv,noheader,nounits"]
+
+
+def gather_bundled_nvshmem(python, py, nvshmem_prefix, env_script=None, gdrcopy_lib=None):
+    """``gpufleet_bundled_nvshmem`` as gpufleet.deepep.pytorch_bundled_nvshmem reports it with state=report,
+    from the site-packages layout the Python probe ``py`` (:func:`gather_python`) read."""
+    if not nvshmem_prefix or not os.path.isabs(nvshmem_prefix):
+        raise GatherError("nvshmem_prefix %r must be an absolute path such as /opt/deepep/nvshmem"
+                          % (nvshmem_prefix,))
+    if not py["ok"]:
+        raise GatherError("python %r failed to report its site-packages directories: %s" % (python, py["error"]))
+    try:
+        probe = parse_probe(json.dumps(py.get("site")) if py.get("site") else py.get("site_error") or "")
+    except DiscoveryError as exc:
+        raise GatherError("python %r: %s" % (python, exc))
+    site_packages = ordered_site_packages(probe)
+    bundled = find_bundled(site_packages)
+    custom = describe_custom(nvshmem_prefix)
+    preload = preload_value(custom, gdrcopy_lib)
+    facts = {
+        "python": python,
+        "python_version": probe.get("version"),
+        "site_packages": site_packages,
+        "bundled": bundled,
+        "custom": custom,
+        "mismatch": False,
+        "mismatches": [],
+        "bundled_would_win": False,
+        "preload": preload,
+        "preload_libs": preload.split(":") if preload else [],
+        "env_script_preloads": None,
+        "replaced": [],
+    }
+    if env_script:
+        text = read_text(env_script) if os.path.isfile(env_script) else None
+        facts["env_script_preloads"] = env_script_preloads(text if text is not None else "", custom)
+    found = mismatches(bundled, custom)
+    facts["mismatches"] = found
+    facts["mismatch"] = bool(found)
+    facts["bundled_would_win"] = bundled_would_win(bundled, custom, preloaded=bool(facts["env_script_preloads"]))
+    return facts
+
+
+def gather_node(gather=("stack",), root="/", sysfs_root="/sys", params_path=DEFAULT_PARAMS_PATH,
+                version_path=DEFAULT_VERSION_PATH, modprobe_dirs=DEFAULT_MODPROBE_DIRS, nvidia_smi=None,
+                cuda_home="/usr/local/cuda", python="/usr/bin/python3", env_script="/opt/deepep/unified-env.sh",
+                gdrcopy_home="/opt/deepep/gdrcopy", nvshmem_prefix="/opt/deepep/nvshmem",
+                mlx5dv_symbols=DEFAULT_MLX5DV_SYMBOLS, dpkg_packages=DEFAULT_DPKG_PACKAGES,
+                nvidia_reboot_required=None, import_check=True, timeout=60, runner=subprocess_runner):
+    """Every facts set named in ``gather`` (see :data:`GATHERABLE`) in one pass over the node.
+
+    Returns ``(facts, errors)``: facts by facts name (``gpufleet_stack``, ``gpufleet_nvidia``, ...) and, by the
+    same names, why a set could not be gathered (that set is then absent). The commands of the node (nvcc,
+    dpkg-query, ldconfig, the Python probe, the import probe, nvidia-smi) start together. ``nvidia_smi``: the
+    path of nvidia-smi, or None to search PATH (as gpu_topology does). The pending reboot of the stack counts
+    the ``reboot_required`` of the ``gpufleet_nvidia`` facts when those are gathered too.
+    """
+    unknown = [name for name in gather if name not in GATHERABLE]
+    if unknown:
+        raise GatherError("gather: unknown %s; expected some of %s" % (", ".join(unknown), ", ".join(GATHERABLE)))
+    wanted = set(gather)
+    facts, errors = {}, {}
+    smi = None
+    if "gpus" in wanted:
+        if nvidia_smi is not None and not (os.path.isfile(nvidia_smi) and os.access(nvidia_smi, os.X_OK)):
+            errors["gpufleet_gpus"] = ("nvidia_smi %r is not an executable file (expected the path of nvidia-smi, "
+                                       "or leave the option out to search PATH)" % (nvidia_smi,))
+            wanted.discard("gpus")
+        smi = nvidia_smi if nvidia_smi is not None else find_executable("nvidia-smi")
+    calls = []
+    if "stack" in wanted:
+        calls.append(([under(root, os.path.join(cuda_home, "bin", "nvcc")), "--version"], 30))
+        calls.append((["dpkg-query", "-W", "-f", "${Package}\\t${Version}\\t${db:Status-Status}\\n"]
+                      + list(dpkg_packages), 30))
+        calls.append((["ldconfig", "-p"], 30))
+        env_full = under(root, env_script)
+        if import_check:
+            if os.path.isfile(env_full):
+                calls.append((["bash", "-c", 'source "$1" >/dev/null 2>&1 && exec "$2" -c "$3"', "deepep-import",
+                               env_full, python, IMPORT_PROBE], timeout))
+            else:
+                calls.append(([python, "-c", IMPORT_PROBE], timeout))
+    if wanted & set(("stack", "bundled_nvshmem")):
+        calls.append(([python, "-c", PYTHON_PROBE], timeout))
+    if smi is not None and os.path.isdir(sysfs_root) and list_gpus(sysfs_root):
+        calls.append((nvidia_smi_query_argv(smi), timeout))
+        calls.append(([smi, "nvlink", "-s"], timeout))
+    prefetch = PrefetchRunner(runner, calls)
+
+    def attempt(name, function):
+        try:
+            facts[FACT_NAMES[name]] = function()
+        except GatherError as exc:
+            errors[FACT_NAMES[name]] = str(exc)
+        except Exception as exc:  # one broken reader must not hide the other facts of the node
+            errors[FACT_NAMES[name]] = "%s: %s" % (type(exc).__name__, exc)
+
+    if "nvidia" in wanted:
+        attempt("nvidia", lambda: gather_nvidia(params_path, version_path, modprobe_dirs))
+    rdma, rdma_error = None, None
+    if wanted & set(("rdma", "gpus")):
+        try:
+            _check_sysfs(sysfs_root)
+            rdma = collect_rdma(sysfs_root)
+        except GatherError as exc:
+            rdma_error = str(exc)
+        except Exception as exc:
+            rdma_error = "%s: %s" % (type(exc).__name__, exc)
+    if "rdma" in wanted:
+        if rdma is not None:
+            facts["gpufleet_rdma"] = rdma
+        else:
+            errors["gpufleet_rdma"] = rdma_error
+    if "gpus" in wanted:
+        if rdma is not None:
+            attempt("gpus", lambda: gather_gpus(sysfs_root, rdma, smi, prefetch, timeout))
+        else:
+            errors["gpufleet_gpus"] = rdma_error
+    py = None
+    if wanted & set(("stack", "bundled_nvshmem")):
+        py = gather_python(python, prefetch, timeout)
+    if "bundled_nvshmem" in wanted:
+        resolved = python if os.path.isabs(python) else (find_executable(python) or python)
+        attempt("bundled_nvshmem", lambda: gather_bundled_nvshmem(resolved, py, nvshmem_prefix,
+                                                                  env_script=under(root, env_script)))
+    if "stack" in wanted:
+        reboot = nvidia_reboot_required
+        if "gpufleet_nvidia" in facts:
+            reboot = facts["gpufleet_nvidia"]["reboot_required"]
+        attempt("stack", lambda: gather_stack(
+            root=root, cuda_home=cuda_home, python=python, env_script=env_script, gdrcopy_home=gdrcopy_home,
+            nvshmem_prefix=nvshmem_prefix, mlx5dv_symbols=mlx5dv_symbols, dpkg_packages=dpkg_packages,
+            nvidia_reboot_required=reboot, import_check=import_check, timeout=timeout, runner=prefetch,
+            python_probe=py))
+    prefetch.join()
+    return facts, errors

@@ -20,12 +20,48 @@ description:
     read; C(${VAR}) references to variables set earlier in the file are expanded.
     The only place the script is sourced is the C(import deep_ep) probe, in a child shell.
   - Python probes run with E(PYTHONDONTWRITEBYTECODE=1) so that no bytecode cache is written.
-  - Commands run as lists with E(LC_ALL=C), each bounded by O(timeout).
+  - Commands run as lists with E(LC_ALL=C), each bounded by O(timeout). They start together (each in its
+    own thread), so the slowest probe, not their sum, bounds the time.
+  - With O(gather) it also returns, in the same call, the facts of M(gpufleet.deepep.nvidia_params) (read only,
+    as with no setting asked), M(gpufleet.deepep.rdma_devices), M(gpufleet.deepep.gpu_topology) and
+    M(gpufleet.deepep.pytorch_bundled_nvshmem) (O(gpufleet.deepep.pytorch_bundled_nvshmem#module:state=report)),
+    computed by the same code those modules use. The audit gathers a whole node this way in one round trip.
 author: gpufleet.deepep maintainers (@gpufleet)
 extends_documentation_fragment:
   - gpufleet.deepep.attributes
   - gpufleet.deepep.attributes.facts
 options:
+  gather:
+    description:
+      - The facts sets to gather. V(stack) is RV(ansible_facts.gpufleet_stack); V(nvidia) is
+        RV(ansible_facts.gpufleet_nvidia), V(rdma) RV(ansible_facts.gpufleet_rdma), V(gpus)
+        RV(ansible_facts.gpufleet_gpus) and V(bundled_nvshmem) RV(ansible_facts.gpufleet_bundled_nvshmem), each in
+        the shape of the module that owns it.
+      - A set that cannot be gathered is left out and named in RV(gather_errors); the others are still returned.
+    type: list
+    elements: str
+    choices: [stack, nvidia, rdma, gpus, bundled_nvshmem]
+    default: [stack]
+  sysfs_root:
+    description: The sysfs tree read for V(rdma) and V(gpus) (a fixture tree in tests).
+    type: path
+    default: /sys
+  params_path:
+    description: The live driver parameters read for V(nvidia).
+    type: path
+    default: /proc/driver/nvidia/params
+  version_path:
+    description: The driver version file read for V(nvidia).
+    type: path
+    default: /proc/driver/nvidia/version
+  modprobe_dirs:
+    description: The modprobe configuration directories read for V(nvidia), in kmod's search order.
+    type: list
+    elements: path
+    default: [/etc/modprobe.d, /run/modprobe.d, /usr/local/lib/modprobe.d, /usr/lib/modprobe.d, /lib/modprobe.d]
+  nvidia_smi:
+    description: The nvidia-smi run for V(gpus); by default it is searched in E(PATH) and the sbin directories.
+    type: path
   cuda_home:
     description: The CUDA toolkit directory; C(<cuda_home>/bin/nvcc --version) gives the CUDA version.
     type: path
@@ -61,6 +97,7 @@ options:
     description:
       - The C(reboot_required) of M(gpufleet.deepep.nvidia_params) on this node, when known; a true value
         counts as a pending reboot.
+      - Not used when O(gather) holds V(nvidia), since the value gathered in the same call counts then.
     type: bool
   import_check:
     description: Run the C(import deep_ep) probe (set false to skip it, for example on nodes without torch).
@@ -92,6 +129,12 @@ EXAMPLES = r"""
     python: /opt/torch/.venv/bin/python
     nvidia_reboot_required: "{{ (gpufleet_nvidia_result | default({})).reboot_required | default(omit) }}"
 
+- name: Gather everything the audit judges in one call (read-only)
+  gpufleet.deepep.node_stack:
+    gather: [stack, nvidia, rdma, gpus, bundled_nvshmem]
+  check_mode: true
+  register: node
+
 - name: Show the versions
   ansible.builtin.debug:
     msg: >-
@@ -101,14 +144,48 @@ EXAMPLES = r"""
 """
 
 RETURN = r"""
+gather_errors:
+  description:
+    - The facts sets asked in O(gather) that could not be gathered, by facts name, with the reason (the set is
+      then absent from RV(ansible_facts)).
+  returned: always
+  type: dict
+  sample: {gpufleet_bundled_nvshmem: "python '/opt/torch/.venv/bin/python' failed to report its site-packages
+           directories: /opt/torch/.venv/bin/python failed (rc=127): No such file or directory"}
 ansible_facts:
   description: Facts added to the host.
   returned: always
   type: dict
   contains:
+    gpufleet_nvidia:
+      description:
+        - With V(nvidia) in O(gather), the driver facts of M(gpufleet.deepep.nvidia_params) (see its documentation
+          for every key).
+      returned: when O(gather) holds V(nvidia)
+      type: dict
+      sample: {driver_loaded: true, driver_version: 580.95.05, peer_mapping_override_active: true,
+               reboot_required: false, reboot_reasons: []}
+    gpufleet_rdma:
+      description: With V(rdma) in O(gather), the facts of M(gpufleet.deepep.rdma_devices).
+      returned: when O(gather) holds V(rdma)
+      type: dict
+      sample: {devices: [], active_devices: [mlx5_0], hca_prefix: mlx5, transport: roce, recommended_gid_index: 3}
+    gpufleet_gpus:
+      description: With V(gpus) in O(gather), the facts of M(gpufleet.deepep.gpu_topology).
+      returned: when O(gather) holds V(gpus)
+      type: dict
+      sample: {gpu_count: 8, cuda_arch_list: "10.0", deepep_hca_mapping: "0:mlx5_0:1,1:mlx5_1:1",
+               driver_version: 580.95.05}
+    gpufleet_bundled_nvshmem:
+      description:
+        - With V(bundled_nvshmem) in O(gather), the facts of M(gpufleet.deepep.pytorch_bundled_nvshmem) with
+          C(state=report) for O(python), O(nvshmem_prefix) and O(env_script).
+      returned: when O(gather) holds V(bundled_nvshmem)
+      type: dict
+      sample: {bundled_would_win: false, mismatch: false, preload: /opt/deepep/nvshmem/lib/libnvshmem_host.so.3}
     gpufleet_stack:
       description: The node's software stack.
-      returned: always
+      returned: when O(gather) holds V(stack) (the default)
       type: dict
       contains:
         os:
@@ -248,16 +325,29 @@ ansible_facts:
 
 from ansible.module_utils.basic import AnsibleModule
 
+from ansible_collections.gpufleet.deepep.plugins.module_utils._nvidia import (
+    DEFAULT_MODPROBE_DIRS,
+    DEFAULT_PARAMS_PATH,
+    DEFAULT_VERSION_PATH,
+)
 from ansible_collections.gpufleet.deepep.plugins.module_utils._stack import (
     DEFAULT_DPKG_PACKAGES,
     DEFAULT_MLX5DV_SYMBOLS,
-    gather_stack,
+    GATHERABLE,
+    GatherError,
+    gather_node,
 )
 
 
 def build_module():
     return AnsibleModule(
         argument_spec=dict(
+            gather=dict(type="list", elements="str", choices=list(GATHERABLE), default=["stack"]),
+            sysfs_root=dict(type="path", default="/sys"),
+            params_path=dict(type="path", default=DEFAULT_PARAMS_PATH),
+            version_path=dict(type="path", default=DEFAULT_VERSION_PATH),
+            modprobe_dirs=dict(type="list", elements="path", default=list(DEFAULT_MODPROBE_DIRS)),
+            nvidia_smi=dict(type="path"),
             cuda_home=dict(type="path", default="/usr/local/cuda"),
             python=dict(type="str", default="/usr/bin/python3"),
             env_script=dict(type="path", default="/opt/deepep/unified-env.sh"),
@@ -279,20 +369,31 @@ def main():
     params = module.params
     if params["timeout"] < 1:
         module.fail_json(msg="timeout=%r: expected a positive number of seconds" % params["timeout"])
-    facts = gather_stack(
-        root=params["root"],
-        cuda_home=params["cuda_home"],
-        python=params["python"],
-        env_script=params["env_script"],
-        gdrcopy_home=params["gdrcopy_home"],
-        nvshmem_prefix=params["nvshmem_prefix"],
-        mlx5dv_symbols=params["mlx5dv_symbols"],
-        dpkg_packages=params["dpkg_packages"] or list(DEFAULT_DPKG_PACKAGES),
-        nvidia_reboot_required=params["nvidia_reboot_required"],
-        import_check=params["import_check"],
-        timeout=params["timeout"],
-    )
-    module.exit_json(changed=False, ansible_facts={"gpufleet_stack": facts})
+    try:
+        facts, errors = gather_node(
+            gather=params["gather"],
+            root=params["root"],
+            sysfs_root=params["sysfs_root"],
+            params_path=params["params_path"],
+            version_path=params["version_path"],
+            modprobe_dirs=params["modprobe_dirs"],
+            nvidia_smi=params["nvidia_smi"],
+            cuda_home=params["cuda_home"],
+            python=params["python"],
+            env_script=params["env_script"],
+            gdrcopy_home=params["gdrcopy_home"],
+            nvshmem_prefix=params["nvshmem_prefix"],
+            mlx5dv_symbols=params["mlx5dv_symbols"],
+            dpkg_packages=params["dpkg_packages"] or list(DEFAULT_DPKG_PACKAGES),
+            nvidia_reboot_required=params["nvidia_reboot_required"],
+            import_check=params["import_check"],
+            timeout=params["timeout"],
+        )
+    except GatherError as exc:
+        module.fail_json(msg=str(exc), gather_errors={})
+    for name in sorted(errors):
+        module.warn("%s not gathered: %s" % (name, errors[name]))
+    module.exit_json(changed=False, ansible_facts=facts, gather_errors=errors)
 
 
 if __name__ == "__main__":

@@ -193,3 +193,37 @@ def test_findings_table_has_one_row_per_rule_with_its_nodes():
                     "| n1, n2, n3 |"]
     page = render_html(fleet)
     assert '<a href="#node-n1">n1</a>, <a href="#node-n2">n2</a>, <a href="#node-n3">n3</a> <span class="muted">(3)</span>' in page
+
+
+def test_html_node_table_names_each_finding_and_links_to_its_fix(fleet):
+    page = render_html(fleet)
+    nodes_table = page[page.index('id="nodes"'):page.index('id="findings"')]
+    # n2 (torch changed under DeepEP): its rule ids in its row, coloured by severity, each linking to the finding
+    # in the node details, where the fix is.
+    row = next(line for line in nodes_table.splitlines() if 'href="#node-n2"' in line)
+    assert row.startswith('<tr class="row-critical">')
+    assert '<a class="chip s-critical" href="#node-n2--DEEPEP_TORCH_ABI"' in row
+    finding = page[page.index('id="node-n2--DEEPEP_TORCH_ABI"'):]
+    finding = finding[:finding.index('<div class="source">')]
+    fix = next(f for f in fleet["nodes"]["n2"]["findings"] if f["id"] == "DEEPEP_TORCH_ABI")["fix"]
+    assert '<p class="fix"><b>Fix:</b> %s</p>' % html_escaped(fix) in finding
+    healthy = next(line for line in nodes_table.splitlines() if 'href="#node-n1"' in line)
+    assert healthy.startswith('<tr class="row-ok">') and '<td class="muted">none</td>' in healthy
+    down = next(line for line in nodes_table.splitlines() if 'href="#node-n4"' in line)
+    assert down.startswith('<tr class="row-unreachable">') and 'not reachable (<a href="#node-n4">why</a>)' in down
+    assert 'title="ssh: ' in down
+
+
+def test_html_drift_marks_the_odd_values(fleet):
+    page = render_html(fleet)
+    drift = page[page.index('id="drift"'):page.index('id="details"')]
+    row = next(line for line in drift.splitlines() if "<code>torch</code>" in line)
+    # The value most nodes hold first, then the odd ones, highlighted, each with how many nodes hold it.
+    assert row.index('class="majority"') < row.index('class="odd"')
+    assert '<span class="count">1 node</span><code>2.11.0+cu130</code> <a href="#node-n2">n2</a>' in row
+
+
+def test_markdown_node_table_lists_the_rule_ids(fleet):
+    md = render_markdown(fleet)
+    row = next(line for line in md.splitlines() if line.startswith("| n2 |"))
+    assert "DEEPEP_TORCH_ABI" in row

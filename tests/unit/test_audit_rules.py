@@ -229,3 +229,58 @@ def test_torch_abi_evidence_and_import_error():
     assert found["DEEPEP_TORCH_ABI"]["evidence"]["built_against"] == "2.9.1+cu129"
     assert found["DEEPEP_TORCH_ABI"]["evidence"]["installed"] == "2.11.0+cu130"
     assert "DEEPEP_IMPORT_FAILS" in found
+
+
+# The issue's rules that name more than one way to fire (or a close state that must stay quiet): one case each.
+# (rule id, changes, fires?, what the case is)
+MORE_CASES = [
+    ("ROCE_GID_INDEX", {"gpufleet_stack.env_script.exports.NVSHMEM_IB_GID_INDEX": DELETE}, True,
+     "RoCE and the env script exports no NVSHMEM_IB_GID_INDEX"),
+    ("ROCE_GID_INDEX", {"gpufleet_stack.env_script.exports.NVSHMEM_IB_GID_INDEX": DELETE,
+                        "gpufleet_rdma.transport": "infiniband", "gpufleet_rdma.recommended_gid_index": None}, False,
+     "InfiniBand needs no GID index"),
+    ("ROCE_GID_INDEX", {"gpufleet_stack.env_script.exports.NVSHMEM_IB_GID_INDEX": "1",
+                        "gpufleet_rdma.recommended_gid_index": None}, False,
+     "the ports disagree on the RoCE v2 IPv4 index: nothing to compare against"),
+    ("HCA_PREFIX_MISMATCH", {"gpufleet_rdma.devices.0.name": "rocep145s0", "expect.hca_prefix": None}, False,
+     "no profile expectation for the group"),
+    ("BUNDLED_NVSHMEM_WINS", {"gpufleet_bundled_nvshmem.bundled_would_win": True,
+                              "gpufleet_bundled_nvshmem.env_script_preloads": False}, True,
+     "bundled NVSHMEM found first and no LD_PRELOAD of the custom build"),
+    ("BUNDLED_NVSHMEM_WINS", {"gpufleet_bundled_nvshmem.bundled_would_win": False,
+                              "gpufleet_bundled_nvshmem.env_script_preloads": False,
+                              "gpufleet_bundled_nvshmem.replaced": [{"path": "/x/nvshmem_transport_ibgda.so.3"}]},
+     False, "the bundled transport was replaced by the custom build's"),
+    ("DEEPEP_V2_NCCL_OLD", {"gpufleet_deepep.generation": "v1", "gpufleet_stack.nccl.loaded_version": "2.28.9"},
+     False, "V1 works with the NCCL torch ships"),
+    ("DEEPEP_V2_NCCL_OLD", {"gpufleet_deepep.generation": "v2", "gpufleet_stack.nccl.loaded_version": "2.27.3"},
+     True, "V2 with an even older NCCL"),
+    ("PEERMAP_NOT_LIVE", {"gpufleet_nvidia.persistent.registry_dwords": {},
+                          "gpufleet_nvidia.persistent.registry_dwords_raw": None,
+                          "gpufleet_nvidia.peer_mapping_override_active": False}, False,
+     "not configured at all: nothing pending"),
+    ("NIC_HANDLER_CPU_NO_GDRDRV", {"gpufleet_stack.env_script.exports.NVSHMEM_IBGDA_NIC_HANDLER": "gpu",
+                                   "gpufleet_stack.gdrcopy.gdrdrv_loaded": False}, False,
+     "handler gpu needs no gdrdrv"),
+    ("DEEPEP_ARCH_MISMATCH", {"gpufleet_deepep.built_against.arch_list": "10.0+PTX"}, False,
+     "the GPUs' arch with PTX"),
+    ("NIC_PORT_DOWN", {"gpufleet_rdma.devices.2.ports.0.state": "INIT"}, True, "INIT is not ACTIVE either"),
+]
+
+
+@pytest.mark.parametrize("rule_id,changes,fires,what", MORE_CASES, ids=[c[3] for c in MORE_CASES])
+def test_rule_sub_cases(rule_id, changes, fires, what):
+    assert (rule_id in ids(mutate(HEALTHY, changes))) is fires, what
+
+
+@pytest.mark.parametrize("dmabuf", [True, False])
+def test_peermem_missing_is_info_only_when_dmabuf_is_usable(dmabuf):
+    changes = {"gpufleet_stack.peermem_loaded": False, "gpufleet_nvidia.peer_mapping_override_active": dmabuf}
+    if not dmabuf:
+        changes.update({"gpufleet_nvidia.persistent.registry_dwords": {},
+                        "gpufleet_nvidia.persistent.registry_dwords_raw": None})
+    found = dict((f["id"], f["severity"]) for f in evaluate_rules(mutate(HEALTHY, changes), CATALOGUE))
+    if dmabuf:
+        assert found == {"PEERMEM_MISSING_DMABUF": "info"}
+    else:
+        assert found == {"PEERMEM_MISSING": "warning"}

@@ -3,11 +3,18 @@
 """Audit time against fleet size: run playbooks/audit.yml on 2, 4 and 8 simulated nodes and print the figures.
 
     .venv/bin/python tools/bench/audit_bench.py [--sizes 2 4 8] [--repeat 3] [--profile gcp_b200] [--keep]
+                                                [--compare DIR [--compare-label NAME]]
 
 One fleetsim fleet (``bench-audit``) is grown to each size in turn (nodes are added, never rebuilt); for each
 size the audit playbook runs ``--repeat`` times and the median wall-clock time of ``ansible-playbook`` (start
-to exit, report written) is reported, with the load average of the host at the time, since the machine may
-be shared. The goal for 8 nodes is 10 s or less. Results also go to ``build/bench/audit_bench.json``.
+to exit, report written) is reported, with the load averages of the host (1, 5 and 15 minutes, as ``uptime``
+shows them) taken before each run, since the machine may be shared. The goal for 8 nodes is 10 s or less.
+Results also go to ``build/bench/audit_bench.json``.
+
+``--compare DIR`` also times the audit of another checkout of the collection (for example an older revision
+made with ``git worktree add /tmp/audit-old HEAD``) on the same fleet: the two run alternately, one run of
+each per attempt, so both see the same load. DIR needs ``.collections/ansible_collections/gpufleet/deepep``
+pointing at itself (the bench creates that link when it is missing).
 """
 
 from __future__ import annotations
@@ -38,14 +45,26 @@ def fleetsim(*args, capture=False):
     return sh(argv, stdout=subprocess.DEVNULL)
 
 
-def run_audit(inventory: Path, out_dir: Path, limit: str) -> float:
-    env = dict(os.environ, ANSIBLE_CONFIG=str(REPO / "ansible.cfg"),
-               ANSIBLE_COLLECTIONS_PATH=str(REPO / ".collections"),
+def prepare_tree(tree: Path) -> Path:
+    """A checkout to time: its collection link is made when missing (the link is git-ignored)."""
+    tree = tree.resolve()
+    if not (tree / "playbooks" / "audit.yml").is_file():
+        raise SystemExit("%s holds no playbooks/audit.yml" % tree)
+    link = tree / ".collections" / "ansible_collections" / "gpufleet" / "deepep"
+    if not link.exists():
+        link.parent.mkdir(parents=True, exist_ok=True)
+        link.symlink_to("../../..")
+    return tree
+
+
+def run_audit(inventory: Path, out_dir: Path, limit: str, tree: Path = REPO) -> float:
+    env = dict(os.environ, ANSIBLE_CONFIG=str(tree / "ansible.cfg"),
+               ANSIBLE_COLLECTIONS_PATH=str(tree / ".collections"),
                PATH="%s:%s" % (REPO / ".venv" / "bin", os.environ.get("PATH", "")))
     argv = [str(REPO / ".venv" / "bin" / "ansible-playbook"), "-i", str(inventory), "playbooks/audit.yml",
             "-l", limit, "-e", "audit_output_dir=%s" % out_dir, "-e", "audit_import_check=true"]
     start = time.monotonic()
-    proc = subprocess.run(argv, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+    proc = subprocess.run(argv, cwd=tree, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                           check=False)
     elapsed = time.monotonic() - start
     if proc.returncode != 0:
@@ -57,14 +76,34 @@ def run_audit(inventory: Path, out_dir: Path, limit: str) -> float:
     return elapsed
 
 
+def loads():
+    return [round(x, 2) for x in os.getloadavg()]
+
+
+def summarize(size, label, times, load_list):
+    row = {"nodes": size, "tree": label, "median_s": round(statistics.median(times), 2),
+           "min_s": round(min(times), 2), "runs_s": [round(t, 2) for t in times],
+           "load_before_runs": load_list, "load_1min_median": round(statistics.median(one[0] for one in load_list), 2),
+           "cpus": os.cpu_count()}
+    print("%-8s %d nodes: median %.2f s (min %.2f, runs %s), load before each run %s on %d CPUs"
+          % (label, size, row["median_s"], row["min_s"], row["runs_s"],
+             " | ".join("%.2f %.2f %.2f" % tuple(one) for one in load_list), os.cpu_count()), flush=True)
+    return row
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sizes", type=int, nargs="+", default=[2, 4, 8])
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--profile", default="gcp_b200")
     parser.add_argument("--keep", action="store_true", help="leave the fleet up afterwards")
+    parser.add_argument("--compare", type=Path, help="another checkout whose audit is timed alongside")
+    parser.add_argument("--compare-label", default="compare")
     args = parser.parse_args(argv)
     sizes = sorted(set(args.sizes))
+    trees = [("current", REPO)]
+    if args.compare:
+        trees.append((args.compare_label, prepare_tree(args.compare)))
     results = []
     fleetsim("down", "--purge", "--quiet")
     try:
@@ -79,25 +118,32 @@ def main(argv=None) -> int:
                 inventory.write_text(fleetsim("inventory", capture=True))
                 # The inventory holds every node up so far; the audit runs on the first `size` of them.
                 limit = ",".join("bench-%d" % n for n in range(1, size + 1))
-                times = [run_audit(inventory, tmp / ("run-%d-%d" % (size, attempt)), limit)
-                         for attempt in range(args.repeat)]
-                load = os.getloadavg()[0]
-                row = {"nodes": size, "median_s": round(statistics.median(times), 2),
-                       "min_s": round(min(times), 2), "runs_s": [round(t, 2) for t in times],
-                       "load_1min": round(load, 2), "cpus": os.cpu_count()}
-                results.append(row)
-                print("%d nodes: median %.2f s (min %.2f, runs %s), load %.1f on %d CPUs"
-                      % (size, row["median_s"], row["min_s"], row["runs_s"], load, os.cpu_count()), flush=True)
+                times = dict((label, []) for label, _tree in trees)
+                load_list = dict((label, []) for label, _tree in trees)
+                for attempt in range(args.repeat):
+                    for label, tree in trees:
+                        load_list[label].append(loads())
+                        times[label].append(run_audit(inventory, tmp / ("run-%s-%d-%d" % (label, size, attempt)),
+                                                      limit, tree))
+                for label, _tree in trees:
+                    results.append(summarize(size, label, times[label], load_list[label]))
     finally:
         if not args.keep:
             fleetsim("down", "--purge", "--quiet")
     out = REPO / "build" / "bench"
     out.mkdir(parents=True, exist_ok=True)
     (out / "audit_bench.json").write_text(json.dumps({"goal_8_nodes_s": GOAL_8, "results": results}, indent=2) + "\n")
-    eight = [r for r in results if r["nodes"] == 8]
-    if eight:
-        verdict = "meets" if eight[0]["median_s"] <= GOAL_8 else "misses"
-        print("8 nodes: %.2f s %s the goal of %.0f s" % (eight[0]["median_s"], verdict, GOAL_8))
+    for label, _tree in trees:
+        eight = [r for r in results if r["nodes"] == 8 and r["tree"] == label]
+        if eight:
+            verdict = "meets" if eight[0]["median_s"] <= GOAL_8 else "misses"
+            print("%s: 8 nodes %.2f s %s the goal of %.0f s" % (label, eight[0]["median_s"], verdict, GOAL_8))
+    if len(trees) == 2:
+        for size in sizes:
+            rows = dict((r["tree"], r) for r in results if r["nodes"] == size)
+            print("%d nodes: %s %.2f s vs %s %.2f s: %.1fx faster"
+                  % (size, trees[0][0], rows[trees[0][0]]["median_s"], trees[1][0], rows[trees[1][0]]["median_s"],
+                     rows[trees[1][0]]["median_s"] / rows[trees[0][0]]["median_s"]))
     return 0
 
 

@@ -1,0 +1,145 @@
+# Copyright: (c) 2026, gpufleet.deepep contributors
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
+"""Controller side of the audit role in one step: build every node's facts document from its registered
+node_stack result, judge the fleet against the rule catalogue, find drift, and write fleet.json, fleet.md and
+fleet.html into the run directory. Runs in the controller process (no module is sent anywhere), once per play.
+
+Arguments (all set by roles/audit/tasks/main.yml):
+  rules_file       the rule catalogue (YAML on the controller)
+  extra_rules      rules added to the catalogue; disabled_rules: ids left out
+  hosts            the hosts to report (default: ansible_play_hosts_all)
+  result_var       the registered node_stack result of each host (default audit_r_node)
+  expect_var       each host's expectations (default audit_expect)
+  groups           inventory groups for drift (default: the inventory's); skip_groups: never compared
+  output_dir       a fixed run directory, or empty for <output_root>/<UTC timestamp>
+  output_root      where timestamped run directories go; latest_link: point <output_root>/latest at the run
+  meta             more keys for the report's meta (inventory, limit, ...)
+Returns run_dir, files, summary and status (host -> ok/critical/warning/info/unreachable). The report is the
+audit's output, so it is written under --check too; nothing on the nodes is touched by this step.
+"""
+
+from __future__ import annotations
+
+import datetime
+import os
+import tempfile
+
+import yaml
+
+from ansible.errors import AnsibleActionFail
+from ansible.module_utils.common.text.converters import to_native
+from ansible.plugins.action import ActionBase
+
+from ansible_collections.gpufleet.deepep.plugins.module_utils._audit import (
+    DEFAULT_DRIFT_SKIP_GROUPS,
+    AuditError,
+    audit_fleet,
+    node_document,
+    plain_data,
+)
+from ansible_collections.gpufleet.deepep.plugins.module_utils._report import render
+
+REPORT_FILES = (("fleet.json", "json"), ("fleet.md", "md"), ("fleet.html", "html"))
+ARGS = frozenset(("rules_file", "extra_rules", "disabled_rules", "hosts", "result_var", "expect_var", "groups",
+                  "skip_groups", "output_dir", "output_root", "latest_link", "meta"))
+
+
+def write_atomic(path, text, mode=0o644):
+    directory = os.path.dirname(path)
+    fd, tmp = tempfile.mkstemp(prefix=".%s." % os.path.basename(path), suffix=".tmp", dir=directory)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as handle:
+            handle.write(text)
+        os.chmod(tmp, mode)
+        os.replace(tmp, path)
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+
+
+def load_catalogue(path, extra_rules=None, disabled_rules=None):
+    try:
+        with open(path, "r", encoding="utf-8") as handle:
+            catalogue = yaml.safe_load(handle)
+    except (IOError, OSError, yaml.YAMLError) as exc:
+        raise AnsibleActionFail("rules_file %s: %s (expected a YAML rule catalogue such as roles/audit/files/"
+                                "rules.yml)" % (path, to_native(exc)))
+    if not isinstance(catalogue, dict) or not isinstance(catalogue.get("rules"), list):
+        raise AnsibleActionFail("rules_file %s: expected a mapping with a rules list" % path)
+    disabled = set(disabled_rules or [])
+    catalogue = dict(catalogue)
+    catalogue["rules"] = [r for r in catalogue["rules"] if r.get("id") not in disabled] + list(extra_rules or [])
+    return catalogue
+
+
+def _host_var(hostvars, host, name):
+    try:
+        return plain_data(hostvars[host].get(name))
+    except (KeyError, AttributeError):
+        return None
+
+
+class ActionModule(ActionBase):
+
+    TRANSFERS_FILES = False
+    _requires_connection = False
+
+    def run(self, tmp=None, task_vars=None):
+        task_vars = task_vars or {}
+        result = super(ActionModule, self).run(tmp, task_vars)
+        args = self._task.args
+        unknown = sorted(set(args) - ARGS)
+        if unknown:
+            raise AnsibleActionFail("unknown argument(s) %s; expected some of %s"
+                                    % (", ".join(unknown), ", ".join(sorted(ARGS))))
+        if not args.get("rules_file"):
+            raise AnsibleActionFail("rules_file is required (the path of the rule catalogue)")
+        catalogue = load_catalogue(args["rules_file"], plain_data(args.get("extra_rules")),
+                                   plain_data(args.get("disabled_rules")))
+        hosts = plain_data(args.get("hosts") or task_vars.get("ansible_play_hosts_all") or [])
+        hostvars = task_vars.get("hostvars") or {}
+        result_var = args.get("result_var") or "audit_r_node"
+        expect_var = args.get("expect_var") or "audit_expect"
+        documents = {}
+        for host in hosts:
+            documents[host] = node_document(host, _host_var(hostvars, host, "group_names"),
+                                            _host_var(hostvars, host, result_var),
+                                            _host_var(hostvars, host, expect_var))
+        groups = plain_data(args.get("groups") if args.get("groups") is not None else task_vars.get("groups"))
+        skip = plain_data(args.get("skip_groups"))
+        now = datetime.datetime.now(datetime.timezone.utc)
+        output_dir = args.get("output_dir") or ""
+        output_root = args.get("output_root") or ""
+        if output_dir:
+            run_dir = os.path.realpath(os.path.expanduser(output_dir))
+        elif output_root:
+            run_dir = os.path.join(os.path.realpath(os.path.expanduser(output_root)), now.strftime("%Y%m%dT%H%M%SZ"))
+        else:
+            raise AnsibleActionFail("output_dir or output_root is required (where the report goes)")
+        meta = {"generated_at": now.strftime("%Y-%m-%dT%H:%M:%SZ"), "check_mode": bool(self._play_context.check_mode),
+                "rules_file": args["rules_file"], "run_dir": run_dir}
+        meta.update(plain_data(args.get("meta") or {}))
+        try:
+            fleet = audit_fleet(documents, catalogue, groups=groups or {},
+                                skip_groups=DEFAULT_DRIFT_SKIP_GROUPS if skip is None else skip, meta=meta)
+            rendered = [(name, render(fleet, fmt)) for name, fmt in REPORT_FILES]
+        except (AuditError, ValueError) as exc:
+            raise AnsibleActionFail("audit: %s" % to_native(exc))
+        try:
+            if not os.path.isdir(run_dir):
+                os.makedirs(run_dir, 0o755)
+            files = []
+            for name, text in rendered:
+                path = os.path.join(run_dir, name)
+                write_atomic(path, text)
+                files.append(path)
+            if args.get("latest_link") and not output_dir:
+                link = os.path.join(os.path.dirname(run_dir), "latest")
+                tmp_link = link + ".tmp-%d" % os.getpid()
+                os.symlink(os.path.basename(run_dir), tmp_link)
+                os.replace(tmp_link, link)
+        except (IOError, OSError) as exc:
+            raise AnsibleActionFail("cannot write the report into %s: %s" % (run_dir, to_native(exc)))
+        result.update(changed=True, run_dir=run_dir, files=files, summary=fleet["summary"],
+                      status=dict((host, node["status"]) for host, node in fleet["nodes"].items()))
+        return result
