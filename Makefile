@@ -73,6 +73,7 @@ bench: bootstrap
 	$(VENV)/bin/python tools/bench/fleet_bench.py
 	$(VENV)/bin/python tools/bench/site_bench.py
 	$(VENV)/bin/python tools/bench/audit_bench.py
+	$(VENV)/bin/python tools/bench/build_bench.py
 
 clean:
 	rm -rf build .pytest_cache

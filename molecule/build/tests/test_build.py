@@ -1,0 +1,266 @@
+# Copyright: (c) 2026, gpufleet.deepep contributors
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
+"""Verify of the build scenario: build once, distribute, over three simulated nodes.
+
+The tests run in file order and change the fleet: after checking the first converge (one build per key,
+two installs from the store), they change torch on every node (check mode first: it writes nothing; then one
+rebuild of DeepEP for the fleet), and finally kill a DeepEP build midway (the previous install keeps working,
+the store gets nothing).
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import io
+import json
+import os
+import subprocess
+import sys
+import tarfile
+import time
+import zipfile
+from pathlib import Path
+
+import testinfra
+import testinfra.utils.ansible_runner
+
+INVENTORY = os.environ["MOLECULE_INVENTORY_FILE"]
+SCENARIO = Path(os.environ.get("MOLECULE_SCENARIO_DIRECTORY", Path(__file__).resolve().parents[1]))
+REPO = Path(os.environ.get("MOLECULE_PROJECT_DIRECTORY", Path(__file__).resolve().parents[3]))
+STORE = Path(os.environ["MOLECULE_EPHEMERAL_DIRECTORY"]) / "artifacts"
+STATE_DIR = Path(os.environ.get("FLEETSIM_STATE_DIR", "/srv/fleetsim"))
+FLEET = os.environ["FLEETSIM_FLEET"]
+NODES = sorted(testinfra.utils.ansible_runner.AnsibleRunner(INVENTORY).get_hosts("b200_cluster"))
+CANARY = NODES[0]
+ENV_SCRIPT = "/opt/deepep/unified-env.sh"
+RECORDS = "/var/lib/gpufleet-build-records"
+TORCH_VARIANT = "2.13.0+fixture1"
+SLOW_MARK = "gpufleet-build-scenario: a build that never ends"
+
+
+def node(name):
+    return testinfra.get_host(f"ansible://{name}", ansible_inventory=INVENTORY)
+
+
+def playbook(name: str, *args: str, check: bool = True) -> subprocess.CompletedProcess:
+    bindir = Path(sys.executable).parent
+    cmd = [str(bindir / "ansible-playbook"), "-i", str(Path(INVENTORY).parent), str(SCENARIO / name), *args]
+    env = dict(os.environ, ANSIBLE_NOCOLOR="1", PATH=f"{bindir}:{os.environ.get('PATH', '')}")
+    env.setdefault("ANSIBLE_COLLECTIONS_PATH", str(REPO / ".collections"))
+    proc = subprocess.run(cmd, cwd=REPO, env=env, text=True, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                          check=False)
+    if check and proc.returncode != 0:
+        raise AssertionError(f"{name} {' '.join(args)} failed (rc {proc.returncode}):\n{proc.stdout[-6000:]}")
+    return proc
+
+
+def store_keys(kind: str) -> dict[str, dict]:
+    """``{key: published.json}`` of the store."""
+    base = STORE / kind
+    if not base.is_dir():
+        return {}
+    return {d.name: json.loads((d / "published.json").read_text()) for d in base.iterdir() if d.is_dir()}
+
+
+def records() -> list[dict]:
+    """Every record of how an install arrived, on every node (written by converge.yml)."""
+    out = []
+    for name in NODES:
+        text = node(name).check_output(
+            "python3 -c %s", "import glob, json; print(json.dumps([json.load(open(f)) for f in "
+            f"sorted(glob.glob('{RECORDS}/*.json'))]))")
+        out.extend(json.loads(text))
+    return out
+
+
+def arrivals(kind: str, key: str) -> dict[str, str]:
+    return {r["host"]: r["from"] for r in records() if r["kind"] == kind and r["key"] == key}
+
+
+def stamp(name: str, path: str) -> dict:
+    return json.loads(node(name).file(path).content_string)
+
+
+def deepep_stamp(name: str) -> dict:
+    """The build stamp of the installed deep_ep, found without importing it (a torch change breaks the import)."""
+    code = ("import importlib.util, json, os; spec = importlib.util.find_spec('deep_ep'); "
+            "d = list(spec.submodule_search_locations)[0]; "
+            "print(json.dumps(json.load(open(os.path.join(d, '.gpufleet-build.json')))))")
+    return json.loads(node(name).check_output("python3 -c %s", code).strip().splitlines()[-1])
+
+
+def deepep_state(name: str) -> dict:
+    """What the env script's Python imports: deep_ep's version, file, the torch it runs with, and its stamp."""
+    code = ("import json, deep_ep, importlib.metadata as m; "
+            "print(json.dumps({'version': m.version('deep_ep'), 'torch': deep_ep.TORCH_VERSION, "
+            "'file': deep_ep.__file__}))")
+    out = node(name).check_output("env -i PATH=/usr/bin:/bin bash -c %s",
+                                  f"source {ENV_SCRIPT} && python3 -c \"{code}\"")
+    return dict(json.loads(out.strip().splitlines()[-1]), stamp=deepep_stamp(name))
+
+
+def sourced_env(name: str) -> dict:
+    out = node(name).check_output("env -i PATH=/usr/bin:/bin bash -c %s", f"source {ENV_SCRIPT} && env -0")
+    return dict(item.partition("=")[::2] for item in out.split("\0") if "=" in item)
+
+
+def only_key(kind: str) -> str:
+    keys = store_keys(kind)
+    assert len(keys) == 1, keys
+    return next(iter(keys))
+
+
+def test_one_build_per_key_two_installs_from_the_store():
+    for kind in ("nvshmem", "deepep"):
+        key = only_key(kind)
+        published = store_keys(kind)[key]
+        assert published["host"] == CANARY  # the canary batch of serial [1, 2] builds
+        assert sorted(os.listdir(STORE / kind / key)) == sorted(published["files"] + ["published.json"])
+        assert arrivals(kind, key) == {CANARY: "build", **{n: "artifact" for n in NODES[1:]}}
+    assert not list((STORE / ".incoming").iterdir())
+
+
+def test_every_node_runs_the_build_of_the_key():
+    nvshmem_key, deepep_key = only_key("nvshmem"), only_key("deepep")
+    for name in NODES:
+        assert stamp(name, "/opt/deepep/nvshmem/.gpufleet-build.json")["key"] == nvshmem_key
+        assert node(name).file("/opt/deepep/nvshmem/lib/libnvshmem_host.so.3").exists
+        state = deepep_state(name)
+        assert state["stamp"]["key"] == deepep_key
+        assert state["stamp"]["hca_mapping_support"] is True  # PR #466
+        assert "/site-packages/" in state["file"] or "/dist-packages/" in state["file"]
+
+
+def test_env_script_takes_the_phases_facts():
+    for name in NODES:
+        env = sourced_env(name)
+        assert env["NVSHMEM_HOME"] == "/opt/deepep/nvshmem"
+        assert env["LD_LIBRARY_PATH"].split(":")[0] == "/opt/deepep/nvshmem/lib"
+        assert "PYTHONPATH" not in env  # DeepEP is installed into the Python that has torch
+        assert "LD_PRELOAD" not in env  # the CPU torch bundles no NVSHMEM: nothing would win over the custom one
+
+
+def stand_in_torch(directory: Path, version: str) -> Path:
+    """A wheel of a stand-in torch at ``version``: the fixtures only read torch.__version__."""
+    dist = f"torch-{version}.dist-info"
+    files = {
+        "torch/__init__.py": f"__version__ = {version!r}\n",
+        f"{dist}/METADATA": f"Metadata-Version: 2.1\nName: torch\nVersion: {version}\n\n",
+        f"{dist}/WHEEL": "Wheel-Version: 1.0\nGenerator: gpufleet-build-scenario\nRoot-Is-Purelib: true\nTag: py3-none-any\n",
+    }
+    record = []
+    for name, text in files.items():
+        digest = hashlib.sha256(text.encode()).digest()
+        record.append(f"{name},sha256={base64.urlsafe_b64encode(digest).rstrip(b'=').decode()},{len(text.encode())}")
+    record.append(f"{dist}/RECORD,,")
+    files[f"{dist}/RECORD"] = "\n".join(record) + "\n"
+    path = directory / f"torch-{version}-py3-none-any.whl"
+    with zipfile.ZipFile(path, "w") as wheel:
+        for name, text in files.items():
+            wheel.writestr(name, text)
+    return path
+
+
+def snapshot() -> dict:
+    state = {"store": {k: sorted(store_keys(k)) for k in ("nvshmem", "deepep")}}
+    for name in NODES:
+        host = node(name)
+        state[name] = {
+            "nvshmem": stamp(name, "/opt/deepep/nvshmem/.gpufleet-build.json")["key"],
+            "deepep": deepep_stamp(name)["key"],
+            "artifacts": host.check_output("find /opt/deepep/artifacts /opt/deepep -maxdepth 2 | sort"),
+        }
+    return state
+
+
+def test_torch_change_check_mode_writes_nothing_then_one_rebuild(tmp_path):
+    before = snapshot()
+    playbook("stage.yml", "-e", f"stage_file={stand_in_torch(tmp_path, TORCH_VARIANT)}")
+
+    # Check mode sees the new key on every node and writes nothing, on the nodes or in the store.
+    check = playbook("converge.yml", "--check", "--diff", "-e", '{"build_serial": ["100%"]}')
+    assert "Would build DeepEP" in check.stdout
+    after_check = snapshot()
+    for name in NODES:
+        assert after_check[name]["artifacts"] == before[name]["artifacts"]
+    assert after_check["store"] == before["store"]
+
+    # All three nodes in one batch: the first builds, the other two install its wheel.
+    playbook("converge.yml", "-e", '{"build_serial": ["100%"]}')
+    deepep = store_keys("deepep")
+    assert sorted(store_keys("nvshmem")) == before["store"]["nvshmem"]  # torch is no NVSHMEM input
+    new = sorted(set(deepep) - set(before["store"]["deepep"]))
+    assert len(new) == 1, deepep
+    assert deepep[new[0]]["host"] == CANARY
+    assert arrivals("deepep", new[0]) == {CANARY: "build", **{n: "artifact" for n in NODES[1:]}}
+    for name in NODES:
+        state = deepep_state(name)
+        assert state["torch"] == TORCH_VARIANT
+        assert state["stamp"]["key"] == new[0]
+        assert state["stamp"]["built_against"]["torch"] == TORCH_VARIANT
+
+
+def slow_source(directory: Path) -> Path:
+    """The mirror's DeepEP V1 + PR #466 fixture with a setup.py that sleeps after its build summary."""
+    mirror = STATE_DIR / ".mirror" / "sources" / "deepep-v1-pr466-fixture.tar.gz"
+    out = directory / "deepep-slow-fixture.tar.gz"
+    with tarfile.open(mirror) as src, tarfile.open(out, "w:gz") as dst:
+        for member in src.getmembers():
+            data = src.extractfile(member).read() if member.isfile() else None
+            if member.name.endswith("/setup.py"):
+                data = data.replace(b"    # noinspection PyBroadException\n",
+                                    f"    import time  # {SLOW_MARK}\n    time.sleep(86400)\n\n"
+                                    "    # noinspection PyBroadException\n".encode(), 1)
+                assert SLOW_MARK.encode() in data
+                member.size = len(data)
+            dst.addfile(member, io.BytesIO(data) if data is not None else None)
+    return out
+
+
+def fleetsim(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "tools.fleetsim", "--fleet", FLEET, *args], cwd=REPO, text=True,
+                          capture_output=True, check=False)
+
+
+def test_killed_build_leaves_the_previous_install_working(tmp_path):
+    before = snapshot()
+    versions = {name: deepep_state(name) for name in NODES}
+    source = slow_source(tmp_path)
+    digest = hashlib.sha256(source.read_bytes()).hexdigest()
+    playbook("stage.yml", "-e", f"stage_file={source}")
+
+    bindir = Path(sys.executable).parent
+    cmd = [str(bindir / "ansible-playbook"), "-i", str(Path(INVENTORY).parent), str(SCENARIO / "converge.yml"),
+           "--tags", "deepep", "-e", '{"build_serial": ["100%"], "build_max_fail_percentage": 100}',
+           "-e", f"deepep_src_url=file:///var/tmp/{source.name}", "-e", f"deepep_src_checksum=sha256:{digest}"]
+    env = dict(os.environ, ANSIBLE_NOCOLOR="1", PATH=f"{bindir}:{os.environ.get('PATH', '')}")
+    env.setdefault("ANSIBLE_COLLECTIONS_PATH", str(REPO / ".collections"))
+    log = tmp_path / "converge.log"
+    with open(log, "w") as out:
+        proc = subprocess.Popen(cmd, cwd=REPO, env=env, stdout=out, stderr=subprocess.STDOUT, text=True)
+        killed = None
+        # Until the builder's setup.py runs (bounded by the play itself: it cannot end while the build sleeps).
+        while proc.poll() is None and killed is None:
+            found = fleetsim("exec", CANARY, "--", "pgrep", "-f", "[s]etup.py bdist_wheel")
+            pids = found.stdout.split() if found.returncode == 0 else []
+            if pids:
+                fleetsim("exec", CANARY, "--", "kill", "-KILL", *pids)
+                killed = pids
+            else:
+                time.sleep(2)
+        proc.wait()
+    output = log.read_text()
+    assert killed, f"the build never started:\n{output[-4000:]}"
+    assert proc.returncode != 0
+    assert "build failed" in output  # the builder's module
+    assert f"its build on {CANARY} failed" in output  # the other two: nothing to install, nothing built
+
+    after = snapshot()
+    assert after["store"] == before["store"]  # no half-written artifact, no new key
+    assert not list((STORE / ".incoming").iterdir())
+    for name in NODES:
+        state = deepep_state(name)  # still imports, under the env script
+        assert state["version"] == versions[name]["version"]
+        assert state["stamp"]["key"] == versions[name]["stamp"]["key"] == before[name]["deepep"]
+        assert after[name]["nvshmem"] == before[name]["nvshmem"]
