@@ -78,8 +78,8 @@ def render_script(tmp_path: Path, facts: dict, nvshmem_built: bool = True, gdrco
     if bundled is not None:
         facts["gpufleet_bundled_nvshmem"] = bundled
     variables["ansible_facts"] = facts
-    # What the role's stat task registers for <nvshmem>/lib/libnvshmem_host.so.3 and <gdrcopy>/lib.
-    variables["env_script_libs"] = {"results": [{"stat": {"exists": nvshmem_built}}, {"stat": {"exists": gdrcopy_built}}]}
+    # What the role's probe (files/probe.py) finds for <nvshmem>/lib/libnvshmem_host.so.3 and <gdrcopy>/lib.
+    variables["env_script_installed"] = {"nvshmem_built": nvshmem_built, "gdrcopy_built": gdrcopy_built}
     # Role defaults refer to other roles' variables with default(): resolve them like Ansible would.
     for name in ("env_script_gdrcopy_home", "env_script_python"):
         variables[name] = render(variables[name], variables)

@@ -3,11 +3,19 @@
 """No-op converge time of playbooks/site.yml on 2, 4 and 8 simulated gcp_b200 nodes.
 
 Brings up one simulated fleet of the largest size, converges it once (the first converge installs
-everything: CUDA fixture, DOCA-OFED, the reboot, GDRCopy, the CPU torch wheel), then times converges that
-change nothing on the first 2, 4 and 8 nodes (``-l``), with the play's default batches (one canary node,
-then a quarter of the group) and with all nodes in one batch. Prints a table; ``--json`` prints JSON.
+everything: CUDA fixture, DOCA-OFED, the reboot, GDRCopy, the CPU torch wheel, the later phases), then
+times converges that change nothing on the first 2, 4 and 8 nodes (``-l``), with the play's default
+batches (one canary node, then a quarter of the group; nodes already converged with the same settings go
+in one first batch) and with all nodes in one batch. Prints a table with the load average beside every
+figure; ``--json`` prints JSON.
 
-    .venv/bin/python tools/bench/site_bench.py [--sizes 2 4 8] [--repeat 1] [--keep]
+    .venv/bin/python tools/bench/site_bench.py [--sizes 2 4 8] [--repeat 1] [--keep] [--reuse]
+        [--compare OTHER_CHECKOUT [--compare-fleet NAME]] [--skip-tags TAGS] [--profile-dir DIR]
+
+``--compare`` times another checkout of the collection (e.g. ``git worktree add /tmp/site-old HEAD``) on
+its own fleet, converged by that checkout, run for run interleaved with this one, so both see the same
+load. ``--reuse`` keeps a fleet that is up (and its inventory) instead of starting and converging it again.
+``--profile-dir`` writes the per-task timings of every run there (the ``junit`` callback of ansible-core).
 
 Run from the repository root as root (the simulated fleet needs namespaces). The goal: 8 nodes in 30 s or
 less for a no-op converge on 2 cores.
@@ -21,34 +29,54 @@ import os
 import re
 import subprocess
 import sys
+import tempfile
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
-FLEET = "bench-site"
 GROUP = "b200_cluster"
 RECAP = re.compile(r"^(\S+)\s+:\s+ok=(\d+)\s+changed=(\d+)\s+unreachable=(\d+)\s+failed=(\d+)", re.M)
 
 
-def fleetsim(*args: str, capture: bool = False) -> str:
-    cmd = [sys.executable, "-m", "tools.fleetsim", "--fleet", FLEET, *args]
-    proc = subprocess.run(cmd, cwd=REPO, check=True, text=True,
+@dataclass
+class Tree:
+    """A checkout of the collection and the fleet it is timed on."""
+
+    label: str
+    root: Path
+    fleet: str
+    collections: Path
+
+    @property
+    def inventory(self) -> Path:
+        return self.root / "build" / f"{self.fleet}.yml"
+
+
+def fleetsim(tree: Tree, *args: str, capture: bool = False, check: bool = True) -> str:
+    cmd = [sys.executable, "-m", "tools.fleetsim", "--fleet", tree.fleet, *args]
+    proc = subprocess.run(cmd, cwd=tree.root, check=check, text=True,
                           stdout=subprocess.PIPE if capture else None)
     return proc.stdout if capture else ""
 
 
-def playbook(inventory: Path, limit: str, extra: list[str]) -> tuple[float, str]:
-    env = dict(os.environ, ANSIBLE_CONFIG=str(REPO / "ansible.cfg"), ANSIBLE_NOCOLOR="1",
+def playbook(tree: Tree, limit: str, extra: list[str], junit_dir: Path | None = None) -> tuple[float, str]:
+    env = dict(os.environ, ANSIBLE_CONFIG=str(tree.root / "ansible.cfg"), ANSIBLE_NOCOLOR="1",
+               ANSIBLE_COLLECTIONS_PATH=str(tree.collections),
                PATH=f"{Path(sys.executable).parent}:{os.environ.get('PATH', '')}")
-    cmd = [str(Path(sys.executable).parent / "ansible-playbook"), "-i", str(inventory), "-i",
-           str(REPO / "inventories" / "fleetsim"), str(REPO / "playbooks" / "site.yml"), "-l", limit, *extra]
+    if junit_dir is not None:
+        junit_dir.mkdir(parents=True, exist_ok=True)
+        env.update(ANSIBLE_CALLBACKS_ENABLED="ansible.builtin.junit", JUNIT_OUTPUT_DIR=str(junit_dir),
+                   JUNIT_TASK_CLASS="yes")
+    cmd = [str(Path(sys.executable).parent / "ansible-playbook"), "-i", str(tree.inventory), "-i",
+           str(tree.root / "inventories" / "fleetsim"), str(tree.root / "playbooks" / "site.yml"), "-l", limit, *extra]
     start = time.monotonic()
-    proc = subprocess.run(cmd, cwd=REPO, env=env, text=True, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+    proc = subprocess.run(cmd, cwd=tree.root, env=env, text=True, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                           check=False)
     elapsed = time.monotonic() - start
     if proc.returncode != 0:
         sys.stderr.write(proc.stdout[-4000:])
-        raise SystemExit(f"site.yml failed on {limit} (rc {proc.returncode})")
+        raise SystemExit(f"{tree.label}: site.yml failed on {limit} (rc {proc.returncode})")
     return elapsed, proc.stdout
 
 
@@ -56,48 +84,101 @@ def changed(output: str) -> int:
     return sum(int(m.group(3)) for m in RECAP.finditer(output))
 
 
+def batches(output: str) -> int:
+    """How many batches the converge play ran (its PLAY banner repeats once per batch)."""
+    return output.count("PLAY [Converge GPU nodes to a DeepEP-ready state]")
+
+
+def load() -> float:
+    return round(os.getloadavg()[0], 1)
+
+
+def set_up(tree: Tree, nodes: int, skip_tags: list[str], reuse: bool) -> dict:
+    out: dict = {}
+    if reuse and tree.inventory.exists() and "not up" not in fleetsim(tree, "status", capture=True, check=False):
+        # Converge it once more (untimed): a fleet converged by other settings or another checkout changes here.
+        out["reused"] = True
+    else:
+        fleetsim(tree, "down", "--purge", "--quiet")
+        start = time.monotonic()
+        fleetsim(tree, "up", "--profile", "gcp_b200", "--nodes", str(nodes), "--group", GROUP)
+        out["fleet_up_s"] = round(time.monotonic() - start, 1)
+        tree.inventory.parent.mkdir(parents=True, exist_ok=True)
+        fleetsim(tree, "inventory", "--output", str(tree.inventory))
+    first, text = playbook(tree, GROUP, ["-e", "gpufleet_serial=100%", *skip_tags])
+    out.update(first_converge_s=round(first, 1), first_converge_changed=changed(text), first_converge_load=load())
+    return out
+
+
+def collections_dir(root: Path, tmp: Path) -> Path:
+    """An ANSIBLE_COLLECTIONS_PATH whose gpufleet.deepep is the checkout at root."""
+    base = tmp / root.name.replace("/", "_")
+    link = base / "ansible_collections" / "gpufleet" / "deepep"
+    link.parent.mkdir(parents=True, exist_ok=True)
+    if not link.is_symlink():
+        link.symlink_to(root)
+    return base
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sizes", type=int, nargs="+", default=[2, 4, 8])
     parser.add_argument("--repeat", type=int, default=1, help="no-op runs per size and batching (best is kept)")
-    parser.add_argument("--keep", action="store_true", help="leave the fleet up")
+    parser.add_argument("--fleet", default="bench-site")
+    parser.add_argument("--keep", action="store_true", help="leave the fleet(s) up")
+    parser.add_argument("--reuse", action="store_true", help="use the fleet(s) already up and converged")
+    parser.add_argument("--compare", type=Path, help="another checkout of the collection, timed interleaved")
+    parser.add_argument("--compare-fleet", default="bench-site-cmp")
+    parser.add_argument("--skip-tags", default="", help="passed to every ansible-playbook run")
+    parser.add_argument("--profile-dir", type=Path, help="per-task timings (JUnit XML) of every run")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
 
     nodes = max(args.sizes)
-    inventory = REPO / "build" / f"{FLEET}.yml"
-    results = {"nodes": nodes, "noop": []}
-    fleetsim("down", "--purge", "--quiet")
-    try:
-        start = time.monotonic()
-        fleetsim("up", "--profile", "gcp_b200", "--nodes", str(nodes), "--group", GROUP)
-        results["fleet_up_s"] = round(time.monotonic() - start, 1)
-        fleetsim("inventory", "--output", str(inventory))
-        first, out = playbook(inventory, GROUP, ["-e", "gpufleet_serial=100%"])
-        results["first_converge_s"] = round(first, 1)
-        results["first_converge_changed"] = changed(out)
-        for size in sorted(args.sizes):
-            limit = f"{GROUP}[0:{size - 1}]"
-            for label, extra in (("default batches", []), ("one batch", ["-e", "gpufleet_serial=100%"])):
-                best = None
-                for dummy in range(args.repeat):
-                    elapsed, out = playbook(inventory, limit, extra)
-                    if changed(out):
-                        raise SystemExit(f"no-op converge of {limit} changed {changed(out)} task results")
-                    best = elapsed if best is None else min(best, elapsed)
-                results["noop"].append({"nodes": size, "batching": label, "seconds": round(best, 1)})
-    finally:
-        if not args.keep:
-            fleetsim("down", "--purge", "--quiet")
+    skip = ["--skip-tags", args.skip_tags] if args.skip_tags else []
+    with tempfile.TemporaryDirectory(prefix="site-bench-") as tmp:
+        trees = [Tree("this", REPO, args.fleet, collections_dir(REPO, Path(tmp)))]
+        if args.compare:
+            root = args.compare.resolve()
+            trees.append(Tree(f"compare {root}", root, args.compare_fleet, collections_dir(root, Path(tmp))))
+        results: dict = {"nodes": nodes, "cpus": os.cpu_count(), "trees": {}, "noop": []}
+        try:
+            for tree in trees:
+                results["trees"][tree.label] = set_up(tree, nodes, skip, args.reuse)
+            for size in sorted(args.sizes):
+                limit = f"{GROUP}[0:{size - 1}]"
+                for label, extra in (("default batches", []), ("one batch", ["-e", "gpufleet_serial=100%"])):
+                    best: dict = {}
+                    for run in range(args.repeat):
+                        for tree in trees:
+                            junit = (args.profile_dir / f"{tree.fleet}-{size}-{label.replace(' ', '-')}-{run}"
+                                     if args.profile_dir else None)
+                            before = load()
+                            elapsed, out = playbook(tree, limit, [*extra, *skip], junit)
+                            if changed(out):
+                                raise SystemExit(f"{tree.label}: no-op converge of {limit} changed {changed(out)} "
+                                                 "task results")
+                            row = {"tree": tree.label, "nodes": size, "batching": label, "seconds": round(elapsed, 1),
+                                   "batches": batches(out), "load_before": before, "load_after": load()}
+                            if tree.label not in best or row["seconds"] < best[tree.label]["seconds"]:
+                                best[tree.label] = row
+                    results["noop"].extend(best[tree.label] for tree in trees)
+        finally:
+            if not args.keep:
+                for tree in trees:
+                    fleetsim(tree, "down", "--purge", "--quiet", check=False)
     if args.json:
         print(json.dumps(results, indent=2))
-    else:
-        print(f"fleet of {nodes} gcp_b200 nodes up in {results['fleet_up_s']} s; first converge (all at once) "
-              f"{results['first_converge_s']} s, {results['first_converge_changed']} changed")
-        print(f"{'nodes':>5}  {'batching':<16} {'no-op converge':>15}")
-        for row in results["noop"]:
-            print(f"{row['nodes']:>5}  {row['batching']:<16} {row['seconds']:>13.1f} s")
-        print(f"load average at the end: {os.getloadavg()[0]:.1f} (on {os.cpu_count()} CPUs)")
+        return 0
+    for label, info in results["trees"].items():
+        up = "fleet reused" if info.get("reused") else f"fleet of {nodes} gcp_b200 nodes up in {info['fleet_up_s']} s"
+        print(f"{label}: {up}; first converge (all at once) {info['first_converge_s']} s, "
+              f"{info['first_converge_changed']} changed, load {info['first_converge_load']}")
+    print(f"{'tree':<10} {'nodes':>5}  {'batching':<16} {'batches':>7} {'no-op converge':>15}  load 1-min before/after "
+          f"(on {os.cpu_count()} CPUs)")
+    for row in results["noop"]:
+        print(f"{row['tree'][:10]:<10} {row['nodes']:>5}  {row['batching']:<16} {row['batches']:>7} "
+              f"{row['seconds']:>13.1f} s  {row['load_before']:.1f} / {row['load_after']:.1f}")
     return 0
 
 

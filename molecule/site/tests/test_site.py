@@ -105,5 +105,12 @@ def test_env_script_content(host):
     assert env["NVSHMEM_ENABLE_NIC_PE_MAPPING"] == "1"
     assert env["DEEP_EP_DEVICE_TO_HCA_MAPPING"] == ",".join(f"{i}:mlx5_{i}:1" for i in range(8))
     assert env["EP_NIC_NAME"] == "mlx5_0"
-    assert env["PYTHONPATH"] == "/opt/deepep/DeepEP"
-    assert "LD_PRELOAD" not in env  # no custom NVSHMEM yet: nothing must win over a bundled one
+    # DeepEP is installed as a package by its phase (deepep_pythonpath empty): nothing on PYTHONPATH.
+    assert "PYTHONPATH" not in env
+    assert "LD_PRELOAD" not in env  # the CPU torch wheel bundles no NVSHMEM: nothing to win over
+
+
+def test_stamped_converged_for_the_fast_batch(host):
+    # Written at the end of the full converge; the idempotence run found it and ran the node in the first batch.
+    stamp = json.loads(host.file("/var/lib/gpufleet-site-converged.json").content_string)
+    assert len(stamp["key"]) == 64 and int(stamp["key"], 16) >= 0
