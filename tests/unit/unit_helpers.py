@@ -57,6 +57,11 @@ def run_module(module, args: dict, check_mode: bool = False, diff: bool = False)
     # on targets, so run them as a target would.
     was_controller = _internal.is_controller
     _internal.is_controller = False
+    # A module runs in a fresh process on its target: no warnings or deprecations of earlier runs in this one.
+    from ansible.module_utils.common import warnings as module_warnings
+
+    module_warnings._global_warnings.clear()
+    module_warnings._global_deprecations.clear()
     try:
         with patch_module_args(full), contextlib.redirect_stdout(out):
             with pytest.raises(SystemExit):
