@@ -115,6 +115,27 @@ def _check_jsonable(value, where):
                      % (where, type(value).__name__))
 
 
+def read_text(path):
+    """The text of ``path`` (undecodable bytes replaced), or None when it cannot be read."""
+    try:
+        with open(path, "r", encoding="utf-8", errors="replace") as handle:
+            return handle.read()
+    except (IOError, OSError):
+        return None
+
+
+def read_json_dict(path):
+    """The JSON object in ``path`` as a dict, or None when absent, unreadable, malformed or not an object."""
+    text = read_text(path)
+    if text is None:
+        return None
+    try:
+        data = json.loads(text)
+    except ValueError:
+        return None
+    return data if isinstance(data, dict) else None
+
+
 def canonical_json(value):
     """The one JSON text of ``value``: sorted keys, no spaces, ASCII only."""
     _check_jsonable(value, "inputs")

@@ -20,6 +20,7 @@ import json
 import os
 import re
 
+from ansible_collections.gpufleet.deepep.plugins.module_utils._build import read_text as _read
 from ansible_collections.gpufleet.deepep.plugins.module_utils._versions import (
     VersionError,
     find_dist_info,
@@ -258,14 +259,6 @@ def find_bundled(site_packages_dirs):
     for entry in found:
         entry.pop("so_version", None)
     return found
-
-
-def _read(path):
-    try:
-        with open(path, "r", encoding="utf-8", errors="replace") as handle:
-            return handle.read()
-    except (IOError, OSError):
-        return None
 
 
 def _custom_version(prefix):

@@ -355,6 +355,8 @@ from ansible_collections.gpufleet.deepep.plugins.module_utils._build import (
     has_hca_mapping_support,
     nvshmem_version_from_header,
     parse_nvshmem_info,
+    read_json_dict as _read_json,
+    read_text as _read,
     short_key,
     tree_hash,
 )
@@ -458,25 +460,6 @@ def build_module():
 
 def _now():
     return datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
-def _read(path):
-    try:
-        with open(path, "r", encoding="utf-8", errors="replace") as handle:
-            return handle.read()
-    except (IOError, OSError):
-        return None
-
-
-def _read_json(path):
-    text = _read(path)
-    if text is None:
-        return None
-    try:
-        data = json.loads(text)
-    except ValueError:
-        return None
-    return data if isinstance(data, dict) else None
 
 
 def _tail(path, lines):

@@ -342,7 +342,13 @@ import tempfile
 from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.common.text.converters import to_native
 
-from ansible_collections.gpufleet.deepep.plugins.module_utils._build import CommandLog, StepFailed, file_sha256
+from ansible_collections.gpufleet.deepep.plugins.module_utils._build import (
+    CommandLog,
+    StepFailed,
+    file_sha256,
+    read_json_dict as _read_json,
+    read_text as _read,
+)
 from ansible_collections.gpufleet.deepep.plugins.module_utils._nccl import (
     BACKUP_MANIFEST,
     BACKUP_NAME,
@@ -400,25 +406,6 @@ def build_module():
         required_if=[("state", "present", ("version",)), ("source", "build", ("build_dir",))],
         supports_check_mode=True,
     )
-
-
-def _read(path):
-    try:
-        with open(path, "r", encoding="utf-8", errors="replace") as handle:
-            return handle.read()
-    except (IOError, OSError):
-        return None
-
-
-def _read_json(path):
-    text = _read(path)
-    if text is None:
-        return None
-    try:
-        data = json.loads(text)
-    except ValueError:
-        return None
-    return data if isinstance(data, dict) else None
 
 
 class NcclEnv(object):
