@@ -2,12 +2,16 @@
 # GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
 """Parse and render DEEP_EP_DEVICE_TO_HCA_MAPPING strings (gpu:hca:port,...).
 
-One implementation for the gpu_topology module and the hca_mapping filter. Pure logic, stdlib only.
+One implementation for the gpu_topology module, node_stack and the hca_mapping filter, plus the
+gpufleet_gpus facts both modules return (topology_facts). Pure logic, stdlib only.
 """
 
 from __future__ import annotations
 
 import re
+
+from ansible_collections.gpufleet.deepep.plugins.module_utils._pci import cuda_arch_list, gpu_facts
+from ansible_collections.gpufleet.deepep.plugins.module_utils._rdma import rdma_ports
 
 EXPECTED = "gpu:hca:port[,gpu:hca:port...], e.g. 0:mlx5_0:1,1:mlx5_1:1"
 _INT_RE = re.compile(r"^[0-9]+$")
@@ -128,3 +132,26 @@ def render_hca_mapping(value):
 def mapping_as_dict(entries):
     """{gpu: {'hca': str, 'port': int}} from parsed entries."""
     return {e["gpu"]: {"hca": e["hca"], "port": e["port"]} for e in entries}
+
+
+def topology_facts(gpus, rdma, smi_rows=None, nvlink=None, smi_info=None):
+    """``ansible_facts.gpufleet_gpus``: the GPUs of ``list_gpus`` (enriched by nvidia-smi rows and NVLink
+    status), each with its nearest ACTIVE NIC from ``collect_rdma``'s ``rdma``, the mapping string DeepEP
+    reads, the CUDA arch list and the driver version. ``smi_info`` is how nvidia-smi was used."""
+    facts_gpus = gpu_facts(gpus, rdma_ports(rdma), all_ports=rdma_ports(rdma, active_only=False),
+                           smi_rows=smi_rows, nvlink=nvlink)
+    entries = [{"gpu": g["index"], "hca": g["hca"]["name"], "port": g["hca"]["port"]}
+               for g in facts_gpus if g["hca"] is not None]
+    mapping = render_hca_mapping(entries) if entries else ""
+    driver = None
+    for row in smi_rows or []:
+        driver = row.get("driver_version") or driver
+    return {
+        "gpus": facts_gpus,
+        "gpu_count": len(facts_gpus),
+        "deepep_hca_mapping": mapping,
+        "hca_mapping": parse_hca_mapping(mapping) if mapping else [],
+        "cuda_arch_list": cuda_arch_list(g["compute_capability"] for g in facts_gpus),
+        "driver_version": driver,
+        "nvidia_smi": smi_info,
+    }

@@ -22,10 +22,7 @@ from ansible_collections.gpufleet.deepep.plugins.module_utils._build import (
     read_stamp,
     stamp_path,
 )
-from ansible_collections.gpufleet.deepep.plugins.module_utils._hca_mapping import (
-    parse_hca_mapping,
-    render_hca_mapping,
-)
+from ansible_collections.gpufleet.deepep.plugins.module_utils._hca_mapping import topology_facts
 from ansible_collections.gpufleet.deepep.plugins.module_utils._nvidia import (
     DEFAULT_MODPROBE_DIRS,
     DEFAULT_PARAMS_PATH,
@@ -47,13 +44,11 @@ from ansible_collections.gpufleet.deepep.plugins.module_utils._nvshmem_discovery
     preload_value,
 )
 from ansible_collections.gpufleet.deepep.plugins.module_utils._pci import (
-    cuda_arch_list,
-    gpu_facts,
     list_gpus,
     parse_nvidia_smi_query,
     parse_nvlink_status,
 )
-from ansible_collections.gpufleet.deepep.plugins.module_utils._rdma import collect_rdma, rdma_ports
+from ansible_collections.gpufleet.deepep.plugins.module_utils._rdma import collect_rdma
 from ansible_collections.gpufleet.deepep.plugins.module_utils._versions import (
     cuda_version_from_nvcc,
     nccl_version_from_header,
@@ -813,23 +808,7 @@ def gather_gpus(sysfs_root, rdma, nvidia_smi, runner, timeout=60):
             rc2, out2, _err2 = runner([nvidia_smi, "nvlink", "-s"], timeout=timeout, env=None)
             if rc2 == 0:
                 nvlink = parse_nvlink_status(out2)
-    facts_gpus = gpu_facts(gpus, rdma_ports(rdma), all_ports=rdma_ports(rdma, active_only=False),
-                           smi_rows=rows, nvlink=nvlink)
-    entries = [{"gpu": g["index"], "hca": g["hca"]["name"], "port": g["hca"]["port"]}
-               for g in facts_gpus if g["hca"] is not None]
-    mapping = render_hca_mapping(entries) if entries else ""
-    driver = None
-    for row in rows or []:
-        driver = row.get("driver_version") or driver
-    return {
-        "gpus": facts_gpus,
-        "gpu_count": len(facts_gpus),
-        "deepep_hca_mapping": mapping,
-        "hca_mapping": parse_hca_mapping(mapping) if mapping else [],
-        "cuda_arch_list": cuda_arch_list(g["compute_capability"] for g in facts_gpus),
-        "driver_version": driver,
-        "nvidia_smi": info,
-    }
+    return topology_facts(gpus, rdma, smi_rows=rows, nvlink=nvlink, smi_info=info)
 
 
 def nvidia_smi_query_argv(nvidia_smi):

@@ -224,18 +224,13 @@ import os
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.gpufleet.deepep.plugins.module_utils._hca_mapping import (
-    parse_hca_mapping,
-    render_hca_mapping,
-)
+from ansible_collections.gpufleet.deepep.plugins.module_utils._hca_mapping import topology_facts
 from ansible_collections.gpufleet.deepep.plugins.module_utils._pci import (
-    cuda_arch_list,
-    gpu_facts,
     list_gpus,
     parse_nvidia_smi_query,
     parse_nvlink_status,
 )
-from ansible_collections.gpufleet.deepep.plugins.module_utils._rdma import collect_rdma, rdma_ports
+from ansible_collections.gpufleet.deepep.plugins.module_utils._rdma import collect_rdma
 
 QUERY_FIELDS = ["index", "pci.bus_id", "name", "memory.total", "compute_cap", "uuid", "driver_version"]
 
@@ -293,23 +288,7 @@ def collect(module):
     if gpus:
         rows, nvlink, smi_info = query_nvidia_smi(module, smi)
     rdma = collect_rdma(sysfs_root)
-    facts_gpus = gpu_facts(gpus, rdma_ports(rdma), all_ports=rdma_ports(rdma, active_only=False),
-                           smi_rows=rows, nvlink=nvlink)
-    entries = [{"gpu": g["index"], "hca": g["hca"]["name"], "port": g["hca"]["port"]}
-               for g in facts_gpus if g["hca"] is not None]
-    mapping = render_hca_mapping(entries) if entries else ""
-    driver = None
-    for row in rows or []:
-        driver = row.get("driver_version") or driver
-    return {
-        "gpus": facts_gpus,
-        "gpu_count": len(facts_gpus),
-        "deepep_hca_mapping": mapping,
-        "hca_mapping": parse_hca_mapping(mapping) if mapping else [],
-        "cuda_arch_list": cuda_arch_list(g["compute_capability"] for g in facts_gpus),
-        "driver_version": driver,
-        "nvidia_smi": smi_info,
-    }
+    return topology_facts(gpus, rdma, smi_rows=rows, nvlink=nvlink, smi_info=smi_info)
 
 
 def main():
