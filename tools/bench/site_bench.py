@@ -4,10 +4,11 @@
 
 Brings up one simulated fleet of the largest size, converges it once (the first converge installs
 everything: CUDA fixture, DOCA-OFED, the reboot, GDRCopy, the CPU torch wheel, the later phases), then
-times converges that change nothing on the first 2, 4 and 8 nodes (``-l``), with the play's default
-batches (one canary node, then a quarter of the group; nodes already converged with the same settings go
-in one first batch) and with all nodes in one batch. Prints a table with the load average beside every
-figure; ``--json`` prints JSON.
+times converges that change nothing on the first 2, 4 and 8 nodes (``-l``): the default run (the plan
+play finds every node intact, as its last full converge left it, and runs no phase) and a run of every
+phase on every node (``-e gpufleet_site_fast=false``: what a no-op costs where the fast path is not taken,
+e.g. on a node that drifted). Prints a table with the load average beside every figure; ``--json`` prints
+JSON.
 
     .venv/bin/python tools/bench/site_bench.py [--sizes 2 4 8] [--repeat 1] [--keep] [--reuse]
         [--compare OTHER_CHECKOUT [--compare-fleet NAME]] [--skip-tags TAGS] [--profile-dir DIR]
@@ -62,6 +63,7 @@ def fleetsim(tree: Tree, *args: str, capture: bool = False, check: bool = True) 
 
 def playbook(tree: Tree, limit: str, extra: list[str], junit_dir: Path | None = None) -> tuple[float, str]:
     env = dict(os.environ, ANSIBLE_CONFIG=str(tree.root / "ansible.cfg"), ANSIBLE_NOCOLOR="1",
+               ANSIBLE_CALLBACK_RESULT_FORMAT="json",
                ANSIBLE_COLLECTIONS_PATH=str(tree.collections),
                PATH=f"{Path(sys.executable).parent}:{os.environ.get('PATH', '')}")
     if junit_dir is not None:
@@ -87,6 +89,16 @@ def changed(output: str) -> int:
 def batches(output: str) -> int:
     """How many batches the converge play ran (its PLAY banner repeats once per batch)."""
     return output.count("PLAY [Converge GPU nodes to a DeepEP-ready state]")
+
+
+def intact(output: str) -> int:
+    """How many nodes the plan play found intact (they run no phase)."""
+    return output.count("intact: the node is as its last full converge left it")
+
+
+# The no-op runs: the default (intact nodes run no phase), and every phase on every node (what a no-op costs
+# when the fast path cannot be taken: a drifted node, a --tags run), in the default batches.
+RUNS = (("fast path", []), ("every phase", ["-e", "gpufleet_site_fast=false"]))
 
 
 def load() -> float:
@@ -147,7 +159,7 @@ def main() -> int:
                 results["trees"][tree.label] = set_up(tree, nodes, skip, args.reuse)
             for size in sorted(args.sizes):
                 limit = f"{GROUP}[0:{size - 1}]"
-                for label, extra in (("default batches", []), ("one batch", ["-e", "gpufleet_serial=100%"])):
+                for label, extra in RUNS:
                     best: dict = {}
                     for run in range(args.repeat):
                         for tree in trees:
@@ -159,7 +171,8 @@ def main() -> int:
                                 raise SystemExit(f"{tree.label}: no-op converge of {limit} changed {changed(out)} "
                                                  "task results")
                             row = {"tree": tree.label, "nodes": size, "batching": label, "seconds": round(elapsed, 1),
-                                   "batches": batches(out), "load_before": before, "load_after": load()}
+                                   "batches": batches(out), "intact": intact(out), "load_before": before,
+                                   "load_after": load()}
                             if tree.label not in best or row["seconds"] < best[tree.label]["seconds"]:
                                 best[tree.label] = row
                     results["noop"].extend(best[tree.label] for tree in trees)
@@ -174,10 +187,10 @@ def main() -> int:
         up = "fleet reused" if info.get("reused") else f"fleet of {nodes} gcp_b200 nodes up in {info['fleet_up_s']} s"
         print(f"{label}: {up}; first converge (all at once) {info['first_converge_s']} s, "
               f"{info['first_converge_changed']} changed, load {info['first_converge_load']}")
-    print(f"{'tree':<10} {'nodes':>5}  {'batching':<16} {'batches':>7} {'no-op converge':>15}  load 1-min before/after "
-          f"(on {os.cpu_count()} CPUs)")
+    print(f"{'tree':<10} {'nodes':>5}  {'run':<16} {'intact':>6} {'batches':>7} {'no-op converge':>15}  "
+          f"load 1-min before/after (on {os.cpu_count()} CPUs)")
     for row in results["noop"]:
-        print(f"{row['tree'][:10]:<10} {row['nodes']:>5}  {row['batching']:<16} {row['batches']:>7} "
+        print(f"{row['tree'][:10]:<10} {row['nodes']:>5}  {row['batching']:<16} {row['intact']:>6} {row['batches']:>7} "
               f"{row['seconds']:>13.1f} s  {row['load_before']:.1f} / {row['load_after']:.1f}")
     return 0
 

@@ -6,6 +6,9 @@ from __future__ import annotations
 
 import json
 import os
+import re
+import subprocess
+import sys
 from pathlib import Path
 
 import testinfra.utils.ansible_runner
@@ -110,7 +113,70 @@ def test_env_script_content(host):
     assert "LD_PRELOAD" not in env  # the CPU torch wheel bundles no NVSHMEM: nothing to win over
 
 
-def test_stamped_converged_for_the_fast_batch(host):
-    # Written at the end of the full converge; the idempotence run found it and ran the node in the first batch.
+def test_stamped_with_the_converged_state(host):
+    # Written at the end of the full converge: the settings key and the fingerprint of what the phases manage.
     stamp = json.loads(host.file("/var/lib/gpufleet-site-converged.json").content_string)
     assert len(stamp["key"]) == 64 and int(stamp["key"], 16) >= 0
+    watch = stamp["watch"]
+    assert watch["/usr/local/cuda"] == {"kind": "link", "target": "/usr/local/cuda-12.9"}
+    assert watch["/sys/class/infiniband"]["entries"] == [f"mlx5_{i}@" for i in range(8)]
+    assert watch[ENV_SCRIPT]["kind"] == "file"
+    assert any(name.startswith("torch-2.13.0") for name in watch["/usr/local/lib/python3.11/dist-packages"]["entries"])
+    assert stamp["packages"]["doca-ofed"] and stamp["packages"]["mft"] == "4.30.0-139"
+    assert stamp["packages"]["cuda-toolkit-12-9"]
+
+
+# The fast path, once for the whole fleet (no host fixture): a no-op converge with the default gpufleet_site_fast
+# runs no phase on a node as its last converge left it; a node that drifted goes through the phases, which put
+# it right, while the others still run nothing.
+def run_site(*extra: str) -> subprocess.CompletedProcess:
+    project = Path(os.environ["MOLECULE_PROJECT_DIRECTORY"])
+    cmd = [str(Path(sys.executable).parent / "ansible-playbook"), "-i",
+           str(Path(os.environ["MOLECULE_EPHEMERAL_DIRECTORY"]) / "inventory"),
+           str(project / "playbooks" / "site.yml"), "-l", "b200_cluster", *extra]
+    # One line per result: messages are matched as they are, not as YAML folds them.
+    env = dict(os.environ, ANSIBLE_NOCOLOR="1", ANSIBLE_FORCE_COLOR="0", ANSIBLE_CALLBACK_RESULT_FORMAT="json")
+    return subprocess.run(cmd, cwd=project, env=env, text=True, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                          check=False)
+
+
+def recap(output: str) -> dict:
+    return {m.group(1): (int(m.group(2)), int(m.group(3)))
+            for m in re.finditer(r"^(\S+)\s+:\s+ok=\d+\s+changed=(\d+)\s+unreachable=\d+\s+failed=(\d+)", output, re.M)}
+
+
+def node_host(name: str):
+    return testinfra.get_host(f"ansible://{name}?ansible_inventory={os.environ['MOLECULE_INVENTORY_FILE']}")
+
+
+NODES = [f"b200-cluster-{i}" for i in range(1, 5)]
+
+
+def test_fast_path_runs_no_phase_on_intact_nodes_and_fixes_drift():
+    boots_before = boot_log()
+    quiet = run_site()
+    assert quiet.returncode == 0, quiet.stdout[-4000:]
+    assert recap(quiet.stdout) == {n: (0, 0) for n in NODES}
+    assert quiet.stdout.count("intact: the node is as its last full converge left it") == 4
+    assert "TASK [gpufleet.deepep." not in quiet.stdout  # no task of any phase role ran
+    assert "All 4 nodes converged." in quiet.stdout
+
+    drifted = node_host("b200-cluster-2")
+    script = drifted.file(ENV_SCRIPT).content_string
+    drifted.run_expect([0], "echo 'export NVSHMEM_IB_GID_INDEX=0' >> %s", ENV_SCRIPT)
+    drifted.run_expect([0], "rm /usr/local/cuda")
+    fixed = run_site()
+    assert fixed.returncode == 0, fixed.stdout[-4000:]
+    counts = recap(fixed.stdout)
+    assert counts["b200-cluster-2"][0] == 2 and counts["b200-cluster-2"][1] == 0, counts  # the symlink and the script
+    assert {n: counts[n] for n in NODES if n != "b200-cluster-2"} == {n: (0, 0) for n in NODES if n != "b200-cluster-2"}
+    assert "steady: the node drifted since its last full converge: /opt/deepep/unified-env.sh: content changed" in fixed.stdout
+    assert "/usr/local/cuda: now missing (was link to /usr/local/cuda-12.9)" in fixed.stdout
+    assert fixed.stdout.count("intact: the node is as its last full converge left it") == 3
+    assert drifted.file(ENV_SCRIPT).content_string == script
+    assert drifted.file("/usr/local/cuda").linked_to == "/usr/local/cuda-12.9"
+    assert boot_log() == boots_before  # nothing rebooted
+
+    again = run_site()
+    assert again.returncode == 0 and recap(again.stdout) == {n: (0, 0) for n in NODES}
+    assert again.stdout.count("intact: the node is as its last full converge left it") == 4

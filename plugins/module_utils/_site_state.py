@@ -1,0 +1,269 @@
+# Copyright: (c) 2026, gpufleet.deepep contributors
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
+"""The converged state of a node: a fingerprint of what the phases of site.yml left on it.
+
+A full converge records, in the node's stamp, the settings key it converged with and a fingerprint of
+every path and Debian package the phases manage. A later run reads the stamp and the node once: when the
+key is the same and every fingerprint still matches, nothing a phase would look at has changed, and the
+node needs no phase at all. Any difference (a file edited, a package removed, a device renamed, a library
+replaced) is named, and the node goes through every phase, which puts it right.
+
+Fingerprints are cheap and never import anything heavy:
+
+- a missing path: ``{"kind": "missing"}``;
+- a symlink: its target text (not followed; watch the target too when it matters);
+- a regular file: its size and sha256, or for a file over ``hash_limit`` bytes its size and mtime
+  (a build replaces a file, which changes its mtime); files of pseudo filesystems (``/proc``,
+  ``/sys``) report size 0 and are read whatever their size says;
+- a directory: the names of its entries (not recursive; ``__pycache__`` and ``*.pyc`` left out), with a
+  ``/`` after subdirectories and an ``@`` after symlinks, so an install that adds, removes or renames
+  anything in it (a dist-info of another version, a renamed RDMA device) shows;
+- a glob pattern (any of ``*?[`` in the path): the sorted list of matching paths, each fingerprinted.
+"""
+
+from __future__ import annotations
+
+import glob
+import hashlib
+import json
+import os
+import stat
+import tempfile
+
+FORMAT = 1
+HASH_LIMIT = 8 * 1024 * 1024
+DIR_SKIP_SUFFIXES = (".pyc",)
+DIR_SKIP_NAMES = ("__pycache__",)
+
+
+class SiteStateError(Exception):
+    pass
+
+
+def is_pattern(path):
+    return any(c in path for c in "*?[")
+
+
+def _sha256_of(path, limit):
+    """(sha256 hex, bytes read) of the file, reading at most ``limit + 1`` bytes."""
+    digest = hashlib.sha256()
+    read = 0
+    with open(path, "rb") as handle:
+        while read <= limit:
+            block = handle.read(min(1024 * 1024, limit + 1 - read))
+            if not block:
+                break
+            digest.update(block)
+            read += len(block)
+    return digest.hexdigest(), read
+
+
+def fingerprint_path(path, hash_limit=HASH_LIMIT):
+    """The fingerprint of one path (see the module docstring)."""
+    try:
+        st = os.lstat(path)
+    except FileNotFoundError:
+        return {"kind": "missing"}
+    except OSError as exc:
+        return {"kind": "unreadable", "error": exc.strerror or str(exc)}
+    if stat.S_ISLNK(st.st_mode):
+        return {"kind": "link", "target": os.readlink(path)}
+    if stat.S_ISDIR(st.st_mode):
+        try:
+            entries = []
+            with os.scandir(path) as it:
+                for entry in it:
+                    if entry.name in DIR_SKIP_NAMES or entry.name.endswith(DIR_SKIP_SUFFIXES):
+                        continue
+                    if entry.is_symlink():
+                        entries.append(entry.name + "@")
+                    elif entry.is_dir():
+                        entries.append(entry.name + "/")
+                    else:
+                        entries.append(entry.name)
+        except OSError as exc:
+            return {"kind": "unreadable", "error": exc.strerror or str(exc)}
+        return {"kind": "dir", "entries": sorted(entries)}
+    if stat.S_ISREG(st.st_mode):
+        if st.st_size > hash_limit:
+            return {"kind": "file", "size": st.st_size, "mtime_ns": st.st_mtime_ns}
+        try:
+            digest, read = _sha256_of(path, hash_limit)
+        except OSError as exc:
+            return {"kind": "unreadable", "error": exc.strerror or str(exc)}
+        if read > hash_limit:  # a pseudo file that reported size 0 but holds more: size of what was read
+            return {"kind": "file", "size": read, "sha256_head": digest}
+        return {"kind": "file", "size": read, "sha256": digest}
+    return {"kind": "other", "mode": stat.S_IFMT(st.st_mode)}
+
+
+def fingerprint_watch(paths, hash_limit=HASH_LIMIT):
+    """{path or pattern: fingerprint}; a pattern maps to {"kind": "glob", "matches": {path: fingerprint}}."""
+    out = {}
+    for path in paths:
+        if not isinstance(path, str) or not path.startswith("/"):
+            raise SiteStateError("watch entry %r is not an absolute path (expected a path or glob pattern such as "
+                                 "/opt/deepep/nvshmem/lib/libnvshmem*)" % (path,))
+        path = os.path.normpath(path)
+        if is_pattern(path):
+            out[path] = {"kind": "glob",
+                         "matches": {m: fingerprint_path(m, hash_limit) for m in sorted(glob.glob(path))}}
+        else:
+            out[path] = fingerprint_path(path, hash_limit)
+    return out
+
+
+def dpkg_versions(names, status_path="/var/lib/dpkg/status"):
+    """{name: version or None}: the installed version of each Debian package, read from dpkg's status file.
+
+    A package counts as installed when its Status ends in ``installed`` (not ``config-files``,
+    ``half-installed``, ...). Architecture-qualified names (``foo:amd64``) match the plain name.
+    """
+    wanted = {n.split(":", 1)[0]: n for n in names}
+    found = {n: None for n in names}
+    if not wanted:
+        return found
+    try:
+        with open(status_path, "r", encoding="utf-8", errors="replace") as handle:
+            text = handle.read()
+    except FileNotFoundError:
+        return found
+    except OSError as exc:
+        raise SiteStateError("cannot read dpkg status %s: %s" % (status_path, exc.strerror or exc))
+    for para in text.split("\n\n"):
+        fields = {}
+        for line in para.splitlines():
+            if line and not line[0].isspace() and ":" in line:
+                key, dummy, value = line.partition(":")
+                fields[key.strip()] = value.strip()
+        name = fields.get("Package")
+        if name in wanted and fields.get("Status", "").endswith(" installed"):
+            found[wanted[name]] = fields.get("Version")
+    return found
+
+
+def _describe(fp):
+    kind = fp.get("kind")
+    if kind == "missing":
+        return "missing"
+    if kind == "link":
+        return "link to %s" % fp["target"]
+    if kind == "dir":
+        return "directory of %d entries" % len(fp["entries"])
+    if kind == "file":
+        return "file of %d bytes" % fp["size"]
+    if kind == "unreadable":
+        return "unreadable (%s)" % fp.get("error")
+    return kind
+
+
+def _diff_one(path, was, now):
+    if was == now:
+        return []
+    if was.get("kind") == "dir" and now.get("kind") == "dir":
+        added = sorted(set(now["entries"]) - set(was["entries"]))
+        removed = sorted(set(was["entries"]) - set(now["entries"]))
+        parts = []
+        if added:
+            parts.append("added " + ", ".join(added[:5]) + (" and %d more" % (len(added) - 5) if len(added) > 5 else ""))
+        if removed:
+            parts.append("removed " + ", ".join(removed[:5])
+                         + (" and %d more" % (len(removed) - 5) if len(removed) > 5 else ""))
+        return ["%s: %s" % (path, "; ".join(parts))]
+    if was.get("kind") == "glob" and now.get("kind") == "glob":
+        out = []
+        for match in sorted(set(was["matches"]) | set(now["matches"])):
+            out.extend(_diff_one(match, was["matches"].get(match, {"kind": "missing"}),
+                                 now["matches"].get(match, {"kind": "missing"})))
+        return out
+    if was.get("kind") == now.get("kind") == "file":
+        return ["%s: content changed (%s, was %d bytes)" % (path, _describe(now), was["size"])]
+    if was.get("kind") == now.get("kind") == "link":
+        return ["%s: now points at %s (was %s)" % (path, now["target"], was["target"])]
+    return ["%s: now %s (was %s)" % (path, _describe(now), _describe(was))]
+
+
+def drift(recorded, current):
+    """Human-readable differences between two states ({"watch": ..., "packages": ...})."""
+    out = []
+    was_watch, now_watch = recorded.get("watch", {}), current.get("watch", {})
+    for path in sorted(set(was_watch) | set(now_watch)):
+        out.extend(_diff_one(path, was_watch.get(path, {"kind": "missing"}), now_watch.get(path, {"kind": "missing"})))
+    was_pkgs, now_pkgs = recorded.get("packages", {}), current.get("packages", {})
+    for name in sorted(set(was_pkgs) | set(now_pkgs)):
+        was, now = was_pkgs.get(name), now_pkgs.get(name)
+        if was != now:
+            out.append("package %s: %s (was %s)" % (name, now or "not installed", was or "not installed"))
+    return out
+
+
+def current_state(stamp, hash_limit=HASH_LIMIT, dpkg_status="/var/lib/dpkg/status"):
+    """Fingerprint again exactly what ``stamp`` recorded."""
+    return {"watch": fingerprint_watch(list(stamp.get("watch", {})), hash_limit),
+            "packages": dpkg_versions(list(stamp.get("packages", {})), dpkg_status)}
+
+
+def read_stamp(path):
+    """The stamp at ``path`` (a dict) or None when there is none; a stamp that is not ours reads as None."""
+    try:
+        with open(path, "r", encoding="utf-8") as handle:
+            data = json.load(handle)
+    except FileNotFoundError:
+        return None
+    except (OSError, ValueError):
+        return None
+    return data if isinstance(data, dict) else None
+
+
+def check(path, key, hash_limit=HASH_LIMIT, dpkg_status="/var/lib/dpkg/status"):
+    """{steady, intact, drift, reason, recorded_at}: what the stamp at ``path`` says of this node now.
+
+    steady: the node converged last with this very key. intact: steady, and every fingerprint still matches.
+    """
+    stamp = read_stamp(path)
+    if stamp is None:
+        return {"steady": False, "intact": False, "drift": [], "recorded_at": None,
+                "reason": "no converged stamp at %s: the node has not completed a full converge" % path}
+    if stamp.get("key") != key:
+        return {"steady": False, "intact": False, "drift": [], "recorded_at": stamp.get("recorded_at"),
+                "reason": "the settings or the collection changed since the last full converge"}
+    if stamp.get("format") != FORMAT or "watch" not in stamp:
+        return {"steady": True, "intact": False, "drift": [], "recorded_at": stamp.get("recorded_at"),
+                "reason": "the stamp records no state of the node (written by an older collection)"}
+    found = drift(stamp, current_state(stamp, hash_limit, dpkg_status))
+    return {"steady": True, "intact": not found, "drift": found, "recorded_at": stamp.get("recorded_at"),
+            "reason": ("the node is as its last full converge left it" if not found
+                       else "the node drifted since its last full converge: " + "; ".join(found[:3])
+                       + (" and %d more" % (len(found) - 3) if len(found) > 3 else ""))}
+
+
+def record_content(key, watch, packages, recorded_at, hash_limit=HASH_LIMIT, dpkg_status="/var/lib/dpkg/status"):
+    return {"format": FORMAT, "key": key, "recorded_at": recorded_at,
+            "watch": fingerprint_watch(watch, hash_limit),
+            "packages": dpkg_versions(packages, dpkg_status)}
+
+
+def same_record(old, new):
+    """Two stamps that differ only in their time say the same thing."""
+    if old is None:
+        return False
+    return {k: v for k, v in old.items() if k != "recorded_at"} == {k: v for k, v in new.items() if k != "recorded_at"}
+
+
+def write_stamp(path, data):
+    """Write the stamp atomically (temp file beside it, then rename), mode 0644."""
+    directory = os.path.dirname(path) or "."
+    os.makedirs(directory, mode=0o755, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=".gpufleet-site.", suffix=".tmp", dir=directory)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as handle:
+            json.dump(data, handle, sort_keys=True, indent=1)
+            handle.write("\n")
+        os.chmod(tmp, 0o644)
+        os.rename(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
