@@ -224,21 +224,29 @@ def read_stamp(prefix):
     return data if isinstance(data, dict) else None
 
 
-def write_stamp(prefix, data):
-    """Write ``data`` as the stamp of ``prefix`` atomically (temp file in the same dir + rename)."""
-    _check_jsonable(data, "stamp")
-    fd, tmp = tempfile.mkstemp(prefix=".gpufleet-build.", suffix=".tmp", dir=prefix)
+def write_json_file(path, data, indent=2, tmp_prefix=".gpufleet-build."):
+    """Write ``data`` as JSON to ``path`` atomically (temp file in the same dir + rename), mode 0644.
+
+    An error leaves the old file as it was and no temp file behind.
+    """
+    fd, tmp = tempfile.mkstemp(prefix=tmp_prefix, suffix=".tmp", dir=os.path.dirname(path) or ".")
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            json.dump(data, handle, sort_keys=True, indent=2)
+            json.dump(data, handle, sort_keys=True, indent=indent)
             handle.write("\n")
         os.chmod(tmp, 0o644)
-        os.rename(tmp, stamp_path(prefix))
+        os.rename(tmp, path)
     except BaseException:
         if os.path.exists(tmp):
             os.unlink(tmp)
         raise
-    return stamp_path(prefix)
+    return path
+
+
+def write_stamp(prefix, data):
+    """Write ``data`` as the stamp of ``prefix`` atomically (temp file in the same dir + rename)."""
+    _check_jsonable(data, "stamp")
+    return write_json_file(stamp_path(prefix), data)
 
 
 # --------------------------------------------------------------------------------------------

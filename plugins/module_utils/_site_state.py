@@ -28,7 +28,8 @@ import hashlib
 import json
 import os
 import stat
-import tempfile
+
+from ansible_collections.gpufleet.deepep.plugins.module_utils._build import write_json_file
 
 FORMAT = 1
 HASH_LIMIT = 8 * 1024 * 1024
@@ -251,19 +252,6 @@ def same_record(old, new):
 
 
 def write_stamp(path, data):
-    """Write the stamp atomically (temp file beside it, then rename), mode 0644."""
-    directory = os.path.dirname(path) or "."
-    os.makedirs(directory, mode=0o755, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=".gpufleet-site.", suffix=".tmp", dir=directory)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            json.dump(data, handle, sort_keys=True, indent=1)
-            handle.write("\n")
-        os.chmod(tmp, 0o644)
-        os.rename(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        raise
+    """Write the stamp atomically (temp file beside it, then rename), mode 0644, creating its directory."""
+    os.makedirs(os.path.dirname(path) or ".", mode=0o755, exist_ok=True)
+    write_json_file(path, data, indent=1, tmp_prefix=".gpufleet-site.")
