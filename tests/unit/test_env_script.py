@@ -80,9 +80,10 @@ def render_script(tmp_path: Path, facts: dict, nvshmem_built: bool = True, gdrco
     variables["ansible_facts"] = facts
     # What the role's probe (files/probe.py) finds for <nvshmem>/lib/libnvshmem_host.so.3 and <gdrcopy>/lib.
     variables["env_script_installed"] = {"nvshmem_built": nvshmem_built, "gdrcopy_built": gdrcopy_built}
-    # Role defaults refer to other roles' variables with default(): resolve them like Ansible would.
-    for name in ("env_script_gdrcopy_home", "env_script_python"):
-        variables[name] = render(variables[name], variables)
+    # Role defaults refer to other roles' variables and facts with default(): resolve them like Ansible would.
+    for name, value in list(variables.items()):
+        if name.startswith("env_script_") and name not in overrides and isinstance(value, str) and "{{" in value:
+            variables[name] = render(value, variables)
     decided = render((ROLE / "templates" / "env.json.j2").read_text(encoding="utf-8"), variables)
     env = json.loads(decided) if isinstance(decided, str) else decided
     variables["env_script_env"] = env
@@ -206,6 +207,21 @@ def test_gdrcopy_and_explicit_values(tmp_path):
     assert env["PYTHONPATH"] == "/opt/deepep/DeepEP:/p"
     assert env["NVSHMEM_DEBUG"] == "WARN"
     assert env["ODD_VALUE"] == "it's \"quoted\" $HOME `x`"
+
+
+def test_defaults_follow_the_facts_of_the_nvshmem_and_deepep_phases(tmp_path):
+    # No inventory wiring: the role's defaults read nvshmem_home and deepep_pythonpath, set by the earlier phases.
+    facts = node_facts(tmp_path, "gcp_b200", naming="mlx5")
+    path, dummy = render_script(tmp_path, facts, nvshmem_home="/opt/site/nvshmem-3.5",
+                                deepep_pythonpath=["/opt/deepep/DeepEP"])
+    env = sourced(path)
+    assert env["NVSHMEM_HOME"] == env["NVSHMEM_DIR"] == "/opt/site/nvshmem-3.5"
+    assert env["LD_LIBRARY_PATH"].split(":")[0] == "/opt/site/nvshmem-3.5/lib"
+    assert env["PYTHONPATH"] == "/opt/deepep/DeepEP"
+    # A phase turned off leaves nvshmem_home empty: the default prefix, and nothing on PYTHONPATH.
+    path, dummy = render_script(tmp_path, facts, nvshmem_home="", deepep_pythonpath=[])
+    env = sourced(path)
+    assert env["NVSHMEM_HOME"] == "/opt/deepep/nvshmem" and "PYTHONPATH" not in env
 
 
 def test_script_is_stable_and_says_where_it_comes_from(tmp_path):
