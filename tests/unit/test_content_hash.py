@@ -1,0 +1,86 @@
+# Copyright: (c) 2026, gpufleet.deepep contributors
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
+"""content_hash: the collection content that keys a converge (a role edited deep in its tree re-keys it)."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+import yaml
+
+from unit_helpers import REPO
+
+from ansible.errors import AnsibleLookupError
+
+from ansible_collections.gpufleet.deepep.plugins.lookup.content_hash import LookupModule, content_hash
+
+
+@pytest.fixture
+def tree(tmp_path):
+    root = tmp_path / "collection"
+    (root / "roles/env_script/templates").mkdir(parents=True)
+    (root / "roles/env_script/templates/env.json.j2").write_text("{}\n")
+    (root / "roles/env_script/files/sub").mkdir(parents=True)
+    (root / "roles/env_script/files/sub/probe.py").write_text("print(1)\n")
+    (root / "plugins/modules").mkdir(parents=True)
+    (root / "plugins/modules/site_state.py").write_text("x = 1\n")
+    (root / "site.yml").write_text("---\n")
+    return root
+
+
+def key(root):
+    return content_hash([str(root / "site.yml"), str(root / "plugins"), str(root / "roles/env_script")])
+
+
+def test_a_file_deep_in_a_role_changes_the_key(tree):
+    before = key(tree)
+    assert before == key(tree) and len(before) == 64
+    (tree / "roles/env_script/files/sub/probe.py").write_text("print(2)\n")
+    assert key(tree) != before
+
+
+def test_a_new_file_a_mode_and_the_playbook_change_the_key(tree):
+    before = key(tree)
+    (tree / "plugins/modules/new.py").write_text("")
+    after_new = key(tree)
+    assert after_new != before
+    os.chmod(tree / "plugins/modules/new.py", 0o755)
+    after_mode = key(tree)
+    assert after_mode != after_new
+    (tree / "site.yml").write_text("---\n# changed\n")
+    assert key(tree) != after_mode
+
+
+def test_bytecode_does_not_count(tree):
+    before = key(tree)
+    (tree / "plugins/modules/__pycache__").mkdir()
+    (tree / "plugins/modules/__pycache__/site_state.cpython-311.pyc").write_bytes(b"\0")
+    (tree / "plugins/modules/stale.pyc").write_bytes(b"\0")
+    assert key(tree) == before
+
+
+@pytest.mark.parametrize("path, message", [
+    ("roles/env_script", "'roles/env_script' is not an absolute path"),
+    ("/nonexistent/roles", "/nonexistent/roles is neither a directory nor a file"),
+])
+def test_bad_paths_are_named(path, message):
+    with pytest.raises(AnsibleLookupError, match=message):
+        LookupModule().run([path], variables={})
+
+
+def test_the_lookup_returns_one_digest(tree):
+    assert LookupModule().run([str(tree / "plugins")], variables={}) == [content_hash([str(tree / "plugins")])]
+
+
+def test_site_yml_keys_every_phase_role_it_imports():
+    # The plan play hashes roles/<phase> for each phase prefix: every role the converge play imports must be one.
+    plays = yaml.safe_load((REPO / "playbooks" / "site.yml").read_text())
+    plan, converge = plays[0], plays[1]
+    key_task = plan["tasks"][0]["block"][0]
+    prefixes = set(key_task["vars"]["gpufleet_site_prefixes"]) - {"gpufleet"}
+    imported = {t["ansible.builtin.import_role"]["name"].rsplit(".", 1)[1] for t in converge["tasks"]
+                if "ansible.builtin.import_role" in t}
+    assert imported <= prefixes, imported - prefixes
+    assert all((REPO / "roles" / name).is_dir() for name in prefixes)
+    assert "content_hash" in key_task["ansible.builtin.set_fact"]["gpufleet_site_key"]
