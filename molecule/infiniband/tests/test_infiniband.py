@@ -1,0 +1,116 @@
+# Copyright: (c) 2026, gpufleet.deepep contributors
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
+"""Verify of the infiniband scenario: playbooks/site.yml on the InfiniBand profile (h100_ib nodes, profile h100).
+
+Expected values come from the fleetsim profile data (the hardware) and the h100 profile's variables, never
+from what the converge reported.
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+import os
+import sys
+from pathlib import Path
+
+import testinfra.utils.ansible_runner
+import yaml
+
+PROJECT = Path(os.environ["MOLECULE_PROJECT_DIRECTORY"])
+if str(PROJECT) not in sys.path:
+    sys.path.insert(0, str(PROJECT))
+
+fakehw = importlib.import_module("tools.fleetsim.fakehw")
+
+testinfra_hosts = testinfra.utils.ansible_runner.AnsibleRunner(
+    os.environ["MOLECULE_INVENTORY_FILE"]).get_hosts("h100_cluster")
+
+ENV_SCRIPT = "/opt/deepep/unified-env.sh"
+HARDWARE = fakehw.load_profile("h100_ib")
+NAMES = fakehw.rdma_device_names(HARDWARE)  # {nic id: device name}, mlx5_* on this profile
+PROFILE = yaml.safe_load((PROJECT / "inventories" / "example" / "group_vars" / "h100.yml").read_text())
+
+
+def rail_mapping() -> list[str]:
+    """GPU i -> the RDMA NIC under the same PCIe switch, in GPU order (the front-end NIC sits on its own root port)."""
+    gpu_index = {gpu["id"]: i for i, gpu in enumerate(HARDWARE["gpus"])}
+    pairs = []
+    for entry in HARDWARE["topology"]:
+        gpus = [d for d in entry["devices"] if d in gpu_index]
+        nics = [d for d in entry["devices"] if d in NAMES]
+        if gpus and nics:
+            pairs.append((gpu_index[gpus[0]], NAMES[nics[0]]))
+    return [f"{gpu}:{name}:1" for gpu, name in sorted(pairs)]
+
+
+def boot_log() -> list[dict]:
+    root = Path(os.environ.get("FLEETSIM_STATE_DIR", "/srv/fleetsim"))
+    path = root / os.environ["FLEETSIM_FLEET"] / "boots.log"
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def sourced_env(host) -> dict:
+    out = host.check_output("env -i PATH=/usr/bin:/bin bash -c %s", f"source {ENV_SCRIPT} && env -0")
+    env = {}
+    for item in out.split("\0"):
+        if "=" in item:
+            key, dummy, value = item.partition("=")
+            env[key] = value
+    return env
+
+
+def test_device_names_stay_mlx5(host):
+    assert sorted(host.file("/sys/class/infiniband").listdir()) == sorted(NAMES.values())
+    assert all(name.startswith("mlx5_") for name in NAMES.values())
+
+
+def test_doca_ofed_userspace_only_for_the_mlx5dv_symbols(host):
+    # The names were right already; the node's rdma-core lacked MLX5DV_REG_DMABUF_ACCESS_DATA_DIRECT, so the
+    # profile's flavor (userspace) was installed for the headers IBGDA needs, and no kernel package.
+    assert PROFILE["doca_ofed_flavor"] == "userspace"
+    assert host.package("doca-ofed-userspace").is_installed
+    assert not host.package("doca-ofed").is_installed
+    assert "MLX5DV_REG_DMABUF_ACCESS_DATA_DIRECT" in host.file("/usr/include/infiniband/mlx5_api.h").content_string
+
+
+def test_one_reboot_for_the_override(host):
+    name = host.check_output("hostname").strip()
+    ups = [e for e in boot_log() if e["node"] == name and e["event"] == "up"]
+    assert len(ups) == 2, ups  # the boot at create, and one reboot: PeerMappingOverride (userspace DOCA needs none)
+    params = {}
+    for line in host.file("/proc/driver/nvidia/params").content_string.splitlines():
+        key, dummy, value = line.partition(":")
+        params[key.strip()] = value.strip()
+    assert params["RegistryDwords"].strip('"').rstrip(";").split(";") == ["PeerMappingOverride=1"]
+    assert params["EnableStreamMemOPs"] == "1"
+
+
+def test_cuda_and_torch(host):
+    version = PROFILE["cuda_toolkit_version"]
+    assert host.file("/usr/local/cuda").linked_to == f"/usr/local/cuda-{version}"
+    assert f"release {version}" in host.check_output("/usr/local/cuda/bin/nvcc --version")
+    torch = host.check_output("/usr/bin/python3 -c %s", "import importlib.metadata as m; print(m.version('torch'))")
+    assert torch.startswith("2.13.0")  # the mirror's CPU wheel (inventories/fleetsim/group_vars/fleetsim_h100.yml)
+
+
+def test_env_script_for_infiniband(host):
+    env = sourced_env(host)
+    assert env["NVSHMEM_HCA_PREFIX"] == "mlx5"
+    assert env["NVSHMEM_REMOTE_TRANSPORT"] == "ibgda" and env["NVSHMEM_IB_ENABLE_IBGDA"] == "1"
+    # InfiniBand has no RoCE GID to pick and no reason to turn CUDA VMM off.
+    assert "NVSHMEM_IB_GID_INDEX" not in env
+    assert "NVSHMEM_DISABLE_CUDA_VMM" not in env
+    mapping = rail_mapping()
+    assert len(mapping) == len(HARDWARE["gpus"])
+    assert env["DEEP_EP_DEVICE_TO_HCA_MAPPING"] == ",".join(mapping)
+    frontend = [NAMES[n["id"]] for n in HARDWARE["nics"] if n.get("role") == "frontend" and n["id"] in NAMES]
+    assert frontend and not any(f":{name}:" in env["DEEP_EP_DEVICE_TO_HCA_MAPPING"] for name in frontend)
+    assert env["NVSHMEM_ENABLE_NIC_PE_MAPPING"] == "1"
+    assert env["EP_NIC_NAME"] == mapping[0].split(":")[1]
+
+
+def test_stamped_converged(host):
+    stamp = json.loads(host.file("/var/lib/gpufleet-site-converged.json").content_string)
+    assert stamp["watch"]["/sys/class/infiniband"]["entries"] == sorted(f"{n}@" for n in NAMES.values())
+    assert stamp["packages"]["doca-ofed-userspace"]
