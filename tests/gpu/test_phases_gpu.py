@@ -43,8 +43,8 @@ def test_preflight_reads_the_real_node(results_dir, gpu_python, num_gpus):
         assert str(got["nvidia"]["params"][name]) == line.split(":", 1)[1].strip().strip('"'), name
     # The toolkit, as nvcc tells it.
     nvcc = shutil.which("nvcc") or "/usr/local/cuda/bin/nvcc"
-    release = re.search(r"release (\d+\.\d+)", subprocess.run([nvcc, "--version"], capture_output=True,
-                                                                text=True, check=True).stdout).group(1)
+    nvcc_out = subprocess.run([nvcc, "--version"], capture_output=True, text=True, check=True).stdout
+    release = re.search(r"release (\d+\.\d+)", nvcc_out).group(1)
     assert got["probe"]["cuda_version"].startswith(release), got["probe"]
     assert got["probe"]["pip_ok"] is True
     assert got["probe"]["libcuda"], "libcuda.so not found"
