@@ -21,7 +21,9 @@ PROJECT = Path(os.environ["MOLECULE_PROJECT_DIRECTORY"])
 if str(PROJECT) not in sys.path:
     sys.path.insert(0, str(PROJECT))
 
+sys.path.insert(0, str(PROJECT / "molecule" / "shared"))
 fakehw = importlib.import_module("tools.fleetsim.fakehw")
+fleet_checks = importlib.import_module("fleet_checks")
 
 testinfra_hosts = testinfra.utils.ansible_runner.AnsibleRunner(
     os.environ["MOLECULE_INVENTORY_FILE"]).get_hosts("h100_cluster")
@@ -44,22 +46,6 @@ def rail_mapping() -> list[str]:
     return [f"{gpu}:{name}:1" for gpu, name in sorted(pairs)]
 
 
-def boot_log() -> list[dict]:
-    root = Path(os.environ.get("FLEETSIM_STATE_DIR", "/srv/fleetsim"))
-    path = root / os.environ["FLEETSIM_FLEET"] / "boots.log"
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
-
-
-def sourced_env(host) -> dict:
-    out = host.check_output("env -i PATH=/usr/bin:/bin bash -c %s", f"source {ENV_SCRIPT} && env -0")
-    env = {}
-    for item in out.split("\0"):
-        if "=" in item:
-            key, dummy, value = item.partition("=")
-            env[key] = value
-    return env
-
-
 def test_device_names_stay_mlx5(host):
     assert sorted(host.file("/sys/class/infiniband").listdir()) == sorted(NAMES.values())
     assert all(name.startswith("mlx5_") for name in NAMES.values())
@@ -76,12 +62,9 @@ def test_doca_ofed_userspace_only_for_the_mlx5dv_symbols(host):
 
 def test_one_reboot_for_the_override(host):
     name = host.check_output("hostname").strip()
-    ups = [e for e in boot_log() if e["node"] == name and e["event"] == "up"]
+    ups = [e for e in fleet_checks.boot_log() if e["node"] == name and e["event"] == "up"]
     assert len(ups) == 2, ups  # the boot at create, and one reboot: PeerMappingOverride (userspace DOCA needs none)
-    params = {}
-    for line in host.file("/proc/driver/nvidia/params").content_string.splitlines():
-        key, dummy, value = line.partition(":")
-        params[key.strip()] = value.strip()
+    params = fleet_checks.live_params(host)
     assert params["RegistryDwords"].strip('"').rstrip(";").split(";") == ["PeerMappingOverride=1"]
     assert params["EnableStreamMemOPs"] == "1"
 
@@ -95,7 +78,7 @@ def test_cuda_and_torch(host):
 
 
 def test_env_script_for_infiniband(host):
-    env = sourced_env(host)
+    env = fleet_checks.sourced_env(host, ENV_SCRIPT)
     assert env["NVSHMEM_HCA_PREFIX"] == "mlx5"
     assert env["NVSHMEM_REMOTE_TRANSPORT"] == "ibgda" and env["NVSHMEM_IB_ENABLE_IBGDA"] == "1"
     # InfiniBand has no RoCE GID to pick and no reason to turn CUDA VMM off.

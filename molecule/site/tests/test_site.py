@@ -4,6 +4,7 @@
 
 from __future__ import annotations
 
+import importlib
 import json
 import os
 import re
@@ -17,23 +18,16 @@ testinfra_hosts = testinfra.utils.ansible_runner.AnsibleRunner(
     os.environ["MOLECULE_INVENTORY_FILE"]).get_hosts("b200_cluster")
 
 ENV_SCRIPT = "/opt/deepep/unified-env.sh"
+sys.path.insert(0, str(Path(os.environ["MOLECULE_PROJECT_DIRECTORY"]) / "molecule" / "shared"))
+fleet_checks = importlib.import_module("fleet_checks")
 
 
 def boot_log() -> list[dict]:
-    root = Path(os.environ.get("FLEETSIM_STATE_DIR", "/srv/fleetsim"))
-    path = root / os.environ["FLEETSIM_FLEET"] / "boots.log"
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    return fleet_checks.boot_log()
 
 
 def sourced_env(host) -> dict:
-    # check_output quotes its arguments itself.
-    out = host.check_output("env -i PATH=/usr/bin:/bin bash -c %s", f"source {ENV_SCRIPT} && env -0")
-    env = {}
-    for item in out.split("\0"):
-        if "=" in item:
-            key, dummy, value = item.partition("=")
-            env[key] = value
-    return env
+    return fleet_checks.sourced_env(host, ENV_SCRIPT)
 
 
 def test_cuda_toolkit_and_symlink(host):
@@ -55,10 +49,7 @@ def test_mft_is_pinned(host):
 
 
 def test_override_is_live(host):
-    params = {}
-    for line in host.file("/proc/driver/nvidia/params").content_string.splitlines():
-        name, dummy, value = line.partition(":")
-        params[name.strip()] = value.strip()
+    params = fleet_checks.live_params(host)
     assert params["RegistryDwords"].strip('"').rstrip(";").split(";") == ["PeerMappingOverride=1"]
     assert params["EnableStreamMemOPs"] == "1"
 
