@@ -25,11 +25,10 @@ from __future__ import annotations
 
 import glob
 import hashlib
-import json
 import os
 import stat
 
-from ansible_collections.gpufleet.deepep.plugins.module_utils._build import write_json_file
+from ansible_collections.gpufleet.deepep.plugins.module_utils._build import read_json_dict, write_json_file
 
 FORMAT = 1
 HASH_LIMIT = 8 * 1024 * 1024
@@ -143,6 +142,11 @@ def dpkg_versions(names, status_path="/var/lib/dpkg/status"):
     return found
 
 
+def _first(items, limit, sep):
+    """The first ``limit`` items joined by ``sep``, and how many more there are."""
+    return sep.join(items[:limit]) + (" and %d more" % (len(items) - limit) if len(items) > limit else "")
+
+
 def _describe(fp):
     kind = fp.get("kind")
     if kind == "missing":
@@ -164,19 +168,10 @@ def _diff_one(path, was, now):
     if was.get("kind") == "dir" and now.get("kind") == "dir":
         added = sorted(set(now["entries"]) - set(was["entries"]))
         removed = sorted(set(was["entries"]) - set(now["entries"]))
-        parts = []
-        if added:
-            parts.append("added " + ", ".join(added[:5]) + (" and %d more" % (len(added) - 5) if len(added) > 5 else ""))
-        if removed:
-            parts.append("removed " + ", ".join(removed[:5])
-                         + (" and %d more" % (len(removed) - 5) if len(removed) > 5 else ""))
+        parts = [label + " " + _first(names, 5, ", ") for label, names in (("added", added), ("removed", removed)) if names]
         return ["%s: %s" % (path, "; ".join(parts))]
     if was.get("kind") == "glob" and now.get("kind") == "glob":
-        out = []
-        for match in sorted(set(was["matches"]) | set(now["matches"])):
-            out.extend(_diff_one(match, was["matches"].get(match, {"kind": "missing"}),
-                                 now["matches"].get(match, {"kind": "missing"})))
-        return out
+        return _diff_paths(was["matches"], now["matches"])
     if was.get("kind") == now.get("kind") == "file":
         return ["%s: content changed (%s, was %d bytes)" % (path, _describe(now), was["size"])]
     if was.get("kind") == now.get("kind") == "link":
@@ -184,12 +179,18 @@ def _diff_one(path, was, now):
     return ["%s: now %s (was %s)" % (path, _describe(now), _describe(was))]
 
 
+def _diff_paths(was, now):
+    """The differences of two {path: fingerprint} maps; a path on one side only is missing on the other."""
+    missing = {"kind": "missing"}
+    out = []
+    for path in sorted(set(was) | set(now)):
+        out.extend(_diff_one(path, was.get(path, missing), now.get(path, missing)))
+    return out
+
+
 def drift(recorded, current):
     """Human-readable differences between two states ({"watch": ..., "packages": ...})."""
-    out = []
-    was_watch, now_watch = recorded.get("watch", {}), current.get("watch", {})
-    for path in sorted(set(was_watch) | set(now_watch)):
-        out.extend(_diff_one(path, was_watch.get(path, {"kind": "missing"}), now_watch.get(path, {"kind": "missing"})))
+    out = _diff_paths(recorded.get("watch", {}), current.get("watch", {}))
     was_pkgs, now_pkgs = recorded.get("packages", {}), current.get("packages", {})
     for name in sorted(set(was_pkgs) | set(now_pkgs)):
         was, now = was_pkgs.get(name), now_pkgs.get(name)
@@ -204,38 +205,37 @@ def current_state(stamp, hash_limit=HASH_LIMIT, dpkg_status="/var/lib/dpkg/statu
             "packages": dpkg_versions(list(stamp.get("packages", {})), dpkg_status)}
 
 
-def read_stamp(path):
-    """The stamp at ``path`` (a dict) or None when there is none; a stamp that is not ours reads as None."""
-    try:
-        with open(path, "r", encoding="utf-8") as handle:
-            data = json.load(handle)
-    except FileNotFoundError:
-        return None
-    except (OSError, ValueError):
-        return None
-    return data if isinstance(data, dict) else None
+def watched_count(stamp):
+    """How many paths (glob matches counted) and packages a stamp covers; 0 without a stamp."""
+    if not stamp:
+        return 0
+    count = len(stamp.get("packages", {}))
+    for fp in stamp.get("watch", {}).values():
+        count += len(fp.get("matches", {})) if fp.get("kind") == "glob" else 1
+    return count
 
 
 def check(path, key, hash_limit=HASH_LIMIT, dpkg_status="/var/lib/dpkg/status"):
-    """{steady, intact, drift, reason, recorded_at}: what the stamp at ``path`` says of this node now.
+    """{steady, intact, drift, reason, recorded_at, watched}: what the stamp at ``path`` says of this node now.
 
     steady: the node converged last with this very key. intact: steady, and every fingerprint still matches.
+    A stamp that is missing, unreadable or not a JSON object counts as no stamp.
     """
-    stamp = read_stamp(path)
+    stamp = read_json_dict(path)
+    out = {"steady": False, "intact": False, "drift": [], "recorded_at": (stamp or {}).get("recorded_at"),
+           "watched": watched_count(stamp)}
     if stamp is None:
-        return {"steady": False, "intact": False, "drift": [], "recorded_at": None,
-                "reason": "no converged stamp at %s: the node has not completed a full converge" % path}
-    if stamp.get("key") != key:
-        return {"steady": False, "intact": False, "drift": [], "recorded_at": stamp.get("recorded_at"),
-                "reason": "the settings or the collection changed since the last full converge"}
-    if stamp.get("format") != FORMAT or "watch" not in stamp:
-        return {"steady": True, "intact": False, "drift": [], "recorded_at": stamp.get("recorded_at"),
-                "reason": "the stamp records no state of the node (written by an older collection)"}
-    found = drift(stamp, current_state(stamp, hash_limit, dpkg_status))
-    return {"steady": True, "intact": not found, "drift": found, "recorded_at": stamp.get("recorded_at"),
-            "reason": ("the node is as its last full converge left it" if not found
-                       else "the node drifted since its last full converge: " + "; ".join(found[:3])
-                       + (" and %d more" % (len(found) - 3) if len(found) > 3 else ""))}
+        out["reason"] = "no converged stamp at %s: the node has not completed a full converge" % path
+    elif stamp.get("key") != key:
+        out["reason"] = "the settings or the collection changed since the last full converge"
+    elif stamp.get("format") != FORMAT or "watch" not in stamp:
+        out.update(steady=True, reason="the stamp records no state of the node (written by an older collection)")
+    else:
+        found = drift(stamp, current_state(stamp, hash_limit, dpkg_status))
+        out.update(steady=True, intact=not found, drift=found,
+                   reason=("the node is as its last full converge left it" if not found
+                           else "the node drifted since its last full converge: " + _first(found, 3, "; ")))
+    return out
 
 
 def record_content(key, watch, packages, recorded_at, hash_limit=HASH_LIMIT, dpkg_status="/var/lib/dpkg/status"):

@@ -136,17 +136,9 @@ import re
 from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.gpufleet.deepep.plugins.module_utils import _site_state as ss
+from ansible_collections.gpufleet.deepep.plugins.module_utils._build import read_json_dict
 
 KEY_RE = re.compile(r"^[0-9A-Za-z._-]{1,128}$")
-
-
-def _count(stamp):
-    if not stamp:
-        return 0
-    count = len(stamp.get("packages", {}))
-    for fp in stamp.get("watch", {}).values():
-        count += len(fp.get("matches", {})) if fp.get("kind") == "glob" else 1
-    return count
 
 
 def run(module):
@@ -160,12 +152,11 @@ def run(module):
     try:
         if p["state"] == "check":
             result.update(ss.check(p["path"], p["key"], p["hash_limit"], p["dpkg_status"]))
-            result["watched"] = _count(ss.read_stamp(p["path"]))
             return result
         now = datetime.datetime.now(datetime.timezone.utc).replace(microsecond=0).isoformat()
         content = ss.record_content(p["key"], p["watch"], p["packages"], now, p["hash_limit"], p["dpkg_status"])
-        old = ss.read_stamp(p["path"])
-        result.update(steady=True, intact=True, drift=[], recorded_at=now, watched=_count(content))
+        old = read_json_dict(p["path"])
+        result.update(steady=True, intact=True, drift=[], recorded_at=now, watched=ss.watched_count(content))
         if ss.same_record(old, content):
             result.update(recorded_at=old.get("recorded_at"), reason="the stamp already records this state")
             return result
