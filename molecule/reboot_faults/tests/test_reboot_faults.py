@@ -4,8 +4,9 @@
 
 from __future__ import annotations
 
-import json
+import importlib
 import os
+import sys
 from pathlib import Path
 
 import testinfra.utils.ansible_runner
@@ -14,6 +15,8 @@ import yaml
 HERE = Path(__file__).resolve().parent
 SETTINGS = yaml.safe_load((HERE.parent / "vars" / "settings.yml").read_text(encoding="utf-8"))
 FAULTY = SETTINGS["reboot_faults_node"]
+sys.path.insert(0, str(Path(os.environ["MOLECULE_PROJECT_DIRECTORY"]) / "molecule" / "shared"))
+fleet_checks = importlib.import_module("fleet_checks")
 BATCH = int(SETTINGS["reboot_faults_serial"])
 
 # Only the nodes that came back can be reached.
@@ -21,17 +24,11 @@ testinfra_hosts = [h for h in testinfra.utils.ansible_runner.AnsibleRunner(
     os.environ["MOLECULE_INVENTORY_FILE"]).get_hosts("b200_cluster") if not h.endswith(FAULTY)]
 
 
-def boot_log() -> list[dict]:
-    root = Path(os.environ.get("FLEETSIM_STATE_DIR", "/srv/fleetsim"))
-    path = root / os.environ["FLEETSIM_FLEET"] / "boots.log"
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
-
-
 def reboot_windows() -> dict[str, list[tuple[float, float]]]:
     """Per node, each (down, next up) interval after its first boot; an endless one for a node that stayed down."""
     out: dict[str, list[tuple[float, float]]] = {}
     down: dict[str, float] = {}
-    for event in sorted(boot_log(), key=lambda e: float(e["time"])):
+    for event in sorted(fleet_checks.boot_log(), key=lambda e: float(e["time"])):
         node, when = event["node"], float(event["time"])
         if event["event"] == "down":
             down[node] = when
