@@ -12,6 +12,12 @@ export PYTHONDONTWRITEBYTECODE := 1
 MOLECULE_SCENARIOS ?= $(sort $(notdir $(patsubst %/molecule.yml,%,$(wildcard molecule/*/molecule.yml))))
 FLEETSIM := $(VENV)/bin/python -m tools.fleetsim
 DEMO_NODES ?= 4
+# Molecule: scenarios at a time, the limit of one scenario (seconds), where each scenario's log goes.
+MOLECULE_JOBS ?= 2
+MOLECULE_TIMEOUT ?= 1500
+MOLECULE_LOGS ?= $(ROOT)/build/molecule-logs
+STAGES := lint sanity unit integration molecule
+TIMINGS := $(ROOT)/build/test-timings.txt
 
 .PHONY: help bootstrap test lint changelog-lint yamllint ansible-lint sanity unit integration molecule demo demo-down bench clean
 
@@ -24,8 +30,15 @@ help:
 bootstrap:
 	@scripts/bootstrap.sh
 
-test: bootstrap
-	@$(MAKE) --no-print-directory lint sanity unit integration molecule
+# Every stage runs even after one failed (so each is timed); the timings are printed, and the run fails at the end.
+test:
+	@mkdir -p $(dir $(TIMINGS)) && rm -f $(TIMINGS)
+	@scripts/stage_timer.sh $(TIMINGS) bootstrap scripts/bootstrap.sh || { scripts/stage_timer.sh $(TIMINGS) --summary; exit 1; }
+	@failed=""; for stage in $(STAGES); do \
+	  scripts/stage_timer.sh $(TIMINGS) $$stage $(MAKE) --no-print-directory $$stage || failed="$$failed $$stage"; \
+	done; \
+	scripts/stage_timer.sh $(TIMINGS) --summary; \
+	if [[ -n "$$failed" ]]; then echo "make test: failed:$$failed"; exit 1; fi
 	@echo "make test: all stages passed"
 
 lint: yamllint ansible-lint changelog-lint
@@ -42,17 +55,16 @@ ansible-lint: bootstrap
 sanity: bootstrap
 	scripts/sanity.sh
 
+# tests/gpu runs on a GPU node only (tests/gpu/run_on_gpu_node.sh), never here.
 unit: bootstrap
-	python -m pytest -q tests/unit tests/gpu
+	python -m pytest -q tests/unit
 
 integration: bootstrap
 	python -m pytest -q tests/integration
 
 molecule: bootstrap
-	@for s in $(MOLECULE_SCENARIOS); do \
-	  echo "== molecule test -s $$s"; \
-	  molecule test -s $$s || exit 1; \
-	done
+	@python scripts/molecule_run.py --jobs $(MOLECULE_JOBS) --timeout $(MOLECULE_TIMEOUT) --logs $(MOLECULE_LOGS) \
+	  $(MOLECULE_SCENARIOS)
 
 demo: bootstrap
 	$(FLEETSIM) down --quiet

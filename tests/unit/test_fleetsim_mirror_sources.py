@@ -9,6 +9,7 @@ import hashlib
 import io
 import os
 import subprocess
+import sys
 import tarfile
 from pathlib import Path
 
@@ -194,3 +195,40 @@ def test_bad_patch_headers_and_placements_are_refused(tmp_path):
     (fixtures / "shared" / "placements.txt").write_text("missing.py base tests/missing.py\n")
     with pytest.raises(ValueError, match="missing.py is not a file"):
         mirror.shared_placements(fixtures)
+
+
+def _fake_wheel(tree: Path, out: Path, files: dict[str, str]) -> Path:
+    for rel, text in files.items():
+        (tree / rel).parent.mkdir(parents=True, exist_ok=True)
+        (tree / rel).write_text(text)
+    return mirror.fixture_wheel(tree, out)
+
+
+def test_stand_in_wheelhouse_swaps_torch_only_and_installs_with_the_same_requirement(tmp_path):
+    wheels = tmp_path / "wheels"
+    real = _fake_wheel(tmp_path / "torch-2.13.0+cpu", wheels, {"torch/__init__.py": "import torch._C\n"})
+    other = _fake_wheel(tmp_path / "numpy-2.3.0", wheels, {"numpy/__init__.py": "__version__ = '2.3.0'\n"})
+    out = tmp_path / "wheels-standin"
+    made = mirror.build_stand_in_wheels(wheels, out, quiet=True)
+    assert [p.name for p in made] == ["torch-2.13.0+standin-py3-none-manylinux_2_18_x86_64.whl"]
+    assert sorted(p.name for p in out.glob("*.whl")) == sorted([other.name, made[0].name])
+    assert real.name not in os.listdir(out)
+    # Reproducible: the same stand-in bytes on a rebuild.
+    first = made[0].read_bytes()
+    assert mirror.build_stand_in_wheels(wheels, out, quiet=True)[0].read_bytes() == first
+    # What the nodes run: pip install torch==<profile version> from the wheelhouse, then read the version.
+    target = tmp_path / "site"
+    pip = subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--disable-pip-version-check",
+                          "--no-index", "--find-links", str(out), "--target", str(target), "torch==2.13.0", "numpy"],
+                         capture_output=True, text=True, check=False, timeout=120)
+    assert pip.returncode == 0, pip.stderr
+    probe = subprocess.run([sys.executable, "-c", "import torch, torch.version; "
+                            "print(torch.__version__, torch.version.cuda)"],
+                           env=dict(os.environ, PYTHONPATH=str(target)), capture_output=True, text=True, check=False,
+                           timeout=60)
+    assert probe.stdout.split() == ["2.13.0+standin", "None"], probe.stderr
+    # Nothing beyond the version: code that needs tensors fails at once instead of running on a fake.
+    fails = subprocess.run([sys.executable, "-c", "import torch; torch.zeros(1)"],
+                           env=dict(os.environ, PYTHONPATH=str(target)), capture_output=True, text=True, check=False,
+                           timeout=60)
+    assert fails.returncode != 0 and "has no attribute 'zeros'" in fails.stderr

@@ -10,7 +10,7 @@ import os
 import shutil
 import sys
 
-from tools.fleetsim.common import DEFAULT_FLEET, FleetError, state_root
+from tools.fleetsim.common import DEFAULT_FLEET, TORCH_CHOICES, FleetError, state_root
 
 USAGE_EXAMPLES = """\
 examples:
@@ -45,6 +45,9 @@ def build_parser() -> argparse.ArgumentParser:
     up.add_argument("--bridge", help="host-only bridge of a new fleet (default: fsimK)")
     up.add_argument("--wait", type=float, default=120.0, help="seconds to wait for the nodes' sshd (default: 120)")
     up.add_argument("--no-mirror", action="store_true", help="do not build or refresh the local mirror")
+    up.add_argument("--torch", choices=TORCH_CHOICES, default="real",
+                    help="the torch wheel the nodes find in the mirror's wheels/: the real CPU wheel (default) or a "
+                         "stand-in that has only torch's version (for scenarios where torch is a precondition)")
 
     down = sub.add_parser("down", help="stop the fleet; idempotent")
     down.add_argument("--purge", action="store_true", help="also delete the fleet's directory (disks, logs)")
@@ -144,7 +147,7 @@ def main(argv: list[str] | None = None) -> int:
         _need_root()
         if args.command == "up":
             names = fl.up(args.profile, args.nodes, args.group, args.subnet, args.bridge, args.wait,
-                          build_mirror=not args.no_mirror)
+                          build_mirror=not args.no_mirror, torch=args.torch)
             state = fl.load()
             for name in names:
                 print(f"{name} up at {state['nodes'][name]['ip']} ({args.profile})")

@@ -24,6 +24,8 @@ AUTO_SUBNET = "10.213.{k}.0/24"
 AUTO_BRIDGE = "fsim{k}"
 NODE_IP_OFFSET = 10
 MIRROR_MOUNT = "/srv/fleetsim-mirror"
+# What a node finds as torch in the mirror's wheels/ (fleetsim up --torch): the real CPU wheel or a stand-in.
+TORCH_CHOICES = ("real", "stand-in")
 # Host paths a node must never see (masked inside the node); the state dir is added at run time.
 MASKED_PATHS = ("/srv", "/home", "/mnt", "/media", "/work", "/opt/wheels")
 OVERLAID = ("etc", "opt", "usr", "var")

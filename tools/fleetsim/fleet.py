@@ -24,8 +24,8 @@ from pathlib import Path
 import yaml
 
 from tools.fleetsim import fakehw, mirror
-from tools.fleetsim.common import (AUTO_BRIDGE, AUTO_SUBNET, NODE_IP_OFFSET, REBOOT_DEFAULTS, REPO, FleetError,
-                                   FleetPaths, NodePaths, check_name, host_veth, netns_name, node_name,
+from tools.fleetsim.common import (AUTO_BRIDGE, AUTO_SUBNET, NODE_IP_OFFSET, REBOOT_DEFAULTS, REPO, TORCH_CHOICES,
+                                   FleetError, FleetPaths, NodePaths, check_name, host_veth, netns_name, node_name,
                                    now, peer_veth, proc_alive, read_json, write_json)
 
 SUPERVISOR_NEEDLE = "tools.fleetsim.supervisor"
@@ -181,8 +181,10 @@ class Fleet:
 
     # ------------------------------------------------------------------ up
     def up(self, profile: str, count: int, group: str | None, subnet: str | None, bridge: str | None,
-           wait: float, build_mirror: bool = True) -> list[str]:
+           wait: float, build_mirror: bool = True, torch: str = "real") -> list[str]:
         fakehw.load_profile(profile)  # fail early on an unknown profile
+        if torch not in TORCH_CHOICES:
+            raise FleetError(f"--torch {torch}: expected one of {', '.join(TORCH_CHOICES)}")
         group = group or profile
         if not group.replace("_", "-").replace("-", "").isalnum():
             raise FleetError(f"group {group!r}: expected letters, digits, '_' and '-'")
@@ -231,7 +233,8 @@ class Fleet:
                     raise FleetError(f"subnet {state['subnet']} has no free address for {name}")
                 taken_ips.add(ip)
                 node = {"name": name, "group": group, "profile": profile, "n": next_n + i, "seq": seq + i,
-                        "ip": ip, "netns": netns_name(self.name, name), "veth": host_veth(self.name, name)}
+                        "ip": ip, "netns": netns_name(self.name, name), "veth": host_veth(self.name, name),
+                        "torch": torch}
                 state["nodes"][name] = node
                 new_nodes.append(node)
             self.save(state)
@@ -287,7 +290,8 @@ class Fleet:
         write_json(np.config, {"name": node["name"], "profile": node["profile"], "index": node["seq"],
                                "ip": node["ip"], "netns": node["netns"], "python": state["python"],
                                "repo": state["repo"], "state_root": state["state_root"],
-                               "mirror": state.get("mirror"), "fleet": self.name})
+                               "mirror": state.get("mirror"), "fleet": self.name,
+                               "torch": node.get("torch", "real")})
         write_json(np.faults, {"never_return": False, "port_down": []})
         # Network: a veth pair, the node end renamed eth0 inside the node's namespace.
         ns = node["netns"]

@@ -28,6 +28,12 @@ git repositories (:data:`GIT_REPOSITORIES`)
     into ``wheels/``, together with the CPU torch wheel found in ``/opt/wheels`` (and torch's own
     requirements). Downloads are cached beside the mirror, so a rebuild does not fetch again.
 
+``wheels-standin/``
+    the same wheelhouse with a stand-in torch (:func:`stand_in_torch`, a few kilobytes: ``torch.__version__`` and
+    ``torch.version``, no tensors) in place of the CPU torch wheel. A node started with ``fleetsim up --torch
+    stand-in`` sees it as ``wheels/``: for scenarios where torch is only a precondition (the builds read its
+    version), not under test; pip installs it in a second instead of unpacking the real wheel.
+
 ``python -m tools.fleetsim mirror [--dest DIR] [--no-wheels]`` builds it by hand; ``fleetsim up`` builds
 it when a fixture changed.
 """
@@ -104,6 +110,7 @@ def build(dest: Path, fixtures: Path = FIXTURES, wheels: bool = True, quiet: boo
         (dest / "wheels").mkdir(exist_ok=True)
         ok = True
     build_fixture_wheels(fixtures / "wheels", dest / "wheels", quiet)
+    build_stand_in_wheels(dest / "wheels", dest / "wheels-standin", quiet)
     if ok:
         stamp.write_text(digest + "\n")
     return dest
@@ -442,3 +449,40 @@ def build_fixture_wheels(trees: Path, out: Path, quiet: bool = False) -> list[Pa
     for wheel in built:
         say(quiet, f"wheels: fixture {wheel.name}")
     return built
+
+
+# ------------------------------------------------------------------------------- stand-in torch
+
+STAND_IN_LOCAL = "standin"
+
+
+def stand_in_torch(real: Path, out: Path) -> Path:
+    """A stand-in for the torch wheel ``real`` in ``out``: same public version with the local label ``+standin``
+    (``torch==2.13.0`` still matches it), pure Python, only ``torch.__version__`` and ``torch.version`` (``cuda``
+    None, as in the CPU wheel). Enough for what reads torch's version (DeepEP's build key, the fixtures' builds,
+    the pytorch role's probe); anything that needs tensors fails at once on ``import torch.<x>``."""
+    version = real.name.split("-")[1].split("+")[0] + "+" + STAND_IN_LOCAL
+    with tempfile.TemporaryDirectory(prefix="fleetsim-torch-") as tmp:
+        tree = Path(tmp) / f"torch-{version}"
+        (tree / "torch").mkdir(parents=True)
+        (tree / "torch" / "__init__.py").write_text(
+            '"""Stand-in torch of the simulated fleet (tools/fleetsim/mirror.py): its version and nothing else."""\n'
+            "from torch.version import __version__  # noqa: F401\n")
+        (tree / "torch" / "version.py").write_text(
+            f"__version__ = {version!r}\ngit_version = 'fleetsim-stand-in'\ncuda = None\nhip = None\n")
+        return fixture_wheel(tree, out)
+
+
+def build_stand_in_wheels(wheels: Path, out: Path, quiet: bool = False) -> list[Path]:
+    """``out`` = every wheel of ``wheels`` but torch's, plus a stand-in torch per torch wheel there."""
+    if out.exists():
+        shutil.rmtree(out)
+    out.mkdir(parents=True)
+    made = []
+    for wheel in sorted(wheels.glob("*.whl")):
+        if wheel.name.startswith("torch-"):
+            made.append(stand_in_torch(wheel, out))
+            say(quiet, f"wheels-standin: {made[-1].name} for {wheel.name}")
+        else:
+            _link_or_copy(wheel, out / wheel.name)
+    return made

@@ -146,6 +146,11 @@ def setup(paths: NodePaths, cfg: dict) -> dict:
         mount("--move", staged, MIRROR_MOUNT)
         ro_remount(MIRROR_MOUNT)
         os.rmdir(staged)
+        # A node started with `fleetsim up --torch stand-in` finds the stand-in torch in wheels/ (mirror.py).
+        standin = os.path.join(MIRROR_MOUNT, "wheels-standin")
+        if cfg.get("torch") == "stand-in" and os.path.isdir(standin):
+            mount("--bind", standin, os.path.join(MIRROR_MOUNT, "wheels"))
+            ro_remount(os.path.join(MIRROR_MOUNT, "wheels"))
     for path in masked:
         ro_remount(path, bind=False)
 

@@ -37,6 +37,10 @@ ENV_SCRIPT = "/opt/deepep/unified-env.sh"
 RECORDS = "/var/lib/gpufleet-build-records"
 TORCH_VARIANT = "2.13.0+fixture1"
 SLOW_MARK = "gpufleet-build-scenario: a build that never ends"
+# How long the killed-build test waits for the builder's setup.py to appear (the converge's first tasks take about
+# a minute on a 2-core machine), and for the converge to end once it is killed.
+BUILD_START_LIMIT = 600
+CONVERGE_END_LIMIT = 300
 
 
 def node(name):
@@ -220,7 +224,7 @@ def slow_source(directory: Path) -> Path:
 
 def fleetsim(*args: str) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "tools.fleetsim", "--fleet", FLEET, *args], cwd=REPO, text=True,
-                          capture_output=True, check=False)
+                          capture_output=True, check=False, timeout=120)
 
 
 def test_killed_build_leaves_the_previous_install_working(tmp_path):
@@ -240,8 +244,9 @@ def test_killed_build_leaves_the_previous_install_working(tmp_path):
     with open(log, "w") as out:
         proc = subprocess.Popen(cmd, cwd=REPO, env=env, stdout=out, stderr=subprocess.STDOUT, text=True)
         killed = None
-        # Until the builder's setup.py runs (bounded by the play itself: it cannot end while the build sleeps).
-        while proc.poll() is None and killed is None:
+        deadline = time.monotonic() + BUILD_START_LIMIT
+        # Until the builder's setup.py runs, the play ends, or BUILD_START_LIMIT passes.
+        while proc.poll() is None and killed is None and time.monotonic() < deadline:
             found = fleetsim("exec", CANARY, "--", "pgrep", "-f", "[s]etup.py bdist_wheel")
             pids = found.stdout.split() if found.returncode == 0 else []
             if pids:
@@ -249,9 +254,13 @@ def test_killed_build_leaves_the_previous_install_working(tmp_path):
                 killed = pids
             else:
                 time.sleep(2)
-        proc.wait()
+        try:
+            proc.wait(timeout=CONVERGE_END_LIMIT if killed else 0)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
     output = log.read_text()
-    assert killed, f"the build never started:\n{output[-4000:]}"
+    assert killed, f"the build did not start within {BUILD_START_LIMIT} s:\n{output[-4000:]}"
     assert proc.returncode != 0
     assert "build failed" in output  # the builder's module
     assert f"its build on {CANARY} failed" in output  # the other two: nothing to install, nothing built

@@ -74,7 +74,8 @@ def test_cuda_and_torch(host):
     assert host.file("/usr/local/cuda").linked_to == f"/usr/local/cuda-{version}"
     assert f"release {version}" in host.check_output("/usr/local/cuda/bin/nvcc --version")
     torch = host.check_output("/usr/bin/python3 -c %s", "import importlib.metadata as m; print(m.version('torch'))")
-    assert torch.startswith("2.13.0")  # the mirror's CPU wheel (inventories/fleetsim/group_vars/fleetsim_h100.yml)
+    # The mirror's stand-in torch (molecule.yml), at the version of inventories/fleetsim/group_vars/fleetsim_h100.yml.
+    assert torch.startswith("2.13.0")
 
 
 def test_env_script_for_infiniband(host):

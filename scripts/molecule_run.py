@@ -1,0 +1,190 @@
+#!/usr/bin/env python3
+# Copyright: (c) 2026, gpufleet.deepep contributors
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
+"""Run Molecule scenarios (``molecule test -s NAME``), each under a time limit, ``--jobs`` at a time.
+
+Every scenario writes its whole output to ``<logs>/<scenario>.log``. One job at a time, the output is also
+streamed as it comes; several at a time, only a line per start and end is printed, and the last lines of a
+failed scenario's log. Each scenario's time, and the time of each of its Molecule actions (create, prepare,
+converge, ...), is printed at the end and written to ``<logs>/timings.json``; the longest scenarios start
+first (from the timings of the previous run, else from :data:`EXPECTED_SECONDS`).
+
+A scenario that runs past ``--timeout`` is stopped (its whole process group: SIGTERM, then SIGKILL) and its
+simulated fleet (``mol-<scenario>``) is taken down, so the next run starts clean.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+# Seconds each scenario took on a 2-core CI machine (the order when no earlier timings.json exists).
+EXPECTED_SECONDS = {"build": 600, "site": 540, "verify": 420, "infiniband": 360, "reboot_faults": 240,
+                    "audit": 200, "default": 150}
+ACTION = re.compile(r"\x1b\[[0-9;]*m|\r")
+ACTION_LINE = re.compile(r"^INFO\s+(\S+) \S+ (\w+): Executing")
+KILL_GRACE = 30
+TAIL_LINES = 300
+
+
+def clean(line: str) -> str:
+    return ACTION.sub("", line)
+
+
+class Run:
+    def __init__(self, scenario: str, logs: Path, timeout: int, stream: bool, repo: Path):
+        self.scenario = scenario
+        self.log = logs / f"{scenario}.log"
+        self.timeout = timeout
+        self.stream = stream
+        self.repo = repo
+        self.actions: list[list] = []  # [name, started (monotonic), seconds]
+        self.rc: int | None = None
+        self.timed_out = False
+        self.seconds = 0.0
+
+    def _note(self, line: str, now: float) -> None:
+        match = ACTION_LINE.match(clean(line).strip())
+        if match and match.group(1) == self.scenario:
+            if self.actions:
+                self.actions[-1][2] = now - self.actions[-1][1]
+            self.actions.append([match.group(2), now, 0.0])
+
+    def run(self) -> None:
+        start = time.monotonic()
+        with open(self.log, "w", encoding="utf-8", errors="replace") as log:
+            proc = subprocess.Popen(["molecule", "test", "-s", self.scenario], cwd=self.repo, stdout=subprocess.PIPE,
+                                    stderr=subprocess.STDOUT, text=True, errors="replace", start_new_session=True)
+            timer = threading.Timer(self.timeout, self._stop, args=(proc,))
+            timer.daemon = True
+            timer.start()
+            try:
+                for line in proc.stdout:
+                    self._note(line, time.monotonic())
+                    log.write(line)
+                    log.flush()
+                    if self.stream:
+                        sys.stdout.write(line)
+                        sys.stdout.flush()
+                self.rc = proc.wait()
+            finally:
+                timer.cancel()
+        now = time.monotonic()
+        if self.actions:
+            self.actions[-1][2] = now - self.actions[-1][1]
+        self.seconds = now - start
+        if self.timed_out:
+            self._take_down_fleet()
+
+    def _stop(self, proc: subprocess.Popen) -> None:
+        self.timed_out = True
+        for sig in (signal.SIGTERM, signal.SIGKILL):
+            try:
+                os.killpg(proc.pid, sig)
+            except ProcessLookupError:
+                return
+            try:
+                proc.wait(timeout=KILL_GRACE)
+                return
+            except subprocess.TimeoutExpired:
+                continue
+
+    def _take_down_fleet(self) -> None:
+        try:
+            subprocess.run([sys.executable, "-m", "tools.fleetsim", "--fleet", f"mol-{self.scenario}", "down",
+                            "--purge", "--quiet"], cwd=self.repo, stdout=subprocess.DEVNULL,
+                           stderr=subprocess.DEVNULL, timeout=180, check=False)
+        except subprocess.TimeoutExpired:
+            print(f"== molecule {self.scenario}: fleet mol-{self.scenario} did not go down within 180 s", flush=True)
+
+    @property
+    def ok(self) -> bool:
+        return self.rc == 0 and not self.timed_out
+
+    def summary(self) -> str:
+        state = "passed" if self.ok else (f"TIMED OUT after {self.timeout} s" if self.timed_out
+                                          else f"FAILED (rc {self.rc})")
+        steps = ", ".join(f"{name} {secs:.0f}" for name, _, secs in self.actions)
+        return f"{self.scenario:<14} {self.seconds:6.0f} s  {state}  [{steps}]"
+
+
+def order(scenarios: list[str], timings: Path) -> list[str]:
+    known = dict(EXPECTED_SECONDS)
+    try:
+        known.update({k: v["seconds"] for k, v in json.loads(timings.read_text()).items()})
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        pass
+    return sorted(scenarios, key=lambda s: -float(known.get(s, 300)))
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--jobs", type=int, default=1, help="scenarios at a time (default 1)")
+    parser.add_argument("--timeout", type=int, default=1500, help="seconds one scenario may run (default 1500)")
+    parser.add_argument("--logs", type=Path, default=Path("build/molecule-logs"), help="directory of the logs")
+    parser.add_argument("scenarios", nargs="+")
+    args = parser.parse_args(argv)
+    if args.jobs < 1 or args.timeout < 1:
+        parser.error(f"--jobs and --timeout take a positive integer, got {args.jobs} and {args.timeout}")
+    repo = Path.cwd()
+    args.logs.mkdir(parents=True, exist_ok=True)
+    timings = args.logs / "timings.json"
+    queue = order(args.scenarios, timings)
+    stream = args.jobs == 1
+    runs: list[Run] = []
+    lock = threading.Lock()
+    started = time.monotonic()
+
+    def worker() -> None:
+        while True:
+            with lock:
+                if not queue:
+                    return
+                run = Run(queue.pop(0), args.logs, args.timeout, stream, repo)
+                runs.append(run)
+                print(f"== molecule test -s {run.scenario} (log: {run.log}, limit {args.timeout} s)", flush=True)
+            run.run()
+            with lock:
+                print(f"== molecule {run.summary()}", flush=True)
+                if not run.ok and not stream:
+                    lines = run.log.read_text(errors="replace").splitlines()
+                    print(f"== last {min(TAIL_LINES, len(lines))} lines of {run.log}:")
+                    print("\n".join(lines[-TAIL_LINES:]), flush=True)
+
+    threads = [threading.Thread(target=worker) for _ in range(min(args.jobs, len(queue)))]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    wall = time.monotonic() - started
+
+    previous = {}
+    try:
+        previous = json.loads(timings.read_text())
+    except (OSError, ValueError):
+        pass
+    previous = previous if isinstance(previous, dict) else {}
+    previous.update({r.scenario: {"seconds": round(r.seconds), "ok": r.ok,
+                                  "actions": {name: round(secs) for name, _, secs in r.actions}} for r in runs})
+    timings.write_text(json.dumps(previous, indent=1, sort_keys=True) + "\n")
+    print(f"== molecule timings ({args.jobs} at a time), seconds per scenario [per action]:")
+    for run in runs:
+        print(f"   {run.summary()}")
+    print(f"   {'sum':<14} {sum(r.seconds for r in runs):6.0f} s;  wall {wall:.0f} s", flush=True)
+    failed = [r.scenario for r in runs if not r.ok]
+    if failed:
+        print(f"== molecule: failed: {' '.join(failed)} (logs in {args.logs})", flush=True)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
