@@ -15,6 +15,7 @@ apt_packages=(
   dpkg-dev                        # dpkg-scanpackages for the simulated fleet's apt mirror
   build-essential cmake ninja-build # fixture NVSHMEM/GDRCopy/DeepEP builds
   python3 python3-venv python3-pip python3-dev # the nodes' own Python (/usr/bin/python3)
+  python3-setuptools python3-wheel  # fixture builds with the system Python (tests/unit/test_deepep_build.py)
   git ca-certificates
 )
 
@@ -40,6 +41,35 @@ if [[ ! -f "$stamp" ]]; then
   "$venv/bin/python" -m pip install -q -r "$here/requirements-dev.txt"
   rm -f "$venv"/.bootstrap-*
   touch "$stamp"
+fi
+
+# CUDA 13 at /usr/local/cuda for the fixture builds of the unit tests (nvcc checks like NVSHMEM's, the
+# include/cccl headers DeepEP needs under CUDA 13): NVIDIA's CUDA wheels, laid out as the toolkit, when missing.
+cuda_prefix="${CUDA_PREFIX:-/usr/local/cuda-13.0}"
+cuda_wheels=(nvidia-cuda-nvcc==13.0.88 nvidia-cuda-crt==13.0.88 nvidia-nvvm==13.0.88 nvidia-cuda-cccl==13.0.85
+             nvidia-cuda-runtime==13.0.96 nvidia-cuda-culibos==13.0.85 nvidia-cuda-cuxxfilt==13.0.85
+             nvidia-cuda-cupti==13.0.85 nvidia-cuda-profiler-api==13.0.85 nvidia-nvtx==13.0.85)
+if [[ ! -x "$cuda_prefix/bin/nvcc" || ! -f "$cuda_prefix/include/cccl/cuda/std/tuple" ]]; then
+  if [[ $(id -u) -ne 0 && -z "${CUDA_PREFIX:-}" ]]; then
+    echo "bootstrap: need root to install CUDA 13 into $cuda_prefix" >&2
+    exit 1
+  fi
+  cuda_tmp="$(mktemp -d)"
+  trap 'rm -rf "$cuda_tmp"' EXIT
+  "$venv/bin/python" -m pip install -q --no-deps --only-binary=:all: --target "$cuda_tmp" "${cuda_wheels[@]}"
+  mkdir -p "$cuda_prefix/dist-info"
+  cp -a "$cuda_tmp/nvidia/cu13/." "$cuda_prefix/"
+  cp -a "$cuda_tmp"/*.dist-info "$cuda_prefix/dist-info/"
+  # The toolkit's own layout: lib64, targets/x86_64-linux, unversioned .so links.
+  ln -sfn lib "$cuda_prefix/lib64"
+  mkdir -p "$cuda_prefix/targets/x86_64-linux"
+  ln -sfn ../../include "$cuda_prefix/targets/x86_64-linux/include"
+  ln -sfn ../../lib "$cuda_prefix/targets/x86_64-linux/lib"
+  for lib in "$cuda_prefix"/lib/lib*.so.[0-9]*; do
+    [[ -e "${lib%%.so.*}.so" ]] || ln -s "$(basename "$lib")" "${lib%%.so.*}.so"
+  done
+  [[ -n "${CUDA_PREFIX:-}" ]] || ln -sfn "$(basename "$cuda_prefix")" /usr/local/cuda
+  "$cuda_prefix/bin/nvcc" --version | tail -1
 fi
 
 # The collection as Ansible finds it: .collections/ansible_collections/gpufleet/deepep -> the checkout.

@@ -10,7 +10,9 @@ import subprocess
 import sys
 
 from ansible_collections.gpufleet.deepep.plugins.module_utils._bandwidth import parse_output
+from ansible_collections.gpufleet.deepep.plugins.module_utils._verify import gate, select_thresholds
 import pytest
+import yaml
 
 from tools.fleetsim import mirror
 from tools.fleetsim.common import REPO
@@ -128,3 +130,76 @@ def test_internode_wrong_master_address_fails_like_torch(trees, tmp_path):
     env = dict(node(tmp_path), WORLD_SIZE="2", RANK="0", MASTER_ADDR="192.0.2.1", MASTER_PORT=str(free_port()))
     proc = run([trees["v1"] / "test_internode.py"], env)
     assert proc.returncode == 1 and "failed to bind to 192.0.2.1" in proc.stderr
+
+
+def gpu_node(tmp_path, name, count):
+    env = node(tmp_path)
+    (tmp_path / "bin" / "nvidia-smi").write_text("#!/bin/sh\nfor i in $(seq %d); do echo '%s'; done\n" % (count, name))
+    return env
+
+
+@pytest.mark.parametrize("ranks", [1, 3, 5, 6, 7])
+def test_intranode_refuses_rank_counts_deepep_has_no_kernels_for(trees, tmp_path, ranks):
+    env = gpu_node(tmp_path, "NVIDIA H100 80GB HBM3", 8)
+    for script in (trees["v1"] / "test_intranode.py", trees["v2"] / "legacy" / "test_intranode.py"):
+        proc = run([script, "--num-processes", ranks], env)
+        assert proc.returncode == 1 and "Unsupported ranks" in proc.stderr, (ranks, proc.stderr)
+        assert "[tuning]" not in proc.stdout
+
+
+@pytest.mark.parametrize("ranks", [2, 4, 8])
+def test_intranode_runs_on_2_4_or_8_ranks(trees, tmp_path, ranks):
+    proc = run([trees["v1"] / "test_intranode.py", "--num-processes", ranks],
+               gpu_node(tmp_path, "NVIDIA H200", 8))
+    assert proc.returncode == 0, proc.stderr
+    assert parse_output(proc.stdout, test="intranode")["complete"]
+
+
+@pytest.mark.parametrize("gpu", ["NVIDIA H100 80GB HBM3", "NVIDIA H200"])
+def test_hopper_intranode_figures_follow_the_nv18_measurement_not_the_h800_table(trees, tmp_path, gpu):
+    # captured/h200x2: BF16 340.6, FP8 247.8, combine 293.2 GB/s; the fixture jitters by at most 1.5%.
+    proc = run([trees["v1"] / "test_intranode.py", "--num-processes", "2"], gpu_node(tmp_path, gpu, 2))
+    parsed = parse_output(proc.stdout, test="intranode")
+    for got, measured in ((parsed["dispatch"]["bf16"]["nvl_gbps"], 340.6),
+                          (parsed["dispatch"]["fp8"]["nvl_gbps"], 247.8), (parsed["combine"]["nvl_gbps"], 293.2)):
+        assert abs(got / measured - 1) <= 0.0151, (gpu, got, measured)
+
+
+def test_intranode_knob_sets_exact_figures_and_a_bad_value_is_named(trees, tmp_path):
+    env = dict(gpu_node(tmp_path, "NVIDIA B200", 8), FLEETSIM_INTRANODE_GBPS='{"BF16": 368.6}')
+    parsed = parse_output(run([trees["v1"] / "test_intranode.py"], env).stdout, test="intranode")
+    assert parsed["dispatch"]["bf16"]["nvl_gbps"] == 368.6
+    assert parsed["combine"]["nvl_gbps"] > 340  # the others keep the family's figures
+    bad = run([trees["v1"] / "test_intranode.py"], dict(env, FLEETSIM_INTRANODE_GBPS="fast"))
+    assert bad.returncode == 2 and "expected JSON" in bad.stderr and "'fast'" in bad.stderr
+
+
+def role_gates(family):
+    defaults = yaml.safe_load((REPO / "roles" / "verify_intranode" / "defaults" / "main.yml").read_text())
+    return select_thresholds(defaults["verify_intranode_thresholds"], family)["thresholds"]
+
+
+@pytest.mark.parametrize("gpu,family", [("NVIDIA B200", "gcp_b200"), ("NVIDIA H200", "h200_nvlink"),
+                                        ("NVIDIA H100 80GB HBM3", "h100_ib")])
+def test_a_node_a_few_percent_under_its_gate_fails_on_exactly_that_figure(trees, tmp_path, gpu, family):
+    gates = role_gates(family)
+    healthy = parse_output(run([trees["v1"] / "test_intranode.py", "--num-processes", "2"],
+                               gpu_node(tmp_path, gpu, 2)).stdout, test="intranode")
+    assert gate(healthy, gates)["passed"], (family, gates)
+    slow = 0.97 * gates["dispatch_bf16_nvl_gbps"]
+    (tmp_path / "slow").mkdir()
+    env = dict(gpu_node(tmp_path / "slow", gpu, 2), FLEETSIM_INTRANODE_GBPS='{"BF16": %.1f}' % slow)
+    parsed = parse_output(run([trees["v1"] / "test_intranode.py", "--num-processes", "2"], env).stdout,
+                          test="intranode")
+    verdict = gate(parsed, gates)
+    assert not verdict["passed"] and verdict["status"] == "fail"
+    assert len(verdict["reasons"]) == 1 and "dispatch_bf16_nvl_gbps" in verdict["reasons"][0], verdict
+
+
+def test_the_hopper_gate_fails_a_node_at_half_its_nvlink_speed(trees, tmp_path):
+    # The review's case: the old h100 gate (130 GB/s, from DeepEP's H800 table) passed a node at half speed.
+    env = dict(gpu_node(tmp_path, "NVIDIA H100 80GB HBM3", 2),
+               FLEETSIM_INTRANODE_GBPS='{"BF16": 170.3, "FP8": 123.9, "combine": 146.6}')
+    parsed = parse_output(run([trees["v1"] / "test_intranode.py", "--num-processes", "2"], env).stdout,
+                          test="intranode")
+    assert not gate(parsed, role_gates("h100_ib"))["passed"]
