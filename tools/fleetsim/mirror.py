@@ -98,7 +98,7 @@ def build(dest: Path, fixtures: Path = FIXTURES, wheels: bool = True, quiet: boo
     dest.mkdir(parents=True, exist_ok=True)
     stamp = dest / ".stamp"
     lw = local_wheels() if wheels else []
-    digest = _tree_digest([fixtures] + lw, extra=f"wheels={wheels}")
+    digest = _tree_digest([fixtures, Path(__file__)] + lw, extra=f"wheels={wheels}")  # this code too: its layout
     if not force and stamp.exists() and stamp.read_text().strip() == digest:
         return dest
     build_apt(fixtures / "debs", dest / "apt", quiet)
