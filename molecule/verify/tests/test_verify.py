@@ -3,7 +3,8 @@
 """Verifier of the verify scenario: the five runs of converge.yml gave the right verdicts on the right nodes,
 with the right diagnosis, the hang was killed at its timeout (no test process left), the quick connectivity
 stage passed over 16 ranks and stopped the group where one node's DeepEP lacks NVSHMEM, and a rerun of the
-playbook changes no file on the nodes outside the directory the verification owns."""
+playbook changes no file on the nodes outside the directory the verification owns, and a node a few percent
+under its gate fails alone."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import yaml
 
 SCENARIO = Path(__file__).resolve().parents[1]
 REPO = SCENARIO.parents[1]
@@ -129,7 +131,34 @@ def test_rerun_changes_nothing_outside_its_directory():
         assert changed.stdout.split() == ["/opt/deepep/verify/intranode.log"], (node, changed.stdout)
 
 
+def test_a_node_just_under_its_gate_fails_alone():
+    """b200-a-2's fixture runs 3% under the b200 BF16 dispatch gate (/etc/fleetsim/verify-intranode-gbps): that node,
+    and only it, fails the intranode stage, on that figure."""
+    defaults = yaml.safe_load((REPO / "roles" / "verify_intranode" / "defaults" / "main.yml").read_text())
+    gate = defaults["verify_intranode_thresholds"]["b200"]["dispatch_bf16_nvl_gbps"]
+    slow = round(0.97 * gate, 1)
+    knob = "/etc/fleetsim/verify-intranode-gbps"
+    assert fleetsim("exec", "b200-a-2", "--", "sh", "-c", "echo '{\"BF16\": %s}' > %s" % (slow, knob)).returncode == 0
+    try:
+        run = subprocess.run([str(Path(sys.executable).parent / "ansible-playbook"), "-i",
+                              str(Path(os.environ["MOLECULE_INVENTORY_FILE"]).parent),
+                              str(REPO / "playbooks" / "verify.yml"), "--tags", "intranode",
+                              "-e", '{"gpufleet_verify_groups": ["b200_a", "b200_b"], "gpufleet_verify_fail": false}',
+                              "-e", "gpufleet_verify_run_dir=%s" % (EPHEMERAL / "verify-under-gate")],
+                             check=False, cwd=REPO, env=dict(os.environ, ANSIBLE_CONFIG=str(REPO / "ansible.cfg")),
+                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, universal_newlines=True, timeout=900)
+    finally:
+        fleetsim("exec", "b200-a-2", "--", "rm", "-f", knob)
+    assert run.returncode == 0, run.stdout[-3000:]
+    data = summary("verify-under-gate")
+    assert {f["host"] for f in data["failures"]} == {"b200-a-2"}, data["failures"]
+    (row,) = rows("verify-under-gate", "intranode", "b200-a-2")
+    assert row["status"] == "fail" and row["gbps"]["dispatch_bf16_nvl_gbps"] == slow, row
+    assert len(row["reasons"]) == 1 and "dispatch_bf16_nvl_gbps" in row["reasons"][0], row
+    assert all(r["passed"] for r in rows("verify-under-gate", "intranode") if r["host"] != "b200-a-2")
+
+
 @pytest.mark.parametrize("run", ["verify-pass", "verify-unmapped", "verify-hang", "verify-connectivity",
-                                 "verify-no-nvshmem"])
+                                 "verify-no-nvshmem", "verify-under-gate"])
 def test_every_run_wrote_its_table(run):
     assert (EPHEMERAL / run / "summary.md").read_text().startswith("# DeepEP fleet verification")
