@@ -138,7 +138,8 @@ def main(argv: list[str] | None = None) -> int:
     args.logs.mkdir(parents=True, exist_ok=True)
     timings = args.logs / "timings.json"
     queue = order(args.scenarios, timings)
-    stream = args.jobs == 1
+    jobs = min(args.jobs, len(queue))
+    stream = jobs == 1  # one at a time: the output as it comes
     runs: list[Run] = []
     lock = threading.Lock()
     started = time.monotonic()
@@ -159,7 +160,7 @@ def main(argv: list[str] | None = None) -> int:
                     print(f"== last {min(TAIL_LINES, len(lines))} lines of {run.log}:")
                     print("\n".join(lines[-TAIL_LINES:]), flush=True)
 
-    threads = [threading.Thread(target=worker) for _ in range(min(args.jobs, len(queue)))]
+    threads = [threading.Thread(target=worker) for _ in range(jobs)]
     for thread in threads:
         thread.start()
     for thread in threads:
@@ -175,7 +176,7 @@ def main(argv: list[str] | None = None) -> int:
     previous.update({r.scenario: {"seconds": round(r.seconds), "ok": r.ok,
                                   "actions": {name: round(secs) for name, _, secs in r.actions}} for r in runs})
     timings.write_text(json.dumps(previous, indent=1, sort_keys=True) + "\n")
-    print(f"== molecule timings ({args.jobs} at a time), seconds per scenario [per action]:")
+    print(f"== molecule timings ({jobs} at a time), seconds per scenario [per action]:")
     for run in runs:
         print(f"   {run.summary()}")
     print(f"   {'sum':<14} {sum(r.seconds for r in runs):6.0f} s;  wall {wall:.0f} s", flush=True)

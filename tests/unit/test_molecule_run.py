@@ -1,0 +1,63 @@
+# Copyright: (c) 2026, gpufleet.deepep contributors
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
+"""scripts/molecule_run.py (make molecule): scenarios under a time limit, several at a time, a log and timings
+per scenario, the failed ones named; run against a stand-in ``molecule`` command."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+FAKE_MOLECULE = """#!/bin/bash
+s=$3
+echo "INFO     $s ➜ create: Executing"
+echo "INFO     $s ➜ converge: Executing"
+case $s in
+  hangs) exec sleep 600 ;;
+  fails) echo "fatal: boom"; exit 3 ;;
+esac
+echo "INFO     $s ➜ converge: Executed: Successful"
+"""
+
+
+def runner(tmp_path, *argv):
+    bindir = tmp_path / "bin"
+    bindir.mkdir(exist_ok=True)
+    (bindir / "molecule").write_text(FAKE_MOLECULE)
+    (bindir / "molecule").chmod(0o755)
+    env = dict(os.environ, PATH=f"{bindir}:{os.environ['PATH']}", FLEETSIM_STATE_DIR=str(tmp_path / "state"))
+    return subprocess.run([sys.executable, str(REPO / "scripts" / "molecule_run.py"), "--logs", str(tmp_path / "logs"),
+                           *argv], cwd=REPO, env=env, capture_output=True, text=True, check=False, timeout=120)
+
+
+def test_a_hung_scenario_is_stopped_at_its_limit_and_every_failure_is_named(tmp_path):
+    proc = runner(tmp_path, "--jobs", "2", "--timeout", "3", "passes", "hangs", "fails")
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    assert "== molecule: failed: " in proc.stdout
+    failed = proc.stdout.split("== molecule: failed: ")[1].split(" (logs")[0].split()
+    assert sorted(failed) == ["fails", "hangs"]
+    assert "TIMED OUT after 3 s" in proc.stdout and "FAILED (rc 3)" in proc.stdout
+    assert "fatal: boom" in proc.stdout  # the failed scenario's log is printed
+    timings = json.loads((tmp_path / "logs" / "timings.json").read_text())
+    assert {k: v["ok"] for k, v in timings.items()} == {"passes": True, "hangs": False, "fails": False}
+    assert set(timings["hangs"]["actions"]) == {"create", "converge"}
+    assert (tmp_path / "logs" / "passes.log").read_text().count("Executing") == 2
+
+
+def test_all_passing_exits_zero_and_the_longest_known_scenario_starts_first(tmp_path):
+    (tmp_path / "logs").mkdir()
+    (tmp_path / "logs" / "timings.json").write_text(json.dumps({"short": {"seconds": 5}, "long": {"seconds": 500}}))
+    proc = runner(tmp_path, "--jobs", "1", "short", "long")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    starts = [line.split()[4] for line in proc.stdout.splitlines() if line.startswith("== molecule test -s")]
+    assert starts == ["long", "short"]
+    assert "INFO     long ➜ create: Executing" in proc.stdout  # one at a time: streamed as it comes
+
+
+def test_bad_arguments_are_named(tmp_path):
+    proc = runner(tmp_path, "--jobs", "0", "x")
+    assert proc.returncode == 2 and "positive integer, got 0" in proc.stderr
