@@ -1,4 +1,4 @@
-#!/usr/bin/env python3
+#!/usr/bin/env python
 # Copyright: (c) 2026, gpufleet.deepep contributors
 # GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
 """Run Molecule scenarios (``molecule test -s NAME``), each under a time limit, ``--jobs`` at a time.
@@ -53,7 +53,8 @@ class Run:
 
     def _note(self, line: str, now: float) -> None:
         match = ACTION_LINE.match(clean(line).strip())
-        if match and match.group(1) == self.scenario:
+        # (Molecule says "verify: Executing" twice: once for the action, once for the Testinfra run.)
+        if match and match.group(1) == self.scenario and not (self.actions and self.actions[-1][0] == match.group(2)):
             if self.actions:
                 self.actions[-1][2] = now - self.actions[-1][1]
             self.actions.append([match.group(2), now, 0.0])
@@ -112,7 +113,7 @@ class Run:
     def summary(self) -> str:
         state = "passed" if self.ok else (f"TIMED OUT after {self.timeout} s" if self.timed_out
                                           else f"FAILED (rc {self.rc})")
-        steps = ", ".join(f"{name} {secs:.0f}" for name, _, secs in self.actions)
+        steps = ", ".join(f"{name} {secs:.0f}" for name, dummy, secs in self.actions)
         return f"{self.scenario:<14} {self.seconds:6.0f} s  {state}  [{steps}]"
 
 
@@ -160,7 +161,7 @@ def main(argv: list[str] | None = None) -> int:
                     print(f"== last {min(TAIL_LINES, len(lines))} lines of {run.log}:")
                     print("\n".join(lines[-TAIL_LINES:]), flush=True)
 
-    threads = [threading.Thread(target=worker) for _ in range(jobs)]
+    threads = [threading.Thread(target=worker) for dummy in range(jobs)]
     for thread in threads:
         thread.start()
     for thread in threads:
@@ -174,7 +175,7 @@ def main(argv: list[str] | None = None) -> int:
         pass
     previous = previous if isinstance(previous, dict) else {}
     previous.update({r.scenario: {"seconds": round(r.seconds), "ok": r.ok,
-                                  "actions": {name: round(secs) for name, _, secs in r.actions}} for r in runs})
+                                  "actions": {name: round(secs) for name, dummy, secs in r.actions}} for r in runs})
     timings.write_text(json.dumps(previous, indent=1, sort_keys=True) + "\n")
     print(f"== molecule timings ({jobs} at a time), seconds per scenario [per action]:")
     for run in runs:
