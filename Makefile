@@ -14,7 +14,7 @@ FLEETSIM := $(VENV)/bin/python -m tools.fleetsim
 DEMO_NODES ?= 4
 # Molecule: scenarios at a time, the limit of one scenario (seconds), where each scenario's log goes.
 MOLECULE_JOBS ?= 2
-MOLECULE_TIMEOUT ?= 1500
+MOLECULE_TIMEOUT ?= 2400
 MOLECULE_LOGS ?= $(ROOT)/build/molecule-logs
 STAGES := lint sanity unit integration molecule
 TIMINGS := $(ROOT)/build/test-timings.txt

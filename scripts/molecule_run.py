@@ -129,7 +129,7 @@ def order(scenarios: list[str], timings: Path) -> list[str]:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--jobs", type=int, default=1, help="scenarios at a time (default 1)")
-    parser.add_argument("--timeout", type=int, default=1500, help="seconds one scenario may run (default 1500)")
+    parser.add_argument("--timeout", type=int, default=2400, help="seconds one scenario may run (default 2400)")
     parser.add_argument("--logs", type=Path, default=Path("build/molecule-logs"), help="directory of the logs")
     parser.add_argument("scenarios", nargs="+")
     args = parser.parse_args(argv)
