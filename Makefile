@@ -13,10 +13,10 @@ MOLECULE_SCENARIOS ?= $(sort $(notdir $(patsubst %/molecule.yml,%,$(wildcard mol
 FLEETSIM := $(VENV)/bin/python -m tools.fleetsim
 DEMO_NODES ?= 4
 
-.PHONY: help bootstrap test lint changelog-lint yamllint ansible-lint sanity unit integration molecule demo demo-down bench clean
+.PHONY: help bootstrap test lint galaxy-importer changelog-lint yamllint ansible-lint sanity unit integration molecule demo demo-down bench clean
 
 help:
-	@echo "make demo       bring up 4 simulated gcp_b200 nodes and converge playbooks/site.yml on them"
+	@echo "make demo       converge, verify and audit 4 simulated gcp_b200 nodes (a second run reuses them: changed=0)"
 	@echo "make demo-down  stop the simulated fleet of the demo"
 	@echo "make test       every test: lint, yamllint, ansible-test sanity, unit tests, Molecule scenarios"
 	@echo "make bench      print the fleet and converge figures (tools/bench)"
@@ -28,7 +28,7 @@ test: bootstrap
 	@$(MAKE) --no-print-directory lint sanity unit integration molecule
 	@echo "make test: all stages passed"
 
-lint: yamllint ansible-lint changelog-lint
+lint: yamllint ansible-lint changelog-lint galaxy-importer
 
 changelog-lint: bootstrap
 	antsibull-changelog lint
@@ -38,6 +38,9 @@ yamllint: bootstrap
 
 ansible-lint: bootstrap
 	ansible-lint --profile production --strict
+
+galaxy-importer: bootstrap
+	scripts/galaxy_importer.sh
 
 sanity: bootstrap
 	scripts/sanity.sh
@@ -55,16 +58,7 @@ molecule: bootstrap
 	done
 
 demo: bootstrap
-	$(FLEETSIM) down --quiet
-	$(FLEETSIM) up --profile gcp_b200 --nodes $(DEMO_NODES) --group b200_cluster
-	$(FLEETSIM) inventory --output $(ROOT)/build/demo-inventory.yml
-	ansible-playbook -i $(ROOT)/build/demo-inventory.yml -i $(ROOT)/inventories/fleetsim playbooks/site.yml -l b200_cluster
-	@echo
-	@echo "The simulated fleet is still up. Look at it with:"
-	@echo "  $(FLEETSIM) status"
-	@echo "  $(FLEETSIM) exec b200-cluster-1 -- cat /proc/driver/nvidia/params"
-	@echo "  ansible -i build/demo-inventory.yml b200_cluster -m gpufleet.deepep.gpu_topology"
-	@echo "Stop it with: make demo-down"
+	DEMO_NODES=$(DEMO_NODES) VENV=$(VENV) scripts/demo.sh
 
 demo-down: bootstrap
 	$(FLEETSIM) down --purge

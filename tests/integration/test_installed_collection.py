@@ -23,8 +23,8 @@ BIN = Path(sys.executable).parent
 
 def _run(argv, cwd, env, timeout=600):
     proc = subprocess.run(argv, cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout, check=False)
-    assert proc.returncode == 0, "%s failed (rc %s):\n%s\n%s" % (argv[0], proc.returncode, proc.stdout[-3000:],
-                                                              proc.stderr[-3000:])
+    why = "%s failed (rc %s):\n%s\n%s" % (argv[0], proc.returncode, proc.stdout[-3000:], proc.stderr[-3000:])
+    assert proc.returncode == 0, why
     return proc
 
 
