@@ -19,10 +19,10 @@ MOLECULE_LOGS ?= $(ROOT)/build/molecule-logs
 STAGES := lint sanity unit integration molecule
 TIMINGS := $(ROOT)/build/test-timings.txt
 
-.PHONY: help bootstrap test lint changelog-lint yamllint ansible-lint sanity unit integration molecule demo demo-down bench clean
+.PHONY: help bootstrap test lint galaxy-importer changelog-lint yamllint ansible-lint sanity unit integration molecule demo demo-down bench clean
 
 help:
-	@echo "make demo       bring up 4 simulated gcp_b200 nodes and converge playbooks/site.yml on them"
+	@echo "make demo       converge, verify and audit 4 simulated gcp_b200 nodes (a second run reuses them: changed=0)"
 	@echo "make demo-down  stop the simulated fleet of the demo"
 	@echo "make test       every test: lint, yamllint, ansible-test sanity, unit tests, Molecule scenarios"
 	@echo "make bench      print the fleet and converge figures (tools/bench)"
@@ -41,7 +41,7 @@ test:
 	if [[ -n "$$failed" ]]; then echo "make test: failed:$$failed"; exit 1; fi
 	@echo "make test: all stages passed"
 
-lint: yamllint ansible-lint changelog-lint
+lint: yamllint ansible-lint changelog-lint galaxy-importer
 
 changelog-lint: bootstrap
 	antsibull-changelog lint
@@ -51,6 +51,9 @@ yamllint: bootstrap
 
 ansible-lint: bootstrap
 	ansible-lint --profile production --strict
+
+galaxy-importer: bootstrap
+	scripts/galaxy_importer.sh
 
 sanity: bootstrap
 	scripts/sanity.sh
@@ -67,16 +70,7 @@ molecule: bootstrap
 	  $(MOLECULE_SCENARIOS)
 
 demo: bootstrap
-	$(FLEETSIM) down --quiet
-	$(FLEETSIM) up --profile gcp_b200 --nodes $(DEMO_NODES) --group b200_cluster
-	$(FLEETSIM) inventory --output $(ROOT)/build/demo-inventory.yml
-	ansible-playbook -i $(ROOT)/build/demo-inventory.yml -i $(ROOT)/inventories/fleetsim playbooks/site.yml -l b200_cluster
-	@echo
-	@echo "The simulated fleet is still up. Look at it with:"
-	@echo "  $(FLEETSIM) status"
-	@echo "  $(FLEETSIM) exec b200-cluster-1 -- cat /proc/driver/nvidia/params"
-	@echo "  ansible -i build/demo-inventory.yml b200_cluster -m gpufleet.deepep.gpu_topology"
-	@echo "Stop it with: make demo-down"
+	DEMO_NODES=$(DEMO_NODES) VENV=$(VENV) scripts/demo.sh
 
 demo-down: bootstrap
 	$(FLEETSIM) down --purge

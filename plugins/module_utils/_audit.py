@@ -382,7 +382,10 @@ def fleet_drift(documents, groups, drift_entries, skip_groups=DEFAULT_DRIFT_SKIP
     drift too (the absent nodes hold null).
 
     Returns a list of ``{group, fact, values: [{value, nodes}]}``, values ordered by how many nodes hold
-    them (the majority first), sorted by group then fact.
+    them (the majority first), sorted by group then fact. A difference seen the same way in several groups
+    (nested groups holding the same nodes: cluster, profile, site overrides) is one row, for the group the
+    nodes name as their profile (``expect.profile`` of their documents), else the smallest group, else the
+    first by name.
     """
     entries = validate_drift(drift_entries)
     skip = set(skip_groups or ())
@@ -418,7 +421,30 @@ def fleet_drift(documents, groups, drift_entries, skip_groups=DEFAULT_DRIFT_SKIP
                 continue
             values = sorted(buckets.values(), key=lambda b: (-len(b["nodes"]), b["nodes"][0]))
             rows.append({"group": group, "fact": fact, "values": values})
-    return rows
+    return _one_row_per_difference(rows, documents, groups)
+
+
+def _profile_names(documents, hosts):
+    names = set()
+    for host in hosts:
+        expect = documents.get(host, {}).get("expect") if isinstance(documents.get(host), dict) else None
+        if isinstance(expect, dict) and isinstance(expect.get("profile"), str):
+            names.add(expect["profile"])
+    return names
+
+
+def _one_row_per_difference(rows, documents, groups):
+    """Collapse rows that show one difference (same fact, same values on the same nodes) in several groups."""
+    chosen = {}
+    for index, row in enumerate(rows):
+        signature = (row["fact"], tuple((_canonical(b["value"]), tuple(b["nodes"])) for b in row["values"]))
+        hosts = [host for b in row["values"] for host in b["nodes"]]
+        rank = (0 if row["group"] in _profile_names(documents, hosts) else 1,
+                len(groups.get(row["group"]) or []), row["group"])
+        if signature not in chosen or rank < chosen[signature][0]:
+            chosen[signature] = (rank, index)
+    kept = set(index for dummy, index in chosen.values())
+    return [row for index, row in enumerate(rows) if index in kept]
 
 
 def key_facts(document, entries):

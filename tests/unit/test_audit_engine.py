@@ -306,3 +306,28 @@ def test_jmespath_missing_is_reported(monkeypatch):
     monkeypatch.setattr(_audit, "_COMPILED", {})
     with pytest.raises(AuditError, match="needs the Python library jmespath"):
         validate_rules([RULE])
+
+
+def test_drift_seen_in_nested_groups_is_one_row_for_the_profile_group():
+    """Cluster, profile and site-override groups holding the same nodes report one difference once."""
+    docs = {h: _node(h) for h in ("n1", "n2", "n3")}
+    for doc in docs.values():
+        doc["expect"] = {"profile": "b200_gcp_cuda129"}
+    docs["n3"]["gpufleet_stack"]["torch"] = {"version": "2.11.0+cu130"}
+    groups = {"b200_cluster": ["n1", "n2", "n3"], "b200_gcp_cuda129": ["n1", "n2", "n3"],
+              "fleetsim_b200_gcp_cuda129": ["n1", "n2", "n3"], "all": ["n1", "n2", "n3"]}
+    rows = fleet_drift(docs, groups, CATALOGUE)
+    assert [(r["group"], r["fact"]) for r in rows] == [("b200_gcp_cuda129", "torch")]
+    assert rows[0]["values"][1] == {"value": "2.11.0+cu130", "nodes": ["n3"]}
+
+
+def test_drift_without_a_profile_goes_to_the_smallest_group_and_other_differences_stay():
+    docs = {h: _node(h) for h in ("n1", "n2", "n3", "n4")}
+    docs["n2"]["gpufleet_stack"]["torch"] = {"version": "2.11.0+cu130"}
+    docs["n4"]["gpufleet_stack"]["env_script"]["sha256"] = "d" * 64
+    groups = {"site": ["n1", "n2", "n3", "n4"], "rack1": ["n1", "n2"], "rack1_copy": ["n1", "n2"]}
+    rows = fleet_drift(docs, groups, CATALOGUE)
+    got = sorted((r["group"], r["fact"]) for r in rows)
+    # torch differs between n1 and n2: seen alike in rack1 and rack1_copy (kept once: rack1, by name), and
+    # in site with other node lists (kept: a different view of the fleet); the env script differs in site only.
+    assert got == [("rack1", "torch"), ("site", "env_script_sha256"), ("site", "torch")]

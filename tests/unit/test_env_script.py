@@ -70,10 +70,10 @@ def _node_facts(tmp_path: Path, profile: str, naming: str) -> dict:
 
 
 def render_script(tmp_path: Path, facts: dict, nvshmem_built: bool = True, gdrcopy_built: bool = False,
-                  bundled: dict | None = None, **overrides) -> tuple[Path, dict]:
+                  bundled: dict | None = None, hostname: str = "node-1", **overrides) -> tuple[Path, dict]:
     variables = role_defaults()
     variables.update(overrides)
-    variables["inventory_hostname"] = "node-1"
+    variables["inventory_hostname"] = hostname
     facts = dict(facts)
     if bundled is not None:
         facts["gpufleet_bundled_nvshmem"] = bundled
@@ -231,3 +231,13 @@ def test_script_is_stable_and_says_where_it_comes_from(tmp_path):
     second, dummy = render_script(tmp_path, facts, bundled=BUNDLED)
     assert second.read_text(encoding="utf-8") == text  # no dates or run-dependent content: idempotent
     assert text.startswith("#!/usr/bin/env bash\n# Managed by gpufleet.deepep")
+
+
+def test_nodes_of_one_profile_get_the_same_script(tmp_path):
+    """The audit compares env_script_sha256 within a group: nothing host-specific may be in the file."""
+    facts = node_facts(tmp_path, "gcp_b200", naming="mlx5")
+    one, dummy = render_script(tmp_path, facts, bundled=BUNDLED, hostname="b200-cluster-1")
+    text = one.read_text(encoding="utf-8")
+    two, dummy = render_script(tmp_path, facts, bundled=BUNDLED, hostname="b200-cluster-2")
+    assert "b200-cluster-1" not in text
+    assert two.read_text(encoding="utf-8") == text

@@ -341,3 +341,56 @@ def test_smi_b200_topo_with_nics_after_doca(tmp_path):
     assert "  NIC0: mlx5_0" in out and "  NIC7: mlx5_7" in out
     res = smi(path, "--query-gpu=name,compute_cap,pci.bus_id", "--format=csv,noheader")
     assert res.stdout.splitlines()[0] == "NVIDIA B200, 10.0, 00000000:8F:00.0"
+
+
+# --------------------------------------------------------------------------- the driver's libcuda
+
+
+@pytest.mark.parametrize("name", ["gcp_b200", "h100_ib", "h200_nvlink", "a100_roce"])
+def test_fake_libcuda_is_laid_out_as_a_driver_install_does(tmp_path, name):
+    ctypes = pytest.importorskip("ctypes")
+    prof = fakehw.load_profile(name)
+    installed = fakehw.install_fake_libcuda(tmp_path / "root", prof, tmp_path / "cache")
+    libdir = tmp_path / "root" / fakehw.multiarch_libdir()
+    version = prof["driver"]["version"]
+    assert sorted(Path(p).name for p in installed) == sorted(
+        ["libcuda.so.%s" % version, "libcuda.so.1", "libcuda.so"])
+    assert os.readlink(libdir / "libcuda.so.1") == "libcuda.so.%s" % version
+    assert os.readlink(libdir / "libcuda.so") == "libcuda.so.1"
+    elf = (libdir / ("libcuda.so.%s" % version)).read_bytes()
+    assert elf[:4] == b"\x7fELF" and b"libcuda.so.1" in elf  # the soname a linker records
+    lib = ctypes.CDLL(str(libdir / "libcuda.so.1"))
+    got = ctypes.c_int()
+    assert lib.cuInit(0) == 100  # CUDA_ERROR_NO_DEVICE: no GPU answers in the simulation
+    assert lib.cuDriverGetVersion(ctypes.byref(got)) == 0
+    assert got.value == fakehw.libcuda_driver_version(prof["driver"]["cuda_version"])
+
+
+def test_fake_libcuda_without_the_dev_link_and_a_new_driver_replaces_the_old(tmp_path):
+    prof = fakehw.load_profile("gcp_b200")
+    root = tmp_path / "root"
+    fakehw.install_fake_libcuda(root, prof, tmp_path / "cache")
+    newer = copy.deepcopy(prof)
+    newer["driver"]["version"] = "580.105.08"
+    newer["driver"]["libcuda_dev_link"] = False
+    fakehw.install_fake_libcuda(root, fakehw.validate_profile(newer), tmp_path / "cache")
+    names = sorted(p.name for p in (root / fakehw.multiarch_libdir()).iterdir())
+    assert names == ["libcuda.so.1", "libcuda.so.580.105.08"]  # the runbook's "cannot find -lcuda" node
+
+
+@pytest.mark.parametrize("value, expected", [("13.0", 13000), ("12.9", 12090), ("11.8", 11080)])
+def test_libcuda_driver_version(value, expected):
+    assert fakehw.libcuda_driver_version(value) == expected
+
+
+@pytest.mark.parametrize("bad", ["13", "13.0.1", "x"])
+def test_libcuda_driver_version_refuses_bad_values(bad):
+    with pytest.raises(fakehw.ProfileError, match="expected MAJOR.MINOR"):
+        fakehw.libcuda_driver_version(bad)
+
+
+def test_profile_refuses_a_non_boolean_libcuda_dev_link():
+    prof = copy.deepcopy(fakehw.load_profile("gcp_b200"))
+    prof["driver"]["libcuda_dev_link"] = "yes"
+    with pytest.raises(fakehw.ProfileError, match="libcuda_dev_link"):
+        fakehw.validate_profile(prof)

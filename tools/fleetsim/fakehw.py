@@ -112,6 +112,8 @@ import json
 import os
 import re
 import shutil
+import subprocess
+import tempfile
 from pathlib import Path
 
 import yaml
@@ -458,6 +460,10 @@ def validate_profile(data: dict) -> dict:
         raise _err(pname, "driver.kernel_module",
                    f"{drv['kernel_module']!r} is not a kernel module flavour (expected open or proprietary)")
     drv["cuda_version"] = str(drv.get("cuda_version", "13.0"))
+    drv["libcuda_dev_link"] = drv.get("libcuda_dev_link", True)
+    if not isinstance(drv["libcuda_dev_link"], bool):
+        raise _err(pname, "driver.libcuda_dev_link",
+                   f"{drv['libcuda_dev_link']!r} is not a boolean (expected true or false)")
     drv.setdefault("build", "Release Build  (dvs-builder@U22-I3-AM02-24-3)  Wed Oct  1 03:31:55 UTC 2025")
     drv.setdefault("gcc_version", "gcc version 13.3.0 (Ubuntu 13.3.0-6ubuntu2~24.04)")
     drv.setdefault("params_base", "driver/nvidia-params-580-open.txt")
@@ -1089,6 +1095,95 @@ def install_fake_nvidia_smi(dest, python="/usr/bin/python3") -> Path:
     tmp.chmod(0o755)
     os.replace(str(tmp), str(dest))
     return dest
+
+
+# --------------------------------------------------------------------------- the driver's libcuda
+
+# The driver's user-space compute library, as the NVIDIA installer and the distributions' libnvidia-compute
+# packages lay it out: libcuda.so.<driver version>, the soname link libcuda.so.1 and (profile
+# driver.libcuda_dev_link, default true) the link-time name libcuda.so. It is a real ELF shared library
+# whose cuInit answers CUDA_ERROR_NO_DEVICE (100), as a driver with no usable GPU would.
+LIBCUDA_C = """/* fleetsim: the simulated driver's libcuda; no device answers. */
+typedef int CUresult;
+CUresult cuInit(unsigned int flags) { (void)flags; return 100; }
+CUresult cuDriverGetVersion(int *version) { if (!version) return 1; *version = %d; return 0; }
+"""
+
+
+def libcuda_driver_version(cuda_version: str) -> int:
+    """cuDriverGetVersion's value for a CUDA version string: '13.0' -> 13000, '12.9' -> 12090."""
+    match = re.fullmatch(r"(\d+)\.(\d+)", str(cuda_version))
+    if not match:
+        raise ProfileError(f"driver.cuda_version {cuda_version!r}: expected MAJOR.MINOR, e.g. 13.0")
+    return int(match.group(1)) * 1000 + int(match.group(2)) * 10
+
+
+def multiarch_libdir() -> str:
+    """/usr/lib/<multiarch> of this host (the distributions' place for the driver's libraries)."""
+    try:
+        out = subprocess.run(["gcc", "-print-multiarch"], capture_output=True, text=True, timeout=30,
+                             check=True).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        out = ""
+    return "usr/lib/" + (out or "x86_64-linux-gnu")
+
+
+def build_fake_libcuda(cache_dir, cuda_version: str) -> Path:
+    """Compile the fake libcuda for a CUDA version once into cache_dir (atomically); return its path."""
+    cache_dir = Path(cache_dir)
+    version = libcuda_driver_version(cuda_version)
+    out = cache_dir / f"libcuda-{version}.so"
+    if out.is_file():
+        return out
+    cache_dir.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=cache_dir) as tmp:
+        src = Path(tmp) / "libcuda.c"
+        src.write_text(LIBCUDA_C % version, encoding="utf-8")
+        built = Path(tmp) / "libcuda.so"
+        try:
+            subprocess.run(["gcc", "-shared", "-fPIC", "-O1", "-Wl,-soname,libcuda.so.1", "-o", str(built),
+                            str(src)], capture_output=True, text=True, timeout=120, check=True)
+        except FileNotFoundError as exc:
+            raise ProfileError("the simulated driver's libcuda needs gcc (apt-get install build-essential)") from exc
+        except subprocess.CalledProcessError as exc:
+            raise ProfileError(f"building the simulated libcuda failed: {exc.stderr.strip()[-400:]}") from exc
+        except subprocess.TimeoutExpired as exc:
+            raise ProfileError("building the simulated libcuda took over 120 s") from exc
+        os.replace(str(built), str(out))
+    return out
+
+
+def install_fake_libcuda(root, profile, cache_dir) -> list[str]:
+    """Put the driver's libcuda under root (a node's /usr layer parent) as a driver install does.
+
+    Returns the paths installed, relative to root. Existing links and files of the same names are replaced.
+    """
+    prof = validate_profile(profile)
+    drv = prof["driver"]
+    lib = build_fake_libcuda(cache_dir, drv["cuda_version"])
+    libdir = Path(root) / multiarch_libdir()
+    libdir.mkdir(parents=True, exist_ok=True)
+    real = f"libcuda.so.{drv['version']}"
+    entries = [(real, None), ("libcuda.so.1", real)]
+    if drv["libcuda_dev_link"]:
+        entries.append(("libcuda.so", "libcuda.so.1"))
+    installed = []
+    for old in libdir.glob("libcuda.so*"):
+        if old.name not in dict(entries):
+            old.unlink()
+    for name, target in entries:
+        dest = libdir / name
+        tmp = libdir / f".{name}.fleetsim-tmp"
+        if tmp.is_symlink() or tmp.exists():
+            tmp.unlink()
+        if target is None:
+            shutil.copyfile(lib, tmp)
+            tmp.chmod(0o644)
+        else:
+            os.symlink(target, tmp)
+        os.replace(str(tmp), str(dest))
+        installed.append(str(dest.relative_to(root)))
+    return installed
 
 
 def render_lsmod(profile, *, extra_modules=(), peermem_loaded=None) -> str:

@@ -109,6 +109,7 @@ class Supervisor:
             shutil.copyfile("/usr/bin/systemctl", real)
             real.chmod(0o755)
         fakehw.install_fake_nvidia_smi(upper / "usr/bin/nvidia-smi")
+        fakehw.install_fake_libcuda(upper, fakehw.load_profile(self.cfg["profile"]), self.fleet.dir / "cache")
 
     def clean_work_dirs(self):
         """Empty the overlays' work dirs (node off): a volatile overlay refuses a used one."""

@@ -1,0 +1,103 @@
+# Copyright: (c) 2026, gpufleet.deepep contributors
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
+"""Wait quietly for an async job: poll async_status from the controller's worker until it finished or a bound.
+
+Documented in plugins/modules/job_wait.py.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+
+from ansible.errors import AnsibleActionFail
+from ansible.module_utils.common.text.converters import to_native
+from ansible.plugins.action import ActionBase
+
+ARGS = frozenset(("jid", "timeout", "poll", "cleanup"))
+JID = re.compile(r"j?[0-9]+\.[0-9]+")
+BOOLS = {True: True, False: False, "true": True, "false": False, "yes": True, "no": False}
+
+
+def _positive_int(name, value):
+    if isinstance(value, bool):
+        raise AnsibleActionFail("job_wait: %s=%r is not a whole number of seconds (expected e.g. 600)" % (name, value))
+    try:
+        number = int(str(value).strip())
+    except (TypeError, ValueError):
+        raise AnsibleActionFail("job_wait: %s=%r is not a whole number of seconds (expected e.g. 600)" % (name, value))
+    if number < 1:
+        raise AnsibleActionFail("job_wait: %s=%r must be at least 1 second" % (name, value))
+    return number
+
+
+def validate(args):
+    """(jid, timeout, poll, cleanup) from the task's arguments, or AnsibleActionFail naming the bad one."""
+    unknown = sorted(set(args) - ARGS)
+    if unknown:
+        raise AnsibleActionFail("job_wait: unknown argument(s) %s; expected some of %s"
+                                % (", ".join(unknown), ", ".join(sorted(ARGS))))
+    jid = args.get("jid")
+    if not isinstance(jid, str) or not JID.fullmatch(jid):
+        raise AnsibleActionFail("job_wait: jid=%r is not an async job id (expected the ansible_job_id of a task run "
+                                "with async and poll 0, such as j123456789.4242)" % (jid,))
+    timeout = _positive_int("timeout", args.get("timeout"))
+    poll = _positive_int("poll", args.get("poll", 10))
+    if poll > timeout:
+        raise AnsibleActionFail("job_wait: poll=%s is longer than timeout=%s (expected poll <= timeout)"
+                                % (poll, timeout))
+    cleanup = args.get("cleanup", True)
+    cleanup = BOOLS.get(cleanup.lower() if isinstance(cleanup, str) else cleanup)
+    if cleanup is None:
+        raise AnsibleActionFail("job_wait: cleanup=%r is not a boolean" % (args.get("cleanup"),))
+    return jid, timeout, poll, cleanup
+
+
+class ActionModule(ActionBase):
+
+    _requires_connection = True
+
+    def _status(self, jid, mode, task_vars):
+        """One call of the async_status module, with the async directory its action plugin would give it."""
+        async_dir = self._remote_expand_user(self.get_shell_option("async_dir", default="~/.ansible_async"))
+        status = self._execute_module(module_name="ansible.legacy.async_status", task_vars=task_vars,
+                                      module_args={"jid": jid, "mode": mode, "_async_dir": async_dir})
+        status["finished"] = bool(status.get("finished"))
+        return status
+
+    def run(self, tmp=None, task_vars=None):
+        task_vars = task_vars or {}
+        result = super(ActionModule, self).run(tmp, task_vars)
+        jid, timeout, poll, cleanup = validate(self._task.args)
+        if self._play_context.check_mode:
+            result.update(skipped=True, finished=False, waited=0, polls=0,
+                          msg="check mode: no job was started, so there is none to wait for")
+            return result
+        start = time.monotonic()
+        polls = 0
+        while True:
+            polls += 1
+            status = self._status(jid, "status", task_vars)
+            waited = int(round(time.monotonic() - start))
+            if status.get("failed") and not status.get("finished"):
+                result.update(failed=True, finished=False, waited=waited, polls=polls,
+                              msg="job_wait: the status of job %s could not be read: %s"
+                                  % (jid, to_native(status.get("msg") or status)))
+                return result
+            if status.get("finished"):
+                break
+            if time.monotonic() - start + poll > timeout:
+                result.update(failed=True, finished=False, waited=waited, polls=polls,
+                              msg="job_wait: job %s did not finish within %s s (timeout); its own time limit "
+                                  "ends it" % (jid, timeout))
+                return result
+            time.sleep(poll)
+        for key in ("started", "finished", "ansible_job_id", "results_file", "invocation", "_ansible_parsed"):
+            status.pop(key, None)
+        status.pop("failed", None)
+        if cleanup:
+            self._status(jid, "cleanup", task_vars)
+        result.update(status)
+        # failed is set explicitly, or ansible-core would derive it from the job's rc: the caller judges the job.
+        result.update(finished=True, waited=waited, polls=polls, changed=False, failed=False)
+        return result
