@@ -32,6 +32,10 @@ def pytest_addoption(parser):
                     help="DeepEP V2 source tree (directory with setup.py)")
     group.addoption("--nccl-src", default=os.environ.get("GPUFLEET_NCCL_SRC"),
                     help="NCCL source tree (NVIDIA/nccl, e.g. tag v2.30.7-1) to pin in the torch environment for V2")
+    group.addoption("--nvshmem-src", default=os.environ.get("GPUFLEET_NVSHMEM_SRC"),
+                    help="NVSHMEM source tarball (NVIDIA/nvshmem release, e.g. tag v3.4.5-0) built by the nvshmem role")
+    group.addoption("--nvshmem-prefix", default=os.environ.get("GPUFLEET_NVSHMEM_PREFIX", "/opt/deepep/nvshmem"),
+                    help="where the nvshmem role installs NVSHMEM on this node (removed and reinstalled by the tests)")
     group.addoption("--gpu-python", default=os.environ.get("GPUFLEET_GPU_PYTHON", sys.executable),
                     help="interpreter with the CUDA build of torch")
     group.addoption("--gpu-results", default=os.environ.get("GPUFLEET_GPU_RESULTS"),
@@ -98,6 +102,25 @@ def deepep_v1_src(request) -> Path:
 @pytest.fixture(scope="session")
 def deepep_v2_src(request) -> Path:
     return _src(request, "--deepep-v2-src")
+
+
+@pytest.fixture(scope="session")
+def nvshmem_src(request) -> Path:
+    value = request.config.getoption("--nvshmem-src")
+    if not value:
+        pytest.skip("--nvshmem-src (or GPUFLEET_NVSHMEM_SRC) names no NVSHMEM source tarball")
+    path = Path(value).resolve()
+    if not path.is_file() or not path.name.endswith((".tar.gz", ".tgz", ".tar.xz", ".txz")):
+        pytest.fail(f"--nvshmem-src={value}: not an NVSHMEM source tarball (.tar.gz, .tgz, .tar.xz or .txz)")
+    return path
+
+
+@pytest.fixture(scope="session")
+def nvshmem_prefix(request) -> Path:
+    path = Path(request.config.getoption("--nvshmem-prefix"))
+    if not path.is_absolute() or len(path.parts) < 3:
+        pytest.fail(f"--nvshmem-prefix={path}: an absolute path at least two levels deep (the tests remove it)")
+    return path
 
 
 @pytest.fixture(scope="session")
