@@ -55,8 +55,18 @@ def nvshmem_vars(nvshmem_src, nvshmem_prefix, results_dir):
             "nvshmem_test_prefix": str(nvshmem_prefix), "nvshmem_test_store": str(results_dir / "store")}
 
 
+def _forget_the_install(prefix: Path) -> None:
+    """No install, no kept previous install, no packed install of this node: what a fresh node has."""
+    for path in (prefix, Path(f"{prefix}.previous"), prefix.parent / "artifacts" / "nvshmem"):
+        shutil.rmtree(path, ignore_errors=True)
+    assert not prefix.exists()
+
+
 @pytest.fixture(scope="module")
-def nvshmem_built(nvshmem_vars, results_dir, gpu_python):
+def nvshmem_built(nvshmem_vars, nvshmem_prefix, results_dir, gpu_python):
+    # From source: nothing of an earlier run on this node (install or store) may stand in for the build.
+    _forget_the_install(nvshmem_prefix)
+    shutil.rmtree(nvshmem_vars["nvshmem_test_store"], ignore_errors=True)
     first = run_stage("nvshmem", results_dir, gpu_python, dict(nvshmem_vars, gpu_round=1), playbook=PLAYBOOK,
                       label="nvshmem-build")
     assert first.returncode == 0, tail(first)
@@ -103,11 +113,8 @@ def test_a_fresh_prefix_installs_from_the_store_without_building(nvshmem_built, 
     key = first["result"]["key"]
     store = Path(nvshmem_vars["nvshmem_test_store"]) / "nvshmem" / key
     assert (store / "published.json").is_file() and (store / f"nvshmem-{key}.tar.gz").is_file()
-    # A fresh node: no install, no kept previous install, no packed install of its own. The prefix stays the same
-    # path (it is part of the build key, as every node of a profile uses the same one).
-    for path in (nvshmem_prefix, Path(f"{nvshmem_prefix}.previous"), nvshmem_prefix.parent / "artifacts" / "nvshmem"):
-        shutil.rmtree(path, ignore_errors=True)
-    assert not nvshmem_prefix.exists()
+    # A fresh node. The prefix stays the same path (it is part of the build key; every node of a profile uses one).
+    _forget_the_install(nvshmem_prefix)
     proc = run_stage("nvshmem", results_dir, gpu_python, dict(nvshmem_vars, gpu_round=3), playbook=PLAYBOOK,
                      label="nvshmem-store-install")
     assert proc.returncode == 0, tail(proc)
