@@ -667,13 +667,15 @@ def nvshmem_cmake_args(source_dir, build_dir, prefix, cuda_home, cuda_arch, ibgd
     """The configure command and environment the runbooks use for NVSHMEM.
 
     IBGDA on (unless ``ibgda`` is False); SHMEM, UCX, NCCL and MPI off; GDRCopy on with its include dir
-    when ``gdrcopy_home`` is given, off otherwise; examples and tests off; CUDACXX and
+    when ``gdrcopy_home`` is given, off otherwise; examples, tests and the nvshmem4py wheels off; CUDACXX and
     CMAKE_CUDA_COMPILER set explicitly. ``cmake_options`` (a dict) adds or overrides ``-D`` entries.
     Returns ``(argv, env, options)`` where ``options`` is the final ``-D`` dict.
     """
     nvcc = os.path.join(cuda_home, "bin", "nvcc")
     options = {
         "CMAKE_INSTALL_PREFIX": prefix,
+        # What nvshmem-info reports as NVSHMEM_PREFIX (upstream default /usr/local/nvshmem, whatever the install).
+        "NVSHMEM_PREFIX": prefix,
         "CMAKE_BUILD_TYPE": "Release",
         "CMAKE_CUDA_COMPILER": nvcc,
         "CMAKE_CUDA_ARCHITECTURES": parse_cmake_arch_list(cuda_arch),
@@ -686,6 +688,8 @@ def nvshmem_cmake_args(source_dir, build_dir, prefix, cuda_home, cuda_arch, ibgd
         "NVSHMEM_PMIX_SUPPORT": False,
         "NVSHMEM_BUILD_EXAMPLES": False,
         "NVSHMEM_BUILD_TESTS": False,
+        # On by default upstream: makes venvs and pip-installs nvshmem4py's build requirements (needs an index).
+        "NVSHMEM_BUILD_PYTHON_LIB": False,
         "NVSHMEM_USE_GDRCOPY": bool(gdrcopy_home),
     }
     if gdrcopy_home:

@@ -11,8 +11,9 @@ short_description: Build NVSHMEM with IBGDA into a prefix, keyed, staged and swa
 version_added: 0.1.0
 description:
   - Builds NVSHMEM from a source directory or tarball with the configure flags the field runbooks use
-    (IBGDA on; SHMEM, UCX, NCCL, MPI and PMIx off; GDRCopy include when given; examples and tests off;
-    C(CUDACXX) and C(CMAKE_CUDA_COMPILER) set explicitly; C(CMAKE_CUDA_ARCHITECTURES) from O(cuda_arch)).
+    (IBGDA on; SHMEM, UCX, NCCL, MPI and PMIx off; GDRCopy include when given; examples, tests and the
+    nvshmem4py Python wheels off; C(CUDACXX) and C(CMAKE_CUDA_COMPILER) set explicitly; C(CMAKE_CUDA_ARCHITECTURES)
+    from O(cuda_arch)).
   - Every input that changes the result (source sha256 or revision, the RoCE fix, configure options, CUDA
     and compiler versions, arch list) goes into a build key. The key is recorded in a stamp file,
     C(<prefix>/.gpufleet-build.json). Same key and a passing verification of the install means no change.

@@ -22,6 +22,11 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parents[2]
+# The collection's own code (gate thresholds, output parser), as tests/gpu/run_on_gpu_node.sh links it.
+if (REPO / ".collections" / "ansible_collections").is_dir() and str(REPO / ".collections") not in sys.path:
+    sys.path.insert(0, str(REPO / ".collections"))
+# DeepEP intranode runs one rank per GPU and supports 2, 4 or 8 ranks (intranode.cu: num_ranks <= kNumThreads).
+INTRANODE_RANKS = (2, 4, 8)
 
 
 def pytest_addoption(parser):
@@ -32,13 +37,16 @@ def pytest_addoption(parser):
                     help="DeepEP V2 source tree (directory with setup.py)")
     group.addoption("--nccl-src", default=os.environ.get("GPUFLEET_NCCL_SRC"),
                     help="NCCL source tree (NVIDIA/nccl, e.g. tag v2.30.7-1) to pin in the torch environment for V2")
+    group.addoption("--nvshmem-src", default=os.environ.get("GPUFLEET_NVSHMEM_SRC"),
+                    help="NVSHMEM source tarball (NVIDIA/nvshmem release, e.g. tag v3.4.5-0) built by the nvshmem role")
+    group.addoption("--nvshmem-prefix", default=os.environ.get("GPUFLEET_NVSHMEM_PREFIX", "/opt/deepep/nvshmem"),
+                    help="where the nvshmem role installs NVSHMEM on this node (removed and reinstalled by the tests)")
     group.addoption("--gpu-python", default=os.environ.get("GPUFLEET_GPU_PYTHON", sys.executable),
                     help="interpreter with the CUDA build of torch")
     group.addoption("--gpu-results", default=os.environ.get("GPUFLEET_GPU_RESULTS"),
                     help="directory for logs, outputs and figures")
-    group.addoption("--bf16-dispatch-gate", type=float,
-                    default=float(os.environ.get("GPUFLEET_BF16_DISPATCH_GATE", "300")),
-                    help="minimum BF16 intranode dispatch bandwidth in GB/s (NVLink)")
+    group.addoption("--hand-ratio", type=float, default=float(os.environ.get("GPUFLEET_HAND_RATIO", "0.98")),
+                    help="each figure of the collection's DeepEP build must be at least this share of the hand build's")
 
 
 def gpu_count() -> int:
@@ -58,13 +66,47 @@ def pytest_collection_modifyitems(config, items):
         return
     skip = pytest.mark.skip(reason="no NVIDIA GPU visible (nvidia-smi -L lists none): the GPU suite runs on a GPU node")
     for item in items:
-        if "gpu" in item.keywords:
+        # The marker, not the keywords: those hold path parts too (a checkout in a folder named gpu).
+        if item.get_closest_marker("gpu"):
             item.add_marker(skip)
 
 
 @pytest.fixture(scope="session")
 def num_gpus() -> int:
     return gpu_count()
+
+
+@pytest.fixture(scope="session")
+def intranode_gpus(num_gpus) -> int:
+    """The GPU count for DeepEP's intranode tests; skips them on a node DeepEP cannot run them on."""
+    if num_gpus not in INTRANODE_RANKS:
+        pytest.skip(f"DeepEP intranode needs 2, 4 or 8 ranks (one per GPU); this node has {num_gpus} GPU(s)")
+    return num_gpus
+
+
+def gpu_name() -> str:
+    out = subprocess.run(["nvidia-smi", "--query-gpu=name", "--format=csv,noheader"], capture_output=True,
+                         text=True, timeout=60, check=False)
+    names = [line.strip() for line in out.stdout.splitlines() if line.strip()]
+    return names[0] if names else ""
+
+
+@pytest.fixture(scope="session")
+def intranode_thresholds() -> dict:
+    """The verify_intranode role's own gate for this node's GPU family (its defaults, chosen as the role does)."""
+    import yaml
+    from ansible_collections.gpufleet.deepep.plugins.module_utils._verify import select_thresholds
+
+    defaults = yaml.safe_load((REPO / "roles" / "verify_intranode" / "defaults" / "main.yml").read_text())
+    chosen = select_thresholds(defaults["verify_intranode_thresholds"], profile=gpu_name())
+    print(f"\nverify_intranode gate for {chosen['profile']!r}: {chosen['matched']} {chosen['thresholds']}",
+          file=sys.stderr)
+    return chosen
+
+
+@pytest.fixture(scope="session")
+def hand_ratio(request) -> float:
+    return request.config.getoption("--hand-ratio")
 
 
 @pytest.fixture(scope="session")
@@ -98,6 +140,25 @@ def deepep_v1_src(request) -> Path:
 @pytest.fixture(scope="session")
 def deepep_v2_src(request) -> Path:
     return _src(request, "--deepep-v2-src")
+
+
+@pytest.fixture(scope="session")
+def nvshmem_src(request) -> Path:
+    value = request.config.getoption("--nvshmem-src")
+    if not value:
+        pytest.skip("--nvshmem-src (or GPUFLEET_NVSHMEM_SRC) names no NVSHMEM source tarball")
+    path = Path(value).resolve()
+    if not path.is_file() or not path.name.endswith((".tar.gz", ".tgz", ".tar.xz", ".txz")):
+        pytest.fail(f"--nvshmem-src={value}: not an NVSHMEM source tarball (.tar.gz, .tgz, .tar.xz or .txz)")
+    return path
+
+
+@pytest.fixture(scope="session")
+def nvshmem_prefix(request) -> Path:
+    path = Path(request.config.getoption("--nvshmem-prefix"))
+    if not path.is_absolute() or len(path.parts) < 3:
+        pytest.fail(f"--nvshmem-prefix={path}: an absolute path at least two levels deep (the tests remove it)")
+    return path
 
 
 @pytest.fixture(scope="session")

@@ -51,3 +51,65 @@ def load(results: Path, name: str) -> dict:
 
 def tail(proc: subprocess.CompletedProcess) -> str:
     return proc.stdout[-4000:] + proc.stderr[-2000:]
+
+
+# --- DeepEP built by hand, DeepEP's README way, from the same tree: the baseline of the collection's build ---
+CUDA_HOME = Path(os.environ.get("CUDA_HOME", "/usr/local/cuda"))
+
+
+def hand_build(src: Path, results: Path, python: str, arch_list: str) -> Path:
+    """``python setup.py build`` in a copy of ``src``, then the README's link of ``deep_ep_cpp*.so`` into its root.
+
+    DeepEP's own fallbacks pick NVSHMEM (the pip package) as they do for the collection's build. CUDA 13 moved
+    libcu++ under include/cccl, which DeepEP V1 does not add (DeepEP #568): the same include goes to g++ and nvcc.
+    """
+    tree = results / "hand" / src.name
+    shutil.rmtree(tree, ignore_errors=True)
+    shutil.copytree(src, tree, symlinks=True, ignore=shutil.ignore_patterns("build", "*.so", "__pycache__"))
+    env = dict(os.environ, TORCH_CUDA_ARCH_LIST=arch_list, MAX_JOBS=str(os.cpu_count() or 1))
+    cccl = CUDA_HOME / "include" / "cccl"
+    if cccl.is_dir():
+        env["CPATH"] = f"{cccl}:{env['CPATH']}" if env.get("CPATH") else str(cccl)
+        env["NVCC_APPEND_FLAGS"] = f"{env.get('NVCC_APPEND_FLAGS', '')} -I{cccl}".strip()
+    start = time.monotonic()
+    proc = subprocess.run([python, "setup.py", "build"], cwd=tree, env=env, capture_output=True, text=True,
+                          timeout=3600, check=False)
+    TIMINGS["hand-build"] = time.monotonic() - start
+    (results / "hand-build.log").write_text(proc.stdout + proc.stderr)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    built = sorted(tree.glob("build/lib.*/deep_ep_cpp*.so"))
+    assert len(built) == 1, f"expected one deep_ep_cpp*.so under {tree}/build, found {built}"
+    (tree / built[0].name).symlink_to(built[0].relative_to(tree))
+    return tree
+
+
+def hand_env(tree: Path) -> dict:
+    """The hand build first on the path: its ``deep_ep`` package and the linked ``deep_ep_cpp`` in its root."""
+    env = dict(os.environ)
+    env["PYTHONPATH"] = f"{tree}:{env['PYTHONPATH']}" if env.get("PYTHONPATH") else str(tree)
+    return env
+
+
+def run_hand_test(tree: Path, results: Path, python: str, test: str, processes: int, label: str,
+                  generation: str = "v1", timeout: int = 900) -> dict:
+    """Run one DeepEP test with the hand build; returns ``{rc, stdout, stderr, parsed}`` (also written as JSON)."""
+    from ansible_collections.gpufleet.deepep.plugins.module_utils._bandwidth import parse_output
+
+    start = time.monotonic()
+    try:
+        proc = subprocess.run(["timeout", str(timeout), python, test, "--num-processes", str(processes)], cwd=tree,
+                              env=hand_env(tree), capture_output=True, text=True, timeout=timeout + 60, check=False)
+        rc, stdout, stderr = proc.returncode, proc.stdout, proc.stderr
+    except subprocess.TimeoutExpired as exc:
+        rc, stdout, stderr = 124, str(exc.stdout or ""), str(exc.stderr or "")
+    TIMINGS[label] = time.monotonic() - start
+    out = {"rc": rc, "stdout": stdout, "stderr": stderr}
+    out["parsed"] = parse_output(out, test=test, generation=generation)
+    (results / f"{label}.json").write_text(json.dumps(out, indent=2))
+    return out
+
+
+def ratios(collection: dict, hand: dict) -> dict:
+    """collection / hand for every figure both have (None where the hand figure is missing or zero)."""
+    return {k: (collection[k] / hand[k] if collection.get(k) is not None and hand.get(k) else None)
+            for k in sorted(set(collection) | set(hand))}

@@ -5,10 +5,10 @@
 V2 needs NCCL >= 2.30.4 at build and run time, and refuses a second NCCL loaded beside torch's: the torch
 environment's own pip NCCL files must be the new version. The collection's ``nccl`` role builds NCCL from the
 source tree given with ``--nccl-src`` (no download) and pins it there (tests/gpu/playbooks/nccl.yml); then
-``deepep_build`` builds V2 against it, and V2's V1-API test ``tests/legacy/test_intranode.py`` must pass and
-clear the BF16 gate. V2's own ``tests/elastic/test_ep.py`` is run and reported, never gated (see
-tests/gpu/README.md). This module runs after test_deepep_gpu.py, whose V2 preflight test needs the node's
-original, older NCCL.
+``deepep_build`` builds V2 against it, and V2's V1-API test ``tests/legacy/test_intranode.py`` must pass the
+verify_intranode role's gate for the node's GPU family. V2's own ``tests/elastic/test_ep.py`` is gated the same way
+when it finishes; its known crash is an xfail with the reason (see tests/gpu/README.md). Intranode tests skip, with
+the reason, unless the node has 2, 4 or 8 GPUs.
 """
 
 from __future__ import annotations
@@ -67,33 +67,47 @@ def test_v2_builds_against_the_pinned_nccl_and_imports(v2_built):
     assert facts["built_against"]["nccl"] == v2_built["nccl"]["version"]
 
 
-def test_v2_legacy_intranode_all_cases_pass_and_clear_the_gate(v2_built, deepep_v2_src, results_dir, gpu_python,
-                                                               request):
+def test_v2_legacy_intranode_passes_the_family_gate(v2_built, deepep_v2_src, results_dir, gpu_python,
+                                                    intranode_gpus, intranode_thresholds):
+    from ansible_collections.gpufleet.deepep.plugins.module_utils._verify import gate
+
     proc = run_stage("v2_legacy_intranode", results_dir, gpu_python, {"deepep_v2_src": str(deepep_v2_src)})
     assert proc.returncode == 0, tail(proc)
     out = load(results_dir, "v2_legacy_intranode.json")
     parsed = out["parsed"]
     assert out["rc"] == 0, out["stdout"][-3000:] + out["stderr"][-3000:]
-    assert parsed["complete"] is True
     assert parsed["cases"]["failed"] == 0 and parsed["cases"]["passed"] > 0
-    gate = request.config.getoption("--bf16-dispatch-gate")
-    bf16 = parsed["dispatch"]["bf16"]["nvl_gbps"]
-    print(f"\n{out.get('test', 'intranode')}: cases {parsed['cases']}, BF16 dispatch {bf16}, "
-          f"FP8 dispatch {parsed['dispatch']['fp8']['nvl_gbps']}, combine {parsed['combine']['nvl_gbps']} GB/s (NVL)",
-          file=sys.stderr)
-    assert bf16 is not None and bf16 >= gate, f"V2 legacy BF16 dispatch {bf16} GB/s (NVL), gate {gate}"
+    verdict = gate(parsed, intranode_thresholds["thresholds"], rc=out["rc"], stage="tests/legacy/test_intranode.py")
+    print(f"\nV2 legacy intranode on {intranode_gpus} GPUs: cases {parsed['cases']}, BF16 dispatch "
+          f"{parsed['dispatch']['bf16']['nvl_gbps']}, FP8 dispatch {parsed['dispatch']['fp8']['nvl_gbps']}, combine "
+          f"{parsed['combine']['nvl_gbps']} GB/s (NVL); gate {intranode_thresholds['matched']}: {verdict['status']} "
+          f"{verdict['reasons']}", file=sys.stderr)
+    assert verdict["passed"], verdict["reasons"]
 
 
-def test_v2_elastic_is_run_and_reported(v2_built, deepep_v2_src, results_dir, gpu_python):
-    """Exploratory: the outcome is recorded and printed, not gated (a hand build segfaulted on 2 x H200)."""
+# Known: a hand build of DeepEP V2 (dd758ca) segfaulted in tests/elastic/test_ep.py on 2 x H200 with NVLink
+# multicast off (NCCL_NVLS_ENABLE=0, as the lent machines require); cause not established.
+V2_ELASTIC_CRASH = ("DeepEP V2 tests/elastic/test_ep.py dies (SIGSEGV) with NVLink multicast off, as a hand build "
+                    "did on 2 x H200 (dd758ca); cause not established")
+
+
+def test_v2_elastic(v2_built, deepep_v2_src, results_dir, gpu_python, intranode_gpus, intranode_thresholds):
+    """Runs under a timeout; a crash is the known failure (xfail with its reason), a finished run is gated."""
+    from ansible_collections.gpufleet.deepep.plugins.module_utils._verify import gate
+
     proc = run_stage("v2_elastic", results_dir, gpu_python, {"deepep_v2_src": str(deepep_v2_src)})
     assert proc.returncode == 0, tail(proc)
     out = load(results_dir, "v2_elastic.json")
     parsed = out["parsed"]
-    # A run that died (a signal, a timeout) cannot have read as complete.
-    if out["rc"] != 0:
-        assert parsed["complete"] is False, parsed
     summary = {"rc": out["rc"], "complete": parsed["complete"], "cases": parsed.get("cases"),
                "dispatch": parsed.get("dispatch"), "combine": parsed.get("combine"),
                "elastic": parsed.get("elastic")}
     print(f"\nV2 tests/elastic/test_ep.py: {summary}\nstderr tail: {out['stderr'][-1500:]}", file=sys.stderr)
+    # timeout(1) reports a child killed by a signal as 128 + the signal; SIGSEGV is 11, SIGABRT 6.
+    if out["rc"] in (128 + 11, 128 + 6, -11, -6):
+        # A run that died cannot have read as complete.
+        assert parsed["complete"] is False, parsed
+        pytest.xfail(f"{V2_ELASTIC_CRASH} (rc={out['rc']})")
+    assert out["rc"] == 0, out["stdout"][-3000:] + out["stderr"][-3000:]
+    verdict = gate(parsed, intranode_thresholds["thresholds"], rc=out["rc"], stage="tests/elastic/test_ep.py")
+    assert verdict["passed"], verdict["reasons"]

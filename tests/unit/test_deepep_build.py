@@ -85,7 +85,7 @@ def nvshmem_root(tmp_path_factory):
     env = dict(os.environ, CUDACXX=os.path.join(CUDA_HOME, "bin", "nvcc"), LC_ALL="C")
     subprocess.run(["cmake", "-S", str(SOURCES / "nvshmem-fixture"), "-B", str(base / "build"),
                     "-DCMAKE_INSTALL_PREFIX=%s" % prefix, "-DNVSHMEM_IBGDA_SUPPORT=ON", "-DNVSHMEM_USE_GDRCOPY=OFF",
-                    "-DCMAKE_CUDA_ARCHITECTURES=90"], check=True, env=env, capture_output=True)
+                    "-DNVSHMEM_BUILD_PYTHON_LIB=OFF", "-DCMAKE_CUDA_ARCHITECTURES=90"], check=True, env=env, capture_output=True)
     subprocess.run(["cmake", "--build", str(base / "build"), "--parallel", "2"], check=True, env=env,
                    capture_output=True)
     subprocess.run(["cmake", "--install", str(base / "build")], check=True, env=env, capture_output=True)

@@ -57,6 +57,7 @@ def test_build_verify_and_idempotence(module_runner, prefix):
     configure = first["commands"][0]
     for flag in ("-DNVSHMEM_IBGDA_SUPPORT=ON", "-DNVSHMEM_SHMEM_SUPPORT=OFF", "-DNVSHMEM_UCX_SUPPORT=OFF",
                  "-DNVSHMEM_USE_NCCL=OFF", "-DNVSHMEM_MPI_SUPPORT=OFF", "-DNVSHMEM_BUILD_EXAMPLES=OFF",
+                 "-DNVSHMEM_BUILD_PYTHON_LIB=OFF",
                  "-DCMAKE_CUDA_COMPILER=/usr/local/cuda/bin/nvcc", "-DCMAKE_CUDA_ARCHITECTURES=90",
                  "-DCMAKE_INSTALL_PREFIX=%s" % prefix):
         assert flag in configure
@@ -147,6 +148,15 @@ def test_failed_build_leaves_the_previous_install_working(module_runner, prefix)
     again = module_runner(nvshmem_build, _args(prefix))
     assert not again["changed"] and again["cleaned"] == [bad["staging"]]
     assert _siblings(prefix) == ["nvshmem"]
+
+
+def test_python_wheels_would_need_a_package_index(module_runner, prefix):
+    # Upstream builds nvshmem4py's wheels by default, pip-installing their build requirements at build time: the
+    # module turns that off, and turning it back on fails the build step (not the configure) on an offline node.
+    bad = module_runner(nvshmem_build, _args(prefix, cmake_options={"NVSHMEM_BUILD_PYTHON_LIB": True}))
+    assert bad.failed and "--build" in bad["cmd"]
+    assert any("no package index" in line for line in bad["log_tail"]), bad["log_tail"]
+    assert not os.path.exists(prefix)
 
 
 def test_killed_run_leftovers_are_repaired(module_runner, prefix):
