@@ -6,7 +6,8 @@
 Standard library only, Python 3.8+ (this file runs on the managed nodes and on the controller).
 
 * ``read_text`` / ``read_json_dict``: a file's text or JSON object, None when it cannot be read.
-* ``file_sha256``: the sha256 of a file, read in chunks (optionally only its first ``limit`` bytes).
+* ``file_sha256`` / ``file_digest``: the sha256 of a file read in chunks (optionally only its first ``limit``
+  bytes), with the number of bytes read.
 * ``write_atomic``: bytes or text to a path by a temp file in the same directory and one rename; an error leaves
   the old file as it was and no temp file behind. ``write_json_file`` is the same for a JSON document,
   ``copy_atomic`` for a copy of another file (optionally checked against its sha256 before the rename).
@@ -20,7 +21,7 @@ import os
 import shutil
 import tempfile
 
-__all__ = ["read_text", "read_json_dict", "file_sha256", "write_atomic", "write_json_file", "copy_atomic", "CopyMismatch"]
+__all__ = ["read_text", "read_json_dict", "file_sha256", "file_digest", "write_atomic", "write_json_file", "copy_atomic", "CopyMismatch"]
 
 CHUNK = 1024 * 1024
 
@@ -46,19 +47,24 @@ def read_json_dict(path):
     return data if isinstance(data, dict) else None
 
 
-def file_sha256(path, chunk=CHUNK, limit=None):
-    """The hex sha256 of the file at ``path`` (of its first ``limit`` bytes when given). Raises OSError."""
+def file_digest(path, chunk=CHUNK, limit=None):
+    """``(hex sha256, bytes read)`` of the file at ``path``, read to its end or to ``limit`` bytes (pseudo files
+    such as ``/proc/version`` report size 0, so the count comes from the reading). Raises OSError."""
     digest = hashlib.sha256()
-    left = limit
+    read = 0
     with open(path, "rb") as handle:
-        while left is None or left > 0:
-            block = handle.read(chunk if left is None else min(chunk, left))
+        while limit is None or read < limit:
+            block = handle.read(chunk if limit is None else min(chunk, limit - read))
             if not block:
                 break
             digest.update(block)
-            if left is not None:
-                left -= len(block)
-    return digest.hexdigest()
+            read += len(block)
+    return digest.hexdigest(), read
+
+
+def file_sha256(path, chunk=CHUNK, limit=None):
+    """The hex sha256 of the file at ``path`` (of its first ``limit`` bytes when given). Raises OSError."""
+    return file_digest(path, chunk, limit)[0]
 
 
 def write_atomic(path, data, mode=0o644, tmp_prefix=None, fsync=False):

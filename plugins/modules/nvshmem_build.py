@@ -305,32 +305,36 @@ import shutil
 import tarfile
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.gpufleet.deepep.plugins.module_utils._build import (
-    CommandLog,
-    StepFailed,
-    LOG_NAME,
-    ArchError,
-    BuildError,
-    apply_ah_attr_fix,
+from ansible_collections.gpufleet.deepep.plugins.module_utils._arch import ArchError, parse_cmake_arch_list
+from ansible_collections.gpufleet.deepep.plugins.module_utils._buildkey import (
     build_key,
-    clean_stale_staging,
-    file_sha256,
-    nvshmem_cmake_args,
-    nvshmem_version_from_header,
-    parse_cmake_arch_list,
-    parse_nvshmem_info,
-    previous_path,
+    BuildError,
+    LOG_NAME,
     read_stamp,
-    recover_interrupted_swap,
     short_key,
-    stale_staging_dirs,
-    staging_path,
     stamp_path,
-    swap_in,
     tree_hash,
     write_stamp,
 )
-from ansible_collections.gpufleet.deepep.plugins.module_utils._versions import cuda_version_from_nvcc
+from ansible_collections.gpufleet.deepep.plugins.module_utils._fileio import file_sha256, write_json_file
+from ansible_collections.gpufleet.deepep.plugins.module_utils._nvshmem import (
+    apply_ah_attr_fix,
+    nvshmem_cmake_args,
+    parse_nvshmem_info,
+)
+from ansible_collections.gpufleet.deepep.plugins.module_utils._runner import CommandLog, StepFailed
+from ansible_collections.gpufleet.deepep.plugins.module_utils._swap import (
+    clean_stale_staging,
+    previous_path,
+    recover_interrupted_swap,
+    staging_path,
+    stale_staging_dirs,
+    swap_in,
+)
+from ansible_collections.gpufleet.deepep.plugins.module_utils._versions import (
+    cuda_version_from_nvcc,
+    nvshmem_version_from_header,
+)
 
 IBGDA_SOURCE = os.path.join("src", "modules", "transport", "ibgda", "ibgda.cpp")
 AH_ATTR_FIX_VERSION = 1
@@ -457,11 +461,7 @@ def pack_artifact(prefix, artifact_dir, key):
     os.rename(tmp, tarball)
     data = dict(read_stamp(prefix) or {})
     data["artifact_sha256"] = file_sha256(tarball)
-    tmp = record + ".%d.tmp" % os.getpid()
-    with open(tmp, "w", encoding="utf-8") as handle:
-        json.dump(data, handle, sort_keys=True, indent=2)
-        handle.write("\n")
-    os.rename(tmp, record)
+    write_json_file(record, data)
     return tarball
 
 
@@ -557,7 +557,7 @@ def run(module):
         "key": None, "reason": "", "inputs": {}, "previous": None, "staging": None, "log": None,
         "commands": [], "cleaned": [], "recovered": None, "verify": {}, "installed_from": None, "artifact": None,
     }
-    runner = CommandLog(module.run_command)
+    runner = CommandLog()
 
     def fail(msg, **extra):
         result["commands"] = runner.commands
