@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import datetime
 import os
-import tempfile
 
 import yaml
 
@@ -37,24 +36,12 @@ from ansible_collections.gpufleet.deepep.plugins.module_utils._audit import (
     node_document,
     plain_data,
 )
+from ansible_collections.gpufleet.deepep.plugins.module_utils._fileio import write_atomic
 from ansible_collections.gpufleet.deepep.plugins.module_utils._report import render
 
 REPORT_FILES = (("fleet.json", "json"), ("fleet.md", "md"), ("fleet.html", "html"))
 ARGS = frozenset(("rules_file", "extra_rules", "disabled_rules", "hosts", "result_var", "expect_var", "groups",
                   "skip_groups", "output_dir", "output_root", "latest_link", "meta"))
-
-
-def write_atomic(path, text, mode=0o644):
-    directory = os.path.dirname(path)
-    fd, tmp = tempfile.mkstemp(prefix=".%s." % os.path.basename(path), suffix=".tmp", dir=directory)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            handle.write(text)
-        os.chmod(tmp, mode)
-        os.replace(tmp, path)
-    finally:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
 
 
 def load_catalogue(path, extra_rules=None, disabled_rules=None):

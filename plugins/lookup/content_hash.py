@@ -45,7 +45,8 @@ import os
 from ansible.errors import AnsibleLookupError
 from ansible.plugins.lookup import LookupBase
 
-from ansible_collections.gpufleet.deepep.plugins.module_utils._build import BuildError, file_sha256, tree_hash
+from ansible_collections.gpufleet.deepep.plugins.module_utils._buildkey import BuildError, tree_hash
+from ansible_collections.gpufleet.deepep.plugins.module_utils._fileio import file_sha256
 
 SKIP_DIRS = (".git", "__pycache__")
 SKIP_SUFFIXES = (".pyc", ".pyo")

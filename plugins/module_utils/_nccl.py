@@ -22,7 +22,7 @@ import json
 import os
 import re
 
-from ansible_collections.gpufleet.deepep.plugins.module_utils._build import file_sha256
+from ansible_collections.gpufleet.deepep.plugins.module_utils._fileio import file_sha256
 from ansible_collections.gpufleet.deepep.plugins.module_utils._versions import (
     NCCL_PIP_PROJECTS,
     find_dist_info,

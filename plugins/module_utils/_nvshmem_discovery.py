@@ -15,12 +15,11 @@ fixes: preload the custom host library, or replace the bundled IBGDA transport w
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import re
 
-from ansible_collections.gpufleet.deepep.plugins.module_utils._build import read_text as _read
+from ansible_collections.gpufleet.deepep.plugins.module_utils._fileio import file_sha256, read_text as _read
 from ansible_collections.gpufleet.deepep.plugins.module_utils._versions import (
     VersionError,
     find_dist_info,
@@ -35,7 +34,6 @@ __all__ = [
     "BACKUP_SUFFIX",
     "parse_probe",
     "ordered_site_packages",
-    "file_sha256",
     "find_bundled",
     "describe_custom",
     "custom_transport",
@@ -121,14 +119,6 @@ def ordered_site_packages(probe):
         return order.index(real) if real in order else len(order)
 
     return sorted(existing, key=rank)
-
-
-def file_sha256(path):
-    digest = hashlib.sha256()
-    with open(path, "rb") as handle:
-        for chunk in iter(lambda: handle.read(1024 * 1024), b""):
-            digest.update(chunk)
-    return digest.hexdigest()
 
 
 def _so_version(name):

@@ -24,11 +24,14 @@ Fingerprints are cheap and never import anything heavy:
 from __future__ import annotations
 
 import glob
-import hashlib
 import os
 import stat
 
-from ansible_collections.gpufleet.deepep.plugins.module_utils._build import read_json_dict, write_json_file
+from ansible_collections.gpufleet.deepep.plugins.module_utils._fileio import (
+    file_digest,
+    read_json_dict,
+    write_json_file,
+)
 
 FORMAT = 1
 HASH_LIMIT = 8 * 1024 * 1024
@@ -46,16 +49,7 @@ def is_pattern(path):
 
 def _sha256_of(path, limit):
     """(sha256 hex, bytes read) of the file, reading at most ``limit + 1`` bytes."""
-    digest = hashlib.sha256()
-    read = 0
-    with open(path, "rb") as handle:
-        while read <= limit:
-            block = handle.read(min(1024 * 1024, limit + 1 - read))
-            if not block:
-                break
-            digest.update(block)
-            read += len(block)
-    return digest.hexdigest(), read
+    return file_digest(path, limit=limit + 1)
 
 
 def fingerprint_path(path, hash_limit=HASH_LIMIT):

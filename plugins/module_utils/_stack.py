@@ -17,11 +17,8 @@ import re
 import subprocess
 import threading
 
-from ansible_collections.gpufleet.deepep.plugins.module_utils._build import (
-    nvshmem_version_from_header,
-    read_stamp,
-    stamp_path,
-)
+from ansible_collections.gpufleet.deepep.plugins.module_utils._buildkey import read_stamp, stamp_path
+from ansible_collections.gpufleet.deepep.plugins.module_utils._versions import nvshmem_version_from_header
 from ansible_collections.gpufleet.deepep.plugins.module_utils._hca_mapping import topology_facts
 from ansible_collections.gpufleet.deepep.plugins.module_utils._nvidia import (
     DEFAULT_MODPROBE_DIRS,

@@ -340,30 +340,34 @@ import os
 import shutil
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.gpufleet.deepep.plugins.module_utils._build import (
-    CommandLog,
-    StepFailed,
-    STAMP_NAME,
-    ArchError,
-    BuildError,
+from ansible_collections.gpufleet.deepep.plugins.module_utils._arch import ArchError
+from ansible_collections.gpufleet.deepep.plugins.module_utils._buildkey import (
     build_key,
+    BuildError,
+    short_key,
+    STAMP_NAME,
+    tree_hash,
+    write_stamp,
+)
+from ansible_collections.gpufleet.deepep.plugins.module_utils._deepep import (
     deepep_build_env,
     deepep_preflight,
     deepep_version_from_tree,
     detect_deepep_generation,
-    file_sha256,
     has_hca_mapping_support,
-    nvshmem_version_from_header,
-    parse_nvshmem_info,
+)
+from ansible_collections.gpufleet.deepep.plugins.module_utils._fileio import (
+    file_sha256,
     read_json_dict as _read_json,
     read_text as _read,
-    short_key,
-    tree_hash,
 )
+from ansible_collections.gpufleet.deepep.plugins.module_utils._nvshmem import parse_nvshmem_info
+from ansible_collections.gpufleet.deepep.plugins.module_utils._runner import CommandLog, StepFailed
 from ansible_collections.gpufleet.deepep.plugins.module_utils._versions import (
     cuda_version_from_nvcc,
     nccl_version_from_header_file,
     nccl_version_from_pip,
+    nvshmem_version_from_header,
     pip_package_version,
 )
 
@@ -469,7 +473,7 @@ def _tail(path, lines):
 
 class Builder(CommandLog):
     def __init__(self, module):
-        CommandLog.__init__(self, module.run_command)
+        CommandLog.__init__(self)
         self.module = module
         self.p = module.params
 
@@ -828,7 +832,7 @@ def run(module):
         ext = _ext_path(after)
         stamp["extension_sha256"] = file_sha256(ext) if ext and os.path.isfile(ext) else None
         if after.get("deep_ep_dir"):
-            write_json_atomic(module, os.path.join(after["deep_ep_dir"], STAMP_NAME), stamp)
+            write_stamp(after["deep_ep_dir"], stamp)
         check = builder.import_check()
     except StepFailed as exc:
         fail("installing %s failed: %s" % (wheel, exc.msg), rc=exc.rc, cmd=exc.cmd, **exc.extra)
@@ -851,15 +855,6 @@ def run(module):
 def _exit(module, builder, ansible_facts, **result):
     result["commands"] = builder.commands
     module.exit_json(ansible_facts=ansible_facts, **result)
-
-
-def write_json_atomic(module, path, data):
-    directory = os.path.dirname(path)
-    tmp = os.path.join(directory, ".%s.%d.tmp" % (os.path.basename(path), os.getpid()))
-    with open(tmp, "w", encoding="utf-8") as handle:
-        json.dump(data, handle, sort_keys=True, indent=2)
-        handle.write("\n")
-    module.atomic_move(tmp, path)
 
 
 def install_wheel(builder, python, wheel):

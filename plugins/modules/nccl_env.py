@@ -342,13 +342,15 @@ import tempfile
 from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.common.text.converters import to_native
 
-from ansible_collections.gpufleet.deepep.plugins.module_utils._build import (
-    CommandLog,
-    StepFailed,
+from ansible_collections.gpufleet.deepep.plugins.module_utils._fileio import (
+    copy_atomic,
+    CopyMismatch,
     file_sha256,
     read_json_dict as _read_json,
     read_text as _read,
+    write_atomic,
 )
+from ansible_collections.gpufleet.deepep.plugins.module_utils._runner import CommandLog, StepFailed
 from ansible_collections.gpufleet.deepep.plugins.module_utils._nccl import (
     BACKUP_MANIFEST,
     BACKUP_NAME,
@@ -414,7 +416,7 @@ class NcclEnv(object):
     def __init__(self, module):
         self.module = module
         self.p = module.params
-        self.runner = CommandLog(module.run_command)
+        self.runner = CommandLog()
         self.result = dict(changed=False, reasons=[], commands=self.runner.commands, copied=[], backed_up=False,
                            ansible_facts=dict(gpufleet_nccl=dict(
                                python=None, python_version=None, prefix=None, virtualenv=False, site_packages=[],
@@ -580,15 +582,7 @@ class NcclEnv(object):
         directory = os.path.dirname(path)
         if not os.path.isdir(directory):
             os.makedirs(directory, 0o755)
-        fd, tmp = tempfile.mkstemp(prefix=".%s." % os.path.basename(path), suffix=".tmp", dir=directory)
-        try:
-            with os.fdopen(fd, "w", encoding="utf-8") as handle:
-                handle.write(text)
-            os.chmod(tmp, mode)
-            self.module.atomic_move(tmp, path)
-        finally:
-            if os.path.exists(tmp):
-                os.unlink(tmp)
+        write_atomic(path, text, mode=mode)
 
     def take_backup(self):
         backup = self.backup_dir
@@ -624,18 +618,12 @@ class NcclEnv(object):
         if not os.path.isdir(directory):
             os.makedirs(directory, 0o755)
         mode = 0o755 if os.access(plan["source"], os.X_OK) else 0o644
-        fd, tmp = tempfile.mkstemp(prefix=".gpufleet-nccl.", suffix=".tmp", dir=directory)
-        os.close(fd)
-        try:
-            shutil.copyfile(plan["source"], tmp)
-            os.chmod(tmp, mode)
-            if file_sha256(tmp) != plan["after_sha256"]:
-                self.fail("copy of %s to %s does not match the source's sha256; build_dir changed while copying"
-                          % (plan["source"], target))
-            self.module.atomic_move(tmp, target)     # a symlink at target is replaced by the file
-        finally:
-            if os.path.exists(tmp):
-                os.unlink(tmp)
+        try:  # a symlink at target is replaced by the file
+            copy_atomic(plan["source"], target, mode=mode, expect_sha256=plan["after_sha256"],
+                        tmp_prefix=".gpufleet-nccl.")
+        except CopyMismatch:
+            self.fail("copy of %s to %s does not match the source's sha256; build_dir changed while copying"
+                      % (plan["source"], target))
 
     def verify(self, version, source):
         """Re-read after acting: the package files must now declare ``version``."""

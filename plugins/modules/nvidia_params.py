@@ -404,11 +404,11 @@ ansible_facts:
 """
 
 import os
-import tempfile
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.common.text.converters import to_native
 
+from ansible_collections.gpufleet.deepep.plugins.module_utils._fileio import write_atomic
 from ansible_collections.gpufleet.deepep.plugins.module_utils._nvidia import (
     DEFAULT_CONF_PATH,
     DEFAULT_MODPROBE_DIRS,
@@ -463,15 +463,7 @@ def _write(module, path, content):
     directory = os.path.dirname(path)
     if not os.path.isdir(directory):
         os.makedirs(directory, 0o755)
-    fd, tmp = tempfile.mkstemp(prefix=".gpufleet-nvidia.", suffix=".tmp", dir=directory)
-    try:
-        with os.fdopen(fd, "wb") as handle:
-            handle.write(content.encode("utf-8"))
-        os.chmod(tmp, FILE_MODE)
-        module.atomic_move(tmp, path)
-    finally:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
+    write_atomic(path, content, mode=FILE_MODE, tmp_prefix=".gpufleet-nvidia.")
 
 
 def _removed(before, after):

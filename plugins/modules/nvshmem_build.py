@@ -306,32 +306,36 @@ import shutil
 import tarfile
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.gpufleet.deepep.plugins.module_utils._build import (
-    CommandLog,
-    StepFailed,
-    LOG_NAME,
-    ArchError,
-    BuildError,
-    apply_ah_attr_fix,
+from ansible_collections.gpufleet.deepep.plugins.module_utils._arch import ArchError, parse_cmake_arch_list
+from ansible_collections.gpufleet.deepep.plugins.module_utils._buildkey import (
     build_key,
-    clean_stale_staging,
-    file_sha256,
-    nvshmem_cmake_args,
-    nvshmem_version_from_header,
-    parse_cmake_arch_list,
-    parse_nvshmem_info,
-    previous_path,
+    BuildError,
+    LOG_NAME,
     read_stamp,
-    recover_interrupted_swap,
     short_key,
-    stale_staging_dirs,
-    staging_path,
     stamp_path,
-    swap_in,
     tree_hash,
     write_stamp,
 )
-from ansible_collections.gpufleet.deepep.plugins.module_utils._versions import cuda_version_from_nvcc
+from ansible_collections.gpufleet.deepep.plugins.module_utils._fileio import file_sha256, write_json_file
+from ansible_collections.gpufleet.deepep.plugins.module_utils._nvshmem import (
+    apply_ah_attr_fix,
+    nvshmem_cmake_args,
+    parse_nvshmem_info,
+)
+from ansible_collections.gpufleet.deepep.plugins.module_utils._runner import CommandLog, StepFailed
+from ansible_collections.gpufleet.deepep.plugins.module_utils._swap import (
+    clean_stale_staging,
+    previous_path,
+    recover_interrupted_swap,
+    staging_path,
+    stale_staging_dirs,
+    swap_in,
+)
+from ansible_collections.gpufleet.deepep.plugins.module_utils._versions import (
+    cuda_version_from_nvcc,
+    nvshmem_version_from_header,
+)
 
 IBGDA_SOURCE = os.path.join("src", "modules", "transport", "ibgda", "ibgda.cpp")
 AH_ATTR_FIX_VERSION = 1
@@ -370,7 +374,7 @@ def _tail(path, lines):
         return []
 
 
-def source_identity(module, src, sha256):
+def source_identity(module, runner, src, sha256):
     """``(kind, identity dict)`` for the source: a tarball's sha256 or a directory's git HEAD / tree hash."""
     if not os.path.exists(src) and sha256 and src.endswith(TARBALL_SUFFIXES):
         return {"kind": "tarball", "sha256": sha256.strip().lower()}
@@ -387,10 +391,10 @@ def source_identity(module, src, sha256):
     if os.path.exists(os.path.join(src, ".git")):
         git = module.get_bin_path("git")
         if git:
-            rc, out, dummy = module.run_command([git, "-C", src, "rev-parse", "HEAD"], environ_update={"LC_ALL": "C"})
+            rc, out, dummy = runner.run([git, "-C", src, "rev-parse", "HEAD"], check=False, record=False, timeout=120)
             if rc == 0 and out.strip():
-                rc2, status, dummy = module.run_command([git, "-C", src, "status", "--porcelain", "--untracked-files=no"],
-                                                        environ_update={"LC_ALL": "C"})
+                rc2, status, dummy = runner.run([git, "-C", src, "status", "--porcelain", "--untracked-files=no"],
+                                                check=False, record=False, timeout=300)
                 identity = {"kind": "git", "revision": out.strip()}
                 if rc2 != 0 or status.strip():
                     identity["tree"] = tree_hash(src)
@@ -435,12 +439,6 @@ def _copy_ignore(top):
     return ignore
 
 
-class ArtifactInstalled(Exception):
-    def __init__(self, swap):
-        super(ArtifactInstalled, self).__init__("installed from artifact")
-        self.swap = swap
-
-
 def artifact_paths(artifact_dir, key):
     base = os.path.join(artifact_dir, "nvshmem-%s" % key)
     return base + ".tar.gz", base + ".json"
@@ -458,11 +456,7 @@ def pack_artifact(prefix, artifact_dir, key):
     os.rename(tmp, tarball)
     data = dict(read_stamp(prefix) or {})
     data["artifact_sha256"] = file_sha256(tarball)
-    tmp = record + ".%d.tmp" % os.getpid()
-    with open(tmp, "w", encoding="utf-8") as handle:
-        json.dump(data, handle, sort_keys=True, indent=2)
-        handle.write("\n")
-    os.rename(tmp, record)
+    write_json_file(record, data)
     return tarball
 
 
@@ -550,142 +544,158 @@ def _facts(prefix, stamp, verify, previous):
     }
 
 
-def run(module):
-    p = module.params
-    prefix = os.path.normpath(p["prefix"])
-    result = {
-        "changed": False, "built": False, "would_build": False, "reboot_required": False,
-        "key": None, "reason": "", "inputs": {}, "previous": None, "staging": None, "log": None,
-        "commands": [], "cleaned": [], "recovered": None, "verify": {}, "installed_from": None, "artifact": None,
-    }
-    runner = CommandLog(module.run_command)
+class Failed(Exception):
+    """Ends the run with ``msg`` and the extra result keys ``extra``."""
 
-    def fail(msg, **extra):
-        result["commands"] = runner.commands
-        result.update(extra)
-        module.fail_json(msg=msg, **result)
+    def __init__(self, msg, **extra):
+        super(Failed, self).__init__(msg)
+        self.msg = msg
+        self.extra = extra
 
-    if not os.path.isabs(prefix) or prefix == "/":
-        fail("prefix %r must be an absolute path other than /" % p["prefix"])
-    try:
-        cuda_arch = parse_cmake_arch_list(p["cuda_arch"])
-    except ArchError as exc:
-        fail("cuda_arch: %s" % exc)
-    if p["jobs"] is not None and p["jobs"] < 1:
-        fail("jobs must be 1 or more, got %d" % p["jobs"])
-    nvcc = os.path.join(p["cuda_home"], "bin", "nvcc")
-    if not os.access(nvcc, os.X_OK):
-        fail("no nvcc at %s: install the CUDA toolkit or set cuda_home (NVSHMEM needs CUDACXX)" % nvcc)
-    cmake = module.get_bin_path("cmake")
-    if not cmake:
-        fail("cmake is not installed on the target (install cmake, e.g. the build_deps phase)")
-    if p["gdrcopy_home"] and not os.path.isfile(os.path.join(p["gdrcopy_home"], "include", "gdrapi.h")):
-        fail("gdrcopy_home %s has no include/gdrapi.h: build GDRCopy's library first (role gdrcopy) "
-             "or leave gdrcopy_home unset" % p["gdrcopy_home"])
 
-    try:
-        rc, out, err = runner.run([nvcc, "--version"], record=False)
-        cuda_version = cuda_version_from_nvcc(out)
-        cxx = module.get_bin_path("c++") or module.get_bin_path("g++")
-        compiler = None
-        if cxx:
-            rc, out, err = runner.run([cxx, "--version"], record=False, check=False)
-            compiler = out.splitlines()[0].strip() if rc == 0 and out else None
-        source = source_identity(module, p["src"], p["sha256"])
-    except StepFailed as exc:
-        fail(exc.msg, rc=exc.rc, cmd=exc.cmd)
+class NvshmemBuild(object):
+    """observe (inputs, key, the install and its stamp, a packed install of the key), plan (nothing, install the
+    packed install, or build), apply (stage, verify, swap, pack); ``run`` returns the facts or raises Failed."""
 
-    inputs = {
-        "source": source,
-        "cuda_arch": cuda_arch,
-        "ibgda": p["ibgda"],
-        "gdrcopy_home": p["gdrcopy_home"],
-        "cmake_options": dict((str(k), v) for k, v in (p["cmake_options"] or {}).items()),
-        "roce_ah_attr_fix": AH_ATTR_FIX_VERSION if p["roce_ah_attr_fix"] else False,
-        "cuda_home": p["cuda_home"],
-        "cuda_version": cuda_version,
-        "compiler": compiler,
-        "prefix": prefix,
-    }
-    try:
-        key = build_key("nvshmem", inputs)
-    except BuildError as exc:
-        fail(str(exc))
-    result.update(key=key, inputs=inputs)
-    staging = staging_path(prefix, key)
-    result["staging"] = staging
-    previous = previous_path(prefix)
-
-    # Leftovers of a killed run.
-    if module.check_mode:
-        result["cleaned"] = stale_staging_dirs(prefix)
-        if not os.path.lexists(prefix) and os.path.isdir(previous):
-            result["recovered"] = "would restore %s from %s (a swap was interrupted)" % (prefix, previous)
-    else:
-        try:
-            result["recovered"] = recover_interrupted_swap(prefix)
-            result["cleaned"] = clean_stale_staging(prefix)
-        except (OSError, BuildError) as exc:
-            fail("cannot clean up beside %s: %s" % (prefix, exc))
-
-    stamp = read_stamp(prefix) if os.path.isdir(prefix) else None
-    current = verify_install(runner, prefix, p["ibgda"]) if os.path.isdir(prefix) else {
-        "ok": False, "problems": ["%s does not exist" % prefix], "libraries": []}
-    if stamp and stamp.get("key") == key and current["ok"]:
-        result["reason"] = "installed build has key %s and passes verification" % short_key(key)
-        result["verify"] = current
-        result["previous"] = previous if os.path.isdir(previous) else None
-        module.exit_json(ansible_facts={"gpufleet_nvshmem": _facts(prefix, stamp, current, previous)}, **result)
-
-    if not os.path.isdir(prefix):
-        reason = "nothing installed at %s" % prefix
-    elif not stamp:
-        reason = "%s has no build stamp" % prefix
-    elif stamp.get("key") != key:
-        reason = "key changed: installed %s, wanted %s" % (str(stamp.get("key"))[:8], short_key(key))
-    else:
-        reason = "installed build fails verification: %s" % "; ".join(current["problems"])
-    artifact = artifact_paths(p["artifact_dir"], key) if p["artifact_dir"] else None
-    have_artifact = bool(artifact and os.path.isfile(artifact[0]) and os.path.isfile(artifact[1]))
-    if have_artifact:
-        reason += "; the packed install for the key is in %s" % p["artifact_dir"]
-        result["artifact"] = artifact[0]
-    result.update(reason=reason, would_build=not have_artifact, changed=True, verify=current)
-    new_stamp_preview = {"key": key, "inputs": inputs}
-    if module._diff:
-        result["diff"] = {
-            "before": json.dumps(stamp or {}, sort_keys=True, indent=2) + "\n",
-            "after": json.dumps(new_stamp_preview, sort_keys=True, indent=2) + "\n",
-            "before_header": stamp_path(prefix), "after_header": stamp_path(prefix),
+    def __init__(self, module):
+        self.module = module
+        self.p = module.params
+        self.prefix = os.path.normpath(self.p["prefix"])
+        self.previous = None
+        self.runner = CommandLog()
+        self.result = {
+            "changed": False, "built": False, "would_build": False, "reboot_required": False,
+            "key": None, "reason": "", "inputs": {}, "previous": None, "staging": None, "log": None,
+            "commands": self.runner.commands, "cleaned": [], "recovered": None, "verify": {}, "installed_from": None,
+            "artifact": None,
         }
-    if module.check_mode:
-        facts = _facts(prefix, stamp, current, previous)
-        facts.update(key=key, cuda_arch=cuda_arch, cuda_version=cuda_version,
-                     roce_ah_attr_fix=p["roce_ah_attr_fix"], ibgda=p["ibgda"], present=True)
-        module.exit_json(ansible_facts={"gpufleet_nvshmem": facts}, **result)
 
-    # Build.
-    log_path = os.path.join(staging, "build.log")
-    try:
-        if not os.path.isdir(os.path.dirname(prefix)):
-            os.makedirs(os.path.dirname(prefix), 0o755)
-        os.makedirs(staging, 0o755)
-        runner.log_path = log_path
-        result["log"] = log_path
-        runner.log("# gpufleet.deepep.nvshmem_build %s key %s\n# inputs %s\n" % (_now(), key, json.dumps(inputs)))
-        if have_artifact:
-            staged = unpack_artifact(runner, artifact, staging, prefix, key)
-            check = verify_install(runner, staged, p["ibgda"])
-            result["verify"] = check
-            if not check["ok"]:
-                raise StepFailed("the packed install %s fails verification: %s"
-                                 % (artifact[0], "; ".join(check["problems"])))
-            swap = swap_in(prefix, staged)
-            raise ArtifactInstalled(swap)
+    # --- observe --------------------------------------------------------------------------------
+
+    def check_params(self):
+        p = self.p
+        if not os.path.isabs(self.prefix) or self.prefix == "/":
+            raise Failed("prefix %r must be an absolute path other than /" % p["prefix"])
+        try:
+            self.cuda_arch = parse_cmake_arch_list(p["cuda_arch"])
+        except ArchError as exc:
+            raise Failed("cuda_arch: %s" % exc)
+        if p["jobs"] is not None and p["jobs"] < 1:
+            raise Failed("jobs must be 1 or more, got %d" % p["jobs"])
+        self.nvcc = os.path.join(p["cuda_home"], "bin", "nvcc")
+        if not os.access(self.nvcc, os.X_OK):
+            raise Failed("no nvcc at %s: install the CUDA toolkit or set cuda_home (NVSHMEM needs CUDACXX)" % self.nvcc)
+        self.cmake = self.module.get_bin_path("cmake")
+        if not self.cmake:
+            raise Failed("cmake is not installed on the target (install cmake, e.g. the build_deps phase)")
+        if p["gdrcopy_home"] and not os.path.isfile(os.path.join(p["gdrcopy_home"], "include", "gdrapi.h")):
+            raise Failed("gdrcopy_home %s has no include/gdrapi.h: build GDRCopy's library first (role gdrcopy) "
+                         "or leave gdrcopy_home unset" % p["gdrcopy_home"])
+
+    def observe_inputs(self):
+        """Everything that changes what gets built, and its key."""
+        p = self.p
+        try:
+            rc, out, err = self.runner.run([self.nvcc, "--version"], record=False, timeout=120)
+            self.cuda_version = cuda_version_from_nvcc(out)
+            cxx = self.module.get_bin_path("c++") or self.module.get_bin_path("g++")
+            compiler = None
+            if cxx:
+                rc, out, err = self.runner.run([cxx, "--version"], record=False, check=False, timeout=120)
+                compiler = out.splitlines()[0].strip() if rc == 0 and out else None
+            source = source_identity(self.module, self.runner, p["src"], p["sha256"])
+        except StepFailed as exc:
+            raise Failed(exc.msg, rc=exc.rc, cmd=exc.cmd)
+        self.inputs = {
+            "source": source,
+            "cuda_arch": self.cuda_arch,
+            "ibgda": p["ibgda"],
+            "gdrcopy_home": p["gdrcopy_home"],
+            "cmake_options": dict((str(k), v) for k, v in (p["cmake_options"] or {}).items()),
+            "roce_ah_attr_fix": AH_ATTR_FIX_VERSION if p["roce_ah_attr_fix"] else False,
+            "cuda_home": p["cuda_home"],
+            "cuda_version": self.cuda_version,
+            "compiler": compiler,
+            "prefix": self.prefix,
+        }
+        try:
+            self.key = build_key("nvshmem", self.inputs)
+        except BuildError as exc:
+            raise Failed(str(exc))
+        self.staging = staging_path(self.prefix, self.key)
+        self.previous = previous_path(self.prefix)
+        self.result.update(key=self.key, inputs=self.inputs, staging=self.staging)
+
+    def repair_leftovers(self):
+        """What a killed run left beside the prefix (only reported in check mode)."""
+        prefix, previous = self.prefix, self.previous
+        if self.module.check_mode:
+            self.result["cleaned"] = stale_staging_dirs(prefix)
+            if not os.path.lexists(prefix) and os.path.isdir(previous):
+                self.result["recovered"] = "would restore %s from %s (a swap was interrupted)" % (prefix, previous)
+            return
+        try:
+            self.result["recovered"] = recover_interrupted_swap(prefix)
+            self.result["cleaned"] = clean_stale_staging(prefix)
+        except (OSError, BuildError) as exc:
+            raise Failed("cannot clean up beside %s: %s" % (prefix, exc))
+
+    def observe_install(self):
+        prefix = self.prefix
+        self.stamp = read_stamp(prefix) if os.path.isdir(prefix) else None
+        self.current = verify_install(self.runner, prefix, self.p["ibgda"]) if os.path.isdir(prefix) else {
+            "ok": False, "problems": ["%s does not exist" % prefix], "libraries": []}
+        self.artifact = artifact_paths(self.p["artifact_dir"], self.key) if self.p["artifact_dir"] else None
+        self.have_artifact = bool(self.artifact and os.path.isfile(self.artifact[0])
+                                  and os.path.isfile(self.artifact[1]))
+
+    # --- plan -----------------------------------------------------------------------------------
+
+    def plan(self):
+        """None when the install is the key's and verifies; else ``'artifact'`` or ``'build'``, with the reason."""
+        prefix, key, stamp = self.prefix, self.key, self.stamp
+        if stamp and stamp.get("key") == key and self.current["ok"]:
+            self.result["reason"] = "installed build has key %s and passes verification" % short_key(key)
+            return None
+        if not os.path.isdir(prefix):
+            reason = "nothing installed at %s" % prefix
+        elif not stamp:
+            reason = "%s has no build stamp" % prefix
+        elif stamp.get("key") != key:
+            reason = "key changed: installed %s, wanted %s" % (str(stamp.get("key"))[:8], short_key(key))
+        else:
+            reason = "installed build fails verification: %s" % "; ".join(self.current["problems"])
+        if self.have_artifact:
+            reason += "; the packed install for the key is in %s" % self.p["artifact_dir"]
+            self.result["artifact"] = self.artifact[0]
+        self.result.update(reason=reason, would_build=not self.have_artifact, changed=True)
+        if self.module._diff:
+            self.result["diff"] = {
+                "before": json.dumps(stamp or {}, sort_keys=True, indent=2) + "\n",
+                "after": json.dumps({"key": key, "inputs": self.inputs}, sort_keys=True, indent=2) + "\n",
+                "before_header": stamp_path(prefix), "after_header": stamp_path(prefix),
+            }
+        return "artifact" if self.have_artifact else "build"
+
+    # --- apply ----------------------------------------------------------------------------------
+
+    def install_artifact(self):
+        """Unpack the packed install of the key into staging, verify it, swap it in."""
+        staged = unpack_artifact(self.runner, self.artifact, self.staging, self.prefix, self.key)
+        check = verify_install(self.runner, staged, self.p["ibgda"])
+        self.result["verify"] = check
+        if not check["ok"]:
+            raise StepFailed("the packed install %s fails verification: %s"
+                             % (self.artifact[0], "; ".join(check["problems"])))
+        return swap_in(self.prefix, staged)
+
+    def build(self, log_path):
+        """Configure, build and install into staging, verify, stamp, swap in."""
+        p, prefix, runner = self.p, self.prefix, self.runner
         if not os.path.exists(p["src"]):
             raise StepFailed("src %s does not exist on this host and no packed install for key %s is in %s"
-                             % (p["src"], short_key(key), p["artifact_dir"]))
-        src_dir = os.path.join(staging, "src")
+                             % (p["src"], short_key(self.key), p["artifact_dir"]))
+        src_dir = os.path.join(self.staging, "src")
         if os.path.isfile(p["src"]):
             os.makedirs(src_dir)
             _safe_extract(p["src"], src_dir)
@@ -693,76 +703,112 @@ def run(module):
             shutil.copytree(p["src"], src_dir, symlinks=True, ignore=_copy_ignore(p["src"]))
         source_root = _source_root(src_dir)
         if p["roce_ah_attr_fix"]:
-            ibgda_src = os.path.join(source_root, IBGDA_SOURCE)
-            if not os.path.isfile(ibgda_src):
-                raise StepFailed("roce_ah_attr_fix: the source has no IBGDA transport at %s" % IBGDA_SOURCE)
-            with open(ibgda_src, "r", encoding="utf-8", errors="surrogateescape") as handle:
-                text = handle.read()
-            new_text, fixed, already = apply_ah_attr_fix(text)
-            if new_text != text:
-                with open(ibgda_src, "w", encoding="utf-8", errors="surrogateescape") as handle:
-                    handle.write(new_text)
-            result["ah_attr_fix"] = {"file": IBGDA_SOURCE, "fixed": len(fixed), "already": len(already)}
-            runner.log("# roce_ah_attr_fix: %d declaration(s) zeroed, %d already zeroed\n" % (len(fixed), len(already)))
-            if not fixed and not already:
-                module.warn("roce_ah_attr_fix: no struct ibv_ah_attr declaration found in %s" % IBGDA_SOURCE)
-        build_dir = os.path.join(staging, "build")
-        generator = "Ninja" if module.get_bin_path("ninja") else None
-        argv, env, dummy = nvshmem_cmake_args(source_root, build_dir, prefix, p["cuda_home"], cuda_arch,
+            self.fix_ah_attr(source_root)
+        build_dir = os.path.join(self.staging, "build")
+        generator = "Ninja" if self.module.get_bin_path("ninja") else None
+        argv, env, dummy = nvshmem_cmake_args(source_root, build_dir, prefix, p["cuda_home"], self.cuda_arch,
                                               ibgda=p["ibgda"], gdrcopy_home=p["gdrcopy_home"],
                                               cmake_options=p["cmake_options"], generator=generator)
-        argv[0] = cmake
+        argv[0] = self.cmake
         env["PATH"] = "%s:%s" % (os.path.join(p["cuda_home"], "bin"), os.environ.get("PATH", "/usr/bin:/bin"))
         runner.run(argv, env=env)
         jobs = p["jobs"] or os.cpu_count() or 1
-        runner.run([cmake, "--build", build_dir, "--parallel", str(jobs)], env=env)
-        destdir = os.path.join(staging, "destdir")
-        runner.run([cmake, "--install", build_dir], env=dict(env, DESTDIR=destdir))
+        runner.run([self.cmake, "--build", build_dir, "--parallel", str(jobs)], env=env)
+        destdir = os.path.join(self.staging, "destdir")
+        runner.run([self.cmake, "--install", build_dir], env=dict(env, DESTDIR=destdir))
         staged = destdir + prefix
         if not os.path.isdir(staged):
             raise StepFailed("the install step put nothing at %s" % staged)
         check = verify_install(runner, staged, p["ibgda"])
-        result["verify"] = check
+        self.result["verify"] = check
         if not check["ok"]:
             raise StepFailed("the staged build fails verification: %s" % "; ".join(check["problems"]))
-        new_stamp = {
-            "key": key, "kind": "nvshmem", "inputs": inputs, "built_at": _now(),
+        write_stamp(staged, {
+            "key": self.key, "kind": "nvshmem", "inputs": self.inputs, "built_at": _now(),
             "version": check["version"], "ibgda": check["ibgda"], "libraries": check["libraries"],
-            "ah_attr_fix": result.get("ah_attr_fix"), "module": "gpufleet.deepep.nvshmem_build",
-        }
-        write_stamp(staged, new_stamp)
+            "ah_attr_fix": self.result.get("ah_attr_fix"), "module": "gpufleet.deepep.nvshmem_build",
+        })
         shutil.copyfile(log_path, os.path.join(staged, LOG_NAME))
-        swap = swap_in(prefix, staged)
-    except ArtifactInstalled as done:
-        shutil.rmtree(staging, ignore_errors=True)
-        result.update(built=False, installed_from="artifact", previous=done.swap["previous"], log=None,
-                      commands=runner.commands)
-        final = read_stamp(prefix)
-        module.exit_json(ansible_facts={"gpufleet_nvshmem": _facts(prefix, final, result["verify"], previous)},
-                         **result)
-    except StepFailed as exc:
-        fail(exc.msg + " (the install at %s is unchanged)" % prefix, rc=exc.rc, cmd=exc.cmd,
-             log_tail=_tail(log_path, p["log_lines"]))
-    except (OSError, IOError, BuildError, tarfile.TarError, ArchError) as exc:
-        fail("build of NVSHMEM failed: %s (the install at %s is unchanged)" % (exc, prefix),
-             log_tail=_tail(log_path, p["log_lines"]))
+        return swap_in(prefix, staged)
 
-    shutil.rmtree(staging, ignore_errors=True)
-    result.update(built=True, installed_from="build", previous=swap["previous"], log=os.path.join(prefix, LOG_NAME),
-                  commands=runner.commands)
-    if p["artifact_dir"]:
+    def fix_ah_attr(self, source_root):
+        ibgda_src = os.path.join(source_root, IBGDA_SOURCE)
+        if not os.path.isfile(ibgda_src):
+            raise StepFailed("roce_ah_attr_fix: the source has no IBGDA transport at %s" % IBGDA_SOURCE)
+        with open(ibgda_src, "r", encoding="utf-8", errors="surrogateescape") as handle:
+            text = handle.read()
+        new_text, fixed, already = apply_ah_attr_fix(text)
+        if new_text != text:
+            with open(ibgda_src, "w", encoding="utf-8", errors="surrogateescape") as handle:
+                handle.write(new_text)
+        self.result["ah_attr_fix"] = {"file": IBGDA_SOURCE, "fixed": len(fixed), "already": len(already)}
+        self.runner.log("# roce_ah_attr_fix: %d declaration(s) zeroed, %d already zeroed\n" % (len(fixed), len(already)))
+        if not fixed and not already:
+            self.module.warn("roce_ah_attr_fix: no struct ibv_ah_attr declaration found in %s" % IBGDA_SOURCE)
+
+    def apply(self, action):
+        """Install the key (from its packed install or by building); the old install stays on any failure."""
+        prefix, p = self.prefix, self.p
+        log_path = os.path.join(self.staging, "build.log")
         try:
-            result["artifact"] = pack_artifact(prefix, p["artifact_dir"], key)
-        except (OSError, IOError, tarfile.TarError) as exc:
-            fail("NVSHMEM was built and installed at %s, but packing it into %s failed: %s"
-                 % (prefix, p["artifact_dir"], exc))
-    final = read_stamp(prefix)
-    module.exit_json(ansible_facts={"gpufleet_nvshmem": _facts(prefix, final, result["verify"], previous)}, **result)
+            if not os.path.isdir(os.path.dirname(prefix)):
+                os.makedirs(os.path.dirname(prefix), 0o755)
+            os.makedirs(self.staging, 0o755)
+            self.runner.log_path = log_path
+            self.result["log"] = log_path
+            self.runner.log("# gpufleet.deepep.nvshmem_build %s key %s\n# inputs %s\n"
+                            % (_now(), self.key, json.dumps(self.inputs)))
+            swap = self.install_artifact() if action == "artifact" else self.build(log_path)
+        except StepFailed as exc:
+            raise Failed(exc.msg + " (the install at %s is unchanged)" % prefix, rc=exc.rc, cmd=exc.cmd,
+                         log_tail=_tail(log_path, p["log_lines"]))
+        except (OSError, IOError, BuildError, tarfile.TarError, ArchError) as exc:
+            raise Failed("build of NVSHMEM failed: %s (the install at %s is unchanged)" % (exc, prefix),
+                         log_tail=_tail(log_path, p["log_lines"]))
+        shutil.rmtree(self.staging, ignore_errors=True)
+        if action == "artifact":
+            self.result.update(built=False, installed_from="artifact", previous=swap["previous"], log=None)
+            return
+        self.result.update(built=True, installed_from="build", previous=swap["previous"],
+                           log=os.path.join(prefix, LOG_NAME))
+        if p["artifact_dir"]:
+            try:
+                self.result["artifact"] = pack_artifact(prefix, p["artifact_dir"], self.key)
+            except (OSError, IOError, tarfile.TarError) as exc:
+                raise Failed("NVSHMEM was built and installed at %s, but packing it into %s failed: %s"
+                             % (prefix, p["artifact_dir"], exc))
+
+    # --- the decision ---------------------------------------------------------------------------
+
+    def run(self):
+        """The facts of the install after the run (``gpufleet_nvshmem``); raises Failed."""
+        self.check_params()
+        self.observe_inputs()
+        self.repair_leftovers()
+        self.observe_install()
+        action = self.plan()
+        self.result["verify"] = self.current
+        if action is None:
+            self.result["previous"] = self.previous if os.path.isdir(self.previous) else None
+            return _facts(self.prefix, self.stamp, self.current, self.previous)
+        if self.module.check_mode:
+            facts = _facts(self.prefix, self.stamp, self.current, self.previous)
+            facts.update(key=self.key, cuda_arch=self.cuda_arch, cuda_version=self.cuda_version,
+                         roce_ah_attr_fix=self.p["roce_ah_attr_fix"], ibgda=self.p["ibgda"], present=True)
+            return facts
+        self.apply(action)
+        return _facts(self.prefix, read_stamp(self.prefix), self.result["verify"], self.previous)
 
 
 def main():
     module = build_module()
-    run(module)
+    job = NvshmemBuild(module)
+    try:
+        facts = job.run()
+    except Failed as exc:
+        job.result.update(exc.extra)
+        module.fail_json(msg=exc.msg, **job.result)
+    module.exit_json(ansible_facts={"gpufleet_nvshmem": facts}, **job.result)
 
 
 if __name__ == "__main__":

@@ -273,19 +273,17 @@ ansible_facts:
 
 import copy
 import os
-import shutil
-import tempfile
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.common.text.converters import to_native
 
+from ansible_collections.gpufleet.deepep.plugins.module_utils._fileio import copy_atomic, CopyMismatch
 from ansible_collections.gpufleet.deepep.plugins.module_utils._nvshmem_discovery import (
     PROBE_SCRIPT,
     DiscoveryError,
     bundled_would_win,
     describe_custom,
     env_script_preloads,
-    file_sha256,
     find_bundled,
     find_gdrcopy_lib,
     mismatches,
@@ -362,27 +360,13 @@ def _replace(module, plan):
     except OSError:
         mode = 0o755
     if plan["needs_backup"]:
-        fd, tmp = tempfile.mkstemp(prefix=".gpufleet-orig.", suffix=".tmp", dir=directory)
-        os.close(fd)
-        try:
-            shutil.copyfile(path, tmp)
-            os.chmod(tmp, mode)
-            os.rename(tmp, plan["backup"])
-        finally:
-            if os.path.exists(tmp):
-                os.unlink(tmp)
-    fd, tmp = tempfile.mkstemp(prefix=".gpufleet-transport.", suffix=".tmp", dir=directory)
-    os.close(fd)
+        copy_atomic(path, plan["backup"], mode=mode, tmp_prefix=".gpufleet-orig.")
     try:
-        shutil.copyfile(plan["source"], tmp)
-        os.chmod(tmp, mode)
-        if file_sha256(tmp) != plan["after_sha256"]:
-            module.fail_json(msg="copy of %s to %s does not match the source checksum; the source changed while "
-                             "copying" % (plan["source"], path))
-        module.atomic_move(tmp, path)
-    finally:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
+        copy_atomic(plan["source"], path, mode=mode, expect_sha256=plan["after_sha256"],
+                    tmp_prefix=".gpufleet-transport.")
+    except CopyMismatch:
+        module.fail_json(msg="copy of %s to %s does not match the source checksum; the source changed while "
+                         "copying" % (plan["source"], path))
 
 
 def run(module):

@@ -136,7 +136,7 @@ import re
 from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.gpufleet.deepep.plugins.module_utils import _site_state as ss
-from ansible_collections.gpufleet.deepep.plugins.module_utils._build import read_json_dict
+from ansible_collections.gpufleet.deepep.plugins.module_utils._fileio import read_json_dict
 
 KEY_RE = re.compile(r"^[0-9A-Za-z._-]{1,128}$")
 

@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 
 from ansible_collections.gpufleet.deepep.plugins.modules import deepep_build
-from ansible_collections.gpufleet.deepep.plugins.module_utils import _build as b
+from ansible_collections.gpufleet.deepep.plugins.module_utils import _buildkey as bk
 
 from tools.fleetsim import mirror
 
@@ -333,4 +333,4 @@ def test_v1_with_the_real_cpu_torch_wheel(module_runner, tmp_path, nvshmem_root)
     facts = result["ansible_facts"]["gpufleet_deepep"]
     torch_version = venv.run("import torch; print(torch.__version__)").stdout.strip().splitlines()[-1]
     assert facts["import_ok"] and facts["built_against"]["torch"] == torch_version
-    assert b.read_stamp(facts["location"])["key"] == result["key"]
+    assert bk.read_stamp(facts["location"])["key"] == result["key"]

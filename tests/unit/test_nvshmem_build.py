@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from ansible_collections.gpufleet.deepep.plugins.modules import nvshmem_build
-from ansible_collections.gpufleet.deepep.plugins.module_utils import _build as b
+from ansible_collections.gpufleet.deepep.plugins.module_utils import _buildkey as bk
 
 REPO = Path(__file__).resolve().parents[2]
 FIXTURE = REPO / "tools" / "fleetsim" / "fixtures" / "sources" / "nvshmem-fixture"
@@ -65,9 +65,9 @@ def test_build_verify_and_idempotence(module_runner, prefix):
     info = subprocess.run([os.path.join(prefix, "bin", "nvshmem-info"), "-a"], capture_output=True, text=True,
                           check=True).stdout
     assert "NVSHMEM_PREFIX=%s" % prefix in info and "NVSHMEM_IBGDA_SUPPORT=ON" in info
-    stamp = b.read_stamp(prefix)
+    stamp = bk.read_stamp(prefix)
     assert stamp["key"] == first["key"] and stamp["inputs"]["source"]["kind"] == "tree"
-    assert os.path.isfile(os.path.join(prefix, b.LOG_NAME))
+    assert os.path.isfile(os.path.join(prefix, bk.LOG_NAME))
     assert _siblings(prefix) == ["nvshmem"]
 
     again = module_runner(nvshmem_build, _args(prefix))
@@ -88,7 +88,7 @@ def test_check_mode_reports_and_writes_nothing(module_runner, prefix, tmp_path):
     assert plan2["would_build"] and plan2["key"] != built["key"] and "key changed" in plan2["reason"]
     assert json.loads(plan2["diff"]["after"])["key"] == plan2["key"]
     assert sorted(os.listdir(prefix)) == before and _siblings(prefix) == ["nvshmem"]
-    assert b.read_stamp(prefix)["key"] == built["key"]
+    assert bk.read_stamp(prefix)["key"] == built["key"]
 
 
 def test_new_key_swaps_and_keeps_previous(module_runner, prefix):
@@ -96,11 +96,11 @@ def test_new_key_swaps_and_keeps_previous(module_runner, prefix):
     second = module_runner(nvshmem_build, _args(prefix, cuda_arch="10.0"))
     assert not second.failed and second["built"]
     assert second["previous"] == prefix + ".previous"
-    assert b.read_stamp(prefix)["inputs"]["cuda_arch"] == "100"
-    assert b.read_stamp(prefix + ".previous")["key"] == first["key"]
+    assert bk.read_stamp(prefix)["inputs"]["cuda_arch"] == "100"
+    assert bk.read_stamp(prefix + ".previous")["key"] == first["key"]
     assert second["ansible_facts"]["gpufleet_nvshmem"]["previous"] == prefix + ".previous"
     third = module_runner(nvshmem_build, _args(prefix, cuda_arch="90;100"))
-    assert b.read_stamp(prefix + ".previous")["key"] == second["key"]
+    assert bk.read_stamp(prefix + ".previous")["key"] == second["key"]
     assert _siblings(prefix) == ["nvshmem", "nvshmem.previous"]
     assert third["ansible_facts"]["gpufleet_nvshmem"]["cuda_arch"] == "90;100"
 
@@ -112,7 +112,7 @@ def test_roce_ah_attr_fix_is_applied_to_the_build_not_the_source(module_runner, 
     assert not fixed.failed and fixed["key"] != plain["key"]
     assert fixed["ah_attr_fix"] == {"file": "src/modules/transport/ibgda/ibgda.cpp", "fixed": 3, "already": 0}
     assert fixed["ansible_facts"]["gpufleet_nvshmem"]["roce_ah_attr_fix"] is True
-    log = Path(prefix, b.LOG_NAME).read_text()
+    log = Path(prefix, bk.LOG_NAME).read_text()
     assert "roce_ah_attr_fix: 3 declaration(s) zeroed" in log
     assert (FIXTURE / nvshmem_build.IBGDA_SOURCE).read_bytes() == original
 
@@ -139,7 +139,7 @@ def test_failed_build_leaves_the_previous_install_working(module_runner, prefix)
     assert bad["rc"] != 0 and bad["cmd"][0].endswith("cmake")
     assert "unchanged" in bad["msg"]
     assert any("NVSHMEM_USE_NCCL=ON" in line for line in bad["log_tail"])
-    assert b.read_stamp(prefix)["key"] == good["key"]
+    assert bk.read_stamp(prefix)["key"] == good["key"]
     info = subprocess.run([os.path.join(prefix, "bin", "nvshmem-info"), "-a"], capture_output=True, text=True,
                           check=True)
     assert "NVSHMEM_IBGDA_SUPPORT=ON" in info.stdout
@@ -173,7 +173,7 @@ def test_killed_run_leftovers_are_repaired(module_runner, prefix):
     fixed = module_runner(nvshmem_build, _args(prefix))
     assert not fixed.failed and not fixed["changed"]
     assert fixed["recovered"].startswith("restored") and fixed["cleaned"] == [half]
-    assert b.read_stamp(prefix)["key"] == good["key"] and _siblings(prefix) == ["nvshmem"]
+    assert bk.read_stamp(prefix)["key"] == good["key"] and _siblings(prefix) == ["nvshmem"]
 
 
 def test_broken_install_with_the_same_key_is_rebuilt(module_runner, prefix):

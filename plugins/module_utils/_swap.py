@@ -1,0 +1,166 @@
+# Copyright: (c) 2026, gpufleet.deepep contributors
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
+
+"""Staged builds swapped into place: ``<prefix>.staging-<key8>`` is built and verified, then exchanged with
+``<prefix>`` (Linux ``renameat2`` RENAME_EXCHANGE, else two renames undone on error); the install it replaces is
+kept as ``<prefix>.previous`` for rollback.
+
+Standard library only, Python 3.8+ (this file runs on the managed nodes).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import errno
+import os
+import re
+import shutil
+
+from ansible_collections.gpufleet.deepep.plugins.module_utils._buildkey import BuildError, short_key
+
+__all__ = ["staging_path", "previous_path", "stale_staging_dirs", "clean_stale_staging", "recover_interrupted_swap",
+           "swap_in", "rollback"]
+
+
+def _clean_prefix(prefix):
+    if not isinstance(prefix, str) or not os.path.isabs(prefix):
+        raise BuildError("prefix %r must be an absolute path" % (prefix,))
+    prefix = os.path.normpath(prefix)
+    if prefix == os.path.sep:
+        raise BuildError("prefix must not be /")
+    return prefix
+
+
+def staging_path(prefix, key):
+    """``<prefix>.staging-<key8>``: where the build for ``key`` happens, beside ``prefix``."""
+    return "%s.staging-%s" % (_clean_prefix(prefix), short_key(key))
+
+
+def previous_path(prefix):
+    """``<prefix>.previous``: the install the last swap replaced, kept for rollback."""
+    return "%s.previous" % _clean_prefix(prefix)
+
+
+def stale_staging_dirs(prefix):
+    """Every ``<prefix>.staging-*`` / ``<prefix>.discard-*`` directory beside ``prefix``."""
+    prefix = _clean_prefix(prefix)
+    parent, base = os.path.split(prefix)
+    try:
+        entries = sorted(os.listdir(parent))
+    except (IOError, OSError):
+        return []
+    pattern = re.compile(r"^%s\.(staging|discard)-[0-9a-f]+$" % re.escape(base))
+    return [os.path.join(parent, e) for e in entries
+            if pattern.match(e) and os.path.isdir(os.path.join(parent, e))
+            and not os.path.islink(os.path.join(parent, e))]
+
+
+def clean_stale_staging(prefix, keep=None):
+    """Remove what killed or failed runs left beside ``prefix`` (all but ``keep``); returns the paths."""
+    removed = []
+    for path in stale_staging_dirs(prefix):
+        if keep is not None and os.path.normpath(path) == os.path.normpath(keep):
+            continue
+        shutil.rmtree(path)
+        removed.append(path)
+    return removed
+
+
+def recover_interrupted_swap(prefix):
+    """Repair what a swap killed between its two renames left behind.
+
+    Only the rename fallback (no ``renameat2``) has such a window: ``<prefix>`` missing and
+    ``<prefix>.previous`` present. The previous install is moved back. Returns a sentence describing
+    the repair, or None when nothing needed repair.
+    """
+    prefix = _clean_prefix(prefix)
+    previous = previous_path(prefix)
+    if not os.path.lexists(prefix) and os.path.isdir(previous):
+        os.rename(previous, prefix)
+        return "restored %s from %s (a swap was interrupted)" % (prefix, previous)
+    return None
+
+
+_RENAME_EXCHANGE = 2
+_AT_FDCWD = -100
+
+
+def _exchange(a, b):
+    """Atomically exchange two paths (Linux renameat2 RENAME_EXCHANGE); False when unsupported."""
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        func = libc.renameat2
+    except (OSError, AttributeError):
+        return False
+    func.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_int, ctypes.c_char_p, ctypes.c_uint]
+    func.restype = ctypes.c_int
+    rc = func(_AT_FDCWD, os.fsencode(a), _AT_FDCWD, os.fsencode(b), _RENAME_EXCHANGE)
+    if rc == 0:
+        return True
+    err = ctypes.get_errno()
+    if err in (errno.ENOSYS, errno.EINVAL, errno.EOPNOTSUPP, errno.EXDEV, errno.EPERM):
+        return False
+    raise OSError(err, os.strerror(err), a)
+
+
+def _discard(path, key_hint="0"):
+    """Move ``path`` out of the way (to a ``.discard-*`` name) and remove it."""
+    parent, base = os.path.split(path)
+    base = base[:-len(".previous")] if base.endswith(".previous") else base
+    target = os.path.join(parent, "%s.discard-%s" % (base, key_hint))
+    suffix = 0
+    while os.path.lexists(target):
+        suffix += 1
+        target = os.path.join(parent, "%s.discard-%s%d" % (base, key_hint, suffix))
+    os.rename(path, target)
+    shutil.rmtree(target)
+
+
+def swap_in(prefix, staged, exchange=True):
+    """Put the verified tree ``staged`` at ``prefix``; the old install becomes ``<prefix>.previous``.
+
+    ``staged`` must be on the same filesystem as ``prefix`` (it lives in ``<prefix>.staging-*``).
+    With ``renameat2`` the swap is one atomic exchange, so ``prefix`` always holds a complete install;
+    without it, two renames, undone on error and repaired by :func:`recover_interrupted_swap` after a
+    kill. Returns ``{'prefix', 'previous', 'method'}`` (``previous`` None when nothing was replaced).
+    """
+    prefix = _clean_prefix(prefix)
+    if not os.path.isdir(staged):
+        raise BuildError("staged tree %s does not exist" % staged)
+    previous = previous_path(prefix)
+    parent = os.path.dirname(prefix)
+    if not os.path.isdir(parent):
+        os.makedirs(parent, 0o755)
+    if not os.path.lexists(prefix):
+        os.rename(staged, prefix)
+        return {"prefix": prefix, "previous": None, "method": "rename"}
+    if exchange and _exchange(staged, prefix):
+        # ``staged`` now holds the old install.
+        if os.path.lexists(previous):
+            _discard(previous)
+        os.rename(staged, previous)
+        return {"prefix": prefix, "previous": previous, "method": "exchange"}
+    if os.path.lexists(previous):
+        _discard(previous)
+    os.rename(prefix, previous)
+    try:
+        os.rename(staged, prefix)
+    except OSError:
+        os.rename(previous, prefix)
+        raise
+    return {"prefix": prefix, "previous": previous, "method": "rename"}
+
+
+def rollback(prefix):
+    """Exchange ``prefix`` and ``<prefix>.previous`` (the rolled-back build becomes the previous one)."""
+    prefix = _clean_prefix(prefix)
+    previous = previous_path(prefix)
+    if not os.path.isdir(previous):
+        raise BuildError("no previous install at %s to roll back to" % previous)
+    if _exchange(previous, prefix):
+        return {"prefix": prefix, "previous": previous, "method": "exchange"}
+    hold = "%s.discard-rollback" % prefix
+    os.rename(prefix, hold)
+    os.rename(previous, prefix)
+    os.rename(hold, previous)
+    return {"prefix": prefix, "previous": previous, "method": "rename"}
