@@ -553,6 +553,11 @@ class SglangEnv(object):
         if self.p["hold_deep_ep"] and not bundled:
             de = facts["deep_ep"]
             version = self._constraint_lines().get("deep-ep") or de.get("version")
+            if (not version or not (de.get("stamp_key") or self._stamp_before)) and self.module.check_mode:
+                # A check run before the site's deepep phase installed DeepEP: predict, do not fail.
+                self.result["reasons"].append("deep_ep will be held once the deepep role installed the collection's "
+                                              "build (%s)" % "; ".join(de.get("reasons") or ["not installed"]))
+                return holds
             if not version or not (de.get("stamp_key") or self._stamp_before):
                 raise StepFailed("hold_deep_ep: %s has no DeepEP built by the collection (%s); run the deepep role "
                                  "(playbooks/site.yml) before SGLang, or set use_bundled_deepep: true"
@@ -655,6 +660,7 @@ class SglangEnv(object):
         conf_before = _read(pip_conf)
         if pin_conf and self.constraint_file not in pip_conf_constraints(conf_before):
             todo.append("%s names the constraints file" % pip_conf)
+        todo = self.result["reasons"] + todo
         self.result["reasons"] = todo
         if not todo:
             facts["moved"] = []
