@@ -136,7 +136,8 @@ def test_unconstrained_install_is_detected_and_repaired():
     assert repaired["torch"] == "2.13.0+cpu" and repaired["nvidia-nccl-cu12"] == "2.28.3"
     assert repaired["sgl-deep-ep"] is None and repaired["stamp"] and "__sgl_deep_ep__" not in repaired["init"]
     assert repaired["sglang"] == "0.5.19"
-    host.check_output("python3 -c %s", "import deep_ep, torch; print(deep_ep.Buffer, torch.__version__)")
+    host.check_output("bash -c %s", ". /opt/deepep/unified-env.sh && . %s && python3 -c 'import deep_ep, torch; "
+                      "print(deep_ep.Buffer, torch.__version__)'" % ENV_FILE)
     others = [n for n in NODES if n != victim]
     assert all(recap(run.stdout)[n]["changed"] == 0 for n in others), run.stdout[-3000:]
 
