@@ -14,8 +14,8 @@ description:
     returns what the SGLang layout rules need - the architecture, the attention and KV head counts (attention TP
     must divide the attention heads), the routed experts (a MoE model), the quantization method and FP8 scale
     format, and the sha256 of C(config.json) (the DeepGEMM cache key).
-  - A Hugging Face hub id (C(org/name)) that is not a directory on the node is refused when O(offline=true):
-    offline sites serve models from local directories only. With O(offline=false) a hub id is reported as such
+  - A Hugging Face hub id (C(org/name)) that is not a directory on the node is refused when O(offline=true),
+    since offline sites serve models from local directories only. With O(offline=false) a hub id is reported as such
     (RV(ansible_facts.gpufleet_model.hub_id)) with no config facts.
   - Multimodal configs with a C(text_config) are read through it. Read-only; no network, no import of transformers.
 options:

@@ -52,8 +52,8 @@ options:
     type: str
   hold:
     description:
-      - C(project -> version) held fixed in the environment, e.g. C({torch: 2.9.1, nvidia-nccl-cu12: 2.28.3,
-        nvidia-cudnn-cu12: 9.16.0.29}). C(torch) without a version (empty string) holds the version installed now.
+      - C(project -> version) held fixed in the environment, e.g. torch 2.9.1, nvidia-nccl-cu12 2.28.3 and
+        nvidia-cudnn-cu12 9.16.0.29. C(torch) without a version (empty string) holds the version installed now.
       - Held NVIDIA wheels that are missing or at another version are installed with C(--no-deps); torch is never
         installed by this module except to put back the held version after something moved it.
     type: dict

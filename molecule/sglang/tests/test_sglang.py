@@ -58,7 +58,7 @@ def stack(name):
 def sglang_playbook(*args: str) -> subprocess.CompletedProcess:
     bindir = Path(sys.executable).parent
     cmd = [str(bindir / "ansible-playbook"), "-i", str(Path(INVENTORY).parent), str(REPO / "playbooks" / "sglang.yml"),
-           "-e", "sglang_hosts=b200_cluster", "-e", "sglang_model_path=/srv/models/deepseek-v3", *args]
+           "-e", "sglang_hosts=b200_cluster", "-e", "sglang_model_path=/opt/models/deepseek-v3", *args]
     env = dict(os.environ, ANSIBLE_NOCOLOR="1", PATH=f"{bindir}:{os.environ.get('PATH', '')}")
     env.setdefault("ANSIBLE_COLLECTIONS_PATH", str(REPO / ".collections"))
     return subprocess.run(cmd, cwd=REPO, env=env, text=True, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
