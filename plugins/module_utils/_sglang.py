@@ -103,7 +103,7 @@ def torch_cuda(torch_version, version_py_text=None):
 def nixl_package_for(cuda_release):
     """The NIXL build for a CUDA release (``12.9`` -> ``nixl-cu12``), not the ``nixl`` meta package (which pulls
     both builds)."""
-    major = str(cuda_release or "").split(".")[0]
+    major = str(cuda_release or "").split(".", 1)[0]
     if major not in ("12", "13"):
         raise SglangError("CUDA %r has no NIXL build; expected a CUDA 12.x or 13.x release such as 12.9"
                           % (cuda_release,))
@@ -257,7 +257,7 @@ def _dist_info_dir(site_dir, project, version):
         if not name.endswith(".dist-info"):
             continue
         base = name[:-len(".dist-info")]
-        dist, _, ver = base.rpartition("-")
+        dist, _sep, ver = base.rpartition("-")
         if normalize(dist) == want and (version is None or ver == version):
             return os.path.join(site_dir, name)
     return None
@@ -348,8 +348,8 @@ def moved(before, after, holds, deep_ep_after=None, bundled=False):
         now = (after or {}).get(normalize(project))
         if not _same_version(now, version):
             was = (before or {}).get(normalize(project))
-            out.append("%s is %s, held at %s%s" % (project, now or "not installed", version,
-                                                 (" (was %s)" % was) if was and was != now else ""))
+            since = (" (was %s)" % was) if was and was != now else ""
+            out.append("%s is %s, held at %s%s" % (project, now or "not installed", version, since))
     if deep_ep_after is not None and not bundled and not deep_ep_after.get("collection"):
         out.extend("deep_ep: %s" % reason for reason in deep_ep_after.get("reasons") or [])
     return out

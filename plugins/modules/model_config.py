@@ -129,8 +129,8 @@ def main():
         config = json.loads(raw.decode("utf-8"))
         facts.update(model_facts(config, raw))
     except (IOError, OSError) as exc:
-        module.fail_json(msg="cannot read %s: %s; a model directory needs its config.json" % (config_path,
-                                                                                            to_native(exc)))
+        module.fail_json(msg="cannot read %s: %s; a model directory needs its config.json"
+                         % (config_path, to_native(exc)))
     except (ValueError, UnicodeDecodeError) as exc:
         module.fail_json(msg="%s is not valid JSON: %s" % (config_path, to_native(exc)))
     except SglangError as exc:

@@ -432,8 +432,9 @@ class SglangEnv(object):
 
         prefix = probe.get("prefix") or ""
         sites = []
-        for p in [probe.get("purelib"), probe.get("platlib")] + [s for s in probe.get("sys_path") or []
-                                                                  if s.endswith(("site-packages", "dist-packages"))]:
+        candidates = [probe.get("purelib"), probe.get("platlib")]
+        candidates += [s for s in probe.get("sys_path") or [] if s.endswith(("site-packages", "dist-packages"))]
+        for p in candidates:
             if p and p not in sites and os.path.isdir(p):
                 sites.append(p)
         sglang_v = ver("sglang")[1]
@@ -484,7 +485,7 @@ class SglangEnv(object):
                 "typing_extensions": ver("typing-extensions")[1],
             },
             "torch_cuda": tcuda,
-            "torch_cuda_major": int(tcuda.split(".")[0]) if tcuda else None,
+            "torch_cuda_major": int(tcuda.split(".", 1)[0]) if tcuda else None,
             "nixl_cuda_major": int(nixl_pkg[-2:]) if nixl_pkg in ("nixl-cu12", "nixl-cu13") else None,
             "deep_ep": deep_ep,
             "nvidia_lib_dirs": nvidia,
@@ -571,7 +572,7 @@ class SglangEnv(object):
         for line in text.splitlines():
             line = line.split("#", 1)[0].strip()
             if "==" in line:
-                name, _, version = line.partition("==")
+                name, _sep, version = line.partition("==")
                 out[normalize(name.strip())] = version.strip()
         return out
 
@@ -611,7 +612,7 @@ class SglangEnv(object):
                                  "(e.g. 12.9) so the matching nixl-cu12/nixl-cu13 build is chosen"
                                  % facts["versions"]["torch"])
             if facts["torch_cuda"] and p["cuda_version"] and \
-                    facts["torch_cuda"].split(".")[0] != str(p["cuda_version"]).split(".")[0]:
+                    facts["torch_cuda"].split(".", 1)[0] != str(p["cuda_version"]).split(".", 1)[0]:
                 raise StepFailed("cuda_version %s does not match torch %s (CUDA %s); NIXL must match torch's CUDA major"
                                  % (p["cuda_version"], facts["versions"]["torch"], facts["torch_cuda"]))
             try:
