@@ -631,7 +631,8 @@ class SglangEnv(object):
         # What is to be done.
         versions = facts["versions"]
         todo = []
-        moved_now = moved(None, self._versions(probe), holds, facts["deep_ep"] if p["hold_deep_ep"] else None, bundled)
+        held_deep_ep = facts["deep_ep"] if "deep-ep" in holds else None
+        moved_now = moved(None, self._versions(probe), holds, held_deep_ep, bundled)
         if moved_now:
             todo.append("repair: %s" % "; ".join(moved_now))
         if not bundled and versions["sgl_deep_ep"]:
@@ -705,7 +706,7 @@ class SglangEnv(object):
         after = self.probe()
         after_facts = self.facts_of(after)
         left = moved(self._versions(probe), self._versions(after), holds,
-                     after_facts["deep_ep"] if p["hold_deep_ep"] else None, bundled)
+                     after_facts["deep_ep"] if "deep-ep" in holds else None, bundled)
         if left:
             if not p["repair"]:
                 raise StepFailed("the install moved what the collection holds: %s" % "; ".join(left))
@@ -713,7 +714,7 @@ class SglangEnv(object):
             after = self.probe()
             after_facts = self.facts_of(after)
             left = moved(self._versions(probe), self._versions(after), holds,
-                         after_facts["deep_ep"] if p["hold_deep_ep"] else None, bundled)
+                         after_facts["deep_ep"] if "deep-ep" in holds else None, bundled)
         after_facts.update(holds=holds, constraint_file=self.constraint_file, moved=left)
         self.result["ansible_facts"]["gpufleet_sglang"] = after_facts
         if left:
