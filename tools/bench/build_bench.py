@@ -86,7 +86,7 @@ def main() -> int:
         elapsed, out = playbook(inventory, second, phases)
         results["from_store_s"] = round(elapsed, 1)
         results["from_store_changed"] = changed(out)
-        published = [json.loads(p.read_text()) for p in store.glob("*/*/published.json")]
+        published = [json.loads(p.read_text()) for p in store.glob("*/*/record.json")]
         if sorted(p["kind"] for p in published) != ["deepep", "nvshmem"] or {p["host"] for p in published} != {first}:
             raise SystemExit(f"expected one build of each kind, by {first}, in the store: {published}")
         best = None

@@ -56,11 +56,11 @@ def playbook(name: str, *args: str, check: bool = True) -> subprocess.CompletedP
 
 
 def store_keys(kind: str) -> dict[str, dict]:
-    """``{key: published.json}`` of the store."""
+    """``{key: record.json}`` of the store."""
     base = STORE / kind
     if not base.is_dir():
         return {}
-    return {d.name: json.loads((d / "published.json").read_text()) for d in base.iterdir() if d.is_dir()}
+    return {d.name: json.loads((d / "record.json").read_text()) for d in base.iterdir() if d.is_dir()}
 
 
 def records() -> list[dict]:
@@ -116,7 +116,7 @@ def test_one_build_per_key_two_installs_from_the_store():
         key = only_key(kind)
         published = store_keys(kind)[key]
         assert published["host"] == CANARY  # the canary batch of serial [1, 2] builds
-        assert sorted(os.listdir(STORE / kind / key)) == sorted(published["files"] + ["published.json"])
+        assert sorted(os.listdir(STORE / kind / key)) == sorted(list(published["files"]) + ["record.json"])
         assert arrivals(kind, key) == {CANARY: "build", **{n: "artifact" for n in NODES[1:]}}
     assert not list((STORE / ".incoming").iterdir())
 

@@ -1,0 +1,210 @@
+#!/usr/bin/python
+# Copyright: (c) 2026, gpufleet.deepep contributors
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+---
+module: artifact_store
+short_description: Look up, get and publish build artifacts in the fleet's artifact store (build once, distribute)
+version_added: 0.2.0
+description:
+  - The artifact store holds one directory per build key, C(<store>/<kind>/<key>/), with the artifact's files and
+    C(record.json) (kind, key, each file's sha256 and size in install order, the publishing host, the time and
+    O(meta)). The build phases (NVSHMEM packed installs, DeepEP wheels, NCCL and GDRCopy builds, DeepGEMM caches)
+    build a key on one host, publish it, and install it everywhere else from the store.
+  - This is an action plugin. With O(mode=controller) the store is a directory of the controller; the plugin
+    fetches published files from the node and copies artifacts to it. With O(mode=shared) the store is a path every
+    node mounts (for example NFS) and the module runs on the node, which reads and writes the store itself.
+  - V(put) publishes the files O(files) of O(src) as O(kind)/O(key). The key's directory appears by one rename of a
+    complete directory assembled under C(<store>/.incoming/); C(<store>/.lock) (fcntl) serialises the rename, so two
+    controllers or nodes publishing one key leave one artifact and one record - the first publishes
+    (RV(published=true)), the second reuses what is there (RV(published=false)).
+  - V(get) copies the key's files into O(dest) and verifies each file's size and sha256 against the record on the
+    node, after the transfer and before anything is renamed into place. A truncated or altered artifact, or a record
+    of the wrong shape or without a checksum, is refused with a message naming the file; nothing is installed then.
+    Files already in O(dest) with the recorded checksum are left alone. A key the store lacks gives
+    RV(found=false), not a failure (the caller decides).
+  - V(lookup) only reads. In check mode V(lookup) runs, V(get) and V(put) report what they would do and write
+    nothing.
+author: gpufleet.deepep maintainers (@gpufleet)
+extends_documentation_fragment:
+  - gpufleet.deepep.attributes
+attributes:
+  diff_mode:
+    description: Will return details on what has changed (or possibly needs changing in check_mode), when in diff mode.
+    support: none
+  action:
+    support: full
+    description: The store side runs in the controller process with O(mode=controller).
+options:
+  op:
+    description: V(lookup) the key, V(get) its files into O(dest), or V(put) (publish) the files of O(src).
+    type: str
+    choices: [lookup, get, put]
+    required: true
+  store:
+    description: The store's root directory, an absolute path (on the controller, or on the nodes with O(mode=shared)).
+    type: path
+    required: true
+  mode:
+    description: V(controller) keeps the store on the controller; V(shared) uses a path every node mounts.
+    type: str
+    choices: [controller, shared]
+    default: controller
+  kind:
+    description: The kind of artifact (a directory of the store).
+    type: str
+    choices: [nvshmem, deepep, nccl, gdrcopy, deepgemm]
+    required: true
+  key:
+    description: The build key, lowercase hex, 16 to 64 characters (the build modules return it as C(key)).
+    type: str
+    required: true
+  src:
+    description: With V(put), the directory on the node that holds O(files).
+    type: path
+  files:
+    description:
+      - With V(put), the names of the files of O(src) to publish, in install order (V(get) renames them into O(dest)
+        in this order, so list last the file whose presence makes the artifact usable). Plain names, no C(/).
+    type: list
+    elements: str
+  meta:
+    description: With V(put), anything worth recording beside the files (versions, the build's inputs).
+    type: dict
+    default: {}
+  dest:
+    description: With V(get), the directory on the node that receives the files (created if absent).
+    type: path
+  host:
+    description: The publisher recorded with V(put); the action plugin sets the inventory hostname.
+    type: str
+notes:
+  - Every file is verified with sha256 at each V(get), on the node, after the copy.
+  - The lock is waited for at most 600 seconds; the message then names the lock file.
+seealso:
+  - module: gpufleet.deepep.nvshmem_build
+  - module: gpufleet.deepep.deepep_build
+"""
+
+EXAMPLES = r"""
+- name: Look the NVSHMEM key up in the store
+  gpufleet.deepep.artifact_store:
+    op: lookup
+    store: /srv/gpufleet/artifacts
+    kind: nvshmem
+    key: "{{ nvshmem_plan.key }}"
+  register: stored
+
+- name: Publish the packed install (the second publisher of a key reuses the first one's)
+  gpufleet.deepep.artifact_store:
+    op: put
+    store: /srv/gpufleet/artifacts
+    kind: nvshmem
+    key: "{{ nvshmem_plan.key }}"
+    src: /opt/nvshmem-artifacts
+    files: ["nvshmem-{{ nvshmem_plan.key }}.tar.gz", "nvshmem-{{ nvshmem_plan.key }}.json"]
+    meta:
+      version: 3.5.19
+
+- name: Install the wheel from a store every node mounts
+  gpufleet.deepep.artifact_store:
+    op: get
+    mode: shared
+    store: /mnt/fleet/artifacts
+    kind: deepep
+    key: "{{ deepep_plan.key }}"
+    dest: /opt/deepep/artifacts/{{ deepep_plan.key }}
+  register: fetched
+  failed_when: not fetched.found
+"""
+
+RETURN = r"""
+found:
+  description: Whether the store holds the key (V(lookup), V(get)).
+  returned: with op=lookup or op=get
+  type: bool
+published:
+  description: With V(put), true when this call published the key (or would, in check mode), false when the key was
+    in the store already and is reused.
+  returned: with op=put
+  type: bool
+record:
+  description: The key's record (empty when the store lacks it); in check mode with V(put), the record it would write.
+  returned: always
+  type: dict
+  sample:
+    kind: nvshmem
+    key: 3f2a9c0d5e4b1a7f3f2a9c0d5e4b1a7f3f2a9c0d5e4b1a7f3f2a9c0d5e4b1a7f
+    files:
+      nvshmem-3f2a.tar.gz: {sha256: 9b74c9897bac770ffc029102a200c5de9b74c9897bac770ffc029102a200c5de, size: 1048576}
+    host: node-1
+    published_at: '2026-11-24T05:00:00Z'
+    meta: {}
+path:
+  description: The key's directory in the store.
+  returned: always
+  type: str
+copied:
+  description: With V(get), the files copied into O(dest) (or that would be); files already there are left out.
+  returned: with op=get
+  type: list
+  elements: str
+"""
+
+from ansible.module_utils.basic import AnsibleModule
+
+from ansible_collections.gpufleet.deepep.plugins.module_utils._store import (
+    KINDS,
+    StoreError,
+    check_request,
+    get_local,
+    key_path,
+    lookup,
+    put_local,
+)
+
+ARGUMENT_SPEC = dict(
+    op=dict(type="str", required=True, choices=["lookup", "get", "put"]),
+    store=dict(type="path", required=True),
+    mode=dict(type="str", default="controller", choices=["controller", "shared"]),
+    kind=dict(type="str", required=True, choices=list(KINDS)),
+    key=dict(type="str", required=True, no_log=False),
+    src=dict(type="path"),
+    files=dict(type="list", elements="str"),
+    meta=dict(type="dict", default={}),
+    dest=dict(type="path"),
+    host=dict(type="str"),
+)
+REQUIRED_IF = [("op", "put", ("src", "files")), ("op", "get", ("dest",))]
+
+
+def run(params, check_mode):
+    """The store operation ``params`` asks for, on this machine's view of the store (a dict result)."""
+    store, kind, key = params["store"], params["kind"], params["key"]
+    if params["op"] == "lookup":
+        check_request(store, kind, key)
+        record = lookup(store, kind, key)
+        return {"changed": False, "found": record is not None, "record": record or {},
+                "path": key_path(store, kind, key)}
+    if params["op"] == "get":
+        return get_local(store, kind, key, params["dest"], check_mode=check_mode)
+    return put_local(store, kind, key, params["src"], params["files"], params.get("host"), params["meta"],
+                     check_mode=check_mode)
+
+
+def main():
+    module = AnsibleModule(argument_spec=ARGUMENT_SPEC, required_if=REQUIRED_IF, supports_check_mode=True)
+    try:
+        result = run(module.params, module.check_mode)
+    except StoreError as exc:
+        module.fail_json(msg="artifact store %s: %s" % (module.params["store"], exc))
+    except (IOError, OSError) as exc:
+        module.fail_json(msg="artifact store %s: %s" % (module.params["store"], exc))
+    module.exit_json(**result)
+
+
+if __name__ == "__main__":
+    main()
