@@ -27,6 +27,8 @@ NODES = sorted(testinfra.utils.ansible_runner.AnsibleRunner(INVENTORY).get_hosts
 ENV_FILE = "/opt/deepep/sglang-env.sh"
 CONSTRAINTS = "/etc/gpufleet/pip-constraints.txt"
 MIRROR = "/srv/fleetsim-mirror/wheels"
+STORE = Path(os.environ["MOLECULE_EPHEMERAL_DIRECTORY"]) / "artifacts"
+DG_CACHE = "/var/cache/sglang/deep_gemm"
 
 # Reads the installed stack the way the role proves it: package metadata, and the deep_ep import resolution.
 STACK = r"""
@@ -58,7 +60,8 @@ def stack(name):
 def sglang_playbook(*args: str) -> subprocess.CompletedProcess:
     bindir = Path(sys.executable).parent
     cmd = [str(bindir / "ansible-playbook"), "-i", str(Path(INVENTORY).parent), str(REPO / "playbooks" / "sglang.yml"),
-           "-e", "sglang_hosts=b200_cluster", "-e", "sglang_model_path=/opt/models/deepseek-v3", *args]
+           "-e", "sglang_hosts=b200_cluster", "-e", "sglang_model_path=/opt/models/deepseek-v3",
+           "-e", f"gpufleet_artifact_store={STORE}", *args]
     env = dict(os.environ, ANSIBLE_NOCOLOR="1", PATH=f"{bindir}:{os.environ.get('PATH', '')}")
     env.setdefault("ANSIBLE_COLLECTIONS_PATH", str(REPO / ".collections"))
     return subprocess.run(cmd, cwd=REPO, env=env, text=True, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
@@ -105,11 +108,28 @@ def test_env_file_puts_the_ibgda_nvshmem_first_and_no_pip_nvshmem():
         assert any(entry.endswith("nvidia/cusparselt/lib") for entry in ld), ld
 
 
-def test_sglang_rules_warn_about_the_model_and_cache():
-    """The DeepSeek-V3 FP8 config on B200 without a DeepGEMM cache: the two warnings, no critical finding."""
+def test_deepgemm_cache_built_once_and_installed_from_the_store():
+    keys = sorted(p for p in (STORE / "deepgemm").iterdir() if p.is_dir())
+    assert len(keys) == 1, keys
+    record = json.loads((keys[0] / "record.json").read_text())
+    builder = record["host"]
+    assert builder in NODES and record["meta"]["model"] == "DeepseekV3ForCausalLM"
+    assert "--tp-size" in record["meta"]["args"] and "deepep" in record["meta"]["args"]
+    listings = {}
+    for name in NODES:
+        host = node(name)
+        marker = json.loads(host.file(f"{DG_CACHE}/.gpufleet-deepgemm-{keys[0].name}.json").content_string)
+        assert marker["from"] == ("built here" if name == builder else "artifact store"), (name, marker)
+        listings[name] = host.check_output(f"cd {DG_CACHE} && find cache -type f | sort")
+        assert "fixture cubin" in host.check_output(f"cat $(find {DG_CACHE}/cache -type f | head -1)")
+    assert len(set(listings.values())) == 1 and len(listings[builder].splitlines()) >= 8, listings
+
+
+def test_sglang_rules_warn_about_the_fp8_scales_only():
+    """The DeepSeek-V3 FP8 config on B200: the scale-format warning; the DeepGEMM cache is there, nothing critical."""
     proc = sglang_playbook("--check")
     assert proc.returncode == 0, proc.stdout[-4000:]
-    assert "SGLANG_BLACKWELL_FP8_SCALE" in proc.stdout and "SGLANG_DEEPGEMM_CACHE_MISSING" in proc.stdout
+    assert "SGLANG_BLACKWELL_FP8_SCALE" in proc.stdout and "SGLANG_DEEPGEMM_CACHE_MISSING" not in proc.stdout
     assert all(r.get("changed", 0) == 0 for r in recap(proc.stdout).values()), proc.stdout[-3000:]
 
 
