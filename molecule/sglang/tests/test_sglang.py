@@ -62,15 +62,19 @@ def sglang_playbook(*args: str) -> subprocess.CompletedProcess:
     cmd = [str(bindir / "ansible-playbook"), "-i", str(Path(INVENTORY).parent), str(REPO / "playbooks" / "sglang.yml"),
            "-e", "sglang_hosts=b200_cluster", "-e", "sglang_model_path=/opt/models/deepseek-v3",
            "-e", f"gpufleet_artifact_store={STORE}", *args]
-    env = dict(os.environ, ANSIBLE_NOCOLOR="1", PATH=f"{bindir}:{os.environ.get('PATH', '')}")
+    env = dict(os.environ, ANSIBLE_NOCOLOR="1", ANSIBLE_FORCE_COLOR="0", PATH=f"{bindir}:{os.environ.get('PATH', '')}")
     env.setdefault("ANSIBLE_COLLECTIONS_PATH", str(REPO / ".collections"))
     return subprocess.run(cmd, cwd=REPO, env=env, text=True, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                           check=False, timeout=1500)
 
 
+ANSI = re.compile(r"\x1b\[[0-9;]*m")
+
+
 def recap(output: str) -> dict[str, dict[str, int]]:
+    """``{host: {ok, changed, ...}}`` of the PLAY RECAP (colour codes removed: Molecule forces colour)."""
     out = {}
-    for host, fields in re.findall(r"^(\S+)\s+:\s+(ok=.*)$", output, re.M):
+    for host, fields in re.findall(r"^(\S+)\s+:\s+(ok=.*)$", ANSI.sub("", output), re.M):
         out[host] = {k: int(v) for k, v in re.findall(r"(\w+)=(\d+)", fields)}
     return out
 
@@ -130,7 +134,8 @@ def test_sglang_rules_warn_about_the_fp8_scales_only():
     proc = sglang_playbook("--check")
     assert proc.returncode == 0, proc.stdout[-4000:]
     assert "SGLANG_BLACKWELL_FP8_SCALE" in proc.stdout and "SGLANG_DEEPGEMM_CACHE_MISSING" not in proc.stdout
-    assert all(r.get("changed", 0) == 0 for r in recap(proc.stdout).values()), proc.stdout[-3000:]
+    counts = recap(proc.stdout)
+    assert sorted(counts) == NODES and all(r["changed"] == 0 for r in counts.values()), proc.stdout[-3000:]
 
 
 def test_unconstrained_install_is_detected_and_repaired():
@@ -162,5 +167,6 @@ def test_unconstrained_install_is_detected_and_repaired():
     assert all(recap(run.stdout)[n]["changed"] == 0 for n in others), run.stdout[-3000:]
 
     again = sglang_playbook()
-    assert again.returncode == 0 and all(r["changed"] == 0 for r in recap(again.stdout).values()), \
+    counts = recap(again.stdout)
+    assert again.returncode == 0 and sorted(counts) == NODES and all(r["changed"] == 0 for r in counts.values()), \
         again.stdout[-3000:]
