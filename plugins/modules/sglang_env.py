@@ -379,6 +379,13 @@ class SglangEnv(object):
         argv += list(self.p["pip_extra_args"]) + list(args)
         return argv
 
+    def pip_uninstall(self, project):
+        """``pip uninstall -y`` (PEP 668 refuses it in a system Python too, without --break-system-packages)."""
+        argv = [self.python, "-m", "pip", "uninstall", "-y"]
+        if self.p["break_system_packages"]:
+            argv.append("--break-system-packages")
+        return argv + [project]
+
     # --- reading ---------------------------------------------------------------------------------
 
     def resolve_python(self):
@@ -698,7 +705,7 @@ class SglangEnv(object):
         if p["kernel_version"]:
             self.run(self.pip("--no-deps", "--force-reinstall", "%s==%s" % (kernel_pkg, p["kernel_version"])))
         if engine == "nixl" and self._versions(self.probe()).get("nixl"):
-            self.run([self.python, "-m", "pip", "uninstall", "-y", "nixl"])
+            self.run(self.pip_uninstall("nixl"))
         if engine_pkg:
             spec = engine_pkg + (("==" + p["transfer_engine_version"]) if p["transfer_engine_version"] else "")
             self.install_checked([spec], "transfer engine %s" % engine_pkg)
@@ -767,7 +774,7 @@ class SglangEnv(object):
         versions = self._versions(probe)
         done = []
         if not bundled and versions.get("sgl-deep-ep"):
-            self.run([self.python, "-m", "pip", "uninstall", "-y", "sgl-deep-ep"])
+            self.run(self.pip_uninstall("sgl-deep-ep"))
             done.append("removed sgl-deep-ep %s" % versions["sgl-deep-ep"])
         nvidia = []
         torch_moved = None
