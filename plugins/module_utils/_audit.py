@@ -25,6 +25,9 @@ false, not an empty string/list/object). Besides the standard jmespath functions
     the normalised arch list (``["9.0", "10.0"]``) of a list or string; null when missing.
 ``to_int(value)``
     the integer of a number or a decimal string; null otherwise (``to_number`` also accepts floats).
+``mod(a, b)``, ``int_div(a, b)``
+    ``a % b`` and ``a // b`` of integers (or decimal strings); null when either is missing or ``b`` is 0
+    (layout rules: attention heads divisible by the attention TP size, TP by the node count).
 ``without_prefix(strings, prefix)``
     the strings of a list that do not start with ``prefix`` (``[]`` when the list is missing; every
     string when the prefix is null or empty is not wanted, so then ``[]``).
@@ -171,6 +174,22 @@ def without_prefix(strings, prefix):
     return [s for s in strings if isinstance(s, str) and not s.startswith(prefix)]
 
 
+def int_mod(left, right):
+    """``left % right`` of two integers (or decimal strings); null when either is missing or ``right`` is 0."""
+    a, b = _to_int(left), _to_int(right)
+    if a is None or not b:
+        return None
+    return a % b
+
+
+def int_div(left, right):
+    """``left // right`` of two integers (or decimal strings); null when either is missing or ``right`` is 0."""
+    a, b = _to_int(left), _to_int(right)
+    if a is None or not b:
+        return None
+    return a // b
+
+
 if HAS_JMESPATH:
 
     class _AuditFunctions(_jp_functions.Functions):
@@ -195,6 +214,14 @@ if HAS_JMESPATH:
         @_jp_functions.signature({"types": []}, {"types": []})
         def _func_without_prefix(self, strings, prefix):
             return without_prefix(strings, prefix)
+
+        @_jp_functions.signature({"types": []}, {"types": []})
+        def _func_mod(self, left, right):
+            return int_mod(left, right)
+
+        @_jp_functions.signature({"types": []}, {"types": []})
+        def _func_int_div(self, left, right):
+            return int_div(left, right)
 
     _OPTIONS = jmespath.Options(custom_functions=_AuditFunctions())
 else:  # pragma: no cover

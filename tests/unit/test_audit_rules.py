@@ -170,7 +170,8 @@ def test_healthy_node_has_no_findings():
 
 def test_every_rule_has_a_case():
     rule_ids = {r["id"] for r in validate_rules(CATALOGUE)}
-    assert rule_ids == set(CASES)
+    # The SGLang rules have their cases in test_sglang_rules.py (it checks that every one has a case).
+    assert {r for r in rule_ids if not r.startswith("SGLANG_")} == set(CASES)
 
 
 def test_issue_rules_are_in_the_catalogue():

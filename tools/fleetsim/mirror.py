@@ -400,6 +400,26 @@ def build_wheels(wheels_txt: Path, local: list[Path], out: Path, cache: Path, qu
 
 
 FIXTURE_WHEEL_TAG = "py3-none-manylinux_2_18_x86_64"
+# Files of a fixture wheel tree that are not packed: its dependencies (one PEP 508 requirement a line, written
+# as Requires-Dist so that pip resolves them like a real wheel's) and its entry points (copied to .dist-info).
+FIXTURE_REQUIRES = "fixture-requires.txt"
+FIXTURE_ENTRY_POINTS = "fixture-entry-points.txt"
+
+
+def fixture_requirements(tree: Path) -> list[str]:
+    """The requirement lines of ``tree/fixture-requires.txt`` (comments and blank lines dropped)."""
+    listing = tree / FIXTURE_REQUIRES
+    if not listing.is_file():
+        return []
+    out = []
+    for number, line in enumerate(listing.read_text().splitlines(), 1):
+        line = line.split("#", 1)[0].strip()
+        if not line:
+            continue
+        if any(c in line for c in "\n\r") or not line[0].isalnum():
+            raise ValueError(f"{listing}:{number}: expected a requirement such as 'torch==2.14.1', got {line!r}")
+        out.append(line)
+    return out
 
 
 def fixture_wheel(tree: Path, out: Path) -> Path:
@@ -417,10 +437,16 @@ def fixture_wheel(tree: Path, out: Path) -> Path:
     files = []
     for path in sorted(p for p in tree.rglob("*") if p.is_file() and "__pycache__" not in p.parts):
         rel = path.relative_to(tree).as_posix()
+        if rel in (FIXTURE_REQUIRES, FIXTURE_ENTRY_POINTS):
+            continue
         files.append((rel, path.read_bytes(), 0o755 if ".so" in path.name else 0o644))
+    requires = "".join(f"Requires-Dist: {line}\n" for line in fixture_requirements(tree))
     files.append((f"{info}/METADATA", (f"Metadata-Version: 2.1\nName: {dist.replace('_', '-')}\n"
                                        f"Version: {version}\nSummary: fixture wheel of the simulated fleet "
-                                       f"(tools/fleetsim/fixtures/wheels/{tree.name})\n\n").encode(), 0o644))
+                                       f"(tools/fleetsim/fixtures/wheels/{tree.name})\n{requires}\n").encode(),
+                  0o644))
+    if (tree / FIXTURE_ENTRY_POINTS).is_file():
+        files.append((f"{info}/entry_points.txt", (tree / FIXTURE_ENTRY_POINTS).read_bytes(), 0o644))
     files.append((f"{info}/WHEEL", (f"Wheel-Version: 1.0\nGenerator: fleetsim mirror\nRoot-Is-Purelib: false\n"
                                     f"Tag: {FIXTURE_WHEEL_TAG}\n").encode(), 0o644))
     record = []

@@ -1,0 +1,498 @@
+# Copyright: (c) 2026, gpufleet.deepep contributors
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
+
+"""SGLang in a DeepEP-ready torch environment: the pure logic of ``sglang_env`` and ``model_config``.
+
+Standard library only, Python 3.8+ (this file runs on the managed nodes).
+
+The trap: sglang >= 0.5.19 depends on ``sgl-deep-ep``, which installs its own top-level ``deep_ep`` (built
+against torch 2.14.1), so a plain ``pip install sglang`` shadows or overwrites the DeepEP the collection built
+for the node's NVSHMEM/IBGDA, and may move torch and NCCL (DeepEP #710). The install therefore goes in two
+steps - the sglang wheel with ``--no-deps``, then its requirements less the excluded projects - with torch,
+NCCL, cuDNN and ``deep_ep`` held by the environment's pip constraints, and every result is proved from the
+environment's own metadata afterwards (:func:`moved`).
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import json
+import os
+import re
+
+__all__ = [
+    "SglangError",
+    "PROBE_SCRIPT",
+    "REQUIRES_SCRIPT",
+    "STAMP_NAME",
+    "normalize",
+    "version_tuple",
+    "version_lt",
+    "kernel_package_for",
+    "torch_cuda",
+    "nixl_package_for",
+    "parse_probe",
+    "deep_ep_state",
+    "record_mismatches",
+    "nvidia_lib_dirs",
+    "resolve_library",
+    "moved",
+    "constraints_for",
+    "filter_requirements",
+    "check_wheelhouse",
+    "read_sha256sums",
+    "transfer_engine_check",
+    "dmabuf_capable",
+    "model_facts",
+    "is_hub_id",
+]
+
+STAMP_NAME = ".gpufleet-build.json"
+KERNEL_RENAMED_AT = (0, 5, 15)
+NVSHMEM_DIR_NAMES = ("nvshmem",)
+
+_VERSION_RE = re.compile(r"^\s*v?(\d+(?:\.\d+)*)")
+_NAME_RE = re.compile(r"^[A-Za-z0-9](?:[A-Za-z0-9._-]*[A-Za-z0-9])?$")
+_TORCH_CUDA_RE = re.compile(r"\+cu(\d{2,3})$")
+_HUB_ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*/[A-Za-z0-9][A-Za-z0-9._-]*$")
+
+
+class SglangError(Exception):
+    """A value the SGLang logic cannot accept; the message names it and the expected form."""
+
+
+def normalize(name):
+    """PEP 503 project name: ``Flashinfer_Python`` -> ``flashinfer-python``."""
+    return re.sub(r"[-_.]+", "-", str(name)).lower()
+
+
+def version_tuple(value):
+    """The numeric release of a version string (``0.5.19.post1`` -> ``(0, 5, 19)``); SglangError otherwise."""
+    match = _VERSION_RE.match(str(value or ""))
+    if not match:
+        raise SglangError("version %r is not a release such as 0.5.19" % (value,))
+    return tuple(int(p) for p in match.group(1).split("."))
+
+
+def version_lt(left, right):
+    a, b = list(version_tuple(left)), list(version_tuple(right))
+    width = max(len(a), len(b))
+    return a + [0] * (width - len(a)) < b + [0] * (width - len(b))
+
+
+def kernel_package_for(sglang_version):
+    """``sgl-kernel`` before sglang 0.5.15, ``sglang-kernel`` from it on (the package was renamed)."""
+    return "sgl-kernel" if version_tuple(sglang_version) < KERNEL_RENAMED_AT else "sglang-kernel"
+
+
+def torch_cuda(torch_version, version_py_text=None):
+    """The CUDA release torch was built for: ``2.9.1+cu129`` -> ``12.9``; ``torch/version.py``'s ``cuda`` as a
+    fallback; None for a CPU build."""
+    match = _TORCH_CUDA_RE.search(str(torch_version or ""))
+    if match:
+        digits = match.group(1)
+        return "%s.%s" % (digits[:-1], digits[-1])
+    if version_py_text:
+        found = re.search(r"^cuda\s*(?::\s*\w+)?\s*=\s*['\"](\d+\.\d+)", version_py_text, re.M)
+        if found:
+            return found.group(1)
+    return None
+
+
+def nixl_package_for(cuda_release):
+    """The NIXL build for a CUDA release (``12.9`` -> ``nixl-cu12``), not the ``nixl`` meta package (which pulls
+    both builds)."""
+    major = str(cuda_release or "").split(".", 1)[0]
+    if major not in ("12", "13"):
+        raise SglangError("CUDA %r has no NIXL build; expected a CUDA 12.x or 13.x release such as 12.9"
+                          % (cuda_release,))
+    return "nixl-cu%s" % major
+
+
+# --------------------------------------------------------------------------------------------
+# The probe: runs in the target interpreter, imports nothing of the stack (no torch, no deep_ep).
+
+PROBE_SCRIPT = r"""
+import glob, importlib.util, json, os, site, sys, sysconfig
+try:
+    from importlib import metadata
+except ImportError:
+    metadata = None
+paths = sysconfig.get_paths()
+out = {"python_version": "%d.%d.%d" % sys.version_info[:3], "prefix": sys.prefix,
+       "base_prefix": getattr(sys, "base_prefix", sys.prefix), "purelib": paths.get("purelib"),
+       "platlib": paths.get("platlib"), "sys_path": [p for p in sys.path if p],
+       "user_site": site.getusersitepackages() if hasattr(site, "getusersitepackages") else None,
+       "dists": {}, "deep_ep": None, "torch_version_py": None}
+def norm(name):
+    import re
+    return re.sub(r"[-_.]+", "-", name).lower()
+for dist in (metadata.distributions() if metadata else []):
+    try:
+        name = dist.metadata["Name"]
+    except Exception:
+        continue
+    if not name:
+        continue
+    key = norm(name)
+    files = dist.files or []
+    location = None
+    try:
+        location = str(dist.locate_file(""))
+    except Exception:
+        pass
+    owns = [str(f) for f in files if str(f).split("/")[0] in ("deep_ep",) or str(f).startswith("deep_ep_cpp")]
+    installer = None
+    try:
+        installer = (dist.read_text("INSTALLER") or "").strip() or None
+    except Exception:
+        pass
+    entry = {"name": name, "version": dist.version, "location": location, "installer": installer,
+             "has_record": dist.read_text("RECORD") is not None, "deep_ep_files": owns}
+    if key in out["dists"]:
+        entry["shadowed"] = out["dists"][key]
+        continue
+    out["dists"][key] = entry
+spec = None
+try:
+    spec = importlib.util.find_spec("deep_ep")
+except Exception as exc:
+    out["deep_ep_error"] = "%s: %s" % (type(exc).__name__, exc)
+if spec is not None:
+    locs = list(spec.submodule_search_locations or [])
+    out["deep_ep"] = {"origin": spec.origin, "dir": locs[0] if locs else os.path.dirname(spec.origin or "")}
+try:
+    tspec = importlib.util.find_spec("torch")
+    if tspec and tspec.submodule_search_locations:
+        vp = os.path.join(list(tspec.submodule_search_locations)[0], "version.py")
+        if os.path.isfile(vp):
+            out["torch_version_py"] = open(vp).read(4096)
+        out["torch_lib"] = os.path.join(list(tspec.submodule_search_locations)[0], "lib")
+except Exception:
+    pass
+print(json.dumps(out))
+"""
+
+# Runs in the target interpreter after ``pip install --no-deps sglang==V``: sglang's requirements that apply to
+# this environment without extras, as ``[[name, requirement string], ...]`` (markers evaluated by pip's own
+# vendored packaging).
+REQUIRES_SCRIPT = r"""
+import json, sys
+from importlib import metadata
+try:
+    from packaging.requirements import Requirement
+except ImportError:
+    from pip._vendor.packaging.requirements import Requirement
+out = []
+for line in metadata.requires(sys.argv[1]) or []:
+    req = Requirement(line)
+    if req.marker is not None and not req.marker.evaluate({"extra": ""}):
+        continue
+    spec = str(req.specifier)
+    out.append([req.name, req.name + ("[%s]" % ",".join(sorted(req.extras)) if req.extras else "") + spec])
+print(json.dumps(out))
+"""
+
+
+def parse_probe(text):
+    """The probe's JSON (the last line that parses), SglangError when there is none."""
+    for line in reversed((text or "").strip().splitlines()):
+        line = line.strip()
+        if line.startswith("{"):
+            try:
+                data = json.loads(line)
+            except ValueError:
+                continue
+            if isinstance(data, dict):
+                return data
+    raise SglangError("the interpreter printed no probe result (expected one JSON object), got %r"
+                      % (text or "")[-300:])
+
+
+def _read_json(path):
+    try:
+        with open(path) as handle:
+            data = json.load(handle)
+        return data if isinstance(data, dict) else None
+    except (IOError, OSError, ValueError):
+        return None
+
+
+def _record_hash(path):
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        for block in iter(lambda: handle.read(1024 * 1024), b""):
+            digest.update(block)
+    return "sha256=" + base64.urlsafe_b64encode(digest.digest()).rstrip(b"=").decode()
+
+
+def record_mismatches(dist_info_dir, site_dir, prefix="deep_ep/"):
+    """Files under ``prefix`` listed in a dist's RECORD whose content no longer matches it (overwritten by
+    another package) or that are gone: ``[relative path, ...]``."""
+    record = os.path.join(dist_info_dir, "RECORD")
+    out = []
+    try:
+        with open(record) as handle:
+            lines = handle.read().splitlines()
+    except (IOError, OSError):
+        return out
+    for line in lines:
+        parts = line.rsplit(",", 2)
+        if len(parts) != 3 or not parts[0].startswith(prefix) or not parts[1]:
+            continue
+        path = os.path.join(site_dir, parts[0])
+        if not os.path.isfile(path):
+            out.append(parts[0] + " (missing)")
+        elif _record_hash(path) != parts[1]:
+            out.append(parts[0])
+    return out
+
+
+def _dist_info_dir(site_dir, project, version):
+    if not site_dir or not os.path.isdir(site_dir):
+        return None
+    want = normalize(project)
+    for name in sorted(os.listdir(site_dir)):
+        if not name.endswith(".dist-info"):
+            continue
+        base = name[:-len(".dist-info")]
+        dist, _sep, ver = base.rpartition("-")
+        if normalize(dist) == want and (version is None or ver == version):
+            return os.path.join(site_dir, name)
+    return None
+
+
+def deep_ep_state(probe, expected_key=None):
+    """Which ``deep_ep`` the interpreter imports and whether it is the collection's build.
+
+    The collection's build carries ``.gpufleet-build.json`` (deepep_build's stamp) in its package directory and is
+    installed as the ``deep_ep`` distribution; anything else owning files of ``deep_ep/`` (``sgl-deep-ep``), a
+    stamp missing, files changed since the ``deep_ep`` wheel installed them, or another build key means it is not.
+    """
+    info = probe.get("deep_ep") or {}
+    dists = probe.get("dists") or {}
+    out = {"file": info.get("origin"), "dir": info.get("dir"), "importable": bool(info.get("origin")),
+           "collection": False, "stamp_key": None, "wheel": None, "version": None, "owners": [],
+           "foreign_owners": [], "modified_files": [], "reasons": []}
+    for key, dist in sorted(dists.items()):
+        if any(f.startswith("deep_ep/") or f.startswith("deep_ep_cpp") for f in dist.get("deep_ep_files") or []):
+            out["owners"].append("%s %s" % (dist.get("name"), dist.get("version")))
+            if key != "deep-ep":
+                out["foreign_owners"].append("%s %s" % (dist.get("name"), dist.get("version")))
+    own = dists.get("deep-ep")
+    out["version"] = own.get("version") if own else None
+    if not out["importable"]:
+        out["reasons"].append("import deep_ep finds no package: the collection's DeepEP is not installed "
+                              "(run the deepep role)")
+        return out
+    stamp = _read_json(os.path.join(out["dir"], STAMP_NAME)) if out["dir"] else None
+    if stamp:
+        out["stamp_key"] = stamp.get("key")
+        out["wheel"] = stamp.get("wheel")
+    else:
+        out["reasons"].append("%s carries no %s: it is not the DeepEP the collection built" % (out["dir"], STAMP_NAME))
+    if out["foreign_owners"]:
+        out["reasons"].append("deep_ep files belong to %s (a bundled DeepEP shadows or overwrote the collection's)"
+                              % ", ".join(out["foreign_owners"]))
+    if own:
+        site_dir = own.get("location")
+        info_dir = _dist_info_dir(site_dir, "deep_ep", own.get("version"))
+        if info_dir:
+            out["modified_files"] = record_mismatches(info_dir, site_dir)
+            if out["modified_files"]:
+                out["reasons"].append("files of the deep_ep wheel were replaced since it was installed: %s"
+                                      % ", ".join(out["modified_files"][:8]))
+        if out["dir"] and site_dir and os.path.realpath(os.path.dirname(out["dir"])) != os.path.realpath(site_dir):
+            out["reasons"].append("import deep_ep resolves to %s, not the deep_ep wheel's %s (an earlier path entry "
+                                  "shadows it)" % (out["dir"], site_dir))
+    elif stamp:
+        out["reasons"].append("no deep_ep distribution is installed (only another package's deep_ep files)")
+    if expected_key and out["stamp_key"] and out["stamp_key"] != expected_key:
+        out["reasons"].append("deep_ep is build %s, the deepep phase expects %s" % (out["stamp_key"], expected_key))
+    out["collection"] = not out["reasons"]
+    return out
+
+
+def nvidia_lib_dirs(site_dirs, exclude=NVSHMEM_DIR_NAMES):
+    """``<site>/nvidia/*/lib`` directories of the environment's own NVIDIA wheels (sorted, first site wins per
+    package), without pip's NVSHMEM: the IBGDA build must stay ahead of it."""
+    out, seen = [], set()
+    for site in site_dirs or []:
+        base = os.path.join(site, "nvidia")
+        if not os.path.isdir(base):
+            continue
+        for name in sorted(os.listdir(base)):
+            lib = os.path.join(base, name, "lib")
+            if name in exclude or name in seen or not os.path.isdir(lib):
+                continue
+            seen.add(name)
+            out.append(lib)
+    return out
+
+
+def resolve_library(soname, directories):
+    """The first ``directories`` entry holding ``soname`` (a file or link), or None."""
+    for directory in directories or []:
+        if directory and os.path.exists(os.path.join(directory, soname)):
+            return os.path.join(directory, soname)
+    return None
+
+
+def moved(before, after, holds, deep_ep_after=None, bundled=False):
+    """What an install moved: ``[str]`` naming each project whose version is not the held one and a deep_ep
+    that is no longer the collection's. ``holds``: ``{project: version}``; ``before``/``after``: ``{project:
+    version}`` of the environment."""
+    out = []
+    for project, version in sorted((holds or {}).items()):
+        now = (after or {}).get(normalize(project))
+        if not _same_version(now, version):
+            was = (before or {}).get(normalize(project))
+            since = (" (was %s)" % was) if was and was != now else ""
+            out.append("%s is %s, held at %s%s" % (project, now or "not installed", version, since))
+    if deep_ep_after is not None and not bundled and not deep_ep_after.get("collection"):
+        out.extend("deep_ep: %s" % reason for reason in deep_ep_after.get("reasons") or [])
+    return out
+
+
+def _same_version(installed, held):
+    """``2.13.0+cpu`` satisfies ``==2.13.0`` (PEP 440: no local label in the specifier); otherwise exact."""
+    if installed is None or held is None:
+        return installed == held
+    installed, held = str(installed), str(held)
+    return installed == held or ("+" not in held and installed.split("+", 1)[0] == held)
+
+
+def constraints_for(holds):
+    """Sorted ``project==version`` lines for ``holds``."""
+    out = []
+    for project, version in sorted((holds or {}).items()):
+        if not _NAME_RE.match(str(project)) or not version:
+            raise SglangError("hold %r=%r: expected a pip project and a version such as torch=2.9.1" % (project, version))
+        out.append("%s==%s" % (normalize(project), version))
+    return out
+
+
+def filter_requirements(requirements, exclude):
+    """``(kept, dropped)`` of ``[[name, requirement], ...]``, dropping projects named in ``exclude``."""
+    excluded = set(normalize(e) for e in exclude or [])
+    kept, dropped = [], []
+    for name, req in requirements or []:
+        (dropped if normalize(name) in excluded else kept).append(req)
+    return kept, dropped
+
+
+def read_sha256sums(text):
+    """``{file name: sha256}`` of a ``SHA256SUMS`` text (``<hex>  <name>`` lines)."""
+    out = {}
+    for number, line in enumerate((text or "").splitlines(), 1):
+        line = line.strip()
+        if not line or line.startswith("#"):
+            continue
+        parts = line.split(None, 1)
+        if len(parts) != 2 or not re.match(r"^[0-9a-f]{64}$", parts[0]):
+            raise SglangError("SHA256SUMS line %d %r: expected '<64 hex digits>  <file name>'" % (number, line))
+        out[parts[1].lstrip("*").strip()] = parts[0]
+    return out
+
+
+def check_wheelhouse(directory, checksums):
+    """Every ``*.whl`` of an offline wheelhouse against ``checksums`` (``{name: sha256}``): ``[problem]``."""
+    problems = []
+    try:
+        wheels = sorted(n for n in os.listdir(directory) if n.endswith(".whl"))
+    except OSError as exc:
+        return ["wheelhouse %s cannot be read: %s" % (directory, exc)]
+    if not wheels:
+        problems.append("wheelhouse %s holds no wheels" % directory)
+    for name in wheels:
+        want = (checksums or {}).get(name)
+        if want is None:
+            problems.append("%s has no checksum" % name)
+            continue
+        digest = hashlib.sha256()
+        with open(os.path.join(directory, name), "rb") as handle:
+            for block in iter(lambda: handle.read(1024 * 1024), b""):
+                digest.update(block)
+        if digest.hexdigest() != want:
+            problems.append("%s: sha256 %s, expected %s" % (name, digest.hexdigest(), want))
+    return problems
+
+
+def dmabuf_capable(kernel_release, open_kernel_module):
+    """DMA-BUF registration of GPU memory: the NVIDIA open kernel module on Linux >= 5.12."""
+    try:
+        release = version_tuple(kernel_release)
+    except SglangError:
+        return False
+    return bool(open_kernel_module) and release >= (5, 12)
+
+
+def transfer_engine_check(engine, peermem_loaded, dmabuf, mooncake_dmabuf):
+    """None when ``engine`` can register GPU memory on this node, else the refusal (naming the fix)."""
+    if engine != "mooncake":
+        return None
+    if peermem_loaded:
+        return None
+    if dmabuf and mooncake_dmabuf:
+        return None
+    why = ("nvidia_peermem is not loaded (with the NVIDIA open kernel module it does not load: 'could not insert "
+           "nvidia_peermem: Invalid argument')")
+    if dmabuf and not mooncake_dmabuf:
+        why += " and this Mooncake build is not set to register through DMA-BUF (sglang_mooncake_dmabuf)"
+    elif not dmabuf:
+        why += " and DMA-BUF registration is not available (needs the open kernel module on Linux >= 5.12)"
+    return ("Mooncake cannot register GPU memory here: %s; RDMA transfers fail with 'RdmaTransport: Failed to "
+            "register memory'. Use NIXL (sglang_transfer_engine: nixl, launch with --disaggregation-transfer-backend "
+            "nixl), which registers through DMA-BUF." % why)
+
+
+# --------------------------------------------------------------------------------------------
+# Model directories
+
+
+def is_hub_id(value):
+    """``org/name`` that is not a path on this node."""
+    return bool(_HUB_ID_RE.match(str(value or ""))) and not str(value).startswith((".", "/"))
+
+
+def _first(cfg, *names):
+    for name in names:
+        if cfg.get(name) is not None:
+            return cfg[name]
+    return None
+
+
+def model_facts(config, config_text=None):
+    """Facts of a model's ``config.json`` (a dict): architecture, heads, experts, quantization."""
+    if not isinstance(config, dict):
+        raise SglangError("config.json must hold a JSON object, got %s" % type(config).__name__)
+    text_cfg = config.get("text_config") if isinstance(config.get("text_config"), dict) else {}
+    merged = dict(text_cfg)
+    merged.update(dict((k, v) for k, v in config.items() if v is not None))
+    heads = _first(merged, "num_attention_heads", "n_head", "num_heads")
+    kv = _first(merged, "num_key_value_heads", "num_kv_heads", "multi_query_group_num")
+    experts = _first(merged, "n_routed_experts", "num_experts", "num_local_experts", "moe_num_experts")
+    quant = merged.get("quantization_config") if isinstance(merged.get("quantization_config"), dict) else None
+    quant_method = (quant or {}).get("quant_method") or (quant or {}).get("quant_algo")
+    fmt = (quant or {}).get("fmt")
+    archs = merged.get("architectures") if isinstance(merged.get("architectures"), list) else []
+    return {
+        "architectures": [str(a) for a in archs],
+        "architecture": str(archs[0]) if archs else None,
+        "model_type": merged.get("model_type"),
+        "num_attention_heads": int(heads) if isinstance(heads, int) else None,
+        "num_key_value_heads": int(kv) if isinstance(kv, int) else (int(heads) if isinstance(heads, int) else None),
+        "hidden_size": merged.get("hidden_size") if isinstance(merged.get("hidden_size"), int) else None,
+        "num_hidden_layers": merged.get("num_hidden_layers") if isinstance(merged.get("num_hidden_layers"), int)
+        else None,
+        "num_experts": int(experts) if isinstance(experts, int) else None,
+        "moe": isinstance(experts, int) and experts > 1,
+        "quantization": quant_method,
+        "quantization_fmt": fmt,
+        "fp8": bool(quant_method and "fp8" in str(quant_method).lower()),
+        "scale_fmt": (quant or {}).get("scale_fmt"),
+        "max_position_embeddings": merged.get("max_position_embeddings"),
+        "config_sha256": hashlib.sha256(config_text.encode() if isinstance(config_text, str)
+                                        else (config_text or b"")).hexdigest() if config_text is not None else None,
+    }

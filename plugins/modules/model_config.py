@@ -1,0 +1,145 @@
+#!/usr/bin/python
+# Copyright: (c) 2026, gpufleet.deepep contributors
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+module: model_config
+short_description: Facts of a local model directory's config.json (architecture, heads, experts, quantization)
+version_added: 0.2.0
+author: gpufleet.deepep maintainers (@gpufleet)
+description:
+  - Reads C(config.json) of a model directory on the node - the one C(--model-path) of SGLang will load - and
+    returns what the SGLang layout rules need - the architecture, the attention and KV head counts (attention TP
+    must divide the attention heads), the routed experts (a MoE model), the quantization method and FP8 scale
+    format, and the sha256 of C(config.json) (the DeepGEMM cache key).
+  - A Hugging Face hub id (C(org/name)) that is not a directory on the node is refused when O(offline=true),
+    since offline sites serve models from local directories only. With O(offline=false) a hub id is reported as such
+    (RV(ansible_facts.gpufleet_model.hub_id)) with no config facts.
+  - Multimodal configs with a C(text_config) are read through it. Read-only; no network, no import of transformers.
+options:
+  path:
+    description: The model directory (holding C(config.json)), or a hub id C(org/name).
+    type: str
+    required: true
+  offline:
+    description: The site has no hub access; a hub id is an error.
+    type: bool
+    default: true
+extends_documentation_fragment:
+  - gpufleet.deepep.attributes
+  - gpufleet.deepep.attributes.facts
+"""
+
+EXAMPLES = r"""
+- name: Read the model SGLang will serve
+  gpufleet.deepep.model_config:
+    path: /lssd/models/DeepSeek-V3
+"""
+
+RETURN = r"""
+ansible_facts:
+  description: Facts.
+  returned: always
+  type: dict
+  contains:
+    gpufleet_model:
+      description: The model's config facts.
+      returned: always
+      type: dict
+      contains:
+        path:
+          description: The model directory, or the hub id.
+          type: str
+        hub_id:
+          description: O(path) is a hub id, not a local directory (with O(offline=false)).
+          type: bool
+        architecture:
+          description: The first of C(architectures), e.g. C(DeepseekV3ForCausalLM).
+          type: str
+        architectures:
+          description: C(architectures) of config.json.
+          type: list
+          elements: str
+        model_type:
+          description: C(model_type).
+          type: str
+        num_attention_heads:
+          description: Attention heads (must be divisible by the attention TP size).
+          type: int
+        num_key_value_heads:
+          description: KV heads (the attention heads when config.json names none).
+          type: int
+        hidden_size:
+          description: C(hidden_size).
+          type: int
+        num_hidden_layers:
+          description: C(num_hidden_layers).
+          type: int
+        num_experts:
+          description: Routed experts (C(n_routed_experts), C(num_experts), C(num_local_experts)), null for a dense model.
+          type: int
+        moe:
+          description: A mixture-of-experts model (DeepEP dispatch, DeepGEMM grouped GEMMs).
+          type: bool
+        quantization:
+          description: C(quantization_config.quant_method) (C(fp8), C(awq), ...), null when unquantized.
+          type: str
+        fp8:
+          description: The checkpoint is FP8.
+          type: bool
+        scale_fmt:
+          description: C(quantization_config.scale_fmt) (C(ue8m0) is what DeepGEMM expects on Blackwell), null when absent.
+          type: str
+        config_sha256:
+          description: sha256 of config.json.
+          type: str
+"""
+
+import json
+import os
+
+from ansible.module_utils.basic import AnsibleModule
+from ansible.module_utils.common.text.converters import to_native
+
+from ansible_collections.gpufleet.deepep.plugins.module_utils._sglang import SglangError, is_hub_id, model_facts
+
+
+def main():
+    module = AnsibleModule(argument_spec=dict(path=dict(type="str", required=True),
+                                              offline=dict(type="bool", default=True)),
+                           supports_check_mode=True)
+    path = module.params["path"]
+    facts = {"path": path, "hub_id": False}
+    if not os.path.isdir(path):
+        if is_hub_id(path):
+            if module.params["offline"]:
+                module.fail_json(msg="model %r is a hub id, but this site is offline (offline=true): download the model "
+                                     "to a directory on the node and give that path (e.g. /lssd/models/%s)"
+                                     % (path, path.split("/")[-1]), ansible_facts={"gpufleet_model": facts})
+            facts["hub_id"] = True
+            module.exit_json(changed=False, ansible_facts={"gpufleet_model": facts})
+        module.fail_json(msg="model path %r is not a directory; expected a local model directory holding config.json "
+                             "(or, with offline=false, a hub id such as deepseek-ai/DeepSeek-V3)" % path)
+    config_path = os.path.join(path, "config.json")
+    try:
+        with open(config_path, "rb") as handle:
+            raw = handle.read()
+        config = json.loads(raw.decode("utf-8"))
+        facts.update(model_facts(config, raw))
+    except (IOError, OSError) as exc:
+        module.fail_json(msg="cannot read %s: %s; a model directory needs its config.json"
+                         % (config_path, to_native(exc)))
+    except (ValueError, UnicodeDecodeError) as exc:
+        module.fail_json(msg="%s is not valid JSON: %s" % (config_path, to_native(exc)))
+    except SglangError as exc:
+        module.fail_json(msg="%s: %s" % (config_path, to_native(exc)))
+    if facts.get("num_attention_heads") is None:
+        module.fail_json(msg="%s names no attention head count (num_attention_heads); expected an integer"
+                         % config_path, ansible_facts={"gpufleet_model": facts})
+    module.exit_json(changed=False, ansible_facts={"gpufleet_model": facts})
+
+
+if __name__ == "__main__":
+    main()

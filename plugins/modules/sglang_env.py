@@ -1,0 +1,890 @@
+#!/usr/bin/python
+# Copyright: (c) 2026, gpufleet.deepep contributors
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+module: sglang_env
+short_description: Read, install and guard SGLang in the DeepEP-ready torch environment
+version_added: 0.2.0
+author: gpufleet.deepep maintainers (@gpufleet)
+description:
+  - Reads the SGLang stack of the Python environment of O(python) from its package metadata, without importing
+    torch, SGLang or DeepEP - versions of sglang, the kernel package (C(sgl-kernel) before sglang 0.5.15,
+    C(sglang-kernel) after), flashinfer, torch (and the CUDA it was built for), NCCL, cuDNN, cuSPARSELt, NIXL,
+    Mooncake and C(sgl-deep-ep); which C(deep_ep) file C(import deep_ep) resolves to and whether it is the build the
+    collection made (its C(.gpufleet-build.json) stamp, the C(deep_ep) wheel's RECORD, no other package owning
+    C(deep_ep) files); the environment's own NVIDIA library directories (for C(LD_LIBRARY_PATH), pip's NVSHMEM left
+    out) and whether C(libcudnn.so.9) and C(libcusparseLt.so.0) resolve there.
+  - With O(state=present) it installs SGLang O(version) without letting it move what the collection built. The
+    projects of O(hold) (torch, the pinned NCCL and cuDNN) and the collection's C(deep_ep) are written as
+    C(project==version) lines into the environment's pip constraints file (the one the C(nccl_env) module keeps,
+    other lines kept) named by the environment's C(pip.conf); the held NVIDIA wheels are installed at their
+    versions with C(--no-deps); the sglang wheel is installed with C(--no-deps) and then its requirements less
+    O(exclude) - C(sgl-deep-ep), whose top-level C(deep_ep) would shadow or overwrite the collection's DeepEP,
+    is kept out unless O(use_bundled_deepep=true). The transfer engine (O(transfer_engine)) follows.
+  - After every install the environment is read again and the pins are proved from its metadata - every held
+    project at its version, C(deep_ep) still the collection's build, libnvshmem resolving to O(nvshmem_home). What
+    moved is repaired once (C(sgl-deep-ep) removed, held projects and the collection's DeepEP wheel reinstalled with
+    C(--no-deps)); what still moved fails the task with each project named (RV(ansible_facts.gpufleet_sglang.moved)).
+    The same repair runs on a later run when something moved in between (for example a plain C(pip install sglang)).
+  - An offline O(wheelhouse) is checked against its C(SHA256SUMS) (or O(wheelhouse_checksums)) before anything is
+    installed from it.
+  - Every command runs under a time limit (O(timeout)).
+options:
+  python:
+    description: The interpreter of the torch environment, e.g. C(/opt/torch/.venv/bin/python); an absolute path or a
+      name on C(PATH).
+    type: str
+    default: python3
+  state:
+    description: V(facts) only reads; V(present) installs and guards.
+    type: str
+    choices: [facts, present]
+    default: facts
+  version:
+    description: The SGLang release to install (C(0.5.8), C(0.5.23)). Required with O(state=present).
+    type: str
+  kernel_version:
+    description: Install the kernel package (C(sgl-kernel) or C(sglang-kernel), by O(version)) at this version
+      after SGLang's own requirements (the runbook's C(sgl-kernel==0.3.21) re-pin); unset, the one SGLang requires.
+    type: str
+  hold:
+    description:
+      - C(project -> version) held fixed in the environment, e.g. torch 2.9.1, nvidia-nccl-cu12 2.28.3 and
+        nvidia-cudnn-cu12 9.16.0.29. C(torch) without a version (empty string) holds the version installed now.
+      - Held NVIDIA wheels that are missing or at another version are installed with C(--no-deps); torch is never
+        installed by this module except to put back the held version after something moved it.
+    type: dict
+    default: {}
+  hold_deep_ep:
+    description: Hold the installed C(deep_ep) distribution (the collection's build) at its version and require
+      C(import deep_ep) to be that build. Ignored with O(use_bundled_deepep=true).
+    type: bool
+    default: true
+  use_bundled_deepep:
+    description: Let SGLang install C(sgl-deep-ep) and its C(deep_ep) (not built for the node's NVSHMEM/IBGDA).
+    type: bool
+    default: false
+  exclude:
+    description: Further projects of SGLang's requirements to keep out (C(sgl-deep-ep) is always added unless
+      O(use_bundled_deepep=true)).
+    type: list
+    elements: str
+    default: []
+  transfer_engine:
+    description:
+      - V(nixl) installs the NIXL build of torch's CUDA major (C(nixl-cu12)/C(nixl-cu13), not the C(nixl) meta
+        package); V(mooncake) installs C(mooncake-transfer-engine) - refused unless C(nvidia_peermem) is loaded or
+        DMA-BUF registration is available and O(mooncake_dmabuf=true); V(none) installs neither.
+    type: str
+    choices: [none, nixl, mooncake]
+    default: none
+  transfer_engine_version:
+    description: The version of the transfer engine package; unset, the newest the source offers.
+    type: str
+  cuda_version:
+    description: The CUDA release (C(12.9)) that picks the NIXL build when torch carries no C(+cuXXX) label (a CPU
+      build); unset, torch's.
+    type: str
+  mooncake_dmabuf:
+    description: The Mooncake build registers GPU memory through DMA-BUF (newer Mooncake) where the node offers it.
+    type: bool
+    default: false
+  nvshmem_home:
+    description: The IBGDA NVSHMEM build DeepEP runs on; its C(lib/libnvshmem_host.so.3) must exist and stays ahead
+      of pip's NVSHMEM in RV(ansible_facts.gpufleet_sglang.ld_library_path).
+    type: path
+  cuda_home:
+    description: The CUDA toolkit whose C(lib64) joins RV(ansible_facts.gpufleet_sglang.ld_library_path).
+    type: path
+    default: /usr/local/cuda
+  index_url:
+    description: The package index (C(pip --index-url)); unset, pip's own configuration.
+    type: str
+  extra_index_urls:
+    description: Further indexes (C(pip --extra-index-url)).
+    type: list
+    elements: str
+    default: []
+  find_links:
+    description: Wheel directories or URLs (C(pip --find-links)).
+    type: list
+    elements: str
+    default: []
+  no_index:
+    description: Do not use any index (C(pip --no-index)).
+    type: bool
+    default: false
+  wheelhouse:
+    description: An offline wheelhouse directory; every C(*.whl) in it must match O(wheelhouse_checksums) or the
+      C(SHA256SUMS) file beside them, then it is used as C(--no-index --find-links).
+    type: path
+  wheelhouse_checksums:
+    description: C(file name -> sha256) of the wheelhouse's wheels; unset, its C(SHA256SUMS) file.
+    type: dict
+  break_system_packages:
+    description: Pass C(--break-system-packages) (a system Python under PEP 668).
+    type: bool
+    default: false
+  ignore_installed:
+    description: Projects installed with C(pip install --ignore-installed) before SGLang when their installed copy
+      has no RECORD (installed by Debian, e.g. C(typing_extensions) on Ubuntu 24.04, which pip cannot uninstall).
+      Unset, every requirement of SGLang found in that state.
+    type: list
+    elements: str
+  pip_extra_args:
+    description: Further arguments for every C(pip install).
+    type: list
+    elements: str
+    default: []
+  constraint_file:
+    description: The constraints file; unset, C(<venv>/gpufleet-constraints.txt) (a virtualenv) or
+      C(/etc/gpufleet/pip-constraints.txt) (the system Python) - the file C(nccl_env) keeps.
+    type: path
+  pip_config_file:
+    description: The pip configuration naming the constraints file; unset, C(<prefix>/pip.conf).
+    type: path
+  repair:
+    description: Repair what moved (once per run); false fails naming it instead.
+    type: bool
+    default: true
+  dg_cache_dir:
+    description: The DeepGEMM cache directory the service uses (C(SGLANG_DG_CACHE_DIR)); its C(cache/) files are
+      counted in RV(ansible_facts.gpufleet_sglang.deepgemm_cache).
+    type: path
+  sysfs_root:
+    description: Prefix for C(/proc) reads (tests).
+    type: path
+    default: /
+  timeout:
+    description: Seconds each command may run (pip installs, probes).
+    type: int
+    default: 1800
+extends_documentation_fragment:
+  - gpufleet.deepep.attributes
+  - gpufleet.deepep.attributes.files
+attributes:
+  facts:
+    description: Action returns an C(ansible_facts) dictionary that will update existing host facts.
+    support: full
+notes:
+  - Reads package metadata and files only; SGLang, torch and DeepEP are not imported (no GPU needed).
+seealso:
+  - module: gpufleet.deepep.nccl_env
+  - module: gpufleet.deepep.model_config
+"""
+
+EXAMPLES = r"""
+- name: Read the SGLang stack
+  gpufleet.deepep.sglang_env:
+    python: /usr/bin/python3
+
+- name: SGLang 0.5.8 with NIXL, torch/NCCL/cuDNN and the collection's DeepEP held
+  gpufleet.deepep.sglang_env:
+    python: /usr/bin/python3
+    state: present
+    version: "0.5.8"
+    kernel_version: "0.3.21"
+    hold: {torch: "2.9.1", nvidia-nccl-cu12: "2.28.3", nvidia-cudnn-cu12: "9.16.0.29"}
+    transfer_engine: nixl
+    nvshmem_home: /opt/deepep/nvshmem
+    break_system_packages: true
+"""
+
+RETURN = r"""
+changed:
+  description: Whether anything was installed, removed or written (or would be, in check mode).
+  returned: always
+  type: bool
+reasons:
+  description: Why the module acted (or would act), one line each.
+  returned: always
+  type: list
+  elements: str
+commands:
+  description: The commands run (or that would run, in check mode).
+  returned: always
+  type: list
+  elements: list
+repaired:
+  description: What moved and was put back during this run.
+  returned: always
+  type: list
+  elements: str
+ansible_facts:
+  description: Facts.
+  returned: always
+  type: dict
+  contains:
+    gpufleet_sglang:
+      description: The SGLang stack of the environment.
+      returned: always
+      type: dict
+      contains:
+        python:
+          description: The interpreter.
+          type: str
+        virtualenv:
+          description: Whether the environment is a virtualenv.
+          type: bool
+        site_packages:
+          description: Its site-packages directories, in import order.
+          type: list
+          elements: str
+        versions:
+          description: Installed versions (null when absent) of sglang, kernel (the kernel package), kernel_package
+            (its name), flashinfer, torch, nccl (with nccl_package), cudnn, cusparselt, nixl (with nixl_package),
+            mooncake, sgl_deep_ep, deep_ep.
+          type: dict
+        torch_cuda:
+          description: The CUDA release torch was built for (C(12.9)), null for a CPU build.
+          type: str
+        torch_cuda_major:
+          description: Its major (12), null for a CPU build.
+          type: int
+        deepgemm_cache:
+          description: C(dir) and C(files) (count) of the DeepGEMM cache, null without O(dg_cache_dir).
+          type: dict
+        nixl_cuda_major:
+          description: The CUDA major of the installed NIXL build (12 or 13), null when none is installed.
+          type: int
+        deep_ep:
+          description: C(file) and C(dir) that C(import deep_ep) resolves to, C(collection) (the collection's build),
+            C(stamp_key), C(wheel), C(version), C(owners) and C(foreign_owners) of C(deep_ep) files,
+            C(modified_files), C(reasons) (why it is not the collection's).
+          type: dict
+        nvidia_lib_dirs:
+          description: C(<site>/nvidia/*/lib) of the environment, pip's NVSHMEM left out.
+          type: list
+          elements: str
+        ld_library_path:
+          description: The C(LD_LIBRARY_PATH) entries for the runtime env file - the IBGDA NVSHMEM's lib, CUDA's
+            lib64, torch's lib, then the NVIDIA library directories.
+          type: list
+          elements: str
+        libraries:
+          description: Where C(libcudnn.so.9), C(libcusparseLt.so.0) and C(libnvshmem_host.so.3) resolve on
+            RV(ansible_facts.gpufleet_sglang.ld_library_path) (null where they do not).
+          type: dict
+        nvshmem_ok:
+          description: libnvshmem resolves to O(nvshmem_home) first (true), does not (false), or no O(nvshmem_home)
+            was given (null).
+          type: bool
+        debian_owned:
+          description: Installed projects without a RECORD (installed by Debian; pip cannot uninstall them).
+          type: list
+          elements: str
+        transfer:
+          description: C(peermem_loaded), C(open_kernel_module), C(kernel), C(dmabuf) of the node.
+          type: dict
+        holds:
+          description: The C(project -> version) held by this run (with O(state=facts), the constraints file's).
+          type: dict
+        constraint_file:
+          description: The constraints file.
+          type: str
+        moved:
+          description: What is not as held (after this run); empty when every pin holds.
+          type: list
+          elements: str
+"""
+
+import json
+import os
+import tempfile
+
+from ansible.module_utils.basic import AnsibleModule
+from ansible.module_utils.common.text.converters import to_native
+
+from ansible_collections.gpufleet.deepep.plugins.module_utils._nccl import (
+    constraint_text,
+    pip_conf_constraints,
+    pip_conf_text,
+)
+from ansible_collections.gpufleet.deepep.plugins.module_utils._sglang import (
+    PROBE_SCRIPT,
+    REQUIRES_SCRIPT,
+    SglangError,
+    check_wheelhouse,
+    deep_ep_state,
+    dmabuf_capable,
+    kernel_package_for,
+    moved,
+    nixl_package_for,
+    normalize,
+    nvidia_lib_dirs,
+    parse_probe,
+    read_sha256sums,
+    resolve_library,
+    torch_cuda,
+    transfer_engine_check,
+)
+
+NCCL_PROJECTS = ("nvidia-nccl-cu13", "nvidia-nccl-cu12", "nvidia-nccl")
+CUDNN_PROJECTS = ("nvidia-cudnn-cu13", "nvidia-cudnn-cu12")
+CUSPARSELT_PROJECTS = ("nvidia-cusparselt-cu13", "nvidia-cusparselt-cu12")
+NIXL_PROJECTS = ("nixl-cu13", "nixl-cu12", "nixl")
+MOONCAKE_PROJECTS = ("mooncake-transfer-engine", "mooncake-transfer-engine-cuda13", "mooncake-transfer-engine-non-cuda")
+
+
+class StepFailed(Exception):
+    def __init__(self, msg, **extra):
+        Exception.__init__(self, msg)
+        self.extra = extra
+
+
+class SglangEnv(object):
+    def __init__(self, module):
+        self.module = module
+        self.p = module.params
+        self.commands = []
+        self.result = dict(changed=False, reasons=[], commands=self.commands, repaired=[],
+                           ansible_facts=dict(gpufleet_sglang={}))
+
+    # --- running ---------------------------------------------------------------------------------
+
+    def run(self, argv, check=True, record=True):
+        if record:
+            self.commands.append(list(argv))
+        timeout = self.module.get_bin_path("timeout")
+        full = ([timeout, "--kill-after=30", str(self.p["timeout"])] if timeout else []) + list(argv)
+        env = {"LC_ALL": "C", "PIP_DISABLE_PIP_VERSION_CHECK": "1", "PIP_NO_INPUT": "1"}
+        rc, out, err = self.module.run_command(full, environ_update=env)
+        if rc == 124:
+            raise StepFailed("command ran past its %d s time limit (timeout): %s" % (self.p["timeout"], " ".join(argv)),
+                             cmd=list(argv), rc=rc, stdout=out[-4000:], stderr=err[-4000:])
+        if check and rc != 0:
+            raise StepFailed("command failed (rc=%d): %s" % (rc, " ".join(argv)), cmd=list(argv), rc=rc,
+                             stdout=out[-4000:], stderr=err[-4000:])
+        return rc, out, err
+
+    def pip(self, *args):
+        argv = [self.python, "-m", "pip", "install", "--disable-pip-version-check"]
+        if self.p["break_system_packages"]:
+            argv.append("--break-system-packages")
+        if self.wheelhouse:
+            argv += ["--no-index", "--find-links", self.wheelhouse]
+        else:
+            if self.p["no_index"]:
+                argv.append("--no-index")
+            if self.p["index_url"]:
+                argv += ["--index-url", self.p["index_url"]]
+            for url in self.p["extra_index_urls"]:
+                argv += ["--extra-index-url", url]
+            for link in self.p["find_links"]:
+                argv += ["--find-links", link]
+        argv += ["--constraint", self.constraint_file]
+        argv += list(self.p["pip_extra_args"]) + list(args)
+        return argv
+
+    def pip_uninstall(self, project):
+        """``pip uninstall -y`` (PEP 668 refuses it in a system Python too, without --break-system-packages)."""
+        argv = [self.python, "-m", "pip", "uninstall", "-y"]
+        if self.p["break_system_packages"]:
+            argv.append("--break-system-packages")
+        return argv + [project]
+
+    # --- reading ---------------------------------------------------------------------------------
+
+    def resolve_python(self):
+        python = self.p["python"]
+        if not python or not python.strip():
+            raise StepFailed("python %r is empty; expected an interpreter path such as /opt/torch/.venv/bin/python"
+                             % (python,))
+        if os.path.isabs(python):
+            if not (os.path.isfile(python) and os.access(python, os.X_OK)):
+                raise StepFailed("python %r is not an executable file; expected the interpreter of the torch "
+                                 "environment, such as /opt/torch/.venv/bin/python" % (python,))
+            return python
+        found = self.module.get_bin_path(python)
+        if not found:
+            raise StepFailed("python %r was not found on PATH; give the interpreter's absolute path" % (python,))
+        return found
+
+    def probe(self):
+        rc, out, err = self.run([self.python, "-c", PROBE_SCRIPT], check=False, record=False)
+        if rc != 0:
+            raise StepFailed("python %s failed to report its packages (rc=%d)" % (self.python, rc), stderr=err[-2000:])
+        try:
+            return parse_probe(out)
+        except SglangError as exc:
+            raise StepFailed("python %s: %s" % (self.python, exc))
+
+    def _proc(self, path):
+        try:
+            with open(os.path.join(self.p["sysfs_root"], path.lstrip("/"))) as handle:
+                return handle.read()
+        except (IOError, OSError):
+            return ""
+
+    def transfer_facts(self):
+        modules = self._proc("/proc/modules")
+        version = self._proc("/proc/driver/nvidia/version")
+        release = (self._proc("/proc/sys/kernel/osrelease").strip() or os.uname()[2])
+        peermem = any(line.split(" ", 1)[0] == "nvidia_peermem" for line in modules.splitlines())
+        open_km = "Open Kernel Module" in version
+        return {"peermem_loaded": peermem, "open_kernel_module": open_km, "kernel": release,
+                "dmabuf": dmabuf_capable(release, open_km)}
+
+    def facts_of(self, probe):
+        dists = probe.get("dists") or {}
+
+        def ver(*projects):
+            for project in projects:
+                if project in dists:
+                    return project, dists[project].get("version")
+            return None, None
+
+        prefix = probe.get("prefix") or ""
+        sites = []
+        candidates = [probe.get("purelib"), probe.get("platlib")]
+        candidates += [s for s in probe.get("sys_path") or [] if s.endswith(("site-packages", "dist-packages"))]
+        for p in candidates:
+            if p and p not in sites and os.path.isdir(p):
+                sites.append(p)
+        sglang_v = ver("sglang")[1]
+        kernel_pkg = None
+        if sglang_v:
+            try:
+                kernel_pkg = kernel_package_for(sglang_v)
+            except SglangError:
+                kernel_pkg = None
+        if kernel_pkg is None:
+            kernel_pkg = "sglang-kernel" if "sglang-kernel" in dists else "sgl-kernel"
+        nccl_pkg, nccl_v = ver(*NCCL_PROJECTS)
+        nixl_pkg, nixl_v = ver(*NIXL_PROJECTS[:2])
+        if nixl_pkg is None:
+            nixl_pkg, nixl_v = ver("nixl")
+        mooncake_pkg, mooncake_v = ver(*MOONCAKE_PROJECTS)
+        torch_v = ver("torch")[1]
+        tcuda = torch_cuda(torch_v, probe.get("torch_version_py"))
+        nvidia = nvidia_lib_dirs(sites)
+        nvshmem_home = self.p["nvshmem_home"]
+        ld = []
+        if nvshmem_home:
+            ld.append(os.path.join(nvshmem_home, "lib"))
+        if self.p["cuda_home"]:
+            ld.append(os.path.join(self.p["cuda_home"], "lib64"))
+        if probe.get("torch_lib"):
+            ld.append(probe["torch_lib"])
+        ld += [d for d in nvidia if d not in ld]
+        pip_nvshmem = [os.path.join(s, "nvidia", "nvshmem", "lib") for s in sites
+                       if os.path.isdir(os.path.join(s, "nvidia", "nvshmem", "lib"))]
+        nvshmem_lib = resolve_library("libnvshmem_host.so.3", ld + pip_nvshmem)
+        nvshmem_ok = None
+        if nvshmem_home:
+            nvshmem_ok = bool(nvshmem_lib) and os.path.dirname(nvshmem_lib) == os.path.join(nvshmem_home, "lib")
+        deep_ep = deep_ep_state(probe)
+        return {
+            "python": self.python, "python_version": probe.get("python_version"), "prefix": prefix,
+            "virtualenv": bool(prefix) and os.path.isfile(os.path.join(prefix, "pyvenv.cfg")),
+            "site_packages": sites,
+            "versions": {
+                "sglang": sglang_v, "kernel_package": kernel_pkg, "kernel": ver(kernel_pkg)[1],
+                "sgl_kernel": ver("sgl-kernel")[1], "sglang_kernel": ver("sglang-kernel")[1],
+                "flashinfer": ver("flashinfer-python", "flashinfer")[1], "torch": torch_v,
+                "nccl": nccl_v, "nccl_package": nccl_pkg, "cudnn": ver(*CUDNN_PROJECTS)[1],
+                "cusparselt": ver(*CUSPARSELT_PROJECTS)[1], "nixl": nixl_v, "nixl_package": nixl_pkg,
+                "mooncake": mooncake_v, "mooncake_package": mooncake_pkg, "sgl_deep_ep": ver("sgl-deep-ep")[1],
+                "deep_ep": ver("deep-ep")[1], "deep_gemm": ver("sgl-deep-gemm", "deep-gemm")[1],
+                "typing_extensions": ver("typing-extensions")[1],
+            },
+            "torch_cuda": tcuda,
+            "torch_cuda_major": int(tcuda.split(".", 1)[0]) if tcuda else None,
+            "nixl_cuda_major": int(nixl_pkg[-2:]) if nixl_pkg in ("nixl-cu12", "nixl-cu13") else None,
+            "deep_ep": deep_ep,
+            "nvidia_lib_dirs": nvidia,
+            "pip_nvshmem_lib_dirs": pip_nvshmem,
+            "ld_library_path": ld,
+            "libraries": {"libcudnn.so.9": resolve_library("libcudnn.so.9", ld),
+                          "libcusparseLt.so.0": resolve_library("libcusparseLt.so.0", ld),
+                          "libnvshmem_host.so.3": nvshmem_lib},
+            "nvshmem_ok": nvshmem_ok,
+            "debian_owned": sorted(k for k, d in dists.items() if not d.get("has_record")
+                                   or (d.get("installer") or "").lower() == "debian"),
+            "transfer": self.transfer,
+            "deepgemm_cache": self.deepgemm_cache(),
+            "holds": {}, "constraint_file": None, "moved": [],
+        }
+
+    def deepgemm_cache(self):
+        """``{dir, files}`` of the DeepGEMM cache (``<dg_cache_dir>/cache``), null without dg_cache_dir."""
+        base = self.p["dg_cache_dir"]
+        if not base:
+            return None
+        cache = os.path.join(base, "cache")
+        count = 0
+        for _current, _dirs, names in os.walk(cache):
+            count += len(names)
+        return {"dir": base, "files": count}
+
+    # --- the run ---------------------------------------------------------------------------------
+
+    def main(self):
+        self.python = self.resolve_python()
+        self.transfer = self.transfer_facts()
+        self.wheelhouse = self.p["wheelhouse"]
+        probe = self.probe()
+        facts = self.facts_of(probe)
+        self.result["ansible_facts"]["gpufleet_sglang"] = facts
+        prefix = facts["prefix"]
+        self.constraint_file = self.p["constraint_file"] or (
+            os.path.join(prefix, "gpufleet-constraints.txt") if facts["virtualenv"]
+            else "/etc/gpufleet/pip-constraints.txt")
+        facts["constraint_file"] = self.constraint_file
+        if self.p["state"] == "facts":
+            # What the constraints file holds, and what is not as held (a later unconstrained install).
+            holds = self._constraint_lines()
+            facts["holds"] = holds
+            facts["moved"] = moved(None, self._versions(probe), holds,
+                                   facts["deep_ep"] if "deep-ep" in holds else None)
+            return self.result
+        self.present(probe, facts)
+        return self.result
+
+    def wanted_holds(self, facts, probe):
+        holds = {}
+        for project, version in (self.p["hold"] or {}).items():
+            project = normalize(project)
+            version = "" if version is None else str(version)
+            if not version:
+                version = (probe.get("dists") or {}).get(project, {}).get("version") or ""
+                existing = self._constraint_lines().get(project)
+                version = existing or version
+            if not version:
+                raise StepFailed("hold %s has no version and %s is not installed in %s; give its version, e.g. "
+                                 "%s: 2.9.1" % (project, project, self.python, project))
+            holds[project] = version
+        bundled = self.p["use_bundled_deepep"]
+        if self.p["hold_deep_ep"] and not bundled:
+            de = facts["deep_ep"]
+            version = self._constraint_lines().get("deep-ep") or de.get("version")
+            if (not version or not (de.get("stamp_key") or self._stamp_before)) and self.module.check_mode:
+                # A check run before the site's deepep phase installed DeepEP: predict, do not fail.
+                self.result["reasons"].append("deep_ep will be held once the deepep role installed the collection's "
+                                              "build (%s)" % "; ".join(de.get("reasons") or ["not installed"]))
+                return holds
+            if not version or not (de.get("stamp_key") or self._stamp_before):
+                raise StepFailed("hold_deep_ep: %s has no DeepEP built by the collection (%s); run the deepep role "
+                                 "(playbooks/site.yml) before SGLang, or set use_bundled_deepep: true"
+                                 % (self.python, "; ".join(de.get("reasons") or ["deep_ep not installed"])))
+            holds["deep-ep"] = version
+        return holds
+
+    def _constraint_lines(self):
+        out = {}
+        text = _read(self.constraint_file) or ""
+        for line in text.splitlines():
+            line = line.split("#", 1)[0].strip()
+            if "==" in line:
+                name, _sep, version = line.partition("==")
+                out[normalize(name.strip())] = version.strip()
+        return out
+
+    def present(self, probe, facts):
+        p = self.p
+        if not p["version"]:
+            raise StepFailed("state=present needs version, the SGLang release such as 0.5.8")
+        try:
+            kernel_pkg = kernel_package_for(p["version"])
+        except SglangError as exc:
+            raise StepFailed("version: %s" % exc)
+        if self.wheelhouse:
+            checksums = p["wheelhouse_checksums"]
+            if checksums is None:
+                sums = os.path.join(self.wheelhouse, "SHA256SUMS")
+                text = _read(sums)
+                if text is None:
+                    raise StepFailed("wheelhouse %s has no SHA256SUMS and wheelhouse_checksums is unset; give the "
+                                     "sha256 of every wheel" % self.wheelhouse)
+                try:
+                    checksums = read_sha256sums(text)
+                except SglangError as exc:
+                    raise StepFailed("%s: %s" % (sums, exc))
+            problems = check_wheelhouse(self.wheelhouse, checksums)
+            if problems:
+                raise StepFailed("wheelhouse %s failed its checksums: %s" % (self.wheelhouse, "; ".join(problems)))
+        engine = p["transfer_engine"]
+        refusal = transfer_engine_check(engine, self.transfer["peermem_loaded"], self.transfer["dmabuf"],
+                                        p["mooncake_dmabuf"])
+        if refusal:
+            raise StepFailed(refusal)
+        engine_pkg = None
+        if engine == "nixl":
+            cuda = facts["torch_cuda"] or p["cuda_version"]
+            if not cuda:
+                raise StepFailed("transfer_engine=nixl: torch %s carries no CUDA label (+cuXXX); give cuda_version "
+                                 "(e.g. 12.9) so the matching nixl-cu12/nixl-cu13 build is chosen"
+                                 % facts["versions"]["torch"])
+            if facts["torch_cuda"] and p["cuda_version"] and \
+                    facts["torch_cuda"].split(".", 1)[0] != str(p["cuda_version"]).split(".", 1)[0]:
+                raise StepFailed("cuda_version %s does not match torch %s (CUDA %s); NIXL must match torch's CUDA major"
+                                 % (p["cuda_version"], facts["versions"]["torch"], facts["torch_cuda"]))
+            try:
+                engine_pkg = nixl_package_for(cuda)
+            except SglangError as exc:
+                raise StepFailed("transfer_engine=nixl: %s" % exc)
+        elif engine == "mooncake":
+            engine_pkg = "mooncake-transfer-engine"
+        self._stamp_before = facts["deep_ep"].get("stamp_key")
+        self.collection_wheel = facts["deep_ep"].get("wheel")
+        holds = self.wanted_holds(facts, probe)
+        facts["holds"] = holds
+        bundled = p["use_bundled_deepep"]
+        exclude = list(p["exclude"]) + ([] if bundled else ["sgl-deep-ep"])
+
+        # What is to be done.
+        versions = facts["versions"]
+        todo = []
+        held_deep_ep = facts["deep_ep"] if "deep-ep" in holds else None
+        moved_now = moved(None, self._versions(probe), holds, held_deep_ep, bundled)
+        if moved_now:
+            todo.append("repair: %s" % "; ".join(moved_now))
+        if not bundled and versions["sgl_deep_ep"]:
+            todo.append("sgl-deep-ep %s is installed (its deep_ep shadows the collection's): removing it"
+                        % versions["sgl_deep_ep"])
+        if versions["sglang"] != p["version"]:
+            todo.append("sglang %s is installed, %s is wanted" % (versions["sglang"], p["version"]))
+        if p["kernel_version"] and versions["kernel"] != p["kernel_version"]:
+            todo.append("%s %s is installed, %s is wanted" % (kernel_pkg, versions["kernel"], p["kernel_version"]))
+        if engine_pkg and (normalize(engine_pkg) != (versions["nixl_package"] if engine == "nixl"
+                                                     else versions["mooncake_package"])
+                           or (p["transfer_engine_version"] and p["transfer_engine_version"]
+                               != (versions["nixl"] if engine == "nixl" else versions["mooncake"]))):
+            todo.append("transfer engine %s%s is not installed" % (
+                engine_pkg, ("==" + p["transfer_engine_version"]) if p["transfer_engine_version"] else ""))
+        if engine == "nixl" and versions["nixl_package"] == "nixl":
+            todo.append("the nixl meta package is installed (it pulls both CUDA builds): replacing it with %s"
+                        % engine_pkg)
+        new_constraints = _read(self.constraint_file)
+        for project, version in sorted(holds.items()):
+            new_constraints = constraint_text(new_constraints, project, version)
+        if new_constraints != _read(self.constraint_file):
+            todo.append("constraints %s hold %s" % (self.constraint_file,
+                                                    ", ".join("%s==%s" % kv for kv in sorted(holds.items()))))
+        pip_conf = self.p["pip_config_file"] or os.path.join(prefix_or_root(facts), "pip.conf")
+        pin_conf = facts["virtualenv"] or bool(self.p["pip_config_file"])
+        conf_before = _read(pip_conf)
+        if pin_conf and self.constraint_file not in pip_conf_constraints(conf_before):
+            todo.append("%s names the constraints file" % pip_conf)
+        todo = self.result["reasons"] + todo
+        self.result["reasons"] = todo
+        if not todo:
+            facts["moved"] = []
+            return
+        self.result["changed"] = True
+        if self.module.check_mode:
+            facts["moved"] = moved_now
+            return
+
+        # Hold first: constraints, pip.conf.
+        self.write(self.constraint_file, new_constraints)
+        if pin_conf:
+            self.write(pip_conf, pip_conf_text(conf_before, self.constraint_file))
+        # Repair and put the held projects in place (never torch unless it moved).
+        self.repair(probe, facts, holds, bundled)
+        # SGLang without its dependencies, then its requirements less the excluded projects.
+        if versions["sglang"] != p["version"] or not self._requirements_met(probe, exclude):
+            self.run(self.pip("--no-deps", "sglang==%s" % p["version"]))
+            rc, out, err = self.run([self.python, "-c", REQUIRES_SCRIPT, "sglang"], record=False)
+            try:
+                reqs = json.loads(out.strip().splitlines()[-1])
+            except (ValueError, IndexError):
+                raise StepFailed("could not read the requirements of sglang %s: %r" % (p["version"], out[-300:]))
+            kept, dropped = self._split(reqs, exclude)
+            self.result["excluded_requirements"] = dropped
+            debian = set(self.facts_of(self.probe())["debian_owned"])
+            wanted_ignore = [normalize(x) for x in (p["ignore_installed"] if p["ignore_installed"] is not None
+                                                    else [r[0] for r in reqs])]
+            for project in sorted(debian & set(wanted_ignore) & set(normalize(r[0]) for r in reqs)):
+                self.run(self.pip("--ignore-installed", "--no-deps", project))
+            if kept:
+                self.install_checked(kept, "the requirements of sglang %s" % p["version"])
+        if p["kernel_version"]:
+            self.run(self.pip("--no-deps", "--force-reinstall", "%s==%s" % (kernel_pkg, p["kernel_version"])))
+        if engine == "nixl" and self._versions(self.probe()).get("nixl"):
+            self.run(self.pip_uninstall("nixl"))
+        if engine_pkg:
+            spec = engine_pkg + (("==" + p["transfer_engine_version"]) if p["transfer_engine_version"] else "")
+            self.install_checked([spec], "transfer engine %s" % engine_pkg)
+        # Prove the pins held; repair once, then fail naming what moved.
+        after = self.probe()
+        after_facts = self.facts_of(after)
+        left = moved(self._versions(probe), self._versions(after), holds,
+                     after_facts["deep_ep"] if "deep-ep" in holds else None, bundled)
+        if left:
+            if not p["repair"]:
+                raise StepFailed("the install moved what the collection holds: %s" % "; ".join(left))
+            self.repair(after, after_facts, holds, bundled)
+            after = self.probe()
+            after_facts = self.facts_of(after)
+            left = moved(self._versions(probe), self._versions(after), holds,
+                         after_facts["deep_ep"] if "deep-ep" in holds else None, bundled)
+        after_facts.update(holds=holds, constraint_file=self.constraint_file, moved=left)
+        self.result["ansible_facts"]["gpufleet_sglang"] = after_facts
+        if left:
+            raise StepFailed("after repair, still not as held: %s" % "; ".join(left))
+        if p["nvshmem_home"] and after_facts["nvshmem_ok"] is False:
+            raise StepFailed("libnvshmem_host.so.3 does not resolve to %s/lib (found %s): DeepEP would load another "
+                             "NVSHMEM than its IBGDA build; rerun the nvshmem role"
+                             % (p["nvshmem_home"], after_facts["libraries"]["libnvshmem_host.so.3"]))
+
+    @staticmethod
+    def _versions(probe):
+        return dict((k, d.get("version")) for k, d in (probe.get("dists") or {}).items())
+
+    @staticmethod
+    def _split(reqs, exclude):
+        excluded = set(normalize(e) for e in exclude)
+        kept = [r[1] for r in reqs if normalize(r[0]) not in excluded]
+        dropped = [r[1] for r in reqs if normalize(r[0]) in excluded]
+        return kept, dropped
+
+    def _requirements_met(self, probe, exclude):
+        """Whether sglang's requirements (less the excluded) are installed - a cheap check by name only."""
+        rc, out, err = self.run([self.python, "-c", REQUIRES_SCRIPT, "sglang"], check=False, record=False)
+        if rc != 0:
+            return False
+        try:
+            reqs = json.loads(out.strip().splitlines()[-1])
+        except (ValueError, IndexError):
+            return False
+        kept, _dropped = self._split(reqs, exclude)
+        names = set(normalize(r[0]) for r in reqs if r[1] in kept)
+        return names <= set((probe.get("dists") or {}).keys())
+
+    def install_checked(self, specs, what):
+        try:
+            self.run(self.pip(*specs))
+        except StepFailed as exc:
+            text = (exc.extra.get("stderr") or "") + (exc.extra.get("stdout") or "")
+            if "ResolutionImpossible" in text or "conflict" in text.lower():
+                lines = [ln.strip() for ln in text.splitlines() if "requires" in ln or "depends on" in ln
+                         or "constraint" in ln.lower() or "conflict" in ln.lower()]
+                raise StepFailed("%s conflict with what the constraints file %s holds (torch, NCCL, cuDNN, deep_ep): "
+                                 "%s. Choose the SGLang release made for the held torch (the profile's sglang_version "
+                                 "and torch version go together), or change the held version deliberately."
+                                 % (what, self.constraint_file, " | ".join(lines[:8]) or text[-800:]),
+                                 **exc.extra)
+            raise
+
+    def repair(self, probe, facts, holds, bundled):
+        versions = self._versions(probe)
+        done = []
+        if not bundled and versions.get("sgl-deep-ep"):
+            self.run(self.pip_uninstall("sgl-deep-ep"))
+            done.append("removed sgl-deep-ep %s" % versions["sgl-deep-ep"])
+        nvidia = []
+        torch_moved = None
+        for project, version in sorted(holds.items()):
+            if project == "deep-ep":
+                continue
+            if moved(None, versions, {project: version}):
+                if project == "torch":
+                    torch_moved = version
+                else:
+                    nvidia.append("%s==%s" % (project, version))
+        if torch_moved:
+            self.run(self.pip("--no-deps", "--force-reinstall", "torch==%s" % torch_moved))
+            done.append("torch put back to %s (was %s)" % (torch_moved, versions.get("torch")))
+        if nvidia:
+            self.run(self.pip("--no-deps", "--force-reinstall", *nvidia))
+            done.append("reinstalled %s" % ", ".join(nvidia))
+        if "deep-ep" in holds and not bundled:
+            state = deep_ep_state(self.probe()) if done else facts["deep_ep"]
+            if not state["collection"]:
+                wheel = self.collection_wheel or state.get("wheel")
+                if not wheel or not os.path.isfile(wheel):
+                    raise StepFailed("deep_ep is not the collection's build (%s) and its wheel %s is not on the node; "
+                                     "rerun the deepep role" % ("; ".join(state["reasons"]), wheel))
+                self.run(self.pip("--no-deps", "--force-reinstall", wheel))
+                done.append("reinstalled the collection's DeepEP from %s" % wheel)
+                self._restore_stamp(facts)
+        self.result["repaired"].extend(done)
+
+    def _restore_stamp(self, facts):
+        """pip put the wheel's files back; the build stamp deepep_build wrote beside them stays if the directory did."""
+        stamp_dir = facts["deep_ep"].get("dir")
+        if stamp_dir and not os.path.isfile(os.path.join(stamp_dir, ".gpufleet-build.json")):
+            self.result["reasons"].append("the deep_ep build stamp is gone from %s: rerun the deepep role to write it"
+                                          % stamp_dir)
+
+    def write(self, path, text):
+        directory = os.path.dirname(path)
+        if not os.path.isdir(directory):
+            os.makedirs(directory, 0o755)
+        fd, tmp = tempfile.mkstemp(prefix=".%s." % os.path.basename(path), suffix=".tmp", dir=directory)
+        try:
+            with os.fdopen(fd, "w") as handle:
+                handle.write(text)
+            os.chmod(tmp, 0o644)
+            self.module.atomic_move(tmp, path)
+        finally:
+            if os.path.exists(tmp):
+                os.unlink(tmp)
+
+
+def prefix_or_root(facts):
+    return facts.get("prefix") or "/"
+
+
+def _read(path):
+    try:
+        with open(path) as handle:
+            return handle.read()
+    except (IOError, OSError):
+        return None
+
+
+def main():
+    module = AnsibleModule(
+        argument_spec=dict(
+            python=dict(type="str", default="python3"),
+            state=dict(type="str", choices=["facts", "present"], default="facts"),
+            version=dict(type="str"),
+            kernel_version=dict(type="str"),
+            hold=dict(type="dict", default={}),
+            hold_deep_ep=dict(type="bool", default=True),
+            use_bundled_deepep=dict(type="bool", default=False),
+            exclude=dict(type="list", elements="str", default=[]),
+            transfer_engine=dict(type="str", choices=["none", "nixl", "mooncake"], default="none"),
+            transfer_engine_version=dict(type="str"),
+            cuda_version=dict(type="str"),
+            mooncake_dmabuf=dict(type="bool", default=False),
+            nvshmem_home=dict(type="path"),
+            cuda_home=dict(type="path", default="/usr/local/cuda"),
+            index_url=dict(type="str"),
+            extra_index_urls=dict(type="list", elements="str", default=[]),
+            find_links=dict(type="list", elements="str", default=[]),
+            no_index=dict(type="bool", default=False),
+            wheelhouse=dict(type="path"),
+            wheelhouse_checksums=dict(type="dict"),
+            break_system_packages=dict(type="bool", default=False),
+            ignore_installed=dict(type="list", elements="str"),
+            pip_extra_args=dict(type="list", elements="str", default=[]),
+            constraint_file=dict(type="path"),
+            pip_config_file=dict(type="path"),
+            repair=dict(type="bool", default=True),
+            sysfs_root=dict(type="path", default="/"),
+            dg_cache_dir=dict(type="path"),
+            timeout=dict(type="int", default=1800),
+        ),
+        required_if=[("state", "present", ("version",))],
+        supports_check_mode=True,
+    )
+    env = SglangEnv(module)
+    try:
+        result = env.main()
+    except StepFailed as exc:
+        extra = dict(env.result)
+        extra.update(exc.extra)
+        module.fail_json(msg=to_native(exc), **extra)
+    except (OSError, IOError) as exc:
+        module.fail_json(msg="sglang_env: %s" % to_native(exc), **env.result)
+    module.exit_json(**result)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,278 @@
+# Copyright: (c) 2026, gpufleet.deepep contributors
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
+"""gpufleet.deepep.sglang_env and model_config against a real virtualenv and the fleetsim SGLang fixture wheels,
+installed by pip itself: the fixture sglang 0.5.19 requires sgl-deep-ep, whose top-level deep_ep overwrites the
+collection's and whose metadata moves torch to 2.14.1 and NCCL to 2.27.5 when nothing holds them."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from unit_helpers import FIXTURES, REPO, run_module
+
+from ansible_collections.gpufleet.deepep.plugins.module_utils import _sglang
+from ansible_collections.gpufleet.deepep.plugins.modules import model_config, sglang_env
+from tools.fleetsim.mirror import build_fixture_wheels, fixture_wheel
+
+MODELS = FIXTURES / "sglang" / "models"
+
+
+def _tree(root: Path, name: str, files: dict) -> Path:
+    tree = root / name
+    for rel, text in files.items():
+        (tree / rel).parent.mkdir(parents=True, exist_ok=True)
+        (tree / rel).write_text(text)
+    return tree
+
+
+@pytest.fixture(scope="module")
+def wheels(tmp_path_factory):
+    """The fleetsim fixture wheels plus stand-ins of what the mirror gets elsewhere: the CPU torch 2.13.0, numpy,
+    and the DeepEP wheel the collection builds."""
+    root = tmp_path_factory.mktemp("wheels")
+    out = root / "wheels"
+    build_fixture_wheels(REPO / "tools" / "fleetsim" / "fixtures" / "wheels", out, quiet=True)
+    trees = root / "trees"
+    fixture_wheel(_tree(trees, "torch-2.13.0+cpu", {"torch/__init__.py": "__version__ = '2.13.0+cpu'\n",
+                                                    "torch/version.py": "cuda = None\n"}), out)
+    fixture_wheel(_tree(trees, "numpy-2.0.0", {"numpy/__init__.py": "__version__ = '2.0.0'\n"}), out)
+    fixture_wheel(_tree(trees, "deep_ep-1.2.1", {"deep_ep/__init__.py": "from .buffer import Buffer\n",
+                                                 "deep_ep/buffer.py": "class Buffer:\n    collection = True\n"}),
+                  root / "deepep")
+    return root
+
+
+@pytest.fixture(autouse=True)
+def no_host_pip_config(monkeypatch):
+    """Only the wheels of the test: the host's pip configuration (find-links, indexes) stays out."""
+    monkeypatch.setenv("PIP_CONFIG_FILE", os.devnull)
+    for name in [n for n in os.environ if n.startswith("PIP_") and n != "PIP_CONFIG_FILE"]:
+        monkeypatch.delenv(name)
+
+
+@pytest.fixture(scope="module")
+def base_env(wheels, tmp_path_factory):
+    """A virtualenv with torch 2.13.0+cpu, NCCL 2.28.3 and the collection's DeepEP (with deepep_build's stamp)."""
+    tmp_path = tmp_path_factory.mktemp("base")
+    venv = tmp_path / "venv"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True, timeout=120)
+    # pip from the test interpreter, run against the venv through --python (no network, no ensurepip).
+    python = venv / "bin" / "python"
+    site = next((venv / "lib").glob("python*/site-packages"))
+    pip_src = Path(subprocess.run([sys.executable, "-c", "import pip, os; print(os.path.dirname(pip.__file__))"],
+                                  capture_output=True, text=True, check=True).stdout.strip())
+    (site / "pip").symlink_to(pip_src)
+    deepep_wheel = next((wheels / "deepep").glob("deep_ep-*.whl"))
+    pip(python, wheels, "torch==2.13.0+cpu", "nvidia-nccl-cu12==2.28.3", "nvidia-cudnn-cu12==9.16.0.29",
+        str(deepep_wheel), "--no-deps")
+    (site / "deep_ep" / ".gpufleet-build.json").write_text(json.dumps(
+        {"key": "k1", "wheel": str(deepep_wheel), "built_against": {"torch": "2.13.0+cpu"}}))
+    nvshmem = tmp_path / "nvshmem"
+    (nvshmem / "lib").mkdir(parents=True)
+    (nvshmem / "lib" / "libnvshmem_host.so.3").write_text("")
+    proc = tmp_path / "proc"
+    (proc / "proc" / "driver" / "nvidia").mkdir(parents=True)
+    (proc / "proc" / "modules").write_text("nvidia 1 0 - Live 0x0\n")
+    (proc / "proc" / "driver" / "nvidia" / "version").write_text(
+        "NVRM version: NVIDIA UNIX Open Kernel Module for x86_64  580.95.05\n")
+    (proc / "proc" / "sys" / "kernel").mkdir(parents=True)
+    (proc / "proc" / "sys" / "kernel" / "osrelease").write_text("6.8.0-1015-gcp\n")
+    return {"python": str(python), "site": site, "wheels": str(wheels / "wheels"), "nvshmem": str(nvshmem),
+            "proc": str(proc), "venv": venv, "root": tmp_path}
+
+
+@pytest.fixture()
+def env(base_env, tmp_path):
+    """A copy of the base environment for one test (the venv is relocated by path: nothing in it is absolute
+    except pyvenv.cfg's home, which stays right)."""
+    shutil.copytree(base_env["root"], tmp_path / "root", symlinks=True)
+    root = tmp_path / "root"
+    venv = root / "venv"
+    site = next((venv / "lib").glob("python*/site-packages"))
+    return {"python": str(venv / "bin" / "python"), "site": site, "wheels": base_env["wheels"],
+            "nvshmem": str(root / "nvshmem"), "proc": str(root / "proc"), "venv": venv}
+
+
+def pip(python, wheels, *args):
+    subprocess.run([str(python), "-m", "pip", "install", "--disable-pip-version-check", "-q", "--no-index",
+                    "--find-links", str(wheels / "wheels"), *args], check=True, timeout=300,
+                   env=dict(os.environ, PIP_CONFIG_FILE=os.devnull, PIP_FIND_LINKS=""))
+
+
+def args(env, **extra):
+    out = {"python": env["python"], "find_links": [env["wheels"]], "no_index": True, "sysfs_root": env["proc"],
+           "nvshmem_home": env["nvshmem"], "cuda_home": "/nonexistent-cuda", "timeout": 600}
+    out.update(extra)
+    return out
+
+
+PRESENT = {"state": "present", "version": "0.5.19", "transfer_engine": "nixl", "cuda_version": "12.9",
+           "hold": {"torch": "", "nvidia-nccl-cu12": "2.28.3", "nvidia-cudnn-cu12": "9.16.0.29",
+                    "nvidia-cusparselt-cu12": "0.7.1"}}
+
+
+def facts(env):
+    result = run_module(sglang_env, args(env))
+    assert not result.failed, result.get("msg")
+    return result["ansible_facts"]["gpufleet_sglang"]
+
+
+def test_facts_of_a_deepep_environment(env):
+    f = facts(env)
+    assert f["versions"]["sglang"] is None and f["versions"]["torch"] == "2.13.0+cpu"
+    assert f["versions"]["nccl"] == "2.28.3" and f["versions"]["nccl_package"] == "nvidia-nccl-cu12"
+    assert f["deep_ep"]["collection"] is True and f["deep_ep"]["file"].endswith("deep_ep/__init__.py")
+    assert f["torch_cuda"] is None and f["virtualenv"] is True
+    assert f["transfer"] == {"peermem_loaded": False, "open_kernel_module": True, "kernel": "6.8.0-1015-gcp",
+                             "dmabuf": True}
+    assert f["ld_library_path"][0] == os.path.join(env["nvshmem"], "lib") and f["nvshmem_ok"] is True
+    assert f["libraries"]["libcudnn.so.9"].endswith("nvidia/cudnn/lib/libcudnn.so.9")
+    assert f["libraries"]["libcusparseLt.so.0"] is None
+
+
+def test_present_installs_sglang_without_sgl_deep_ep_and_holds_the_pins(env):
+    check = run_module(sglang_env, args(env, **PRESENT), check_mode=True)
+    assert not check.failed and check["changed"], check.get("msg")
+    assert not (env["venv"] / "gpufleet-constraints.txt").exists()
+    assert facts(env)["versions"]["sglang"] is None
+
+    first = run_module(sglang_env, args(env, **PRESENT))
+    assert not first.failed, (first.get("msg"), first.get("stderr"))
+    f = first["ansible_facts"]["gpufleet_sglang"]
+    assert f["versions"]["sglang"] == "0.5.19" and f["versions"]["kernel_package"] == "sglang-kernel"
+    assert f["versions"]["kernel"] == "0.4.10" and f["versions"]["flashinfer"] == "0.7.2"
+    assert f["versions"]["sgl_deep_ep"] is None and f["deep_ep"]["collection"] is True
+    assert f["versions"]["torch"] == "2.13.0+cpu" and f["versions"]["nccl"] == "2.28.3"
+    assert f["versions"]["nixl_package"] == "nixl-cu12" and f["nixl_cuda_major"] == 12
+    assert f["versions"]["cusparselt"] == "0.7.1" and f["libraries"]["libcusparseLt.so.0"]
+    assert f["moved"] == [] and first["excluded_requirements"] == ["sgl-deep-ep==0.1.2.post1"]
+    constraints = (env["venv"] / "gpufleet-constraints.txt").read_text()
+    for line in ("torch==2.13.0+cpu", "nvidia-nccl-cu12==2.28.3", "deep-ep==1.2.1"):
+        assert line in constraints.splitlines()
+    assert str(env["venv"] / "gpufleet-constraints.txt") in (env["venv"] / "pip.conf").read_text()
+
+    second = run_module(sglang_env, args(env, **PRESENT))
+    assert not second.failed and second["changed"] is False, second["reasons"]
+
+
+def test_an_unconstrained_install_is_detected_and_repaired(env):
+    assert not run_module(sglang_env, args(env, **PRESENT)).failed
+    # What a user's plain `pip install sglang` does, with the environment's pip.conf out of the way.
+    subprocess.run([env["python"], "-m", "pip", "install", "-q", "--no-index", "--find-links", env["wheels"],
+                    "--force-reinstall", "sglang==0.5.19"], check=True, timeout=300,
+                   env=dict(os.environ, PIP_CONFIG_FILE=os.devnull))
+    f = facts(env)
+    assert f["versions"]["torch"] == "2.14.1" and f["versions"]["nccl"] == "2.27.5"
+    assert f["versions"]["sgl_deep_ep"] == "0.1.2.post1" and f["deep_ep"]["collection"] is False
+    assert any("sgl-deep-ep" in r for r in f["deep_ep"]["reasons"])
+    assert any(m.startswith("torch is 2.14.1, held at 2.13.0+cpu") for m in f["moved"])
+
+    repaired = run_module(sglang_env, args(env, **PRESENT))
+    assert not repaired.failed, (repaired.get("msg"), repaired.get("stderr"))
+    assert repaired["changed"] and any("sgl-deep-ep" in r for r in repaired["repaired"])
+    f = repaired["ansible_facts"]["gpufleet_sglang"]
+    assert f["versions"]["torch"] == "2.13.0+cpu" and f["versions"]["nccl"] == "2.28.3"
+    assert f["versions"]["sgl_deep_ep"] is None and f["deep_ep"]["collection"] is True and f["moved"] == []
+    assert run_module(sglang_env, args(env, **PRESENT))["changed"] is False
+
+
+def test_repair_false_names_what_moved(env):
+    assert not run_module(sglang_env, args(env, **PRESENT)).failed
+    pip(Path(env["python"]), Path(env["wheels"]).parent, "--force-reinstall", "--no-deps", "nvidia-nccl-cu12==2.27.5")
+    # The constraint holds NCCL: the pip above bypassed it with PIP_CONFIG_FILE; the module sees it moved.
+    result = run_module(sglang_env, args(env, repair=False, **PRESENT), check_mode=True)
+    assert not result.failed and any("nvidia-nccl-cu12 is 2.27.5, held at 2.28.3" in r for r in result["reasons"])
+
+
+def test_mooncake_is_refused_without_peermem_or_dmabuf(env):
+    result = run_module(sglang_env, args(env, **dict(PRESENT, transfer_engine="mooncake")))
+    assert result.failed and "Use NIXL" in result["msg"] and "nvidia_peermem is not loaded" in result["msg"]
+    (Path(env["proc"]) / "proc" / "modules").write_text("nvidia_peermem 16384 0 - Live 0x0\nnvidia 1 1 - Live 0x0\n")
+    ok = run_module(sglang_env, args(env, **dict(PRESENT, transfer_engine="mooncake")), check_mode=True)
+    assert not ok.failed and any("mooncake-transfer-engine" in r for r in ok["reasons"])
+
+
+def test_nixl_needs_a_cuda_for_a_cpu_torch(env):
+    present = dict(PRESENT)
+    present.pop("cuda_version")
+    result = run_module(sglang_env, args(env, **present), check_mode=True)
+    assert result.failed and "cuda_version" in result["msg"] and "nixl-cu12/nixl-cu13" in result["msg"]
+
+
+def test_wheelhouse_checksums_are_checked(env, tmp_path):
+    house = tmp_path / "house"
+    house.mkdir()
+    wheel = sorted(Path(env["wheels"]).glob("sglang-0.5.19-*.whl"))[0]
+    (house / wheel.name).write_bytes(wheel.read_bytes())
+    result = run_module(sglang_env, args(env, wheelhouse=str(house), **PRESENT))
+    assert result.failed and "SHA256SUMS" in result["msg"]
+    (house / "SHA256SUMS").write_text("%s  %s\n" % ("0" * 64, wheel.name))
+    result = run_module(sglang_env, args(env, wheelhouse=str(house), **PRESENT))
+    assert result.failed and "failed its checksums" in result["msg"] and wheel.name in result["msg"]
+
+
+def test_held_torch_conflict_is_named(env):
+    """sglang 0.5.8 requires torch 2.9.1: with torch held at 2.13.0 the install fails naming the conflict."""
+    result = run_module(sglang_env, args(env, **dict(PRESENT, version="0.5.8", transfer_engine="none")))
+    assert result.failed and "conflict with what the constraints file" in result["msg"]
+    assert facts(env)["versions"]["torch"] == "2.13.0+cpu"
+
+
+def test_no_collection_deepep_fails_with_the_fix(env):
+    os.unlink(env["site"] / "deep_ep" / ".gpufleet-build.json")
+    result = run_module(sglang_env, args(env, **PRESENT))
+    assert result.failed and "run the deepep role" in result["msg"]
+    # A check run before site.yml installed DeepEP predicts instead of failing.
+    check = run_module(sglang_env, args(env, **PRESENT), check_mode=True)
+    assert not check.failed and check["changed"] and any("deepep role" in r for r in check["reasons"])
+
+
+def test_kernel_package_rename_and_nixl_build():
+    assert _sglang.kernel_package_for("0.5.8") == "sgl-kernel"
+    assert _sglang.kernel_package_for("0.5.14") == "sgl-kernel"
+    assert _sglang.kernel_package_for("0.5.15") == "sglang-kernel"
+    assert _sglang.kernel_package_for("0.5.23") == "sglang-kernel"
+    assert _sglang.torch_cuda("2.9.1+cu129") == "12.9" and _sglang.torch_cuda("2.11.0+cu130") == "13.0"
+    assert _sglang.torch_cuda("2.13.0+cpu", "cuda = None\n") is None
+    assert _sglang.nixl_package_for("12.9") == "nixl-cu12" and _sglang.nixl_package_for("13.0") == "nixl-cu13"
+    with pytest.raises(_sglang.SglangError, match="no NIXL build"):
+        _sglang.nixl_package_for("11.8")
+
+
+def test_nvidia_lib_dirs_leave_pip_nvshmem_out(tmp_path):
+    for name in ("cudnn", "nccl", "nvshmem", "cusparselt"):
+        (tmp_path / "nvidia" / name / "lib").mkdir(parents=True)
+    dirs = _sglang.nvidia_lib_dirs([str(tmp_path)])
+    assert [Path(d).parent.name for d in dirs] == ["cudnn", "cusparselt", "nccl"]
+
+
+def test_model_config_facts():
+    result = run_module(model_config, {"path": str(MODELS / "smollm2-135m")})
+    f = result["ansible_facts"]["gpufleet_model"]
+    assert (f["architecture"], f["num_attention_heads"], f["num_key_value_heads"], f["moe"]) == \
+        ("LlamaForCausalLM", 9, 3, False)
+    ds = run_module(model_config, {"path": str(MODELS / "deepseek-v3-config")})["ansible_facts"]["gpufleet_model"]
+    assert ds["moe"] and ds["num_experts"] == 256 and ds["fp8"] and ds["scale_fmt"] is None
+    assert len(ds["config_sha256"]) == 64
+
+
+def test_model_config_refuses_hub_ids_offline():
+    result = run_module(model_config, {"path": "deepseek-ai/DeepSeek-V3"})
+    assert result.failed and "offline" in result["msg"] and "/lssd/models/DeepSeek-V3" in result["msg"]
+    online = run_module(model_config, {"path": "deepseek-ai/DeepSeek-V3", "offline": False})
+    assert not online.failed and online["ansible_facts"]["gpufleet_model"]["hub_id"] is True
+
+
+def test_model_config_bad_directory(tmp_path):
+    result = run_module(model_config, {"path": str(tmp_path)})
+    assert result.failed and "config.json" in result["msg"]
+    (tmp_path / "config.json").write_text("{not json")
+    result = run_module(model_config, {"path": str(tmp_path)})
+    assert result.failed and "not valid JSON" in result["msg"]
