@@ -192,10 +192,10 @@ def test_repair_false_names_what_moved(env):
 
 
 def test_mooncake_is_refused_without_peermem_or_dmabuf(env):
-    result = run_module(sglang_env, args(env, **dict(PRESENT, transfer_engine="mooncake")))
+    result = run_module(sglang_env, args(env, **{**PRESENT, "transfer_engine": "mooncake"}))
     assert result.failed and "Use NIXL" in result["msg"] and "nvidia_peermem is not loaded" in result["msg"]
     (Path(env["proc"]) / "proc" / "modules").write_text("nvidia_peermem 16384 0 - Live 0x0\nnvidia 1 1 - Live 0x0\n")
-    ok = run_module(sglang_env, args(env, **dict(PRESENT, transfer_engine="mooncake")), check_mode=True)
+    ok = run_module(sglang_env, args(env, **{**PRESENT, "transfer_engine": "mooncake"}), check_mode=True)
     assert not ok.failed and any("mooncake-transfer-engine" in r for r in ok["reasons"])
 
 
@@ -220,7 +220,7 @@ def test_wheelhouse_checksums_are_checked(env, tmp_path):
 
 def test_held_torch_conflict_is_named(env):
     """sglang 0.5.8 requires torch 2.9.1: with torch held at 2.13.0 the install fails naming the conflict."""
-    result = run_module(sglang_env, args(env, **dict(PRESENT, version="0.5.8", transfer_engine="none")))
+    result = run_module(sglang_env, args(env, **{**PRESENT, "version": "0.5.8", "transfer_engine": "none"}))
     assert result.failed and "conflict with what the constraints file" in result["msg"]
     assert facts(env)["versions"]["torch"] == "2.13.0+cpu"
 
