@@ -39,12 +39,14 @@ options:
         the shape of the module that owns it.
       - The small sets the phase roles decide from, each cheap to read on its own:
         V(modules) is RV(ansible_facts.gpufleet_modules) (loaded kernel modules), V(paths)
-        RV(ansible_facts.gpufleet_paths) (what each of O(paths) is now) and V(cuda_toolkit)
-        RV(ansible_facts.gpufleet_cuda_toolkit) (the toolkit at O(cuda_home)).
+        RV(ansible_facts.gpufleet_paths) (what each of O(paths) is now), V(cuda_toolkit)
+        RV(ansible_facts.gpufleet_cuda_toolkit) (the toolkit at O(cuda_home)), V(imports)
+        RV(ansible_facts.gpufleet_imports) (whether O(python) imports each of O(import_modules)) and V(symbols)
+        RV(ansible_facts.gpufleet_symbols) (whether the headers of O(symbol_files) declare their symbols).
       - A set that cannot be gathered is left out and named in RV(gather_errors); the others are still returned.
     type: list
     elements: str
-    choices: [stack, nvidia, rdma, gpus, bundled_nvshmem, modules, paths, cuda_toolkit]
+    choices: [stack, nvidia, rdma, gpus, bundled_nvshmem, modules, paths, cuda_toolkit, imports, symbols]
     default: [stack]
   paths:
     description:
@@ -53,6 +55,19 @@ options:
     type: list
     elements: path
     default: []
+  import_modules:
+    description:
+      - Python modules (dotted names) that V(imports) tries to import with O(python), in one process bounded by
+        O(timeout).
+    type: list
+    elements: str
+    default: []
+  symbol_files:
+    description:
+      - For V(symbols), header files (absolute paths) and the symbols each must declare, as
+        C({path: [symbol, ...]}). The files are read, never compiled.
+    type: dict
+    default: {}
   module_names:
     description:
       - Kernel modules whose presence V(modules) reports under C(present) (loaded, or built in:
@@ -226,6 +241,21 @@ ansible_facts:
       returned: when O(gather) holds V(cuda_toolkit)
       type: dict
       sample: {home: /usr/local/cuda-13.0, version: 13.0.2, release: "13.0", source: version.json, error: null}
+    gpufleet_imports:
+      description:
+        - With V(imports) in O(gather), whether O(python) imports each of O(import_modules) (V(modules)); V(ok)
+          is false and V(error) says why when the interpreter could not run.
+      returned: when O(gather) holds V(imports)
+      type: dict
+      sample: {python: /usr/bin/python3, ok: true, modules: {pip: true}, error: null}
+    gpufleet_symbols:
+      description:
+        - With V(symbols) in O(gather), for each header of O(symbol_files), whether it exists (V(present)) and
+          which of its symbols it declares (V(symbols)).
+      returned: when O(gather) holds V(symbols)
+      type: dict
+      sample: {/usr/include/infiniband/mlx5_api.h: {present: true,
+               symbols: {MLX5DV_REG_DMABUF_ACCESS_DATA_DIRECT: false}}}
     gpufleet_stack:
       description: The node's software stack.
       returned: when O(gather) holds V(stack) (the default)
@@ -373,11 +403,13 @@ from ansible_collections.gpufleet.deepep.plugins.module_utils._nvidia import (
     DEFAULT_PARAMS_PATH,
     DEFAULT_VERSION_PATH,
 )
-from ansible_collections.gpufleet.deepep.plugins.module_utils._node_paths import (
+from ansible_collections.gpufleet.deepep.plugins.module_utils._role_facts import (
     PathsError,
     gather_cuda_toolkit,
+    gather_imports,
     gather_modules,
     gather_paths,
+    gather_symbols,
 )
 from ansible_collections.gpufleet.deepep.plugins.module_utils._stack import (
     DEFAULT_DPKG_PACKAGES,
@@ -388,7 +420,7 @@ from ansible_collections.gpufleet.deepep.plugins.module_utils._stack import (
     subprocess_runner,
 )
 
-ROLE_SETS = ("modules", "paths", "cuda_toolkit")
+ROLE_SETS = ("modules", "paths", "cuda_toolkit", "imports", "symbols")
 
 
 def build_module():
@@ -398,6 +430,8 @@ def build_module():
                         default=["stack"]),
             paths=dict(type="list", elements="path", default=[]),
             module_names=dict(type="list", elements="str", default=[]),
+            import_modules=dict(type="list", elements="str", default=[]),
+            symbol_files=dict(type="dict", default={}),
             sysfs_root=dict(type="path", default="/sys"),
             params_path=dict(type="path", default=DEFAULT_PARAMS_PATH),
             version_path=dict(type="path", default=DEFAULT_VERSION_PATH),
@@ -435,6 +469,11 @@ def main():
         if "cuda_toolkit" in wanted:
             facts["gpufleet_cuda_toolkit"] = gather_cuda_toolkit(params["root"], params["cuda_home"],
                                                                  subprocess_runner, timeout=params["timeout"])
+        if "imports" in wanted:
+            facts["gpufleet_imports"] = gather_imports(params["python"], params["import_modules"], subprocess_runner,
+                                                       timeout=params["timeout"])
+        if "symbols" in wanted:
+            facts["gpufleet_symbols"] = gather_symbols(params["root"], params["symbol_files"])
     except PathsError as exc:
         module.fail_json(msg=str(exc), gather_errors={})
     stack_sets = [name for name in params["gather"] if name not in ROLE_SETS]

@@ -8,10 +8,11 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import sys
 
 from unit_helpers import run_module
 
-from ansible_collections.gpufleet.deepep.plugins.module_utils import _node_paths
+from ansible_collections.gpufleet.deepep.plugins.module_utils import _role_facts
 from ansible_collections.gpufleet.deepep.plugins.modules import node_stack
 
 
@@ -41,13 +42,13 @@ def test_modules_fall_back_to_lsmod_with_its_timeout(tmp_path):
         calls.append((argv, timeout))
         return 0, "Module                  Size  Used by\nnvidia_peermem 16384 0\n", ""
 
-    facts = _node_paths.gather_modules(str(tmp_path), runner, ["nvidia_peermem"], timeout=7)
+    facts = _role_facts.gather_modules(str(tmp_path), runner, ["nvidia_peermem"], timeout=7)
     assert calls == [(["lsmod"], 7)]
     assert facts == {"loaded": ["nvidia_peermem"], "source": "lsmod", "present": {"nvidia_peermem": True}}
 
 
 def test_modules_neither_readable(tmp_path):
-    facts = _node_paths.gather_modules(str(tmp_path), lambda argv, timeout=None, env=None: (127, "", "no lsmod"))
+    facts = _role_facts.gather_modules(str(tmp_path), lambda argv, timeout=None, env=None: (127, "", "no lsmod"))
     assert facts == {"loaded": [], "source": None, "present": {}}
 
 
@@ -83,7 +84,7 @@ def test_cuda_toolkit_from_version_json_without_running_nvcc(tmp_path):
     def runner(argv, timeout=None, env=None):
         raise AssertionError("nvcc must not run when version.json names the version")
 
-    facts = _node_paths.gather_cuda_toolkit(str(tmp_path), "/usr/local/cuda-13.0", runner)
+    facts = _role_facts.gather_cuda_toolkit(str(tmp_path), "/usr/local/cuda-13.0", runner)
     assert facts == {"home": "/usr/local/cuda-13.0", "version": "13.0.2", "release": "13.0",
                      "source": "version.json", "error": None}
 
@@ -96,7 +97,7 @@ def test_cuda_toolkit_from_nvcc_with_its_timeout(tmp_path):
         calls.append((argv, timeout))
         return 0, "Cuda compilation tools, release 12.9, V12.9.86\n", ""
 
-    facts = _node_paths.gather_cuda_toolkit(str(tmp_path), "/usr/local/cuda-12.9", runner, timeout=9)
+    facts = _role_facts.gather_cuda_toolkit(str(tmp_path), "/usr/local/cuda-12.9", runner, timeout=9)
     assert calls == [([str(tmp_path / "usr/local/cuda-12.9/bin/nvcc"), "--version"], 9)]
     assert facts["version"] == "12.9" and facts["release"] == "12.9" and facts["source"] == "nvcc"
 
@@ -112,7 +113,7 @@ def test_cuda_toolkit_absent_says_why(tmp_path):
 
 def test_nvcc_without_release_says_why(tmp_path):
     _write(tmp_path / "cuda/bin/nvcc", "", 0o755)
-    facts = _node_paths.gather_cuda_toolkit(str(tmp_path), "/cuda",
+    facts = _role_facts.gather_cuda_toolkit(str(tmp_path), "/cuda",
                                             lambda argv, timeout=None, env=None: (124, "", "timed out after 60s"))
     assert facts["version"] == "" and "rc=124" in facts["error"] and "timed out" in facts["error"]
 
@@ -124,3 +125,57 @@ def test_role_sets_with_stack_sets_in_one_call(tmp_path):
     assert not result.failed, result
     assert result["ansible_facts"]["gpufleet_modules"]["loaded"] == ["nvidia"]
     assert "gpufleet_rdma" in result["gather_errors"] and "gpufleet_rdma" not in result["ansible_facts"]
+
+
+def test_imports_in_one_bounded_process(tmp_path):
+    calls = []
+
+    def runner(argv, timeout=None, env=None):
+        calls.append((argv[0], argv[3:], timeout))
+        return 0, json.dumps({"pip": True, "torch.distributed": False}), ""
+
+    facts = _role_facts.gather_imports("/opt/venv/bin/python", ["pip", "torch.distributed"], runner, timeout=11)
+    assert calls == [("/opt/venv/bin/python", ["pip", "torch.distributed"], 11)]
+    assert facts == {"python": "/opt/venv/bin/python", "ok": True,
+                     "modules": {"pip": True, "torch.distributed": False}, "error": None}
+
+
+def test_imports_with_this_interpreter():
+    result = run_module(node_stack, {"gather": ["imports"], "python": sys.executable,
+                                     "import_modules": ["json", "no_such_module_gpufleet"]})
+    assert not result.failed, result
+    assert result["ansible_facts"]["gpufleet_imports"]["modules"] == {"json": True, "no_such_module_gpufleet": False}
+
+
+def test_imports_interpreter_missing_says_why(tmp_path):
+    result = run_module(node_stack, {"gather": ["imports"], "python": str(tmp_path / "nopython"),
+                                     "import_modules": ["pip"]})
+    facts = result["ansible_facts"]["gpufleet_imports"]
+    assert facts["ok"] is False and facts["modules"] == {"pip": False}
+    assert "nopython failed (rc=127)" in facts["error"]
+
+
+def test_bad_module_name_is_refused():
+    result = run_module(node_stack, {"gather": ["imports"], "import_modules": ["pip; rm -rf /"]})
+    assert result.failed
+    assert "'pip; rm -rf /' not a Python module name" in result["msg"] and "expected dotted identifiers" in result["msg"]
+
+
+def test_symbols_of_a_header(tmp_path):
+    _write(tmp_path / "usr/include/infiniband/mlx5_api.h",
+           "#define MLX5DV_REG_DMABUF_ACCESS_DATA_DIRECT 1\n#define MLX5DV_OTHER_X 2\n")
+    result = run_module(node_stack, {"gather": ["symbols"], "root": str(tmp_path), "symbol_files": {
+        "/usr/include/infiniband/mlx5_api.h": ["MLX5DV_REG_DMABUF_ACCESS_DATA_DIRECT", "MLX5DV_OTHER"],
+        "/usr/include/absent.h": ["X"]}})
+    assert not result.failed, result
+    assert result["ansible_facts"]["gpufleet_symbols"] == {
+        "/usr/include/infiniband/mlx5_api.h": {"present": True, "symbols": {
+            "MLX5DV_REG_DMABUF_ACCESS_DATA_DIRECT": True, "MLX5DV_OTHER": False}},
+        "/usr/include/absent.h": {"present": False, "symbols": {"X": False}}}
+
+
+def test_symbols_bad_values_are_refused(tmp_path):
+    result = run_module(node_stack, {"gather": ["symbols"], "symbol_files": {"include/x.h": ["X"]}})
+    assert result.failed and "'include/x.h' is not an absolute path" in result["msg"]
+    result = run_module(node_stack, {"gather": ["symbols"], "symbol_files": {"/x.h": "X"}})
+    assert result.failed and "must be a list of symbol names" in result["msg"]

@@ -79,6 +79,8 @@ def test_content_key_covers_every_phase_role():
     prefixes = block["vars"]["gpufleet_site_prefixes"]
     assert set(_phase_roles()) <= set(prefixes)
     assert "roles/" in block["vars"]["gpufleet_site_paths"]
+    # The preflight phase judges the node by the catalogue's preflight rules: the key covers them too.
+    assert "/roles/audit/files/rules.yml" in block["vars"]["gpufleet_site_paths"]
 
 
 TORCH = "/opt/venv/lib/python3.12/site-packages/torch"

@@ -6,6 +6,8 @@
   names asked in ``module_names``, so that built-in drivers count too).
 - ``paths``: what each asked path is now (type, mode, owner, sha1 of a regular file, target of a symlink).
 - ``cuda_toolkit``: the CUDA toolkit at a directory (``version.json``, else ``nvcc --version``).
+- ``imports``: whether an interpreter imports each of some Python modules (one process, bounded).
+- ``symbols``: whether header files declare some symbols (read, never compiled).
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from ansible_collections.gpufleet.deepep.plugins.module_utils._stack import (
     parse_lsmod,
     parse_proc_modules,
     read_text,
+    scan_header_symbols,
     under,
 )
 
@@ -27,8 +30,20 @@ HASH_LIMIT = 16 * 1024 * 1024
 _RELEASE_RE = re.compile(r"release ([0-9]+\.[0-9]+)")
 
 
+_MODULE_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$")
+IMPORT_PROBE = ("import importlib, json, sys\n"
+                "out = {}\n"
+                "for name in sys.argv[1:]:\n"
+                "    try:\n"
+                "        importlib.import_module(name)\n"
+                "        out[name] = True\n"
+                "    except Exception:\n"
+                "        out[name] = False\n"
+                "print(json.dumps(out))\n")
+
+
 class PathsError(Exception):
-    """A path asked for is not in the expected form."""
+    """A value asked for is not in the expected form."""
 
 
 def gather_modules(root, runner, names=(), timeout=30):
@@ -118,4 +133,43 @@ def gather_cuda_toolkit(root, home, runner, timeout=60):
             out["error"] = "no %s nor %s" % (os.path.join(home, "version.json"), os.path.join(home, "bin", "nvcc"))
     if out["version"]:
         out["release"] = ".".join(out["version"].split(".")[:2])
+    return out
+
+
+def gather_imports(python, names, runner, timeout=60):
+    """``{python, ok, modules: {name: bool}, error}``: whether ``python`` imports each module of ``names``."""
+    bad = [name for name in names if not _MODULE_NAME_RE.match(name)]
+    if bad:
+        raise PathsError("import_modules: %s not a Python module name (expected dotted identifiers such as pip or "
+                         "torch.distributed)" % ", ".join(repr(name) for name in bad))
+    out = {"python": python, "ok": False, "modules": dict((name, False) for name in names), "error": None}
+    if not names:
+        out["ok"] = True
+        return out
+    rc, stdout, stderr = runner([python, "-c", IMPORT_PROBE] + list(names), timeout=timeout,
+                                env={"PYTHONDONTWRITEBYTECODE": "1"})
+    try:
+        found = json.loads(stdout) if rc == 0 else None
+    except ValueError:
+        found = None
+    if not isinstance(found, dict):
+        out["error"] = "%s failed (rc=%s): %s" % (python, rc, (stderr or stdout or "").strip()[-300:])
+        return out
+    out["ok"] = True
+    for name in names:
+        out["modules"][name] = found.get(name) is True
+    return out
+
+
+def gather_symbols(root, symbol_files):
+    """``{path: {present, symbols: {symbol: bool}}}`` for ``{path: [symbols]}``."""
+    out = {}
+    for path, symbols in symbol_files.items():
+        if not os.path.isabs(path):
+            raise PathsError("symbol_files: %r is not an absolute path (expected a header such as "
+                             "/usr/include/infiniband/mlx5_api.h)" % (path,))
+        if not isinstance(symbols, list) or not all(isinstance(s, str) and s for s in symbols):
+            raise PathsError("symbol_files: the value of %r must be a list of symbol names, got %r" % (path, symbols))
+        text = read_text(under(root, path))
+        out[path] = {"present": text is not None, "symbols": scan_header_symbols(text or "", symbols)}
     return out
