@@ -37,8 +37,8 @@ options:
         RV(ansible_facts.gpufleet_nvidia), V(rdma) RV(ansible_facts.gpufleet_rdma), V(gpus)
         RV(ansible_facts.gpufleet_gpus) and V(bundled_nvshmem) RV(ansible_facts.gpufleet_bundled_nvshmem), each in
         the shape of the module that owns it.
-      - The small sets the phase roles decide from, each cheap to read on its own:
-        V(modules) is RV(ansible_facts.gpufleet_modules) (loaded kernel modules), V(paths)
+      - The small sets the phase roles decide from, each cheap to read on its own, are V(modules)
+        RV(ansible_facts.gpufleet_modules) (loaded kernel modules), V(paths)
         RV(ansible_facts.gpufleet_paths) (what each of O(paths) is now), V(cuda_toolkit)
         RV(ansible_facts.gpufleet_cuda_toolkit) (the toolkit at O(cuda_home)), V(imports)
         RV(ansible_facts.gpufleet_imports) (whether O(python) imports each of O(import_modules)) and V(symbols)
@@ -64,13 +64,13 @@ options:
     default: []
   symbol_files:
     description:
-      - For V(symbols), header files (absolute paths) and the symbols each must declare, as
-        C({path: [symbol, ...]}). The files are read, never compiled.
+      - For V(symbols), header files (absolute paths) and the symbols each must declare, a mapping of each
+        path to a list of symbol names. The files are read, never compiled.
     type: dict
     default: {}
   module_names:
     description:
-      - Kernel modules whose presence V(modules) reports under C(present) (loaded, or built in:
+      - Kernel modules whose presence V(modules) reports under C(present) (loaded, or built in, with
         C(/sys/module/<name>)).
     type: list
     elements: str
