@@ -105,9 +105,9 @@ def published(tmp_path_factory) -> dict:
     record = _record_task()
     variants = {"defaults": DEFAULTS, "all_on": ALL_ON, "all_off": ALL_OFF}
     out = tmp / "published.json"
+    installed = {"python": "/opt/venv/bin/python", "torch_path": TORCH}
     tasks = [{"name": "Set the torch the pytorch role found",
-              "ansible.builtin.set_fact": {"pytorch_installed": {"python": "/opt/venv/bin/python",
-                                                                  "torch_path": TORCH}}}]
+              "ansible.builtin.set_fact": {"pytorch_installed": installed}}]
     for name, variables in variants.items():
         tasks.append({"name": f"Evaluate {name}", "ansible.builtin.set_fact": {
             "results": "{{ results | combine({%r: {'watch': watch, 'packages': packages}}) }}" % name},

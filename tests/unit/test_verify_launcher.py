@@ -83,7 +83,7 @@ def test_internode_settings_win_over_the_environment_script(launcher):
 
 
 def test_missing_environment_script_is_skipped(launcher, tmp_path):
-    path, verify_dir, src, _ = launcher
+    path, verify_dir, src = launcher[:3]
     proc = _run(path, ["internode", str(tmp_path / "absent.sh"), str(src), "5", "30", "--",
                        sys.executable, "test_fake.py", "1"])
     assert proc.returncode == 0, proc.stderr
@@ -104,7 +104,7 @@ def test_timeout_ends_the_test_with_124(launcher):
     (["intranode", "E", "S", "5", "30", "--", "py"], "usage: run_deepep.sh"),
 ])
 def test_malformed_arguments_are_refused(launcher, argv, message):
-    path, verify_dir, _, _ = launcher
+    path, verify_dir = launcher[:2]
     proc = _run(path, argv)
     assert proc.returncode == 2
     assert message in proc.stderr
