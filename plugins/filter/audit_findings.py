@@ -25,12 +25,12 @@ from ansible_collections.gpufleet.deepep.plugins.module_utils._report import ren
 _plain = plain_data
 
 
-def audit_findings(facts, rules):
-    """The findings of one node's facts document under ``rules`` (a catalogue or a rule list)."""
+def audit_findings(facts, rules, context="audit", order="severity"):
+    """The findings of one node's facts document under the ``rules`` of ``context`` (a catalogue or a rule list)."""
     if not isinstance(facts, dict):
         raise AnsibleFilterError("audit_findings: expected a facts document (mapping), got %s" % type(facts).__name__)
     try:
-        return evaluate_rules(_plain(facts), _plain(rules))
+        return evaluate_rules(_plain(facts), _plain(rules), context=context, order=order)
     except AuditError as exc:
         raise AnsibleFilterError("audit_findings: %s" % exc) from exc
 

@@ -31,6 +31,16 @@ false, not an empty string/list/object). Besides the standard jmespath functions
 ``without_prefix(strings, prefix)``
     the strings of a list that do not start with ``prefix`` (``[]`` when the list is missing; every
     string when the prefix is null or empty is not wanted, so then ``[]``).
+``unique(list)``
+    the list without repeated values, first occurrence kept (``[]`` when missing).
+``difference(a, b)``
+    the values of list ``a`` that are not in list ``b``, in order (``[]`` when ``a`` is missing).
+
+One engine judges more than the audit: a rule's ``when`` names the contexts it applies in (``audit``, the
+default, and ``preflight``, the checks of the preflight role before anything is installed). A rule with
+``each`` (a jmespath expression giving a list) is judged once per item, with the item as ``item`` in the
+document. A rule with ``message`` (a Python format string over the keys of its evidence, which must then
+be a mapping) gives each finding a ``message`` naming the values it found.
 """
 
 from __future__ import annotations
@@ -59,7 +69,8 @@ except ImportError:  # pragma: no cover - exercised only without jmespath
 SEVERITIES = ("critical", "warning", "info")
 SEVERITY_RANK = {"critical": 0, "warning": 1, "info": 2}
 RULE_KEYS_REQUIRED = ("id", "title", "severity", "condition", "fix", "source")
-RULE_KEYS_OPTIONAL = ("evidence", "description", "tags")
+RULE_KEYS_OPTIONAL = ("evidence", "description", "tags", "when", "each", "message")
+CONTEXTS = ("audit", "preflight")
 RULE_ID_RE = re.compile(r"^[A-Z][A-Z0-9_]*$")
 DRIFT_KEYS_REQUIRED = ("name", "path")
 DRIFT_KEYS_OPTIONAL = ("expand", "description")
@@ -189,6 +200,22 @@ def int_div(left, right):
         return None
     return a // b
 
+def unique(values):
+    if not isinstance(values, list):
+        return []
+    out = []
+    for value in values:
+        if value not in out:
+            out.append(value)
+    return out
+
+
+def difference(left, right):
+    if not isinstance(left, list):
+        return []
+    right = right if isinstance(right, list) else []
+    return [value for value in left if value not in right]
+
 
 if HAS_JMESPATH:
 
@@ -222,6 +249,14 @@ if HAS_JMESPATH:
         @_jp_functions.signature({"types": []}, {"types": []})
         def _func_int_div(self, left, right):
             return int_div(left, right)
+
+        @_jp_functions.signature({"types": []})
+        def _func_unique(self, values):
+            return unique(values)
+
+        @_jp_functions.signature({"types": []}, {"types": []})
+        def _func_difference(self, left, right):
+            return difference(left, right)
 
     _OPTIONS = jmespath.Options(custom_functions=_AuditFunctions())
 else:  # pragma: no cover
@@ -306,8 +341,34 @@ def validate_rules(rules):
         compile_expression(rule["condition"], "%s condition" % where)
         if rule.get("evidence") is not None:
             compile_expression(rule["evidence"], "%s evidence" % where)
+        if rule.get("each") is not None:
+            compile_expression(rule["each"], "%s each" % where)
+        when = rule.get("when", ["audit"])
+        if not isinstance(when, list) or not when or [c for c in when if c not in CONTEXTS]:
+            raise AuditError("%s: when %r must be a non-empty list of %s" % (where, when, ", ".join(CONTEXTS)))
+        if rule.get("message") is not None:
+            if not isinstance(rule["message"], str) or not rule["message"].strip():
+                raise AuditError("%s: message must be a non-empty format string, got %r" % (where, rule["message"]))
+            if rule.get("evidence") is None:
+                raise AuditError("%s: a message needs an evidence mapping to take its values from" % where)
         out.append(rule)
     return out
+
+
+def applies(rule, context):
+    """Whether a (validated) rule is judged in ``context`` (``audit`` unless its ``when`` says otherwise)."""
+    return context in rule.get("when", ["audit"])
+
+
+def _message(rule, evidence, where):
+    if not isinstance(evidence, dict):
+        raise AuditError("%s: the evidence of a rule with a message must be a mapping, got %r" % (where, evidence))
+    values = dict((key, "" if value is None else value) for key, value in evidence.items())
+    try:
+        return rule["message"].format(**values)
+    except (KeyError, IndexError, ValueError) as exc:
+        raise AuditError("%s: message %r names a value the evidence lacks or is malformed: %s"
+                         % (where, rule["message"], exc))
 
 
 def validate_drift(entries):
@@ -336,31 +397,48 @@ def validate_drift(entries):
     return entries
 
 
-def evaluate_rules(document, rules):
-    """Return the findings of one node: the rules whose condition holds, most severe first.
+def evaluate_rules(document, rules, context="audit", order="severity"):
+    """Return the findings of one node: the rules of ``context`` whose condition holds.
 
-    Each finding: id, title, severity, fix, source and evidence (the value of the rule's evidence
-    expression, or null).
+    Each finding: id, title, severity, fix, source, evidence (the value of the rule's evidence expression,
+    or null) and, for a rule with a message, the message. ``order``: ``severity`` (most severe first, then
+    by id) or ``catalogue`` (the order of the rules, then of their items).
     """
     if not isinstance(document, dict):
         raise AuditError("facts document: expected a mapping, got %s" % type(document).__name__)
+    if context not in CONTEXTS:
+        raise AuditError("context %r is not one of %s" % (context, ", ".join(CONTEXTS)))
+    if order not in ("severity", "catalogue"):
+        raise AuditError("order %r is not severity or catalogue" % (order,))
     findings = []
     for rule in validate_rules(rules):
-        where = "rule %s" % rule["id"]
-        if not truthy(search(rule["condition"], document, "%s condition" % where)):
+        if not applies(rule, context):
             continue
-        evidence = None
-        if rule.get("evidence"):
-            evidence = search(rule["evidence"], document, "%s evidence" % where)
-        findings.append({
-            "id": rule["id"],
-            "title": rule["title"],
-            "severity": rule["severity"],
-            "fix": rule["fix"],
-            "source": rule["source"],
-            "evidence": evidence,
-        })
-    findings.sort(key=lambda f: (SEVERITY_RANK[f["severity"]], f["id"]))
+        where = "rule %s" % rule["id"]
+        if rule.get("each") is None:
+            docs = [document]
+        else:
+            items = search(rule["each"], document, "%s each" % where)
+            docs = [dict(document, item=item) for item in (items if isinstance(items, list) else [])]
+        for doc in docs:
+            if not truthy(search(rule["condition"], doc, "%s condition" % where)):
+                continue
+            evidence = None
+            if rule.get("evidence"):
+                evidence = search(rule["evidence"], doc, "%s evidence" % where)
+            finding = {
+                "id": rule["id"],
+                "title": rule["title"],
+                "severity": rule["severity"],
+                "fix": rule["fix"],
+                "source": rule["source"],
+                "evidence": evidence,
+            }
+            if rule.get("message") is not None:
+                finding["message"] = _message(rule, evidence, where)
+            findings.append(finding)
+    if order == "severity":
+        findings.sort(key=lambda f: (SEVERITY_RANK[f["severity"]], f["id"]))
     return findings
 
 
@@ -504,6 +582,7 @@ def audit_fleet(documents, catalogue, groups=None, skip_groups=DEFAULT_DRIFT_SKI
         raise AuditError("documents: expected a mapping of host to facts document, got %s"
                          % type(documents).__name__)
     rules, drift_entries, key_entries = split_catalogue(catalogue)
+    rules = [rule for rule in rules if applies(rule, "audit")]
     nodes = {}
     summary = {"nodes": 0, "ok": 0, "with_findings": 0, "unreachable": 0,
                "critical": 0, "warning": 0, "info": 0}

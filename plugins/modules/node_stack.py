@@ -37,11 +37,44 @@ options:
         RV(ansible_facts.gpufleet_nvidia), V(rdma) RV(ansible_facts.gpufleet_rdma), V(gpus)
         RV(ansible_facts.gpufleet_gpus) and V(bundled_nvshmem) RV(ansible_facts.gpufleet_bundled_nvshmem), each in
         the shape of the module that owns it.
+      - The small sets the phase roles decide from, each cheap to read on its own, are V(modules)
+        RV(ansible_facts.gpufleet_modules) (loaded kernel modules), V(paths)
+        RV(ansible_facts.gpufleet_paths) (what each of O(paths) is now), V(cuda_toolkit)
+        RV(ansible_facts.gpufleet_cuda_toolkit) (the toolkit at O(cuda_home)), V(imports)
+        RV(ansible_facts.gpufleet_imports) (whether O(python) imports each of O(import_modules)) and V(symbols)
+        RV(ansible_facts.gpufleet_symbols) (whether the headers of O(symbol_files) declare their symbols).
       - A set that cannot be gathered is left out and named in RV(gather_errors); the others are still returned.
     type: list
     elements: str
-    choices: [stack, nvidia, rdma, gpus, bundled_nvshmem]
+    choices: [stack, nvidia, rdma, gpus, bundled_nvshmem, modules, paths, cuda_toolkit, imports, symbols]
     default: [stack]
+  paths:
+    description:
+      - Absolute paths described under RV(ansible_facts.gpufleet_paths) with V(paths) in O(gather). A final
+        symlink is not followed.
+    type: list
+    elements: path
+    default: []
+  import_modules:
+    description:
+      - Python modules (dotted names) that V(imports) tries to import with O(python), in one process bounded by
+        O(timeout).
+    type: list
+    elements: str
+    default: []
+  symbol_files:
+    description:
+      - For V(symbols), header files (absolute paths) and the symbols each must declare, a mapping of each
+        path to a list of symbol names. The files are read, never compiled.
+    type: dict
+    default: {}
+  module_names:
+    description:
+      - Kernel modules whose presence V(modules) reports under C(present) (loaded, or built in, with
+        C(/sys/module/<name>)).
+    type: list
+    elements: str
+    default: []
   sysfs_root:
     description: The sysfs tree read for V(rdma) and V(gpus) (a fixture tree in tests).
     type: path
@@ -183,6 +216,46 @@ ansible_facts:
       returned: when O(gather) holds V(bundled_nvshmem)
       type: dict
       sample: {bundled_would_win: false, mismatch: false, preload: /opt/deepep/nvshmem/lib/libnvshmem_host.so.3}
+    gpufleet_modules:
+      description:
+        - With V(modules) in O(gather), the loaded kernel modules (V(loaded), sorted), where the list came from
+          (V(source), C(/proc/modules) or C(lsmod); null when neither could be read) and, for each of
+          O(module_names), whether it is loaded or built in (V(present)).
+      returned: when O(gather) holds V(modules)
+      type: dict
+      sample: {loaded: [gdrdrv, nvidia, nvidia_uvm], source: /proc/modules, present: {gdrdrv: true}}
+    gpufleet_paths:
+      description:
+        - With V(paths) in O(gather), each of O(paths) as it is now, by path. V(type) is V(file), V(directory),
+          V(link), V(other) or null when absent; V(sha1) is given for regular files up to 16 MiB; V(target) and
+          V(target_exists) for symlinks.
+      returned: when O(gather) holds V(paths)
+      type: dict
+      sample: {/opt/deepep/unified-env.sh: {exists: true, type: file, mode: "0644", uid: 0, gid: 0,
+               sha1: 0a4d55a8d778e5022fab701977c5d840bbc486d0, target: null, target_exists: false}}
+    gpufleet_cuda_toolkit:
+      description:
+        - With V(cuda_toolkit) in O(gather), the CUDA toolkit at O(cuda_home), from its C(version.json), else the
+          C(release) that C(nvcc --version) prints. V(version) and V(release) are empty and V(error) says why
+          when neither gives a version.
+      returned: when O(gather) holds V(cuda_toolkit)
+      type: dict
+      sample: {home: /usr/local/cuda-13.0, version: 13.0.2, release: "13.0", source: version.json, error: null}
+    gpufleet_imports:
+      description:
+        - With V(imports) in O(gather), whether O(python) imports each of O(import_modules) (V(modules)); V(ok)
+          is false and V(error) says why when the interpreter could not run.
+      returned: when O(gather) holds V(imports)
+      type: dict
+      sample: {python: /usr/bin/python3, ok: true, modules: {pip: true}, error: null}
+    gpufleet_symbols:
+      description:
+        - With V(symbols) in O(gather), for each header of O(symbol_files), whether it exists (V(present)) and
+          which of its symbols it declares (V(symbols)).
+      returned: when O(gather) holds V(symbols)
+      type: dict
+      sample: {/usr/include/infiniband/mlx5_api.h: {present: true,
+               symbols: {MLX5DV_REG_DMABUF_ACCESS_DATA_DIRECT: false}}}
     gpufleet_stack:
       description: The node's software stack.
       returned: when O(gather) holds V(stack) (the default)
@@ -330,19 +403,35 @@ from ansible_collections.gpufleet.deepep.plugins.module_utils._nvidia import (
     DEFAULT_PARAMS_PATH,
     DEFAULT_VERSION_PATH,
 )
+from ansible_collections.gpufleet.deepep.plugins.module_utils._role_facts import (
+    PathsError,
+    gather_cuda_toolkit,
+    gather_imports,
+    gather_modules,
+    gather_paths,
+    gather_symbols,
+)
 from ansible_collections.gpufleet.deepep.plugins.module_utils._stack import (
     DEFAULT_DPKG_PACKAGES,
     DEFAULT_MLX5DV_SYMBOLS,
     GATHERABLE,
     GatherError,
     gather_node,
+    subprocess_runner,
 )
+
+ROLE_SETS = ("modules", "paths", "cuda_toolkit", "imports", "symbols")
 
 
 def build_module():
     return AnsibleModule(
         argument_spec=dict(
-            gather=dict(type="list", elements="str", choices=list(GATHERABLE), default=["stack"]),
+            gather=dict(type="list", elements="str", choices=list(GATHERABLE) + list(ROLE_SETS),
+                        default=["stack"]),
+            paths=dict(type="list", elements="path", default=[]),
+            module_names=dict(type="list", elements="str", default=[]),
+            import_modules=dict(type="list", elements="str", default=[]),
+            symbol_files=dict(type="dict", default={}),
             sysfs_root=dict(type="path", default="/sys"),
             params_path=dict(type="path", default=DEFAULT_PARAMS_PATH),
             version_path=dict(type="path", default=DEFAULT_VERSION_PATH),
@@ -369,9 +458,30 @@ def main():
     params = module.params
     if params["timeout"] < 1:
         module.fail_json(msg="timeout=%r: expected a positive number of seconds" % params["timeout"])
+    facts, errors = {}, {}
+    wanted = set(params["gather"])
     try:
-        facts, errors = gather_node(
-            gather=params["gather"],
+        if "modules" in wanted:
+            facts["gpufleet_modules"] = gather_modules(params["root"], subprocess_runner, params["module_names"],
+                                                       timeout=params["timeout"])
+        if "paths" in wanted:
+            facts["gpufleet_paths"] = gather_paths(params["root"], params["paths"])
+        if "cuda_toolkit" in wanted:
+            facts["gpufleet_cuda_toolkit"] = gather_cuda_toolkit(params["root"], params["cuda_home"],
+                                                                 subprocess_runner, timeout=params["timeout"])
+        if "imports" in wanted:
+            facts["gpufleet_imports"] = gather_imports(params["python"], params["import_modules"], subprocess_runner,
+                                                       timeout=params["timeout"])
+        if "symbols" in wanted:
+            facts["gpufleet_symbols"] = gather_symbols(params["root"], params["symbol_files"])
+    except PathsError as exc:
+        module.fail_json(msg=str(exc), gather_errors={})
+    stack_sets = [name for name in params["gather"] if name not in ROLE_SETS]
+    if not stack_sets:
+        module.exit_json(changed=False, ansible_facts=facts, gather_errors=errors)
+    try:
+        stack_facts, errors = gather_node(
+            gather=stack_sets,
             root=params["root"],
             sysfs_root=params["sysfs_root"],
             params_path=params["params_path"],
@@ -391,6 +501,7 @@ def main():
         )
     except GatherError as exc:
         module.fail_json(msg=str(exc), gather_errors={})
+    facts.update(stack_facts)
     for name in sorted(errors):
         module.warn("%s not gathered: %s" % (name, errors[name]))
     module.exit_json(changed=False, ansible_facts=facts, gather_errors=errors)

@@ -251,7 +251,8 @@ def test_audit_fleet_document():
     assert key["torch"] == "2.9.1+cu129"
     assert key["GPUs"] == "8 x sm 10.0"
     assert key["NICs"] == "8/8 active, mlx5 roce"
-    assert {r["id"] for r in fleet["rules"]} == {r["id"] for r in CATALOGUE["rules"]}
+    # The audit's rules (the catalogue's preflight rules are judged by the preflight role, not by the audit).
+    assert {r["id"] for r in fleet["rules"]} == {r["id"] for r in CATALOGUE["rules"] if "audit" in r.get("when", ["audit"])}
     json.dumps(fleet)
 
 

@@ -1,0 +1,175 @@
+# Copyright: (c) 2026, gpufleet.deepep contributors
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
+"""Small read-only facts the phase roles decide from (gathered through ``gpufleet.deepep.node_stack``).
+
+- ``modules``: the loaded kernel modules (``/proc/modules``, else ``lsmod``; ``/sys/module/<name>`` for the
+  names asked in ``module_names``, so that built-in drivers count too).
+- ``paths``: what each asked path is now (type, mode, owner, sha1 of a regular file, target of a symlink).
+- ``cuda_toolkit``: the CUDA toolkit at a directory (``version.json``, else ``nvcc --version``).
+- ``imports``: whether an interpreter imports each of some Python modules (one process, bounded).
+- ``symbols``: whether header files declare some symbols (read, never compiled).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+import stat
+
+from ansible_collections.gpufleet.deepep.plugins.module_utils._stack import (
+    parse_lsmod,
+    parse_proc_modules,
+    read_text,
+    scan_header_symbols,
+    under,
+)
+
+HASH_LIMIT = 16 * 1024 * 1024
+_RELEASE_RE = re.compile(r"release ([0-9]+\.[0-9]+)")
+
+
+_MODULE_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$")
+IMPORT_PROBE = ("import importlib, json, sys\n"
+                "out = {}\n"
+                "for name in sys.argv[1:]:\n"
+                "    try:\n"
+                "        importlib.import_module(name)\n"
+                "        out[name] = True\n"
+                "    except Exception:\n"
+                "        out[name] = False\n"
+                "print(json.dumps(out))\n")
+
+
+class PathsError(Exception):
+    """A value asked for is not in the expected form."""
+
+
+def gather_modules(root, runner, names=(), timeout=30):
+    """``{loaded: [names], source, <name>: bool for each of names}``; ``source`` says where the list came from."""
+    text = read_text(under(root, "/proc/modules"))
+    if text is not None:
+        loaded, source = parse_proc_modules(text), "/proc/modules"
+    else:
+        rc, out, err = runner(["lsmod"], timeout=timeout, env=None)
+        loaded, source = (parse_lsmod(out), "lsmod") if rc == 0 else (set(), None)
+    facts = {"loaded": sorted(loaded), "source": source, "present": {}}
+    for name in names:
+        facts["present"][name] = name in loaded or os.path.isdir(under(root, "/sys/module/%s" % name))
+    return facts
+
+
+def _sha1(path, limit=HASH_LIMIT):
+    digest = hashlib.sha1()
+    size = 0
+    try:
+        with open(path, "rb") as handle:
+            for block in iter(lambda: handle.read(1 << 16), b""):
+                size += len(block)
+                if size > limit:
+                    return None
+                digest.update(block)
+    except (IOError, OSError):
+        return None
+    return digest.hexdigest()
+
+
+def describe_path(root, path):
+    """What ``path`` is now, without following a final symlink."""
+    if not os.path.isabs(path):
+        raise PathsError("paths: %r is not an absolute path (expected a path such as /opt/deepep/unified-env.sh)"
+                         % (path,))
+    full = under(root, path)
+    out = {"exists": False, "type": None, "mode": None, "uid": None, "gid": None, "sha1": None, "target": None,
+           "target_exists": False}
+    try:
+        st = os.lstat(full)
+    except OSError:
+        return out
+    out.update(exists=True, mode="%04o" % stat.S_IMODE(st.st_mode), uid=st.st_uid, gid=st.st_gid)
+    if stat.S_ISLNK(st.st_mode):
+        out["type"] = "link"
+        try:
+            out["target"] = os.readlink(full)
+        except OSError:
+            pass
+        out["target_exists"] = os.path.exists(full)
+    elif stat.S_ISDIR(st.st_mode):
+        out["type"] = "directory"
+    elif stat.S_ISREG(st.st_mode):
+        out["type"] = "file"
+        out["sha1"] = _sha1(full)
+    else:
+        out["type"] = "other"
+    return out
+
+
+def gather_paths(root, paths):
+    return dict((path, describe_path(root, path)) for path in paths)
+
+
+def gather_cuda_toolkit(root, home, runner, timeout=60):
+    """``{home, version, release, source, error}``: ``version.json`` first, else the ``release`` of nvcc."""
+    out = {"home": home, "version": "", "release": "", "source": None, "error": None}
+    text = read_text(under(root, os.path.join(home, "version.json")))
+    if text is not None:
+        try:
+            version = json.loads(text).get("cuda", {}).get("version", "")
+        except (ValueError, AttributeError):
+            version = ""
+        if version:
+            out.update(version=str(version), source="version.json")
+    if not out["source"]:
+        nvcc = under(root, os.path.join(home, "bin", "nvcc"))
+        if os.path.exists(nvcc):
+            rc, stdout, stderr = runner([nvcc, "--version"], timeout=timeout, env=None)
+            found = _RELEASE_RE.findall(stdout or "") if rc == 0 else []
+            if found:
+                out.update(version=found[0], source="nvcc")
+            else:
+                out["error"] = "%s --version gave no release (rc=%s): %s" % (nvcc, rc, (stderr or stdout).strip()[-200:])
+        else:
+            out["error"] = "no %s nor %s" % (os.path.join(home, "version.json"), os.path.join(home, "bin", "nvcc"))
+    if out["version"]:
+        out["release"] = ".".join(out["version"].split(".")[:2])
+    return out
+
+
+def gather_imports(python, names, runner, timeout=60):
+    """``{python, ok, modules: {name: bool}, error}``: whether ``python`` imports each module of ``names``."""
+    bad = [name for name in names if not _MODULE_NAME_RE.match(name)]
+    if bad:
+        raise PathsError("import_modules: %s not a Python module name (expected dotted identifiers such as pip or "
+                         "torch.distributed)" % ", ".join(repr(name) for name in bad))
+    out = {"python": python, "ok": False, "modules": dict((name, False) for name in names), "error": None}
+    if not names:
+        out["ok"] = True
+        return out
+    rc, stdout, stderr = runner([python, "-c", IMPORT_PROBE] + list(names), timeout=timeout,
+                                env={"PYTHONDONTWRITEBYTECODE": "1"})
+    try:
+        found = json.loads(stdout) if rc == 0 else None
+    except ValueError:
+        found = None
+    if not isinstance(found, dict):
+        out["error"] = "%s failed (rc=%s): %s" % (python, rc, (stderr or stdout or "").strip()[-300:])
+        return out
+    out["ok"] = True
+    for name in names:
+        out["modules"][name] = found.get(name) is True
+    return out
+
+
+def gather_symbols(root, symbol_files):
+    """``{path: {present, symbols: {symbol: bool}}}`` for ``{path: [symbols]}``."""
+    out = {}
+    for path, symbols in symbol_files.items():
+        if not os.path.isabs(path):
+            raise PathsError("symbol_files: %r is not an absolute path (expected a header such as "
+                             "/usr/include/infiniband/mlx5_api.h)" % (path,))
+        if not isinstance(symbols, list) or not all(isinstance(s, str) and s for s in symbols):
+            raise PathsError("symbol_files: the value of %r must be a list of symbol names, got %r" % (path, symbols))
+        text = read_text(under(root, path))
+        out[path] = {"present": text is not None, "symbols": scan_header_symbols(text or "", symbols)}
+    return out

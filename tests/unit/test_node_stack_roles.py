@@ -1,0 +1,181 @@
+# Copyright: (c) 2026, gpufleet.deepep contributors
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
+"""node_stack gather=[modules, paths, cuda_toolkit]: the small facts the phase roles decide from (instead of
+probes of their own), read from fixture trees through the module's ``root`` option."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import sys
+
+from unit_helpers import run_module
+
+from ansible_collections.gpufleet.deepep.plugins.module_utils import _role_facts
+from ansible_collections.gpufleet.deepep.plugins.modules import node_stack
+
+
+def _write(path, text, mode=0o644):
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text, encoding="utf-8")
+    os.chmod(path, mode)
+
+
+def test_modules_from_proc_modules_and_sys_module(tmp_path):
+    _write(tmp_path / "proc" / "modules", "gdrdrv 24576 0 - Live 0x0\nnvidia 1 2 - Live 0x0\n")
+    (tmp_path / "sys" / "module" / "nvidia_peermem").mkdir(parents=True)
+    result = run_module(node_stack, {"gather": ["modules"], "root": str(tmp_path),
+                                     "module_names": ["gdrdrv", "nvidia_peermem", "mlx5_ib"]})
+    assert not result.failed, result
+    facts = result["ansible_facts"]
+    assert set(facts) == {"gpufleet_modules"}
+    assert facts["gpufleet_modules"] == {"loaded": ["gdrdrv", "nvidia"], "source": "/proc/modules",
+                                         "present": {"gdrdrv": True, "nvidia_peermem": True, "mlx5_ib": False}}
+    assert result["changed"] is False
+
+
+def test_modules_fall_back_to_lsmod_with_its_timeout(tmp_path):
+    calls = []
+
+    def runner(argv, timeout=None, env=None):
+        calls.append((argv, timeout))
+        return 0, "Module                  Size  Used by\nnvidia_peermem 16384 0\n", ""
+
+    facts = _role_facts.gather_modules(str(tmp_path), runner, ["nvidia_peermem"], timeout=7)
+    assert calls == [(["lsmod"], 7)]
+    assert facts == {"loaded": ["nvidia_peermem"], "source": "lsmod", "present": {"nvidia_peermem": True}}
+
+
+def test_modules_neither_readable(tmp_path):
+    facts = _role_facts.gather_modules(str(tmp_path), lambda argv, timeout=None, env=None: (127, "", "no lsmod"))
+    assert facts == {"loaded": [], "source": None, "present": {}}
+
+
+def test_paths_describe_file_directory_link_and_absent(tmp_path):
+    _write(tmp_path / "opt" / "deepep" / "unified-env.sh", "export A=1\n", 0o640)
+    (tmp_path / "usr" / "local" / "cuda-13.0").mkdir(parents=True)
+    os.symlink("/usr/local/cuda-13.0", tmp_path / "usr" / "local" / "cuda")
+    result = run_module(node_stack, {"gather": ["paths"], "root": str(tmp_path), "paths": [
+        "/opt/deepep/unified-env.sh", "/opt/deepep", "/usr/local/cuda", "/nonexistent"]}, check_mode=True)
+    assert not result.failed, result
+    paths = result["ansible_facts"]["gpufleet_paths"]
+    script = paths["/opt/deepep/unified-env.sh"]
+    assert script["type"] == "file" and script["exists"] is True and script["mode"] == "0640"
+    assert script["sha1"] == hashlib.sha1(b"export A=1\n").hexdigest()
+    assert script["uid"] == os.getuid() and script["target"] is None
+    assert paths["/opt/deepep"]["type"] == "directory" and paths["/opt/deepep"]["sha1"] is None
+    link = paths["/usr/local/cuda"]
+    assert link["type"] == "link" and link["target"] == "/usr/local/cuda-13.0" and link["target_exists"] is True
+    assert paths["/nonexistent"] == {"exists": False, "type": None, "mode": None, "uid": None, "gid": None,
+                                     "sha1": None, "target": None, "target_exists": False}
+
+
+def test_relative_path_is_refused_with_the_expected_form(tmp_path):
+    result = run_module(node_stack, {"gather": ["paths"], "root": str(tmp_path), "paths": ["opt/deepep"]})
+    assert result.failed
+    assert "'opt/deepep' is not an absolute path" in result["msg"] and "expected a path" in result["msg"]
+    assert "Traceback" not in json.dumps(result)
+
+
+def test_cuda_toolkit_from_version_json_without_running_nvcc(tmp_path):
+    _write(tmp_path / "usr/local/cuda-13.0/version.json", json.dumps({"cuda": {"version": "13.0.2"}}))
+
+    def runner(argv, timeout=None, env=None):
+        raise AssertionError("nvcc must not run when version.json names the version")
+
+    facts = _role_facts.gather_cuda_toolkit(str(tmp_path), "/usr/local/cuda-13.0", runner)
+    assert facts == {"home": "/usr/local/cuda-13.0", "version": "13.0.2", "release": "13.0",
+                     "source": "version.json", "error": None}
+
+
+def test_cuda_toolkit_from_nvcc_with_its_timeout(tmp_path):
+    _write(tmp_path / "usr/local/cuda-12.9/bin/nvcc", "#!/bin/sh\n", 0o755)
+    calls = []
+
+    def runner(argv, timeout=None, env=None):
+        calls.append((argv, timeout))
+        return 0, "Cuda compilation tools, release 12.9, V12.9.86\n", ""
+
+    facts = _role_facts.gather_cuda_toolkit(str(tmp_path), "/usr/local/cuda-12.9", runner, timeout=9)
+    assert calls == [([str(tmp_path / "usr/local/cuda-12.9/bin/nvcc"), "--version"], 9)]
+    assert facts["version"] == "12.9" and facts["release"] == "12.9" and facts["source"] == "nvcc"
+
+
+def test_cuda_toolkit_absent_says_why(tmp_path):
+    result = run_module(node_stack, {"gather": ["cuda_toolkit"], "root": str(tmp_path),
+                                     "cuda_home": "/usr/local/cuda-13.0"})
+    assert not result.failed, result
+    facts = result["ansible_facts"]["gpufleet_cuda_toolkit"]
+    assert facts["version"] == "" and facts["release"] == "" and facts["source"] is None
+    assert "/usr/local/cuda-13.0/version.json" in facts["error"] and "/usr/local/cuda-13.0/bin/nvcc" in facts["error"]
+
+
+def test_nvcc_without_release_says_why(tmp_path):
+    _write(tmp_path / "cuda/bin/nvcc", "", 0o755)
+    facts = _role_facts.gather_cuda_toolkit(str(tmp_path), "/cuda",
+                                            lambda argv, timeout=None, env=None: (124, "", "timed out after 60s"))
+    assert facts["version"] == "" and "rc=124" in facts["error"] and "timed out" in facts["error"]
+
+
+def test_role_sets_with_stack_sets_in_one_call(tmp_path):
+    _write(tmp_path / "proc" / "modules", "nvidia 1 2 - Live 0x0\n")
+    result = run_module(node_stack, {"gather": ["modules", "rdma"], "root": str(tmp_path),
+                                     "sysfs_root": str(tmp_path / "no-sysfs")})
+    assert not result.failed, result
+    assert result["ansible_facts"]["gpufleet_modules"]["loaded"] == ["nvidia"]
+    assert "gpufleet_rdma" in result["gather_errors"] and "gpufleet_rdma" not in result["ansible_facts"]
+
+
+def test_imports_in_one_bounded_process(tmp_path):
+    calls = []
+
+    def runner(argv, timeout=None, env=None):
+        calls.append((argv[0], argv[3:], timeout))
+        return 0, json.dumps({"pip": True, "torch.distributed": False}), ""
+
+    facts = _role_facts.gather_imports("/opt/venv/bin/python", ["pip", "torch.distributed"], runner, timeout=11)
+    assert calls == [("/opt/venv/bin/python", ["pip", "torch.distributed"], 11)]
+    assert facts == {"python": "/opt/venv/bin/python", "ok": True,
+                     "modules": {"pip": True, "torch.distributed": False}, "error": None}
+
+
+def test_imports_with_this_interpreter():
+    result = run_module(node_stack, {"gather": ["imports"], "python": sys.executable,
+                                     "import_modules": ["json", "no_such_module_gpufleet"]})
+    assert not result.failed, result
+    assert result["ansible_facts"]["gpufleet_imports"]["modules"] == {"json": True, "no_such_module_gpufleet": False}
+
+
+def test_imports_interpreter_missing_says_why(tmp_path):
+    result = run_module(node_stack, {"gather": ["imports"], "python": str(tmp_path / "nopython"),
+                                     "import_modules": ["pip"]})
+    facts = result["ansible_facts"]["gpufleet_imports"]
+    assert facts["ok"] is False and facts["modules"] == {"pip": False}
+    assert "nopython failed (rc=127)" in facts["error"]
+
+
+def test_bad_module_name_is_refused():
+    result = run_module(node_stack, {"gather": ["imports"], "import_modules": ["pip; rm -rf /"]})
+    assert result.failed
+    assert "'pip; rm -rf /' not a Python module name" in result["msg"] and "expected dotted identifiers" in result["msg"]
+
+
+def test_symbols_of_a_header(tmp_path):
+    _write(tmp_path / "usr/include/infiniband/mlx5_api.h",
+           "#define MLX5DV_REG_DMABUF_ACCESS_DATA_DIRECT 1\n#define MLX5DV_OTHER_X 2\n")
+    result = run_module(node_stack, {"gather": ["symbols"], "root": str(tmp_path), "symbol_files": {
+        "/usr/include/infiniband/mlx5_api.h": ["MLX5DV_REG_DMABUF_ACCESS_DATA_DIRECT", "MLX5DV_OTHER"],
+        "/usr/include/absent.h": ["X"]}})
+    assert not result.failed, result
+    assert result["ansible_facts"]["gpufleet_symbols"] == {
+        "/usr/include/infiniband/mlx5_api.h": {"present": True, "symbols": {
+            "MLX5DV_REG_DMABUF_ACCESS_DATA_DIRECT": True, "MLX5DV_OTHER": False}},
+        "/usr/include/absent.h": {"present": False, "symbols": {"X": False}}}
+
+
+def test_symbols_bad_values_are_refused(tmp_path):
+    result = run_module(node_stack, {"gather": ["symbols"], "symbol_files": {"include/x.h": ["X"]}})
+    assert result.failed and "'include/x.h' is not an absolute path" in result["msg"]
+    result = run_module(node_stack, {"gather": ["symbols"], "symbol_files": {"/x.h": "X"}})
+    assert result.failed and "must be a list of symbol names" in result["msg"]

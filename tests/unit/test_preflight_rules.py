@@ -1,0 +1,225 @@
+# Copyright: (c) 2026, gpufleet.deepep contributors
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
+"""The preflight role's checks, as rules of the collection's catalogue (roles/audit/files/rules.yml, context
+preflight) judged by the audit's engine: each fires on its case and stays quiet on a healthy node, with the
+messages the role printed before the rules moved into the catalogue; the contexts keep the audit's and the
+preflight's rules apart."""
+
+from __future__ import annotations
+
+import copy
+import json
+
+import pytest
+import yaml
+
+from unit_helpers import FIXTURES, REPO
+
+from ansible_collections.gpufleet.deepep.plugins.module_utils._audit import AuditError, evaluate_rules, validate_rules
+
+CATALOGUE = yaml.safe_load((REPO / "roles" / "audit" / "files" / "rules.yml").read_text())
+AUDIT_HEALTHY = json.loads((FIXTURES / "audit" / "healthy_node.json").read_text())
+
+HEALTHY = {
+    "host": "b200-1",
+    "gather_errors": {},
+    "gpufleet_nvidia": {"driver_loaded": True, "driver_version": "580.95.05", "peer_mapping_override_active": True},
+    "gpufleet_rdma": {"devices": [{"name": "mlx5_0"}, {"name": "mlx5_1"}], "active_devices": ["mlx5_0", "mlx5_1"],
+                      "transport": "roce", "hca_prefix": "mlx5"},
+    "gpufleet_gpus": {"gpus": [{"name": "NVIDIA B200", "compute_capability": "10.0"}] * 8},
+    "modules": ["mlx5_core", "mlx5_ib", "nvidia", "nvidia_peermem"],
+    "cuda": {"home": "/usr/local/cuda-13.0", "version": "13.0.2", "release": "13.0", "source": "version.json",
+             "error": None},
+    "pip_ok": True,
+    "mlx5dv_ok": True,
+    "libcuda_found": [{"path": "/usr/lib/x86_64-linux-gnu/libcuda.so", "dir": "/usr/lib/x86_64-linux-gnu",
+                       "name": "libcuda.so"},
+                      {"path": "/usr/lib/x86_64-linux-gnu/libcuda.so.1", "dir": "/usr/lib/x86_64-linux-gnu",
+                       "name": "libcuda.so.1"}],
+    "expect": {"min_gpus": 8, "driver_min_version": "550", "cuda_arch": ["10.0"], "cuda_version": "13.0",
+               "cuda_version_dashed": "13-0", "cuda_home": "/usr/local/cuda-13.0", "cuda_by_play": False,
+               "pip_by_play": False, "python": "/usr/bin/python3", "require_rdma": True, "min_active_rdma": 2,
+               "required_modules": ["mlx5_core"], "optional_modules": ["nvidia_peermem"], "require_mlx5dv": True,
+               "mlx5dv_by_play": False, "mlx5dv_header": "/usr/include/infiniband/mlx5_api.h",
+               "mlx5dv_symbol": "MLX5DV_REG_DMABUF_ACCESS_DATA_DIRECT",
+               "libcuda_dirs": ["/usr/lib/x86_64-linux-gnu"]},
+}
+
+
+def doc(**changes):
+    """HEALTHY with top-level or ``expect__key`` changes."""
+    out = copy.deepcopy(HEALTHY)
+    for key, value in changes.items():
+        if key.startswith("expect__"):
+            out["expect"][key[len("expect__"):]] = value
+        else:
+            out[key] = value
+    return out
+
+
+def judge(document):
+    return evaluate_rules(document, CATALOGUE, context="preflight", order="catalogue")
+
+
+def messages(document, severity=None):
+    return [f["message"] for f in judge(document) if severity is None or f["severity"] == severity]
+
+
+NO_LIBCUDA = {"libcuda_found": []}
+SO1_ONLY = {"libcuda_found": [HEALTHY["libcuda_found"][1]]}
+
+# rule id: (changes that make it fire, the message it gives)
+CASES = {
+    "PREFLIGHT_FACTS_INCOMPLETE": ({"gather_errors": {"gpufleet_gpus": "nvidia-smi failed (rc=9)"}},
+                                   "Facts not read (gpufleet_gpus): nvidia-smi failed (rc=9). Fix: see the error; "
+                                   "the checks below may follow from it."),
+    "PREFLIGHT_GPU_COUNT": ({"gpufleet_gpus": {"gpus": [{"name": "NVIDIA B200", "compute_capability": "10.0"}] * 2}},
+                            "GPUs: found 2, need at least 8. Fix: check that the GPUs are seated and visible "
+                            "(lspci -d 10de:), and that nvidia-smi lists them."),
+    "PREFLIGHT_DRIVER_NOT_LOADED": ({"gpufleet_nvidia": {"driver_loaded": False}},
+                                    "NVIDIA driver: not loaded (/proc/driver/nvidia/params missing). Fix: install the "
+                                    "driver (>= 550, 580+ for B200), e.g. apt-get install nvidia-open-580, and reboot; "
+                                    "this collection never installs drivers."),
+    "PREFLIGHT_DRIVER_OLD": ({"gpufleet_nvidia": {"driver_loaded": True, "driver_version": "535.104.05"}},
+                             "NVIDIA driver 535.104.05 is older than 550. Fix: upgrade the driver (580+ recommended "
+                             "for B200)."),
+    "PREFLIGHT_CUDA_ARCH": ({"expect__cuda_arch": ["9.0"]},
+                            "GPU compute capability 10.0 does not match the profile (9.0). Fix: put the host in the "
+                            "group of its GPU profile (b200_*, h100, h200, a100)."),
+    "PREFLIGHT_CUDA_TO_INSTALL": ({"cuda": {"version": "", "release": ""}, "expect__cuda_by_play": True},
+                                  "CUDA 13.0: absent at /usr/local/cuda-13.0; the cuda_toolkit phase installs it."),
+    "PREFLIGHT_CUDA_MISSING": ({"cuda": {"version": "12.9", "release": "12.9"}},
+                               "CUDA 13.0 not found at /usr/local/cuda-13.0 (found: 12.9). Fix: apt-get install "
+                               "cuda-toolkit-13-0 (or run the cuda_toolkit phase), then ln -s /usr/local/cuda-13.0 "
+                               "/usr/local/cuda."),
+    "PREFLIGHT_PIP_TO_INSTALL": ({"pip_ok": False, "expect__pip_by_play": True},
+                                 "pip: missing for /usr/bin/python3; the pytorch phase installs python3-pip."),
+    "PREFLIGHT_PIP_MISSING": ({"pip_ok": False},
+                              "pip: missing for /usr/bin/python3 (Ubuntu 24.04 ships without it). Fix: apt-get "
+                              "install -y python3-pip."),
+    "PREFLIGHT_RDMA_NONE": ({"gpufleet_rdma": {"devices": [], "active_devices": []}},
+                            "RDMA: no devices under /sys/class/infiniband. Fix: modprobe mlx5_core mlx5_ib; check the "
+                            "NICs (lspci -d 15b3:); or set preflight_require_rdma: false for single-node use."),
+    "PREFLIGHT_RDMA_INACTIVE": ({"gpufleet_rdma": {"devices": [{"name": "mlx5_0"}, {"name": "mlx5_1"}],
+                                                   "active_devices": ["mlx5_0"]}},
+                                "RDMA: 1 ACTIVE devices of 2 (need 2). Fix: check cabling and the switch port "
+                                "(ibv_devinfo: state PORT_ACTIVE)."),
+    "PREFLIGHT_MODULE_MISSING": ({"modules": ["nvidia", "nvidia_peermem"]},
+                                 "Kernel module mlx5_core is not loaded. Fix: modprobe mlx5_core."),
+    "PREFLIGHT_MODULE_OPTIONAL": ({"modules": ["mlx5_core"]},
+                                  "Kernel module nvidia_peermem is not loaded (optional: NVSHMEM IBGDA falls back to "
+                                  "dma-buf)."),
+    "PREFLIGHT_MLX5DV_TO_INSTALL": ({"mlx5dv_ok": False, "expect__mlx5dv_by_play": True},
+                                    "rdma-core: /usr/include/infiniband/mlx5_api.h lacks "
+                                    "MLX5DV_REG_DMABUF_ACCESS_DATA_DIRECT; the doca_ofed phase installs DOCA-OFED."),
+    "PREFLIGHT_MLX5DV_MISSING": ({"mlx5dv_ok": False},
+                                 "rdma-core: /usr/include/infiniband/mlx5_api.h lacks MLX5DV_REG_DMABUF_ACCESS_DATA_DIRECT, "
+                                 "so NVSHMEM cannot build IBGDA (Ubuntu 24.04 rdma-core 50). Fix: install DOCA-OFED "
+                                 "(doca_ofed_enabled: true; apt-get install mft=4.30.0-139 doca-ofed-userspace)."),
+    "PREFLIGHT_LIBCUDA_SO1_ONLY": (SO1_ONLY,
+                                   "libcuda.so: only /usr/lib/x86_64-linux-gnu/libcuda.so.1; builds link through the "
+                                   "CUDA stubs, or fix: ln -sf /usr/lib/x86_64-linux-gnu/libcuda.so.1 "
+                                   "/usr/lib/x86_64-linux-gnu/libcuda.so."),
+    "PREFLIGHT_LIBCUDA_MISSING": (NO_LIBCUDA,
+                                  "libcuda.so: not found in /usr/lib/x86_64-linux-gnu nor in the CUDA stubs. Fix: "
+                                  "apt-get install --reinstall libnvidia-compute-<driver branch>, then ln -sf "
+                                  "libcuda.so.1 libcuda.so."),
+    "PREFLIGHT_LIBCUDA_STUBS": (dict(NO_LIBCUDA, expect__cuda_by_play=True),
+                                "libcuda.so: not in /usr/lib/x86_64-linux-gnu; builds use /usr/local/cuda-13.0/lib64/"
+                                "stubs once the toolkit is installed."),
+}
+
+
+def test_every_preflight_rule_has_a_case():
+    rules = [r for r in validate_rules(CATALOGUE) if "preflight" in r.get("when", ["audit"])]
+    assert {r["id"] for r in rules} == set(CASES)
+    assert all(r.get("message") for r in rules)
+
+
+def test_healthy_node_passes():
+    assert judge(HEALTHY) == []
+
+
+@pytest.mark.parametrize("rule_id", sorted(CASES))
+def test_rule_fires_with_the_role_message(rule_id):
+    changes, message = CASES[rule_id]
+    found = [f for f in judge(doc(**changes)) if f["id"] == rule_id]
+    assert [f["message"] for f in found] == [message]
+    assert found[0]["fix"] and found[0]["source"]
+
+
+def test_notes_are_info_and_failures_critical():
+    rules = {r["id"]: r for r in validate_rules(CATALOGUE)}
+    notes = {"PREFLIGHT_CUDA_TO_INSTALL", "PREFLIGHT_PIP_TO_INSTALL", "PREFLIGHT_MODULE_OPTIONAL",
+             "PREFLIGHT_MLX5DV_TO_INSTALL", "PREFLIGHT_LIBCUDA_SO1_ONLY", "PREFLIGHT_LIBCUDA_STUBS"}
+    for rule_id in CASES:
+        assert rules[rule_id]["severity"] == ("info" if rule_id in notes else "critical"), rule_id
+
+
+def test_gaps_the_play_fills_are_notes_not_failures():
+    bare = doc(cuda={"version": "", "release": ""}, pip_ok=False, mlx5dv_ok=False, libcuda_found=[],
+               expect__cuda_by_play=True, expect__pip_by_play=True, expect__mlx5dv_by_play=True)
+    assert messages(bare, "critical") == []
+    assert [f["id"] for f in judge(bare)] == ["PREFLIGHT_CUDA_TO_INSTALL", "PREFLIGHT_PIP_TO_INSTALL",
+                                              "PREFLIGHT_MLX5DV_TO_INSTALL", "PREFLIGHT_LIBCUDA_STUBS"]
+
+
+def test_every_missing_module_is_named_in_order():
+    found = judge(doc(modules=[], expect__required_modules=["mlx5_core", "mlx5_ib"]))
+    assert [f["message"] for f in found if f["id"] == "PREFLIGHT_MODULE_MISSING"] == [
+        "Kernel module mlx5_core is not loaded. Fix: modprobe mlx5_core.",
+        "Kernel module mlx5_ib is not loaded. Fix: modprobe mlx5_ib."]
+
+
+def test_without_rdma_neither_devices_nor_modules_are_required():
+    found = judge(doc(gpufleet_rdma={}, modules=["nvidia_peermem"], expect__require_rdma=False))
+    assert found == []
+
+
+def test_no_cuda_wanted_and_no_arch_expected_pass():
+    assert judge(doc(cuda={"version": "", "release": ""}, expect__cuda_version="", expect__cuda_arch=[])) == []
+
+
+def test_failures_keep_the_order_of_the_checks():
+    broken = doc(gpufleet_gpus={"gpus": []}, gpufleet_nvidia={"driver_loaded": False}, pip_ok=False,
+                 gpufleet_rdma={"devices": []}, mlx5dv_ok=False, libcuda_found=[])
+    assert [f["id"] for f in judge(broken) if f["severity"] == "critical"] == [
+        "PREFLIGHT_GPU_COUNT", "PREFLIGHT_DRIVER_NOT_LOADED", "PREFLIGHT_PIP_MISSING", "PREFLIGHT_RDMA_NONE",
+        "PREFLIGHT_MLX5DV_MISSING", "PREFLIGHT_LIBCUDA_MISSING"]
+
+
+def test_contexts_keep_the_rules_apart():
+    audit_ids = {f["id"] for f in evaluate_rules(doc(gpufleet_gpus={"gpus": []}), CATALOGUE)}
+    assert not [i for i in audit_ids if i.startswith("PREFLIGHT_")]
+    assert not [f for f in judge(AUDIT_HEALTHY | {"expect": HEALTHY["expect"]}) if not f["id"].startswith("PREFLIGHT_")]
+
+
+@pytest.mark.parametrize("change, text", [
+    ({"when": ["deploy"]}, "when ['deploy'] must be a non-empty list of audit, preflight"),
+    ({"when": []}, "must be a non-empty list"),
+    ({"message": "found {x}", "evidence": None}, "a message needs an evidence mapping"),
+    ({"each": "[["}, "invalid jmespath expression"),
+])
+def test_bad_rule_keys_are_named(change, text):
+    rule = {"id": "X_RULE", "title": "t", "severity": "info", "condition": "`true`", "fix": "f", "source": "s",
+            "evidence": "{x: `1`}", "message": "x {x}"}
+    rule.update(change)
+    rule = {k: v for k, v in rule.items() if v is not None}
+    with pytest.raises(AuditError) as err:
+        validate_rules([rule])
+    assert text in str(err.value)
+
+
+def test_message_naming_a_value_the_evidence_lacks_is_refused():
+    rule = {"id": "X_RULE", "title": "t", "severity": "info", "condition": "`true`", "fix": "f", "source": "s",
+            "evidence": "{x: `1`}", "message": "x {y}", "when": ["preflight"]}
+    with pytest.raises(AuditError) as err:
+        evaluate_rules({}, [rule], context="preflight")
+    assert "rule X_RULE: message 'x {y}' names a value the evidence lacks" in str(err.value)
+
+
+def test_unknown_context_and_order_are_refused():
+    with pytest.raises(AuditError, match="context 'deploy' is not one of audit, preflight"):
+        evaluate_rules({}, [], context="deploy")
+    with pytest.raises(AuditError, match="order 'random' is not severity or catalogue"):
+        evaluate_rules({}, [], order="random")
