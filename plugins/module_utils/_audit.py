@@ -200,6 +200,7 @@ def int_div(left, right):
         return None
     return a // b
 
+
 def unique(values):
     if not isinstance(values, list):
         return []
