@@ -37,7 +37,7 @@ def build_leaders(records, want="want"):
         if not key:
             continue
         key = str(key)
-        if not _KEY_RE.match(key):
+        if not _KEY_RE.fullmatch(key):
             raise AnsibleFilterError("build_leaders: record %d has key %r, expected a hex build key" % (index, key))
         host = record.get("host")
         if not host:

@@ -54,7 +54,7 @@ def parse_arch_list(value):
     entries = []
     seen = set()
     for part in parts:
-        match = _ARCH_RE.match(part)
+        match = _ARCH_RE.fullmatch(part)
         if not match:
             hint = ""
             if "," in part:
@@ -108,7 +108,7 @@ def parse_cmake_arch_list(value):
         match = _CMAKE_ARCH_RE.match(part)
         if match:
             text = "%s%s%s" % (match.group("digits"), match.group("suffix").lower(), match.group("kind") or "")
-        elif _ARCH_RE.match(part):
+        elif _ARCH_RE.fullmatch(part):
             text = torch_to_cmake_arch(part)
         else:
             hint = " (use ';' between archs)" if "," in part else ""

@@ -142,7 +142,7 @@ def normalize_arch_list(value):
     for token in tokens:
         if not token:
             continue
-        match = _ARCH_RE.match(token)
+        match = _ARCH_RE.fullmatch(token)
         if not match:
             out.add(token)
             continue
@@ -332,7 +332,7 @@ def validate_rules(rules):
         if unknown:
             raise AuditError("%s: unknown key(s) %s; expected %s" % (
                 where, ", ".join(unknown), ", ".join(RULE_KEYS_REQUIRED + RULE_KEYS_OPTIONAL)))
-        if not isinstance(rule_id, str) or not RULE_ID_RE.match(rule_id):
+        if not isinstance(rule_id, str) or not RULE_ID_RE.fullmatch(rule_id):
             raise AuditError("%s: id %r must be UPPER_SNAKE_CASE (e.g. NIC_PORT_DOWN)" % (where, rule_id))
         if rule_id in seen:
             raise AuditError("%s: duplicate id" % where)

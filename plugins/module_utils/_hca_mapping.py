@@ -53,13 +53,13 @@ def parse_hca_mapping(text):
             what = "is missing the port" if len(parts) == 2 else f"has {len(parts)} ':'-separated parts, not 3"
             _fail(f"HCA mapping entry {entry!r} {what}")
         gpu, hca, port = (p.strip() for p in parts)
-        if not _INT_RE.match(gpu):
+        if not _INT_RE.fullmatch(gpu):
             _fail(f"HCA mapping entry {entry!r}: GPU {gpu!r} is not a non-negative integer")
         if not hca:
             _fail(f"HCA mapping entry {entry!r}: the HCA name is empty")
-        if not _HCA_RE.match(hca):
+        if not _HCA_RE.fullmatch(hca):
             _fail(f"HCA mapping entry {entry!r}: HCA {hca!r} is not a device name (letters, digits, _ . -)")
-        if not _INT_RE.match(port) or int(port) < 1:
+        if not _INT_RE.fullmatch(port) or int(port) < 1:
             _fail(f"HCA mapping entry {entry!r}: port {port!r} is not a positive integer")
         gpu_i = int(gpu)
         if gpu_i in seen:
@@ -74,7 +74,7 @@ def _coerce_int(value, what, entry):
         _fail(f"HCA mapping entry {entry!r}: {what} {value!r} is not an integer")
     if isinstance(value, int):
         return value
-    if isinstance(value, str) and _INT_RE.match(value.strip()):
+    if isinstance(value, str) and _INT_RE.fullmatch(value.strip()):
         return int(value.strip())
     _fail(f"HCA mapping entry {entry!r}: {what} {value!r} is not an integer")
     return None  # not reached
@@ -112,7 +112,7 @@ def normalize_entries(value):
             _fail(f"HCA mapping entry {entry!r}: GPU {gpu} is negative")
         if port < 1:
             _fail(f"HCA mapping entry {entry!r}: port {port} is not a positive integer")
-        if not _HCA_RE.match(hca):
+        if not _HCA_RE.fullmatch(hca):
             _fail(f"HCA mapping entry {entry!r}: HCA {hca!r} is not a device name (letters, digits, _ . -)")
         if gpu in seen:
             _fail(f"HCA mapping: GPU {gpu} appears twice")

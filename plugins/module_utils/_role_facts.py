@@ -138,7 +138,7 @@ def gather_cuda_toolkit(root, home, runner, timeout=60):
 
 def gather_imports(python, names, runner, timeout=60):
     """``{python, ok, modules: {name: bool}, error}``: whether ``python`` imports each module of ``names``."""
-    bad = [name for name in names if not _MODULE_NAME_RE.match(name)]
+    bad = [name for name in names if not _MODULE_NAME_RE.fullmatch(name)]
     if bad:
         raise PathsError("import_modules: %s not a Python module name (expected dotted identifiers such as pip or "
                          "torch.distributed)" % ", ".join(repr(name) for name in bad))

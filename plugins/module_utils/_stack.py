@@ -87,7 +87,7 @@ if metadata is not None:
     seen = set()
     for dist in metadata.distributions():
         name = dist.metadata["Name"] or ""
-        if not pat.match(name) or name.lower() in seen:
+        if not pat.fullmatch(name) or name.lower() in seen:
             continue
         seen.add(name.lower())
         try:
@@ -493,7 +493,7 @@ def parse_env_script(text):
         stripped = line.strip()
         if not stripped or stripped.startswith("#"):
             continue
-        match = _EXPORT_RE.match(line)
+        match = _EXPORT_RE.fullmatch(line)
         if not match:
             continue
         name, rhs = match.group(1), match.group(2)

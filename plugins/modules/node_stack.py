@@ -398,6 +398,7 @@ ansible_facts:
 
 from ansible.module_utils.basic import AnsibleModule
 
+from ansible_collections.gpufleet.deepep.plugins.module_utils._guard import guarded
 from ansible_collections.gpufleet.deepep.plugins.module_utils._nvidia import (
     DEFAULT_MODPROBE_DIRS,
     DEFAULT_PARAMS_PATH,
@@ -453,7 +454,7 @@ def build_module():
     )
 
 
-def main():
+def _main():
     module = build_module()
     params = module.params
     if params["timeout"] < 1:
@@ -505,6 +506,10 @@ def main():
     for name in sorted(errors):
         module.warn("%s not gathered: %s" % (name, errors[name]))
     module.exit_json(changed=False, ansible_facts=facts, gather_errors=errors)
+
+
+def main():
+    guarded("node_stack", _main)
 
 
 if __name__ == "__main__":

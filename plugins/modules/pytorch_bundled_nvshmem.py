@@ -277,6 +277,7 @@ import os
 from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.common.text.converters import to_native
 
+from ansible_collections.gpufleet.deepep.plugins.module_utils._guard import guarded
 from ansible_collections.gpufleet.deepep.plugins.module_utils._fileio import copy_atomic, CopyMismatch
 from ansible_collections.gpufleet.deepep.plugins.module_utils._nvshmem_discovery import (
     PROBE_SCRIPT,
@@ -477,8 +478,12 @@ def run(module):
     module.exit_json(**result)
 
 
-def main():
+def _main():
     run(build_module())
+
+
+def main():
+    guarded("pytorch_bundled_nvshmem", _main)
 
 
 if __name__ == "__main__":

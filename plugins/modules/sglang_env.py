@@ -298,6 +298,7 @@ import tempfile
 from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.common.text.converters import to_native
 
+from ansible_collections.gpufleet.deepep.plugins.module_utils._guard import guarded
 from ansible_collections.gpufleet.deepep.plugins.module_utils._nccl import (
     constraint_text,
     pip_conf_constraints,
@@ -838,7 +839,7 @@ def _read(path):
         return None
 
 
-def main():
+def _main():
     module = AnsibleModule(
         argument_spec=dict(
             python=dict(type="str", default="python3"),
@@ -884,6 +885,10 @@ def main():
     except (OSError, IOError) as exc:
         module.fail_json(msg="sglang_env: %s" % to_native(exc), **env.result)
     module.exit_json(**result)
+
+
+def main():
+    guarded("sglang_env", _main)
 
 
 if __name__ == "__main__":

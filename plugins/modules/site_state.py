@@ -136,6 +136,7 @@ import re
 from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.gpufleet.deepep.plugins.module_utils import _site_state as ss
+from ansible_collections.gpufleet.deepep.plugins.module_utils._guard import guarded
 from ansible_collections.gpufleet.deepep.plugins.module_utils._fileio import read_json_dict
 
 KEY_RE = re.compile(r"^[0-9A-Za-z._-]{1,128}$")
@@ -143,7 +144,7 @@ KEY_RE = re.compile(r"^[0-9A-Za-z._-]{1,128}$")
 
 def run(module):
     p = module.params
-    if not KEY_RE.match(p["key"]):
+    if not KEY_RE.fullmatch(p["key"]):
         module.fail_json(msg="key %r is not a settings key (expected 1 to 128 characters of [0-9A-Za-z._-], "
                              "such as a sha256 hex digest)" % p["key"])
     if p["hash_limit"] < 0:
@@ -170,7 +171,7 @@ def run(module):
         module.fail_json(msg="cannot write the stamp %s: %s" % (p["path"], exc.strerror or exc), **result)
 
 
-def main():
+def _main():
     module = AnsibleModule(
         argument_spec=dict(
             path=dict(type="path", default="/var/lib/gpufleet-site-converged.json"),
@@ -184,6 +185,10 @@ def main():
         supports_check_mode=True,
     )
     module.exit_json(**run(module))
+
+
+def main():
+    guarded("site_state", _main)
 
 
 if __name__ == "__main__":
