@@ -134,7 +134,7 @@ def mapping_as_dict(entries):
     return {e["gpu"]: {"hca": e["hca"], "port": e["port"]} for e in entries}
 
 
-def topology_facts(gpus, rdma, smi_rows=None, nvlink=None, smi_info=None):
+def topology_facts(gpus, rdma, smi_rows=None, nvlink=None, smi_info=None, unreadable=None):
     """``ansible_facts.gpufleet_gpus``: the GPUs of ``list_gpus`` (enriched by nvidia-smi rows and NVLink
     status), each with its nearest ACTIVE NIC from ``collect_rdma``'s ``rdma``, the mapping string DeepEP
     reads, the CUDA arch list and the driver version. ``smi_info`` is how nvidia-smi was used."""
@@ -154,4 +154,5 @@ def topology_facts(gpus, rdma, smi_rows=None, nvlink=None, smi_info=None):
         "cuda_arch_list": cuda_arch_list(g["compute_capability"] for g in facts_gpus),
         "driver_version": driver,
         "nvidia_smi": smi_info,
+        "unreadable": list(unreadable or []),
     }

@@ -195,6 +195,28 @@ def suspect_gpus(sysfs_root):
     return out
 
 
+def gpu_count_problem(gpus, rows):
+    """Why the GPUs of sysfs (``list_gpus``) and of nvidia-smi (parsed query rows) disagree, or None.
+
+    Without rows (nvidia-smi missing or failed) there is nothing to compare. A disagreement would shift the
+    GPU-to-NIC mapping by the missing GPU, so callers fail instead of returning one."""
+    if not rows:
+        return None
+    smi = sorted(b for b in (normalize_bdf(r.get("pci.bus_id")) for r in rows) if b)
+    unparsed = [r.get("pci.bus_id") for r in rows if not normalize_bdf(r.get("pci.bus_id"))]
+    seen = sorted(g["pci_address"] for g in gpus)
+    if not unparsed and smi == seen:
+        return None
+    only_smi = sorted(set(smi) - set(seen))
+    only_sysfs = sorted(set(seen) - set(smi))
+    text = ("nvidia-smi lists %d GPUs but sysfs shows %d (only in nvidia-smi: %s; only in sysfs: %s"
+            % (len(rows), len(gpus), ", ".join(only_smi) or "none", ", ".join(only_sysfs) or "none"))
+    if unparsed:
+        text += "; bus ids nvidia-smi gave that are not PCI addresses: %s" % ", ".join(map(repr, unparsed))
+    return (text + "); the GPU-to-NIC mapping would be shifted, so none is returned. Expected one sysfs GPU per "
+            "nvidia-smi GPU: check the PCI tree (lspci -d 10de:) and the driver")
+
+
 def list_gpus(sysfs_root):
     """NVIDIA GPUs from the PCI tree, indexed in PCI bus-id order as nvidia-smi does."""
     gpus = [d for d in list_pci_devices(sysfs_root) if is_gpu(d)]

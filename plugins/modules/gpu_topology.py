@@ -244,8 +244,8 @@ from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.gpufleet.deepep.plugins.module_utils._guard import guarded
 from ansible_collections.gpufleet.deepep.plugins.module_utils._hca_mapping import topology_facts
 from ansible_collections.gpufleet.deepep.plugins.module_utils._pci import (
+    gpu_count_problem,
     list_gpus,
-    normalize_bdf,
     suspect_gpus,
     parse_nvidia_smi_query,
     parse_nvlink_status,
@@ -302,21 +302,9 @@ def query_nvidia_smi(module, path):
 
 def check_gpu_count(module, gpus, rows, smi_info):
     """Fail when nvidia-smi and sysfs disagree on the GPUs (the mapping would shift by the missing one)."""
-    if not rows:
-        return
-    smi = sorted(b for b in (normalize_bdf(r.get("pci.bus_id")) for r in rows) if b)
-    unparsed = [r.get("pci.bus_id") for r in rows if not normalize_bdf(r.get("pci.bus_id"))]
-    seen = sorted(g["pci_address"] for g in gpus)
-    if unparsed or smi != seen:
-        only_smi = sorted(set(smi) - set(seen))
-        only_sysfs = sorted(set(seen) - set(smi))
-        module.fail_json(
-            msg=f"nvidia-smi lists {len(rows)} GPUs but sysfs shows {len(gpus)} "
-                f"(only in nvidia-smi: {', '.join(only_smi) or 'none'}; only in sysfs: {', '.join(only_sysfs) or 'none'}"
-                f"{'; bus ids nvidia-smi gave that are not PCI addresses: ' + ', '.join(map(repr, unparsed)) if unparsed else ''}); "
-                f"the GPU-to-NIC mapping would be shifted, so none is returned. Expected one sysfs GPU per nvidia-smi GPU: "
-                f"check the PCI tree (lspci -d 10de:) and the driver",
-            nvidia_smi=smi_info)
+    problem = gpu_count_problem(gpus, rows)
+    if problem:
+        module.fail_json(msg=problem, nvidia_smi=smi_info)
 
 
 def collect(module):
@@ -343,9 +331,8 @@ def collect(module):
         rows, nvlink, smi_info = query_nvidia_smi(module, smi)
         check_gpu_count(module, gpus, rows, smi_info)
     rdma = collect_rdma(sysfs_root)
-    facts = topology_facts(gpus, rdma, smi_rows=rows, nvlink=nvlink, smi_info=smi_info)
-    facts["unreadable"] = [bdf for bdf, dummy in unreadable]
-    return facts
+    return topology_facts(gpus, rdma, smi_rows=rows, nvlink=nvlink, smi_info=smi_info,
+                          unreadable=[bdf for bdf, dummy in unreadable])
 
 
 def _main():

@@ -16,9 +16,10 @@ description:
     NCCL from pip and from the system, torch, whether C(import deep_ep) works in the environment script's
     environment, the environment script itself (presence, sha256, exported variables), C(nvidia_peermem),
     and whether a reboot is pending.
-  - The environment script is parsed, not executed, for its variables. Its C(export NAME=value) lines are
-    read; C(${VAR}) references to variables set earlier in the file are expanded.
-    The only place the script is sourced is the C(import deep_ep) probe, in a child shell.
+  - The environment script is never executed, not even for the C(import deep_ep) probe. Its C(export NAME=value)
+    lines are read as data (a strict reader: a line it cannot take is named in the facts, see
+    RV(ansible_facts.gpufleet_stack.env_script)); the probe runs the interpreter directly, without a shell, in an
+    environment made of this module's own plus the variables read.
   - Python probes run with E(PYTHONDONTWRITEBYTECODE=1) so that no bytecode cache is written.
   - Commands run as lists with E(LC_ALL=C), each bounded by O(timeout). They start together (each in its
     own thread), so the slowest probe, not their sum, bounds the time.
@@ -344,18 +345,23 @@ ansible_facts:
                    stamp: /opt/deepep/nvshmem/.gpufleet-build.json}
         env_script:
           description:
-            - The environment script. V(exports) holds the variables its top-level C(export) lines set,
-              expanded; V(exports_raw) the unexpanded right-hand sides.
+            - The environment script, read as data and never run. V(exports) holds the variables its
+              C(export NAME=value) (and C(NAME=value) then C(export NAME)) lines set, expanded (C($NAME), C(${NAME}),
+              C(${NAME:-word}), C(${NAME:+word}) of values set before); V(exports_raw) the unexpanded right-hand sides;
+              V(unparsed) one message per line that is not such a line (a conditional, a command, a command
+              substitution), naming the line.
           type: dict
           returned: always
           sample: {path: /opt/deepep/unified-env.sh, present: true, mode: "0644",
                    sha256: 3f9a0c1d2e4b5a69788776655443322110ffeeddccbbaa998877665544332211,
                    exports: {NVSHMEM_REMOTE_TRANSPORT: ibgda, NVSHMEM_IB_GID_INDEX: "3",
                              LD_PRELOAD: /opt/deepep/nvshmem/lib/libnvshmem_host.so.3},
-                   exports_raw: {LD_PRELOAD: '"${NVSHMEM_HOME}/lib/libnvshmem_host.so.3"'}}
+                   exports_raw: {LD_PRELOAD: '"${NVSHMEM_HOME}/lib/libnvshmem_host.so.3"'}, unparsed: []}
         deep_ep_import:
           description:
-            - C(import deep_ep) in a fresh process with the environment script sourced (when present).
+            - C(import deep_ep) in a fresh process (no shell) whose environment is this module's plus the variables the
+              environment script exports, read as data (when the script is present). A script with lines the reader
+              does not take (V(env_script.unparsed)) is not tried: V(error) names the lines.
               V(error) holds the last lines of the failure (for example an C(undefined symbol) after a torch change).
           type: dict
           returned: always

@@ -137,7 +137,6 @@ from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.gpufleet.deepep.plugins.module_utils import _site_state as ss
 from ansible_collections.gpufleet.deepep.plugins.module_utils._guard import guarded
-from ansible_collections.gpufleet.deepep.plugins.module_utils._fileio import read_json_dict
 
 KEY_RE = re.compile(r"^[0-9A-Za-z._-]{1,128}$")
 
@@ -156,7 +155,7 @@ def run(module):
             return result
         now = datetime.datetime.now(datetime.timezone.utc).replace(microsecond=0).isoformat()
         content = ss.record_content(p["key"], p["watch"], p["packages"], now, p["hash_limit"], p["dpkg_status"])
-        old = read_json_dict(p["path"])
+        old, dummy = ss.read_stamp(p["path"])
         result.update(steady=True, intact=True, drift=[], recorded_at=now, watched=ss.watched_count(content))
         if ss.same_record(old, content):
             result.update(recorded_at=old.get("recorded_at"), reason="the stamp already records this state")
