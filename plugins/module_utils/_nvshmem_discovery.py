@@ -122,7 +122,7 @@ def ordered_site_packages(probe):
 
 
 def _so_version(name):
-    match = _SO_VERSION_RE.fullmatch(name)
+    match = _SO_VERSION_RE.search(name)
     return match.group(1) if match else None
 
 
