@@ -14,6 +14,8 @@ import re
 
 from ansible.errors import AnsibleFilterError
 
+from ansible_collections.gpufleet.deepep.plugins.module_utils._guard import guard_filters
+
 _KEY_RE = re.compile(r"^[0-9a-f]{8,}$")
 
 
@@ -50,4 +52,4 @@ def build_leaders(records, want="want"):
 
 class FilterModule(object):
     def filters(self):
-        return {"build_leaders": build_leaders}
+        return guard_filters({"build_leaders": build_leaders})

@@ -174,7 +174,7 @@ def _to_int(value):
         return value
     if isinstance(value, float) and value.is_integer():
         return int(value)
-    if isinstance(value, str) and re.match(r"^\s*-?\d+\s*$", value):
+    if isinstance(value, str) and re.fullmatch(r"-?\d+", value.strip()):
         return int(value)
     return None
 

@@ -76,7 +76,7 @@ def build_key(kind, inputs):
 
 def short_key(key, length=8):
     """The first ``length`` hex digits of a key (names staging dirs and artifacts)."""
-    if not isinstance(key, str) or not re.match(r"^[0-9a-f]{%d,}$" % length, key):
+    if not isinstance(key, str) or not re.fullmatch(r"[0-9a-f]{%d,}" % length, key):
         raise BuildError("%r is not a build key (hex sha256)" % (key,))
     return key[:length]
 

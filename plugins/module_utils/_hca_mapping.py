@@ -35,6 +35,8 @@ def parse_hca_mapping(text):
     """
     if not isinstance(text, str):
         _fail(f"HCA mapping must be a string, got {type(text).__name__} {text!r}")
+    if any(c in text for c in "\n\r\0"):
+        _fail(f"HCA mapping {text!r} holds a line break or NUL (it would end the line of the env script)")
     body = text.strip()
     if not body:
         _fail("HCA mapping is empty")

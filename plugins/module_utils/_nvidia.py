@@ -138,7 +138,7 @@ def _int_input(value):
     if isinstance(value, int):
         return value
     if isinstance(value, str):
-        s = value.strip()
+        s = value  # no stripping: "1\n" is not a number a user meant
         if re.fullmatch(r"[0-9]+", s):
             return int(s, 10)
         if re.fullmatch(r"0[xX][0-9a-fA-F]+", s):

@@ -390,7 +390,7 @@ def read_sha256sums(text):
         if not line or line.startswith("#"):
             continue
         parts = line.split(None, 1)
-        if len(parts) != 2 or not re.match(r"^[0-9a-f]{64}$", parts[0]):
+        if len(parts) != 2 or not re.fullmatch(r"[0-9a-f]{64}", parts[0]):
             raise SglangError("SHA256SUMS line %d %r: expected '<64 hex digits>  <file name>'" % (number, line))
         out[parts[1].lstrip("*").strip()] = parts[0]
     return out

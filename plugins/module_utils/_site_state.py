@@ -24,12 +24,13 @@ Fingerprints are cheap and never import anything heavy:
 from __future__ import annotations
 
 import glob
+import json
 import os
 import stat
 
 from ansible_collections.gpufleet.deepep.plugins.module_utils._fileio import (
     file_digest,
-    read_json_dict,
+    read_text,
     write_json_file,
 )
 from ansible_collections.gpufleet.deepep.plugins.module_utils._guard import RecordShapeError, check_record
@@ -253,9 +254,13 @@ def stamp_problem(path, stamp):
 
 def read_stamp(path):
     """``(stamp or None, problem or None)``: a stamp of the wrong shape is refused (None) with the reason."""
-    stamp = read_json_dict(path)
-    if stamp is None:
+    text = read_text(path)
+    if text is None:
         return None, None
+    try:
+        stamp = json.loads(text)
+    except ValueError:
+        return None, "converged stamp %s is not JSON" % path
     problem = stamp_problem(path, stamp)
     return (None, problem) if problem else (stamp, None)
 

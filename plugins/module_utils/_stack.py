@@ -169,7 +169,7 @@ def parse_os_release(text):
     """``/etc/os-release`` -> {id, version_id, version_codename, pretty_name}."""
     values = {}
     for line in (text or "").splitlines():
-        match = re.match(r"^([A-Z_]+)=(.*)$", line.strip())
+        match = re.fullmatch(r"([A-Z_]+)=(.*)", line.strip())
         if not match:
             continue
         value = match.group(2).strip()

@@ -61,7 +61,7 @@ def check_request(store, kind, key):
         raise StoreError("store %r must be an absolute path" % (store,))
     if kind not in KINDS:
         raise StoreError("kind %r is not one of %s" % (kind, ", ".join(KINDS)))
-    if not isinstance(key, str) or not _KEY_RE.match(key):
+    if not isinstance(key, str) or not _KEY_RE.fullmatch(key):
         raise StoreError("key %r is not a build key (%s)" % (key, KEY_FORM))
 
 
@@ -114,7 +114,7 @@ def validate_record(record, kind, key, where):
         if not isinstance(entry, dict):
             bad("files.%s is %r" % (name, entry), "a mapping with sha256 and size")
         sha = entry.get("sha256")
-        if not isinstance(sha, str) or not _SHA256_RE.match(sha):
+        if not isinstance(sha, str) or not _SHA256_RE.fullmatch(sha):
             bad("files.%s.sha256 is %s" % (name, "missing" if "sha256" not in entry else repr(sha)),
                 "64 lowercase hex digits")
         size = entry.get("size")
