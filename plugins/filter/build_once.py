@@ -14,7 +14,7 @@ import re
 
 from ansible.errors import AnsibleFilterError
 
-from ansible_collections.gpufleet.deepep.plugins.module_utils._guard import guard_filters
+from ansible_collections.gpufleet.deepep.plugins.plugin_utils._filter_guard import guard_filters
 
 _KEY_RE = re.compile(r"^[0-9a-f]{8,}$")
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from ansible.errors import AnsibleFilterError
 
-from ansible_collections.gpufleet.deepep.plugins.module_utils._guard import guard_filters
+from ansible_collections.gpufleet.deepep.plugins.plugin_utils._filter_guard import guard_filters
 from ansible_collections.gpufleet.deepep.plugins.module_utils._audit import (
     DEFAULT_DRIFT_SKIP_GROUPS,
     AuditError,

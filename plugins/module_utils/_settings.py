@@ -38,8 +38,8 @@ class SettingError(ValueError):
 
 
 def _fail(name, value, form, why=None):
-    raise SettingError("%s=%r%s; expected %s" % (name, value, (": " + why) if why else " is not of its form",
-                                                FORMS[form]))
+    what = (": " + why) if why else " is not of its form"
+    raise SettingError("%s=%r%s; expected %s" % (name, value, what, FORMS[form]))
 
 
 def _whole(value):

@@ -17,7 +17,7 @@ description:
     environment, the environment script itself (presence, sha256, exported variables), C(nvidia_peermem),
     and whether a reboot is pending.
   - The environment script is never executed, not even for the C(import deep_ep) probe. Its C(export NAME=value)
-    lines are read as data (a strict reader: a line it cannot take is named in the facts, see
+    lines are read as data (a strict reader; a line it cannot take is named in the facts, see
     RV(ansible_facts.gpufleet_stack.env_script)); the probe runs the interpreter directly, without a shell, in an
     environment made of this module's own plus the variables read.
   - Python probes run with E(PYTHONDONTWRITEBYTECODE=1) so that no bytecode cache is written.
@@ -361,7 +361,7 @@ ansible_facts:
           description:
             - C(import deep_ep) in a fresh process (no shell) whose environment is this module's plus the variables the
               environment script exports, read as data (when the script is present). A script with lines the reader
-              does not take (V(env_script.unparsed)) is not tried: V(error) names the lines.
+              does not take (V(env_script.unparsed)) is not tried, and V(error) names the lines.
               V(error) holds the last lines of the failure (for example an C(undefined symbol) after a torch change).
           type: dict
           returned: always

@@ -239,8 +239,9 @@ ansible_facts:
       contains:
         driver_loaded:
           description:
-            - Whether the driver is loaded (O(params_path) exists and holds printable C(Name: value) lines; random
-              bytes or other text there do not count, see RV(ansible_facts.gpufleet_nvidia.params_unreadable)).
+            - Whether the driver is loaded (O(params_path) exists and holds printable C(Name) C(value) lines, a name
+              and a value separated by a colon; random bytes or other text there do not count, see
+              RV(ansible_facts.gpufleet_nvidia.params_unreadable)).
           returned: always
           type: bool
           sample: true

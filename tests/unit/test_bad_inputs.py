@@ -9,7 +9,6 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-from pathlib import Path
 
 import pytest
 import yaml
@@ -22,7 +21,8 @@ from ansible_collections.gpufleet.deepep.plugins.filter import build_once as bui
 from ansible_collections.gpufleet.deepep.plugins.filter import hca_mapping as hca_filter
 from ansible_collections.gpufleet.deepep.plugins.filter import verify_helpers
 from ansible_collections.gpufleet.deepep.plugins.filter import version_helpers
-from ansible_collections.gpufleet.deepep.plugins.module_utils import _guard, _nvidia, _settings, _site_state, _stack
+from ansible_collections.gpufleet.deepep.plugins.plugin_utils._filter_guard import guard_filters
+from ansible_collections.gpufleet.deepep.plugins.module_utils import _guard, _nvidia, _settings, _stack
 from ansible_collections.gpufleet.deepep.plugins.modules import (
     gpu_topology,
     model_config,
@@ -129,13 +129,14 @@ def test_every_bad_setting_is_named_in_one_failure(module_runner):
     assert "gpufleet_serial=0" in result["msg"] and "preflight_min_gpus=-1" in result["msg"]
 
 
-GOOD_SETTINGS = [("serial", 1, 1), ("serial", "2", 2), ("serial", "25%", "25%"), ("serial", [1, "25%", "100%"],
-                                                                                   [1, "25%", "100%"]),
-                 ("serial", "12.5%", "12.5%"), ("percentage", 0, 0), ("percentage", "100", 100), ("count", 0, 0),
-                 ("positive", "8", 8), ("seconds", 600, 600), ("hca_mapping", "auto", "auto"), ("hca_mapping", "", ""),
-                 ("hca_mapping", "1:mlx5_1:1,0:mlx5_0:1", "1:mlx5_1:1,0:mlx5_0:1"), ("gid_index", "auto", "auto"),
-                 ("gid_index", "3", 3), ("gid_index", "", ""), ("env", {"HF_HOME": "/lssd/hf", "N": 3},
-                                                                  {"HF_HOME": "/lssd/hf", "N": 3})]
+GOOD_SETTINGS = [
+    ("serial", 1, 1), ("serial", "2", 2), ("serial", "25%", "25%"), ("serial", [1, "25%", "100%"], [1, "25%", "100%"]),
+    ("serial", "12.5%", "12.5%"), ("percentage", 0, 0), ("percentage", "100", 100), ("count", 0, 0),
+    ("positive", "8", 8), ("seconds", 600, 600), ("hca_mapping", "auto", "auto"), ("hca_mapping", "", ""),
+    ("hca_mapping", "1:mlx5_1:1,0:mlx5_0:1", "1:mlx5_1:1,0:mlx5_0:1"), ("gid_index", "auto", "auto"),
+    ("gid_index", "3", 3), ("gid_index", "", ""),
+    ("env", {"HF_HOME": "/lssd/hf", "N": 3}, {"HF_HOME": "/lssd/hf", "N": 3}),
+]
 
 
 @pytest.mark.parametrize("form,value,normal", GOOD_SETTINGS)
@@ -344,7 +345,7 @@ def test_filters_refuse_naming_the_value(func, args, kwargs, named):
 def test_unexpected_error_in_a_filter_is_a_filter_error_naming_the_input():
     def broken(value):
         return value["missing"]
-    wrapped = _guard.guard_filters({"broken": broken})["broken"]
+    wrapped = guard_filters({"broken": broken})["broken"]
     with pytest.raises(AnsibleFilterError, match=r"broken: unexpected KeyError: 'missing' \(input \{'a': 1\}\)"):
         wrapped({"a": 1})
 
