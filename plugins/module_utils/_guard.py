@@ -13,16 +13,9 @@ import json
 import re
 import sys
 
-__all__ = ["guarded", "unexpected_message", "RecordShapeError", "check_record", "full_match"]
+__all__ = ["guarded", "unexpected_message", "RecordShapeError", "check_record"]
 
 _SECRET_RE = re.compile(r"(?i)(pass|secret|token|key_data|private)")
-
-
-def full_match(pattern, value):
-    """``re.fullmatch`` for ``str`` values only (never a trailing newline or a non-string); a match object or None."""
-    if not isinstance(value, str):
-        return None
-    return re.fullmatch(pattern, value)
 
 
 def _inputs():
@@ -104,4 +97,3 @@ def check_record(path, data, shape, what="record"):
             raise RecordShapeError("%s %s: %r is %r (%s), expected %s"
                                    % (what, path, key, value, type(value).__name__, kind))
     return data
-
