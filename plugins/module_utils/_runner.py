@@ -12,7 +12,7 @@ from __future__ import annotations
 import os
 import subprocess
 
-__all__ = ["StepFailed", "CommandLog", "run_bounded", "DEFAULT_TIMEOUT"]
+__all__ = ["StepFailed", "Failed", "CommandLog", "run_bounded", "DEFAULT_TIMEOUT"]
 
 # A whole NVSHMEM or DeepEP build is one command; nothing the modules run takes longer than this on a build node.
 DEFAULT_TIMEOUT = 4 * 3600
@@ -84,3 +84,13 @@ class CommandLog(object):
             raise StepFailed("command %s: %s" % (what, " ".join(argv)), rc=rc, cmd=list(argv),
                              stdout=out[-4000:], stderr=err[-4000:])
         return rc, out, err
+
+
+class Failed(Exception):
+    """Ends a build module's run with ``msg`` and the extra result keys ``extra`` (``main()`` turns it into
+    ``fail_json``)."""
+
+    def __init__(self, msg, **extra):
+        super(Failed, self).__init__(msg)
+        self.msg = msg
+        self.extra = extra

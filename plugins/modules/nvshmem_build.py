@@ -22,6 +22,12 @@ description:
     into O(prefix) by renames (an atomic exchange where the kernel has C(renameat2)). The install it replaces is
     kept as C(<prefix>.previous). A failed or killed build leaves the previous install untouched; leftovers of a
     killed run are removed at the next start.
+  - A run holds the lock C(.<name>.lock) beside O(prefix) (fcntl) from the clean-up of leftovers to the swap: a second build of the
+    same prefix waits for the first (O(lock_timeout)), then finds its result, or refuses naming the lock and its
+    holder; it never removes the first run's staging directory. Check mode takes no lock.
+  - A packed install from O(artifact_dir) is unpacked only when its record names the key and its
+    C(artifact_sha256) matches the tarball; a record without a checksum, a truncated or an altered tarball is
+    refused, named.
   - With O(roce_ah_attr_fix) the module zeroes every local C(struct ibv_ah_attr) declaration in the IBGDA transport
     source before building, the fix for C(Unable to create ah) on RoCE (NVIDIA/nvshmem#21).
 author: gpufleet.deepep maintainers (@gpufleet)
@@ -92,6 +98,12 @@ options:
     description: How many lines of the build log a failure reports.
     type: int
     default: 60
+  lock_timeout:
+    description:
+      - Seconds to wait for another build of the same O(prefix) on this node (its lock C(.<name>.lock) beside it) before
+        refusing. C(0) refuses at once.
+    type: int
+    default: 3600
 notes:
   - To group hosts by build key before building (build once, distribute), run the module in check mode and read
     RV(key).
@@ -323,9 +335,10 @@ from ansible_collections.gpufleet.deepep.plugins.module_utils._nvshmem import (
     nvshmem_cmake_args,
     parse_nvshmem_info,
 )
-from ansible_collections.gpufleet.deepep.plugins.module_utils._runner import CommandLog, StepFailed
+from ansible_collections.gpufleet.deepep.plugins.module_utils._runner import CommandLog, Failed, StepFailed
 from ansible_collections.gpufleet.deepep.plugins.module_utils._swap import (
     clean_stale_staging,
+    build_lock,
     previous_path,
     recover_interrupted_swap,
     staging_path,
@@ -357,6 +370,7 @@ def build_module():
             jobs=dict(type="int"),
             artifact_dir=dict(type="path"),
             log_lines=dict(type="int", default=60),
+            lock_timeout=dict(type="int", default=3600),
         ),
         supports_check_mode=True,
     )
@@ -468,10 +482,17 @@ def unpack_artifact(runner, artifact, staging, prefix, key):
             record = json.load(handle)
     except (IOError, OSError, ValueError) as exc:
         raise StepFailed("cannot read the record %s of the packed install: %s" % (record_path, exc))
+    if not isinstance(record, dict):
+        raise StepFailed("the record %s of the packed install is a JSON %s, expected an object"
+                         % (record_path, type(record).__name__))
     if record.get("key") != key:
         raise StepFailed("the packed install %s records key %s, not %s" % (tarball, record.get("key"), key))
+    expected = record.get("artifact_sha256")
+    if not isinstance(expected, str) or len(expected) != 64:
+        raise StepFailed("the record %s of the packed install has no artifact_sha256 (64 hex digits), got %r: "
+                         "cannot verify %s" % (record_path, expected, tarball))
     digest = file_sha256(tarball)
-    if record.get("artifact_sha256") and digest != record["artifact_sha256"]:
+    if digest != expected:
         raise StepFailed("the packed install %s has sha256 %s, its record says %s"
                          % (tarball, digest, record["artifact_sha256"]))
     staged = os.path.join(staging, "destdir") + prefix
@@ -544,15 +565,6 @@ def _facts(prefix, stamp, verify, previous):
     }
 
 
-class Failed(Exception):
-    """Ends the run with ``msg`` and the extra result keys ``extra``."""
-
-    def __init__(self, msg, **extra):
-        super(Failed, self).__init__(msg)
-        self.msg = msg
-        self.extra = extra
-
-
 class NvshmemBuild(object):
     """observe (inputs, key, the install and its stamp, a packed install of the key), plan (nothing, install the
     packed install, or build), apply (stage, verify, swap, pack); ``run`` returns the facts or raises Failed."""
@@ -582,6 +594,8 @@ class NvshmemBuild(object):
             raise Failed("cuda_arch: %s" % exc)
         if p["jobs"] is not None and p["jobs"] < 1:
             raise Failed("jobs must be 1 or more, got %d" % p["jobs"])
+        if p["lock_timeout"] < 0:
+            raise Failed("lock_timeout must be 0 (refuse at once) or more seconds, got %d" % p["lock_timeout"])
         self.nvcc = os.path.join(p["cuda_home"], "bin", "nvcc")
         if not os.access(self.nvcc, os.X_OK):
             raise Failed("no nvcc at %s: install the CUDA toolkit or set cuda_home (NVSHMEM needs CUDACXX)" % self.nvcc)
@@ -762,7 +776,7 @@ class NvshmemBuild(object):
         except StepFailed as exc:
             raise Failed(exc.msg + " (the install at %s is unchanged)" % prefix, rc=exc.rc, cmd=exc.cmd,
                          log_tail=_tail(log_path, p["log_lines"]))
-        except (OSError, IOError, BuildError, tarfile.TarError, ArchError) as exc:
+        except (OSError, IOError, EOFError, BuildError, tarfile.TarError, ArchError) as exc:
             raise Failed("build of NVSHMEM failed: %s (the install at %s is unchanged)" % (exc, prefix),
                          log_tail=_tail(log_path, p["log_lines"]))
         shutil.rmtree(self.staging, ignore_errors=True)
@@ -784,20 +798,24 @@ class NvshmemBuild(object):
         """The facts of the install after the run (``gpufleet_nvshmem``); raises Failed."""
         self.check_params()
         self.observe_inputs()
-        self.repair_leftovers()
-        self.observe_install()
-        action = self.plan()
-        self.result["verify"] = self.current
-        if action is None:
-            self.result["previous"] = self.previous if os.path.isdir(self.previous) else None
-            return _facts(self.prefix, self.stamp, self.current, self.previous)
-        if self.module.check_mode:
-            facts = _facts(self.prefix, self.stamp, self.current, self.previous)
-            facts.update(key=self.key, cuda_arch=self.cuda_arch, cuda_version=self.cuda_version,
-                         roce_ah_attr_fix=self.p["roce_ah_attr_fix"], ibgda=self.p["ibgda"], present=True)
-            return facts
-        self.apply(action)
-        return _facts(self.prefix, read_stamp(self.prefix), self.result["verify"], self.previous)
+        try:
+            with build_lock(self.prefix, self.p["lock_timeout"], "NVSHMEM build", self.module.check_mode):
+                self.repair_leftovers()
+                self.observe_install()
+                action = self.plan()
+                self.result["verify"] = self.current
+                if action is None:
+                    self.result["previous"] = self.previous if os.path.isdir(self.previous) else None
+                    return _facts(self.prefix, self.stamp, self.current, self.previous)
+                if self.module.check_mode:
+                    facts = _facts(self.prefix, self.stamp, self.current, self.previous)
+                    facts.update(key=self.key, cuda_arch=self.cuda_arch, cuda_version=self.cuda_version,
+                                 roce_ah_attr_fix=self.p["roce_ah_attr_fix"], ibgda=self.p["ibgda"], present=True)
+                    return facts
+                self.apply(action)
+                return _facts(self.prefix, read_stamp(self.prefix), self.result["verify"], self.previous)
+        except BuildError as exc:  # the lock: another build of this prefix runs
+            raise Failed(str(exc))
 
 
 def main():
