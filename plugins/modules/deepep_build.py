@@ -33,10 +33,10 @@ description:
     while pip ran) or a journal that the next run rolls back before anything else (killed during the renames).
     A failed import of the installed DeepEP after a torch change is reported as an ABI mismatch, and the rebuild
     is the fix.
-  - A wheel with a build record (C(build.json) beside it: built here, or copied from the artifact store) is checked
+  - A wheel with a build record (C(build.json) beside it, built here or copied from the artifact store) is checked
     against the record's C(wheel_sha256) before it is installed; a truncated or altered wheel is refused, named.
   - Builds and installs of one O(artifact_dir) hold the lock C(.<name>.lock) beside it (fcntl; by default
-    C(/opt/deepep/artifacts/.deepep.lock)): a second run waits for the first (O(lock_timeout)), then plans again,
+    C(/opt/deepep/artifacts/.deepep.lock)). A second run waits for the first (O(lock_timeout)), then plans again,
     or refuses; it never removes the first run's staging directory.
     The artifact directory of a key is replaced atomically (an exchange, or rename aside then in), never deleted
     first. Check mode takes no lock.

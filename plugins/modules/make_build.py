@@ -16,15 +16,15 @@ description:
     for NCCL the C(NVCC_GENCODE), the prefix) goes into a build key (sha256 of their canonical JSON, computed here).
     The key is recorded in the stamp C(<prefix>/.gpufleet-build.json). The same key and a complete install mean
     no change.
-  - The source identity is O(source_id) when given (for a tarball, its URL and checksum: the key is then known
-    before the source is fetched), else the git C(HEAD) of O(src) (and a hash of its tree when it has local
+  - The source identity is O(source_id) when given (for a tarball, its URL and checksum, so that the key is
+    known before the source is fetched), else the git C(HEAD) of O(src) (and a hash of its tree when it has local
     changes), else a hash of the tree.
   - A new key builds in C(<prefix>.staging-<key8>) from a copy of O(src) (the source is never written), checks the
     staged install (GDRCopy C(include/gdrapi.h) and C(lib/libgdrapi.so); NCCL C(include/nccl.h) and
     C(lib/libnccl.so)), stamps it and swaps it into O(prefix) (an atomic C(renameat2) exchange where the kernel has
     it). The install it replaces is kept as C(<prefix>.previous); a failed or killed build leaves it untouched,
     and the next run removes what a killed one left.
-  - A run holds the lock C(.<name>.lock) beside O(prefix) (fcntl) from that clean-up to the swap: a second build of
+  - A run holds the lock C(.<name>.lock) beside O(prefix) (fcntl) from that clean-up to the swap. A second build of
     the same prefix waits for the first (O(lock_timeout)) or refuses naming the lock's holder; it never removes the
     first run's staging directory. Check mode takes no lock and writes nothing.
 author: gpufleet.deepep maintainers (@gpufleet)
@@ -73,7 +73,7 @@ options:
     description: NCCL only. C(NVCC_GENCODE) as given to make (e.g. C(-gencode=arch=compute_90,code=sm_90)).
     type: str
   make_vars:
-    description: Extra make variables (C(NAME=value) arguments), e.g. C({CC: gcc-12}).
+    description: Extra make variables (C(NAME=value) arguments), e.g. C(CC) set to C(gcc-12).
     type: dict
     default: {}
   jobs:
@@ -200,7 +200,7 @@ ansible_facts:
     gpufleet_gdrcopy_build:
       description: The GDRCopy build at O(prefix) after the run (predicted in check mode), for O(kind=gdrcopy).
       type: dict
-      contains: &build_facts
+      contains:
         prefix:
           description: O(prefix).
           type: str
@@ -223,9 +223,10 @@ ansible_facts:
       sample: {"prefix": "/opt/deepep/gdrcopy", "present": true, "key": "4b2d...", "current": true,
                "version": "2.5.1", "missing": []}
     gpufleet_nccl_build:
-      description: The NCCL build at O(prefix) after the run (predicted in check mode), for O(kind=nccl).
+      description:
+        - The NCCL build at O(prefix) after the run (predicted in check mode), for O(kind=nccl); the same fields as
+          RV(ansible_facts.gpufleet_gdrcopy_build).
       type: dict
-      contains: *build_facts
       sample: {"prefix": "/opt/deepep/nccl/build-2.30.7", "present": true, "key": "4b2d...", "current": true,
                "version": "2.30.7", "missing": []}
 """

@@ -22,7 +22,7 @@ description:
     into O(prefix) by renames (an atomic exchange where the kernel has C(renameat2)). The install it replaces is
     kept as C(<prefix>.previous). A failed or killed build leaves the previous install untouched; leftovers of a
     killed run are removed at the next start.
-  - A run holds the lock C(.<name>.lock) beside O(prefix) (fcntl) from the clean-up of leftovers to the swap: a second build of the
+  - A run holds the lock C(.<name>.lock) beside O(prefix) (fcntl) from the clean-up of leftovers to the swap. A second build of the
     same prefix waits for the first (O(lock_timeout)), then finds its result, or refuses naming the lock and its
     holder; it never removes the first run's staging directory. Check mode takes no lock.
   - A packed install from O(artifact_dir) is unpacked only when its record names the key and its

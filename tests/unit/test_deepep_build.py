@@ -361,7 +361,7 @@ exec "{python}" "$@"
 
 
 def _wait_for(path, proc, what):
-    for _ in range(9000):  # bounded: at most about 15 minutes (a fixture build under load)
+    for dummy in range(9000):  # bounded: at most about 15 minutes (a fixture build under load)
         if path.exists() or proc.poll() is not None:
             break
         time.sleep(0.1)

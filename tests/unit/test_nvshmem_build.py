@@ -309,7 +309,7 @@ def test_a_second_build_of_one_prefix_refuses_and_leaves_the_first_ones_staging(
         "    os.makedirs(sys.argv[3]); open(sys.argv[4], 'w').close(); sys.stdin.read()\n"),
         str(REPO / ".collections"), prefix, staging, str(ready)], stdin=subprocess.PIPE)
     try:
-        for _ in range(600):  # bounded: at most about 60 s for the first build to take its lock
+        for dummy in range(600):  # bounded: at most about 60 s for the first build to take its lock
             if ready.exists() or first.poll() is not None:
                 break
             time.sleep(0.1)

@@ -157,7 +157,7 @@ class _Holder(object):
         collections = str(Path(__file__).resolve().parents[2] / ".collections")
         self.proc = subprocess.Popen([sys.executable, "-c", HOLD, collections, prefix, staging, str(ready)],
                                      stdin=subprocess.PIPE)
-        for _ in range(600):  # bounded: at most about 60 s for the holder to start
+        for dummy in range(600):  # bounded: at most about 60 s for the holder to start
             if ready.exists() or self.proc.poll() is not None:
                 break
             time.sleep(0.1)
