@@ -22,7 +22,7 @@ from ansible_collections.gpufleet.deepep.plugins.module_utils._buildkey import B
 from ansible_collections.gpufleet.deepep.plugins.module_utils._lock import FileLock, LockError, LockTimeout, prefix_lock_path
 
 __all__ = ["staging_path", "previous_path", "stale_staging_dirs", "clean_stale_staging", "recover_interrupted_swap",
-           "swap_in", "rollback", "replace_tree", "PrefixLock", "build_lock", "LOCK_TIMEOUT"]
+           "swap_in", "rollback", "replace_tree", "PrefixLock", "build_lock", "repair_beside", "LOCK_TIMEOUT"]
 
 # How long a second build of one prefix waits for the first by default (an NVSHMEM or DeepEP build takes minutes
 # to tens of minutes on a real node).
@@ -86,6 +86,21 @@ def recover_interrupted_swap(prefix):
         os.rename(previous, prefix)
         return "restored %s from %s (a swap was interrupted)" % (prefix, previous)
     return None
+
+
+def repair_beside(prefix, check_mode=False):
+    """``(cleaned, recovered)``: the staging directories killed runs left beside ``prefix`` (removed), and the repair
+    of a swap one interrupted (or None). In check mode nothing is changed and both say what would be done. Call it
+    under the prefix's build lock."""
+    prefix = _clean_prefix(prefix)
+    if check_mode:
+        previous = previous_path(prefix)
+        recovered = None
+        if not os.path.lexists(prefix) and os.path.isdir(previous):
+            recovered = "would restore %s from %s (a swap was interrupted)" % (prefix, previous)
+        return stale_staging_dirs(prefix), recovered
+    recovered = recover_interrupted_swap(prefix)
+    return clean_stale_staging(prefix), recovered
 
 
 _RENAME_EXCHANGE = 2

@@ -368,8 +368,8 @@ from ansible_collections.gpufleet.deepep.plugins.module_utils._buildkey import (
     build_key,
     BuildError,
     short_key,
+    source_identity,
     STAMP_NAME,
-    tree_hash,
     write_stamp,
 )
 from ansible_collections.gpufleet.deepep.plugins.module_utils._deepep import (
@@ -386,7 +386,7 @@ from ansible_collections.gpufleet.deepep.plugins.module_utils._fileio import (
     write_json_file,
 )
 from ansible_collections.gpufleet.deepep.plugins.module_utils._nvshmem import parse_nvshmem_info
-from ansible_collections.gpufleet.deepep.plugins.module_utils._runner import CommandLog, Failed, StepFailed
+from ansible_collections.gpufleet.deepep.plugins.module_utils._runner import CommandLog, Failed, finish, log_tail, StepFailed
 from ansible_collections.gpufleet.deepep.plugins.module_utils._swap import build_lock, replace_tree
 from ansible_collections.gpufleet.deepep.plugins.module_utils._versions import (
     cuda_version_from_nvcc,
@@ -499,11 +499,6 @@ def _now():
     return datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
-def _tail(path, lines):
-    text = _read(path) if path else None
-    return text.splitlines()[-lines:] if text else []
-
-
 class Builder(CommandLog):
     def __init__(self, module):
         CommandLog.__init__(self)
@@ -571,20 +566,6 @@ class Builder(CommandLog):
             return {"root": pip_dir, "version": found["version"],
                     "source": "pip package %s (%s)" % (found["project"], pip_dir or found["site_packages"])}
         return {"root": None, "version": None, "source": None}
-
-    def source_identity(self, src):
-        if os.path.exists(os.path.join(src, ".git")):
-            git = self.module.get_bin_path("git")
-            if git:
-                rc, out, err = self.run([git, "-C", src, "rev-parse", "HEAD"], check=False, record=False)
-                if rc == 0 and out.strip():
-                    identity = {"kind": "git", "revision": out.strip()}
-                    rc2, status, err = self.run([git, "-C", src, "status", "--porcelain", "--untracked-files=no"],
-                                                check=False, record=False)
-                    if rc2 != 0 or status.strip():
-                        identity["tree"] = tree_hash(src)
-                    return identity
-        return {"kind": "tree", "tree": tree_hash(src)}
 
     def import_check(self):
         python = self.p["python"]
@@ -762,7 +743,7 @@ class DeepepBuild(object):
         p, probe, nvshmem = self.p, self.probe, self.nvshmem
         try:
             if p["src"]:
-                source = self.builder.source_identity(p["src"])
+                source = source_identity(self.builder.quiet, self.module.get_bin_path("git"), p["src"])
             else:
                 source = {"kind": "wheel", "sha256": file_sha256(p["wheel"])}
             sm90_off = p["disable_sm90_features"]
@@ -920,10 +901,10 @@ class DeepepBuild(object):
                                                   self.build_env)
         except StepFailed as exc:
             raise Failed("DeepEP %s build failed: %s (nothing was installed)" % (self.generation, exc.msg),
-                         rc=exc.rc, cmd=exc.cmd, log_tail=_tail(builder.log_path, self.p["log_lines"]), **exc.extra)
+                         rc=exc.rc, cmd=exc.cmd, log_tail=log_tail(builder.log_path, self.p["log_lines"]), **exc.extra)
         except (OSError, IOError, BuildError) as exc:
             raise Failed("DeepEP %s build failed: %s (nothing was installed)" % (self.generation, exc),
-                         log_tail=_tail(builder.log_path, self.p["log_lines"]))
+                         log_tail=log_tail(builder.log_path, self.p["log_lines"]))
         self.result.update(built=True, wheel=self.wheel, log=builder.log_path)
 
     def check_wheel(self):
@@ -1074,13 +1055,7 @@ def build_wheel(builder, p, key, generation, stamp, build_env):
 
 def main():
     module = build_module()
-    job = DeepepBuild(module)
-    try:
-        facts = job.run()
-    except Failed as exc:
-        job.result.update(exc.extra)
-        module.fail_json(msg=exc.msg, **job.result)
-    module.exit_json(ansible_facts={"gpufleet_deepep": facts}, **job.result)
+    finish(module, DeepepBuild(module), "gpufleet_deepep")
 
 
 if __name__ == "__main__":

@@ -244,20 +244,18 @@ from ansible_collections.gpufleet.deepep.plugins.module_utils._buildkey import (
     BuildError,
     LOG_NAME,
     read_stamp,
+    rebuild_reason,
     short_key,
-    stamp_path,
-    tree_hash,
+    source_identity,
+    stamp_diff,
     write_stamp,
 )
-from ansible_collections.gpufleet.deepep.plugins.module_utils._fileio import read_text
-from ansible_collections.gpufleet.deepep.plugins.module_utils._runner import CommandLog, Failed, StepFailed
+from ansible_collections.gpufleet.deepep.plugins.module_utils._runner import CommandLog, Failed, finish, log_tail, StepFailed
 from ansible_collections.gpufleet.deepep.plugins.module_utils._swap import (
     build_lock,
-    clean_stale_staging,
     previous_path,
-    recover_interrupted_swap,
+    repair_beside,
     staging_path,
-    stale_staging_dirs,
     swap_in,
 )
 
@@ -343,24 +341,9 @@ class MakeBuild(object):
             raise Failed("src %s is not a directory and no source_id identifies the source" % p["src"])
 
     def source_identity(self):
-        p = self.p
-        if p["source_id"]:
-            return {"kind": "id", "id": p["source_id"]}
-        src = p["src"]
-        if os.path.exists(os.path.join(src, ".git")):
-            git = self.module.get_bin_path("git")
-            if git:
-                rc, out, dummy = self.runner.run([git, "-C", src, "rev-parse", "HEAD"], check=False, record=False,
-                                                 timeout=120)
-                if rc == 0 and out.strip():
-                    rc2, status, dummy = self.runner.run([git, "-C", src, "status", "--porcelain",
-                                                          "--untracked-files=no"], check=False, record=False,
-                                                         timeout=300)
-                    identity = {"kind": "git", "revision": out.strip()}
-                    if rc2 != 0 or status.strip():
-                        identity["tree"] = tree_hash(src)
-                    return identity
-        return {"kind": "tree", "tree": tree_hash(src)}
+        if self.p["source_id"]:
+            return {"kind": "id", "id": self.p["source_id"]}
+        return source_identity(self.runner.quiet, self.module.get_bin_path("git"), self.p["src"])
 
     def observe_inputs(self):
         p = self.p
@@ -379,12 +362,8 @@ class MakeBuild(object):
 
     def repair_leftovers(self):
         """What a killed run left beside the prefix (only reported in check mode)."""
-        if self.module.check_mode:
-            self.result["cleaned"] = stale_staging_dirs(self.prefix)
-            return
         try:
-            self.result["recovered"] = recover_interrupted_swap(self.prefix)
-            self.result["cleaned"] = clean_stale_staging(self.prefix)
+            self.result["cleaned"], self.result["recovered"] = repair_beside(self.prefix, self.module.check_mode)
         except (OSError, BuildError) as exc:
             raise Failed("cannot clean up beside %s: %s" % (self.prefix, exc))
 
@@ -397,25 +376,14 @@ class MakeBuild(object):
 
     def plan(self):
         """False when the build at the prefix is the key's and complete; else True, with the reason."""
-        prefix, key, stamp = self.prefix, self.key, self.stamp
-        if stamp and stamp.get("key") == key and not self.missing:
-            self.result["reason"] = "installed build has key %s and is complete" % short_key(key)
+        problem = "the build at %s lacks %s" % (self.prefix, ", ".join(self.missing)) if self.missing else None
+        reason = rebuild_reason(self.prefix, self.stamp, self.key, problem)
+        if reason is None:
+            self.result["reason"] = "installed build has key %s and is complete" % short_key(self.key)
             return False
-        if not os.path.isdir(prefix):
-            reason = "nothing built at %s" % prefix
-        elif not stamp:
-            reason = "%s has no build stamp" % prefix
-        elif stamp.get("key") != key:
-            reason = "key changed: installed %s, wanted %s" % (str(stamp.get("key"))[:8], short_key(key))
-        else:
-            reason = "the build at %s lacks %s" % (prefix, ", ".join(self.missing))
         self.result.update(reason=reason, would_build=True, changed=True)
         if self.module._diff:
-            self.result["diff"] = {
-                "before": json.dumps(stamp or {}, sort_keys=True, indent=2) + "\n",
-                "after": json.dumps({"key": key, "inputs": self.inputs}, sort_keys=True, indent=2) + "\n",
-                "before_header": stamp_path(prefix), "after_header": stamp_path(prefix),
-            }
+            self.result["diff"] = stamp_diff(self.prefix, self.stamp, self.key, self.inputs)
         return True
 
     # --- apply ----------------------------------------------------------------------------------
@@ -467,10 +435,10 @@ class MakeBuild(object):
             swap = self.build()
         except StepFailed as exc:
             raise Failed("%s build failed: %s (the build at %s is unchanged)" % (p["kind"], exc.msg, prefix),
-                         rc=exc.rc, cmd=exc.cmd, log_tail=_tail(log_path, p["log_lines"]))
+                         rc=exc.rc, cmd=exc.cmd, log_tail=log_tail(log_path, p["log_lines"]))
         except (OSError, IOError, BuildError) as exc:
             raise Failed("%s build failed: %s (the build at %s is unchanged)" % (p["kind"], exc, prefix),
-                         log_tail=_tail(log_path, p["log_lines"]))
+                         log_tail=log_tail(log_path, p["log_lines"]))
         shutil.rmtree(self.staging, ignore_errors=True)
         self.result.update(built=True, previous=swap["previous"], log=os.path.join(prefix, LOG_NAME))
 
@@ -505,20 +473,9 @@ class MakeBuild(object):
             raise Failed(str(exc))
 
 
-def _tail(path, lines):
-    text = read_text(path)
-    return text.splitlines()[-lines:] if text else []
-
-
 def main():
     module = build_module()
-    job = MakeBuild(module)
-    try:
-        facts = job.run()
-    except Failed as exc:
-        job.result.update(exc.extra)
-        module.fail_json(msg=exc.msg, **job.result)
-    module.exit_json(ansible_facts={"gpufleet_%s_build" % module.params["kind"]: facts}, **job.result)
+    finish(module, MakeBuild(module), "gpufleet_%s_build" % module.params["kind"])
 
 
 if __name__ == "__main__":

@@ -324,9 +324,11 @@ from ansible_collections.gpufleet.deepep.plugins.module_utils._buildkey import (
     BuildError,
     LOG_NAME,
     read_stamp,
+    rebuild_reason,
     short_key,
+    source_identity as tree_identity,
+    stamp_diff,
     stamp_path,
-    tree_hash,
     write_stamp,
 )
 from ansible_collections.gpufleet.deepep.plugins.module_utils._fileio import file_sha256, write_json_file
@@ -335,14 +337,12 @@ from ansible_collections.gpufleet.deepep.plugins.module_utils._nvshmem import (
     nvshmem_cmake_args,
     parse_nvshmem_info,
 )
-from ansible_collections.gpufleet.deepep.plugins.module_utils._runner import CommandLog, Failed, StepFailed
+from ansible_collections.gpufleet.deepep.plugins.module_utils._runner import CommandLog, Failed, finish, log_tail, StepFailed
 from ansible_collections.gpufleet.deepep.plugins.module_utils._swap import (
-    clean_stale_staging,
     build_lock,
     previous_path,
-    recover_interrupted_swap,
+    repair_beside,
     staging_path,
-    stale_staging_dirs,
     swap_in,
 )
 from ansible_collections.gpufleet.deepep.plugins.module_utils._versions import (
@@ -380,14 +380,6 @@ def _now():
     return datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
-def _tail(path, lines):
-    try:
-        with open(path, "r", encoding="utf-8", errors="replace") as handle:
-            return handle.read().splitlines()[-lines:]
-    except (IOError, OSError):
-        return []
-
-
 def source_identity(module, runner, src, sha256):
     """``(kind, identity dict)`` for the source: a tarball's sha256 or a directory's git HEAD / tree hash."""
     if not os.path.exists(src) and sha256 and src.endswith(TARBALL_SUFFIXES):
@@ -402,18 +394,7 @@ def source_identity(module, runner, src, sha256):
         return {"kind": "tarball", "sha256": digest}
     if not os.path.isdir(src):
         raise StepFailed("src %s is neither a source directory nor a tarball" % src)
-    if os.path.exists(os.path.join(src, ".git")):
-        git = module.get_bin_path("git")
-        if git:
-            rc, out, dummy = runner.run([git, "-C", src, "rev-parse", "HEAD"], check=False, record=False, timeout=120)
-            if rc == 0 and out.strip():
-                rc2, status, dummy = runner.run([git, "-C", src, "status", "--porcelain", "--untracked-files=no"],
-                                                check=False, record=False, timeout=300)
-                identity = {"kind": "git", "revision": out.strip()}
-                if rc2 != 0 or status.strip():
-                    identity["tree"] = tree_hash(src)
-                return identity
-    return {"kind": "tree", "tree": tree_hash(src)}
+    return tree_identity(runner.quiet, module.get_bin_path("git"), src)
 
 
 def _safe_extract(tarball, dest):
@@ -642,17 +623,10 @@ class NvshmemBuild(object):
 
     def repair_leftovers(self):
         """What a killed run left beside the prefix (only reported in check mode)."""
-        prefix, previous = self.prefix, self.previous
-        if self.module.check_mode:
-            self.result["cleaned"] = stale_staging_dirs(prefix)
-            if not os.path.lexists(prefix) and os.path.isdir(previous):
-                self.result["recovered"] = "would restore %s from %s (a swap was interrupted)" % (prefix, previous)
-            return
         try:
-            self.result["recovered"] = recover_interrupted_swap(prefix)
-            self.result["cleaned"] = clean_stale_staging(prefix)
+            self.result["cleaned"], self.result["recovered"] = repair_beside(self.prefix, self.module.check_mode)
         except (OSError, BuildError) as exc:
-            raise Failed("cannot clean up beside %s: %s" % (prefix, exc))
+            raise Failed("cannot clean up beside %s: %s" % (self.prefix, exc))
 
     def observe_install(self):
         prefix = self.prefix
@@ -667,28 +641,18 @@ class NvshmemBuild(object):
 
     def plan(self):
         """None when the install is the key's and verifies; else ``'artifact'`` or ``'build'``, with the reason."""
-        prefix, key, stamp = self.prefix, self.key, self.stamp
-        if stamp and stamp.get("key") == key and self.current["ok"]:
-            self.result["reason"] = "installed build has key %s and passes verification" % short_key(key)
+        problem = None if self.current["ok"] else \
+            "installed build fails verification: %s" % "; ".join(self.current["problems"])
+        reason = rebuild_reason(self.prefix, self.stamp, self.key, problem)
+        if reason is None:
+            self.result["reason"] = "installed build has key %s and passes verification" % short_key(self.key)
             return None
-        if not os.path.isdir(prefix):
-            reason = "nothing installed at %s" % prefix
-        elif not stamp:
-            reason = "%s has no build stamp" % prefix
-        elif stamp.get("key") != key:
-            reason = "key changed: installed %s, wanted %s" % (str(stamp.get("key"))[:8], short_key(key))
-        else:
-            reason = "installed build fails verification: %s" % "; ".join(self.current["problems"])
         if self.have_artifact:
             reason += "; the packed install for the key is in %s" % self.p["artifact_dir"]
             self.result["artifact"] = self.artifact[0]
         self.result.update(reason=reason, would_build=not self.have_artifact, changed=True)
         if self.module._diff:
-            self.result["diff"] = {
-                "before": json.dumps(stamp or {}, sort_keys=True, indent=2) + "\n",
-                "after": json.dumps({"key": key, "inputs": self.inputs}, sort_keys=True, indent=2) + "\n",
-                "before_header": stamp_path(prefix), "after_header": stamp_path(prefix),
-            }
+            self.result["diff"] = stamp_diff(self.prefix, self.stamp, self.key, self.inputs)
         return "artifact" if self.have_artifact else "build"
 
     # --- apply ----------------------------------------------------------------------------------
@@ -775,10 +739,10 @@ class NvshmemBuild(object):
             swap = self.install_artifact() if action == "artifact" else self.build(log_path)
         except StepFailed as exc:
             raise Failed(exc.msg + " (the install at %s is unchanged)" % prefix, rc=exc.rc, cmd=exc.cmd,
-                         log_tail=_tail(log_path, p["log_lines"]))
+                         log_tail=log_tail(log_path, p["log_lines"]))
         except (OSError, IOError, EOFError, BuildError, tarfile.TarError, ArchError) as exc:
             raise Failed("build of NVSHMEM failed: %s (the install at %s is unchanged)" % (exc, prefix),
-                         log_tail=_tail(log_path, p["log_lines"]))
+                         log_tail=log_tail(log_path, p["log_lines"]))
         shutil.rmtree(self.staging, ignore_errors=True)
         if action == "artifact":
             self.result.update(built=False, installed_from="artifact", previous=swap["previous"], log=None)
@@ -820,13 +784,7 @@ class NvshmemBuild(object):
 
 def main():
     module = build_module()
-    job = NvshmemBuild(module)
-    try:
-        facts = job.run()
-    except Failed as exc:
-        job.result.update(exc.extra)
-        module.fail_json(msg=exc.msg, **job.result)
-    module.exit_json(ansible_facts={"gpufleet_nvshmem": facts}, **job.result)
+    finish(module, NvshmemBuild(module), "gpufleet_nvshmem")
 
 
 if __name__ == "__main__":
