@@ -4,6 +4,8 @@
 
 from __future__ import annotations
 
+import functools
+
 from ansible.errors import AnsibleError, AnsibleFilterError
 
 __all__ = ["guard_filters"]
@@ -13,6 +15,7 @@ def guard_filters(filters):
     """Wrap each filter of a FilterModule: an exception other than AnsibleError becomes an AnsibleFilterError
     that names the filter, the error and the input (controller side only)."""
     def wrap(name, func):
+        @functools.wraps(func)
         def guarded_filter(*args, **kwargs):
             try:
                 return func(*args, **kwargs)
@@ -22,8 +25,6 @@ def guard_filters(filters):
                 shown = repr(args[0]) if args else "nothing"
                 raise AnsibleFilterError("%s: unexpected %s: %s (input %s)"
                                          % (name, type(exc).__name__, exc, shown[:300])) from exc
-        guarded_filter.__name__ = getattr(func, "__name__", name)
-        guarded_filter.__doc__ = getattr(func, "__doc__", None)
         return guarded_filter
 
     return dict((name, wrap(name, func)) for name, func in filters.items())
