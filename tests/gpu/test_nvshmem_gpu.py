@@ -112,7 +112,7 @@ def test_a_fresh_prefix_installs_from_the_store_without_building(nvshmem_built, 
     first = nvshmem_built[0]
     key = first["result"]["key"]
     store = Path(nvshmem_vars["nvshmem_test_store"]) / "nvshmem" / key
-    assert (store / "published.json").is_file() and (store / f"nvshmem-{key}.tar.gz").is_file()
+    assert (store / "record.json").is_file() and (store / f"nvshmem-{key}.tar.gz").is_file()
     # A fresh node. The prefix stays the same path (it is part of the build key; every node of a profile uses one).
     _forget_the_install(nvshmem_prefix)
     proc = run_stage("nvshmem", results_dir, gpu_python, dict(nvshmem_vars, gpu_round=3), playbook=PLAYBOOK,
