@@ -283,7 +283,7 @@ ansible_facts:
       description:
         - With V(hca_mapping) in O(gather), E(DEEP_EP_DEVICE_TO_HCA_MAPPING) as O(env_script) sets it (V(mapping),
           empty when unset; the script is sourced in a child shell when readable, V(env_sourced)), and whether
-          the C(deep_ep) of O(python) applies it (V(supported): C(Buffer._setup_device_hca_mapping), DeepEP PR
+          the C(deep_ep) of O(python) applies it (V(supported), whether C(Buffer._setup_device_hca_mapping) exists, DeepEP PR
           466; null when C(deep_ep) does not import, V(import_error) says why). V(error) is set when the probe
           could not run.
       type: dict

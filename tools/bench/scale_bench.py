@@ -114,13 +114,15 @@ def slopes(rows: list[dict], kind: str) -> list:
 def print_table(results: dict) -> None:
     rows = results["rows"]
     per = dict((kind, slopes(rows, kind)) for kind, _ in RUNS)
-    print("%5s  %9s  %8s  %12s  %-27s  %s" % ("nodes", "no-op s", "audit s", "every-phase s",
-                                               "per added node (no-op/audit/every)", "load 1-min before runs"))
+    header = ("nodes", "no-op s", "audit s", "every-phase s", "per added node (no-op/audit/every)",
+              "load 1-min before runs")
+    print("%5s  %9s  %8s  %12s  %-27s  %s" % header)
     for index, row in enumerate(rows):
         slope = "/".join("-" if per[kind][index] is None else "%.2f" % per[kind][index] for kind, _ in RUNS)
         cell = dict((kind, "-" if row.get(kind) is None else "%.1f" % row[kind]) for kind, _ in RUNS)
+        loads = " ".join("%.1f" % x for x in row["loads"])
         print("%5d  %9s  %8s  %12s   %-33s  %s" % (row["nodes"], cell["noop"], cell["audit"], cell["every_phase"],
-                                                    slope, " ".join("%.1f" % x for x in row["loads"])))
+                                                   slope, loads))
     for kind, goal in GOALS.items():
         top = [row for row in rows if row.get(kind) is not None]
         if top:
