@@ -404,6 +404,28 @@ FIXTURE_WHEEL_TAG = "py3-none-manylinux_2_18_x86_64"
 # as Requires-Dist so that pip resolves them like a real wheel's) and its entry points (copied to .dist-info).
 FIXTURE_REQUIRES = "fixture-requires.txt"
 FIXTURE_ENTRY_POINTS = "fixture-entry-points.txt"
+# Files of fixtures/shared/ a wheel carries: one "<file under shared/> <path inside the wheel>" a line, so that
+# several fixture wheels keep one copy of a file (the SGLang engine stand-in).
+FIXTURE_SHARED = "fixture-shared.txt"
+
+
+def fixture_shared_files(tree: Path) -> list[tuple[str, bytes]]:
+    """(path inside the wheel, bytes) of the ``tree/fixture-shared.txt`` placements."""
+    listing = tree / FIXTURE_SHARED
+    if not listing.is_file():
+        return []
+    shared = tree.parent.parent / "shared"
+    out = []
+    for number, line in enumerate(listing.read_text().splitlines(), 1):
+        line = line.split("#", 1)[0].strip()
+        if not line:
+            continue
+        parts = line.split()
+        if len(parts) != 2 or not (shared / parts[0]).is_file() or parts[1].startswith("/") or ".." in parts[1]:
+            raise ValueError(f"{listing}:{number}: expected '<file under {shared}> <relative path in the wheel>', "
+                             f"got {line!r}")
+        out.append((parts[1], (shared / parts[0]).read_bytes()))
+    return out
 
 
 def fixture_requirements(tree: Path) -> list[str]:
@@ -437,9 +459,11 @@ def fixture_wheel(tree: Path, out: Path) -> Path:
     files = []
     for path in sorted(p for p in tree.rglob("*") if p.is_file() and "__pycache__" not in p.parts):
         rel = path.relative_to(tree).as_posix()
-        if rel in (FIXTURE_REQUIRES, FIXTURE_ENTRY_POINTS):
+        if rel in (FIXTURE_REQUIRES, FIXTURE_ENTRY_POINTS, FIXTURE_SHARED):
             continue
         files.append((rel, path.read_bytes(), 0o755 if ".so" in path.name else 0o644))
+    files += [(rel, data, 0o644) for rel, data in fixture_shared_files(tree)]
+    files.sort(key=lambda item: item[0])
     requires = "".join(f"Requires-Dist: {line}\n" for line in fixture_requirements(tree))
     files.append((f"{info}/METADATA", (f"Metadata-Version: 2.1\nName: {dist.replace('_', '-')}\n"
                                        f"Version: {version}\nSummary: fixture wheel of the simulated fleet "

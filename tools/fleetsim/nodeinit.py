@@ -27,7 +27,7 @@ import traceback
 import uuid
 from pathlib import Path
 
-from tools.fleetsim import boot, fakehw
+from tools.fleetsim import boot, fakehw, systemd
 from tools.fleetsim.common import (BOOTED_TAG, HALT_EXIT, MASKED_PATHS, MIRROR_MOUNT, OVERLAID, NodePaths,
                                    read_json, write_json)
 
@@ -200,6 +200,13 @@ def main() -> int:
     os.chdir("/")
     sshd = start_sshd(console_fd)
     wait_listening()
+    # The systemd stand-in (tools/fleetsim/systemd.py): systemctl's socket, then the units enabled for boot.
+    manager = systemd.ServiceManager("/", log=log)
+    manager.serve()
+    try:
+        manager.boot()
+    except Exception:  # pylint: disable=broad-except  # a bad unit must not keep the node from booting
+        traceback.print_exc()
     sys.stdout.write(f"{BOOTED_TAG} {json.dumps(record, sort_keys=True)}\n")
     sys.stdout.flush()
     # The supervisor reads nothing more from us; keep stdout from blocking if it stops reading.
@@ -207,7 +214,7 @@ def main() -> int:
     os.dup2(devnull, 1)
     while True:
         try:
-            pid, _status = os.waitpid(-1, 0)
+            pid, status = os.waitpid(-1, 0)
         except ChildProcessError:
             time.sleep(1)
             continue
@@ -217,6 +224,8 @@ def main() -> int:
             time.sleep(1)
             sshd = start_sshd(console_fd)
             sshd.returncode = None
+        else:
+            manager.child_exited(pid, status)
 
 
 if __name__ == "__main__":
