@@ -7,7 +7,8 @@ node's PID 1 (``nodeinit.py``) runs a :class:`ServiceManager`: it reads unit fil
 (``/etc/systemd/system`` before ``/run/systemd/system`` before ``/usr/lib/systemd/system`` and ``/lib/...``),
 keeps the definition it loaded until ``daemon-reload`` (``NeedDaemonReload=yes`` in between), starts a unit's
 ``ExecStart=`` as its own process group (the stand-in for its cgroup) with ``Environment=``,
-``EnvironmentFile=``, ``WorkingDirectory=``, ``LimitMEMLOCK=``/``LimitNOFILE=`` applied, restarts it after a
+``EnvironmentFile=``, ``WorkingDirectory=``, ``LimitMEMLOCK=``/``LimitNOFILE=`` applied (capped at the host's hard limit
+where the sandbox denies raising it; ``show`` reports the unit's value), restarts it after a
 failure per ``Restart=`` (``no``, ``on-failure``, ``always``; ``RestartSec=``; at most ``StartLimitBurst=`` starts
 in ``StartLimitIntervalSec=``), stops it with SIGTERM then SIGKILL after ``TimeoutStopSec=``, and starts the units
 ``enable`` linked into ``<target>.wants/`` at every boot. Its output goes to ``/var/log/fleetsim/units/<unit>.log``
@@ -383,7 +384,13 @@ class ServiceManager:
 
         def child_setup():
             for which, value in limits:
-                resource.setrlimit(which, (value, value))
+                try:
+                    resource.setrlimit(which, (value, value))
+                except (ValueError, OSError):
+                    # The host may not let even root raise a hard limit (no CAP_SYS_RESOURCE in the sandbox, where
+                    # systemd as PID 1 has it): take the most the host allows; `show` still reports the unit's value.
+                    hard = resource.getrlimit(which)[1]
+                    resource.setrlimit(which, (hard if value == resource.RLIM_INFINITY else min(value, hard), hard))
             for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGUSR1, signal.SIGPIPE):
                 signal.signal(sig, signal.SIG_DFL)
 
@@ -503,10 +510,11 @@ class ServiceManager:
         self._kill_group(st.main_pid, sig)
         return 0, ""
 
-    def boot(self) -> list[str]:
-        """Start the units enabled into multi-user.target / default.target (After= order among them)."""
+    def boot(self, enabled_in: Path | None = None) -> list[str]:
+        """Start the units enabled into multi-user.target / default.target (After= order among them). With
+        ``enabled_in`` (a node's own upper layer), only the units whose links lie there: those enabled in the node."""
         started = []
-        base = self.root / "etc/systemd/system"
+        base = (Path(enabled_in) if enabled_in else self.root) / "etc/systemd/system"
         names = []
         for target in ("default.target.wants", "multi-user.target.wants"):
             for link in sorted((base / target).glob("*.service")) if (base / target).is_dir() else []:
