@@ -91,21 +91,36 @@ def local_wheels() -> list[Path]:
     return out
 
 
+def fixtures_digest(fixtures: Path = FIXTURES, wheels: bool = True) -> str:
+    """The digest of what a mirror is built from: the fixtures, this code (its layout) and the local wheels."""
+    lw = local_wheels() if wheels else []
+    return _tree_digest([fixtures, Path(__file__)] + lw, extra=f"wheels={wheels}")
+
+
+def fleet_mirror_dir(root: Path, fixtures: Path = FIXTURES) -> Path:
+    """The mirror a fleet of state root ``root`` uses: ``<root>/.mirrors/<fixtures digest>``, one per fixture tree,
+    so that checkouts with different fixtures sharing a state root never rebuild each other's mirror under running
+    nodes (downloads stay shared in ``<root>/.cache``)."""
+    return Path(root) / ".mirrors" / fixtures_digest(fixtures)[:16]
+
+
 def build(dest: Path, fixtures: Path = FIXTURES, wheels: bool = True, quiet: bool = False,
-          force: bool = False) -> Path:
-    """Build (or bring up to date) the mirror at ``dest``; return ``dest``."""
+          force: bool = False, cache: Path | None = None) -> Path:
+    """Build (or bring up to date) the mirror at ``dest``; return ``dest``. Downloads are cached in ``cache``
+    (default: ``.cache`` beside ``dest``)."""
     dest = Path(dest)
     dest.mkdir(parents=True, exist_ok=True)
     stamp = dest / ".stamp"
     lw = local_wheels() if wheels else []
-    digest = _tree_digest([fixtures, Path(__file__)] + lw, extra=f"wheels={wheels}")  # this code too: its layout
+    digest = fixtures_digest(fixtures, wheels)
     if not force and stamp.exists() and stamp.read_text().strip() == digest:
         return dest
     build_apt(fixtures / "debs", dest / "apt", quiet)
     build_sources(fixtures / "sources", dest / "sources", quiet)
     build_git(fixtures, dest / "git", quiet)
     if wheels:
-        ok = build_wheels(fixtures / "wheels.txt", lw, dest / "wheels", dest.parent / ".cache" / "wheels", quiet)
+        ok = build_wheels(fixtures / "wheels.txt", lw, dest / "wheels", (cache or dest.parent / ".cache") / "wheels",
+                          quiet)
     else:
         (dest / "wheels").mkdir(exist_ok=True)
         ok = True
@@ -524,15 +539,31 @@ def stand_in_torch(real: Path, out: Path) -> Path:
 
 
 def build_stand_in_wheels(wheels: Path, out: Path, quiet: bool = False) -> list[Path]:
-    """``out`` = every wheel of ``wheels`` but torch's, plus a stand-in torch per torch wheel there."""
-    if out.exists():
-        shutil.rmtree(out)
-    out.mkdir(parents=True)
-    made = []
+    """``out`` = every wheel of ``wheels`` but torch's, plus a stand-in torch per torch wheel there.
+
+    Updated in place (the directory itself is kept): running nodes of ``fleetsim up --torch stand-in`` have it
+    bind-mounted, and a replaced directory would leave them an empty, deleted one."""
+    out.mkdir(parents=True, exist_ok=True)
+    made, wanted = [], set()
     for wheel in sorted(wheels.glob("*.whl")):
         if wheel.name.startswith("torch-"):
             made.append(stand_in_torch(wheel, out))
+            wanted.add(made[-1].name)
             say(quiet, f"wheels-standin: {made[-1].name} for {wheel.name}")
-        else:
-            _link_or_copy(wheel, out / wheel.name)
+            continue
+        dest = out / wheel.name
+        wanted.add(wheel.name)
+        if dest.exists() and dest.stat().st_ino == wheel.stat().st_ino:
+            continue
+        tmp = out / (wheel.name + ".tmp")
+        if tmp.exists():
+            tmp.unlink()
+        try:
+            os.link(wheel, tmp)
+        except OSError:
+            shutil.copy2(wheel, tmp)
+        os.replace(tmp, dest)
+    for stale in out.iterdir():
+        if stale.name not in wanted and stale.is_file():
+            stale.unlink()
     return made

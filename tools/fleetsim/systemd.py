@@ -111,7 +111,9 @@ def parse_environment_file(text: str) -> tuple[dict[str, str], list[str]]:
             warnings.append(f"line {number}: {raw!r} is not NAME=VALUE; ignoring")
             continue
         val = val.strip()
-        if len(val) >= 2 and val[0] == val[-1] and val[0] in "'\"":
+        if len(val) >= 2 and val[0] == val[-1] == '"':
+            val = val[1:-1].replace('\\"', '"').replace("\\\\", "\\")
+        elif len(val) >= 2 and val[0] == val[-1] == "'":
             val = val[1:-1]
         env[name] = val
     return env, warnings
