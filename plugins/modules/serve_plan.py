@@ -25,7 +25,7 @@ description:
 options:
   topology:
     description:
-      - C(prefill), C(decode) and C(router), each with C(hosts) (list of C(name), C(address): the inventory name and
+      - C(prefill), C(decode) and C(router), each with C(hosts) (list of C(name), C(address) - the inventory name and
         fabric address, in inventory order) and C(settings).
       - Instance settings - C(nnodes), C(tp), C(dp), C(ep), C(dp_attention), C(port), C(bootstrap_port),
         C(dist_init_port), C(dist_init_addr) (an override), C(transfer_backend), C(moe_a2a_backend), C(deepep_mode),
@@ -40,7 +40,7 @@ options:
     type: str
     required: true
   model:
-    description: The model facts (RV(ansible_facts.gpufleet_model) of M(gpufleet.deepep.model_config)); empty skips the heads rule.
+    description: The model facts (C(ansible_facts.gpufleet_model) of M(gpufleet.deepep.model_config)); empty skips the heads rule.
     type: dict
     default: {}
   model_path:
@@ -97,12 +97,16 @@ EXAMPLES = r"""
 
 RETURN = r"""
 instances:
-  description: Every instance - C(role), C(index), C(name), C(nnodes), C(hosts), C(addresses), C(rank0), C(dist_init_addr), C(url), C(port), C(bootstrap_port).
+  description:
+    - Every instance - C(role), C(index), C(name), C(nnodes), C(hosts), C(addresses), C(rank0), C(dist_init_addr),
+      C(url), C(port), C(bootstrap_port).
   returned: always
   type: list
   elements: dict
 units:
-  description: The units of O(host) - C(name), C(kind) (engine or router), C(role), C(instance), C(rank), C(argv), C(env_path), C(env), C(env_text), C(text) (the unit file).
+  description:
+    - The units of O(host) - C(name), C(kind) (engine or router), C(role), C(instance), C(rank), C(argv),
+      C(env_path), C(env), C(env_text), C(text) (the unit file).
   returned: always
   type: list
   elements: dict

@@ -68,7 +68,7 @@ def show(mgr, name, prop):
 
 
 def test_unknown_unit_reads_like_systemd(mgr):
-    rc, out, _ = mgr.systemctl(["show", "nope.service"])
+    rc, out, _err = mgr.systemctl(["show", "nope.service"])
     assert rc == 0
     assert "LoadState=not-found" in out.splitlines()
     assert "ActiveState=inactive" in out.splitlines()

@@ -559,8 +559,7 @@ class ServiceManager:
             "TimeoutStartUSec": _usec(parse_seconds(unit.get("Service", "TimeoutStartSec"), 90)),
             "TimeoutStopUSec": _usec(parse_seconds(unit.get("Service", "TimeoutStopSec"), 90)),
             "Environment": " ".join(unit.all("Service", "Environment")),
-            "EnvironmentFiles": " ".join(v.lstrip("-") + (" (ignore_errors=yes)" if v.startswith("-") else
-                                                         " (ignore_errors=no)")
+            "EnvironmentFiles": " ".join("%s (ignore_errors=%s)" % (v.lstrip("-"), "yes" if v.startswith("-") else "no")
                                          for v in unit.all("Service", "EnvironmentFile")),
             "ExecStart": unit.get("Service", "ExecStart"),
         }
@@ -757,7 +756,7 @@ class ServiceManager:
 
         def loop():
             while True:
-                conn, _ = srv.accept()
+                conn, _addr = srv.accept()
                 threading.Thread(target=handle, args=(conn,), daemon=True).start()
 
         thread = threading.Thread(target=loop, name="systemd", daemon=True)
