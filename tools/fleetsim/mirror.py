@@ -91,21 +91,36 @@ def local_wheels() -> list[Path]:
     return out
 
 
+def fixtures_digest(fixtures: Path = FIXTURES, wheels: bool = True) -> str:
+    """The digest of what a mirror is built from: the fixtures, this code (its layout) and the local wheels."""
+    lw = local_wheels() if wheels else []
+    return _tree_digest([fixtures, Path(__file__)] + lw, extra=f"wheels={wheels}")
+
+
+def fleet_mirror_dir(root: Path, fixtures: Path = FIXTURES) -> Path:
+    """The mirror a fleet of state root ``root`` uses: ``<root>/.mirrors/<fixtures digest>``, one per fixture tree,
+    so that checkouts with different fixtures sharing a state root never rebuild each other's mirror under running
+    nodes (downloads stay shared in ``<root>/.cache``)."""
+    return Path(root) / ".mirrors" / fixtures_digest(fixtures)[:16]
+
+
 def build(dest: Path, fixtures: Path = FIXTURES, wheels: bool = True, quiet: bool = False,
-          force: bool = False) -> Path:
-    """Build (or bring up to date) the mirror at ``dest``; return ``dest``."""
+          force: bool = False, cache: Path | None = None) -> Path:
+    """Build (or bring up to date) the mirror at ``dest``; return ``dest``. Downloads are cached in ``cache``
+    (default: ``.cache`` beside ``dest``)."""
     dest = Path(dest)
     dest.mkdir(parents=True, exist_ok=True)
     stamp = dest / ".stamp"
     lw = local_wheels() if wheels else []
-    digest = _tree_digest([fixtures, Path(__file__)] + lw, extra=f"wheels={wheels}")  # this code too: its layout
+    digest = fixtures_digest(fixtures, wheels)
     if not force and stamp.exists() and stamp.read_text().strip() == digest:
         return dest
     build_apt(fixtures / "debs", dest / "apt", quiet)
     build_sources(fixtures / "sources", dest / "sources", quiet)
     build_git(fixtures, dest / "git", quiet)
     if wheels:
-        ok = build_wheels(fixtures / "wheels.txt", lw, dest / "wheels", dest.parent / ".cache" / "wheels", quiet)
+        ok = build_wheels(fixtures / "wheels.txt", lw, dest / "wheels", (cache or dest.parent / ".cache") / "wheels",
+                          quiet)
     else:
         (dest / "wheels").mkdir(exist_ok=True)
         ok = True
@@ -404,6 +419,28 @@ FIXTURE_WHEEL_TAG = "py3-none-manylinux_2_18_x86_64"
 # as Requires-Dist so that pip resolves them like a real wheel's) and its entry points (copied to .dist-info).
 FIXTURE_REQUIRES = "fixture-requires.txt"
 FIXTURE_ENTRY_POINTS = "fixture-entry-points.txt"
+# Files of fixtures/shared/ a wheel carries: one "<file under shared/> <path inside the wheel>" a line, so that
+# several fixture wheels keep one copy of a file (the SGLang engine stand-in).
+FIXTURE_SHARED = "fixture-shared.txt"
+
+
+def fixture_shared_files(tree: Path) -> list[tuple[str, bytes]]:
+    """(path inside the wheel, bytes) of the ``tree/fixture-shared.txt`` placements."""
+    listing = tree / FIXTURE_SHARED
+    if not listing.is_file():
+        return []
+    shared = tree.parent.parent / "shared"
+    out = []
+    for number, line in enumerate(listing.read_text().splitlines(), 1):
+        line = line.split("#", 1)[0].strip()
+        if not line:
+            continue
+        parts = line.split()
+        if len(parts) != 2 or not (shared / parts[0]).is_file() or parts[1].startswith("/") or ".." in parts[1]:
+            raise ValueError(f"{listing}:{number}: expected '<file under {shared}> <relative path in the wheel>', "
+                             f"got {line!r}")
+        out.append((parts[1], (shared / parts[0]).read_bytes()))
+    return out
 
 
 def fixture_requirements(tree: Path) -> list[str]:
@@ -437,9 +474,11 @@ def fixture_wheel(tree: Path, out: Path) -> Path:
     files = []
     for path in sorted(p for p in tree.rglob("*") if p.is_file() and "__pycache__" not in p.parts):
         rel = path.relative_to(tree).as_posix()
-        if rel in (FIXTURE_REQUIRES, FIXTURE_ENTRY_POINTS):
+        if rel in (FIXTURE_REQUIRES, FIXTURE_ENTRY_POINTS, FIXTURE_SHARED):
             continue
         files.append((rel, path.read_bytes(), 0o755 if ".so" in path.name else 0o644))
+    files += [(rel, data, 0o644) for rel, data in fixture_shared_files(tree)]
+    files.sort(key=lambda item: item[0])
     requires = "".join(f"Requires-Dist: {line}\n" for line in fixture_requirements(tree))
     files.append((f"{info}/METADATA", (f"Metadata-Version: 2.1\nName: {dist.replace('_', '-')}\n"
                                        f"Version: {version}\nSummary: fixture wheel of the simulated fleet "
@@ -500,15 +539,31 @@ def stand_in_torch(real: Path, out: Path) -> Path:
 
 
 def build_stand_in_wheels(wheels: Path, out: Path, quiet: bool = False) -> list[Path]:
-    """``out`` = every wheel of ``wheels`` but torch's, plus a stand-in torch per torch wheel there."""
-    if out.exists():
-        shutil.rmtree(out)
-    out.mkdir(parents=True)
-    made = []
+    """``out`` = every wheel of ``wheels`` but torch's, plus a stand-in torch per torch wheel there.
+
+    Updated in place (the directory itself is kept): running nodes of ``fleetsim up --torch stand-in`` have it
+    bind-mounted, and a replaced directory would leave them an empty, deleted one."""
+    out.mkdir(parents=True, exist_ok=True)
+    made, wanted = [], set()
     for wheel in sorted(wheels.glob("*.whl")):
         if wheel.name.startswith("torch-"):
             made.append(stand_in_torch(wheel, out))
+            wanted.add(made[-1].name)
             say(quiet, f"wheels-standin: {made[-1].name} for {wheel.name}")
-        else:
-            _link_or_copy(wheel, out / wheel.name)
+            continue
+        dest = out / wheel.name
+        wanted.add(wheel.name)
+        if dest.exists() and dest.stat().st_ino == wheel.stat().st_ino:
+            continue
+        tmp = out / (wheel.name + ".tmp")
+        if tmp.exists():
+            tmp.unlink()
+        try:
+            os.link(wheel, tmp)
+        except OSError:
+            shutil.copy2(wheel, tmp)
+        os.replace(tmp, dest)
+    for stale in out.iterdir():
+        if stale.name not in wanted and stale.is_file():
+            stale.unlink()
     return made
