@@ -101,6 +101,11 @@ CASES = {
         {"gpufleet_sglang.libraries.libcusparseLt\\.so\\.0": None},
         {"gpufleet_sglang.libraries.libcusparseLt\\.so\\.0": "/x/libcusparseLt.so.0"},
         "ImportError: libcusparseLt.so.0: cannot open shared object file"),
+    "SGLANG_NCCL_NOT_DEEPEP_BUILD": (
+        {"gpufleet_deepep": {"installed": True, "generation": "v1", "built_against": {"nccl": "2.27.5"}}},
+        # DeepEP built against the very NCCL SGLang holds (site.yml's nccl phase pins the same one)
+        {"gpufleet_deepep": {"installed": True, "generation": "v1", "built_against": {"nccl": "2.28.3"}}},
+        "undefined symbol ncclGetLsaDevicePointer"),
     "SGLANG_TYPING_EXTENSIONS_DEBIAN": (
         {"gpufleet_sglang.debian_owned": ["typing-extensions"]},
         {"gpufleet_sglang.debian_owned": ["typing-extensions"], "gpufleet_sglang.virtualenv": True},
