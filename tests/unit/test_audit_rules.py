@@ -345,3 +345,29 @@ def test_intranode_only_keeps_the_other_rules():
         firing = dict(CASES[rule_id][0])
         firing["expect.intranode_only"] = True
         assert rule_id in ids(mutate(HEALTHY, firing)), rule_id
+
+
+def _with_distances(doc, frontend_down):
+    """HEALTHY with gpu_topology's GPU-NIC distances: GPU i PIX to mlx5_i, a front-end mlx5_8 NODE to every GPU."""
+    out = copy.deepcopy(doc)
+    names = [d["name"] for d in out["gpufleet_rdma"]["devices"]]
+    frontend = copy.deepcopy(out["gpufleet_rdma"]["devices"][0])
+    frontend["name"] = "mlx5_8"
+    frontend["ports"][0]["state"] = "DOWN" if frontend_down else "ACTIVE"
+    out["gpufleet_rdma"]["devices"].append(frontend)
+    for i, gpu in enumerate(out["gpufleet_gpus"]["gpus"]):
+        gpu["nics"] = [{"name": names[i % len(names)], "port": 1, "distance": "PIX", "active": True}] + [
+            {"name": n, "port": 1, "distance": "NODE", "active": True} for n in names if n != names[i % len(names)]] + [
+            {"name": "mlx5_8", "port": 1, "distance": "NODE", "active": not frontend_down}]
+    return out
+
+
+def test_nic_port_down_only_for_rail_nics():
+    """h100_ib's front-end CX-7 (mlx5_8, its own root port) is DOWN: no DeepEP rail, no finding; a DOWN rail NIC
+    (PIX to its GPU) is still a warning."""
+    assert "NIC_PORT_DOWN" not in ids(_with_distances(HEALTHY, frontend_down=True))
+    rail_down = _with_distances(HEALTHY, frontend_down=True)
+    rail_down["gpufleet_rdma"]["devices"][3]["ports"][0]["state"] = "DOWN"
+    found = {f["id"]: f for f in evaluate_rules(rail_down, CATALOGUE)}
+    assert found["NIC_PORT_DOWN"]["severity"] == "warning"
+    assert {d["device"] for d in found["NIC_PORT_DOWN"]["evidence"]} == {"mlx5_3", "mlx5_8"}

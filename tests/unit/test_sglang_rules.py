@@ -22,7 +22,7 @@ from ansible_collections.gpufleet.deepep.plugins.module_utils._audit import eval
 CATALOGUE = yaml.safe_load((REPO / "roles" / "audit" / "files" / "rules.yml").read_text())
 RULES = {r["id"]: r for r in validate_rules(CATALOGUE) if r["id"].startswith("SGLANG_")}
 MODELS = FIXTURES / "sglang" / "models"
-COMPILE_DEEP_GEMM = REPO / "tools" / "fleetsim" / "fixtures" / "wheels" / "sglang-0.5.19" / "sglang" / "compile_deep_gemm.py"
+COMPILE_DEEP_GEMM = REPO / "tools" / "fleetsim" / "fixtures" / "shared" / "sglang" / "compile_deep_gemm.py"
 
 # A node with SGLang installed as the role leaves it: every pin held, deep_ep the collection's, NIXL of torch's CUDA.
 GOOD = {
