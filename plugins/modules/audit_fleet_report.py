@@ -62,7 +62,7 @@ options:
     default: audit_expect
   sglang_var:
     description:
-      - The variable that holds each host's registered M(gpufleet.deepep.sglang_env) result (O(state=facts)) on nodes
+      - The variable that holds each host's registered M(gpufleet.deepep.sglang_env) result (C(state=facts)) on nodes
         where SGLang is audited; it becomes the facts document's C(gpufleet_sglang) (null where the module did not
         run or the environment has no sglang distribution; a failure is named under C(gather_errors)).
     type: str

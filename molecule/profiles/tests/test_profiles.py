@@ -39,7 +39,7 @@ NODES = {
     "h200-nvlink-1": ("h200", "h200_nvlink", "h200_nvlink"),
     "a100-cluster-1": ("a100", "a100_roce", "a100_cluster"),
 }
-GROUPS = [group for _, _, group in NODES.values()]
+GROUPS = [spec[2] for spec in NODES.values()]
 PLAY_TIMEOUT = 1200
 
 
@@ -82,7 +82,7 @@ def test_every_profile_is_wired_in_the_fleetsim_inventory():
     """inventories/fleetsim holds every example profile (the same file) and the node group joining it."""
     hosts = yaml.safe_load((REPO / "inventories" / "fleetsim" / "hosts.yml").read_text())
     profiles = hosts["all"]["children"]
-    for name, _, group in NODES.values():
+    for name, dummy, group in NODES.values():
         fleetsim_vars = REPO / "inventories" / "fleetsim" / "group_vars" / f"{name}.yml"
         assert fleetsim_vars.resolve() == (EXAMPLE / f"{name}.yml").resolve(), name
         assert group in profiles[name]["children"][f"fleetsim_{name}"]["children"], (name, group)
@@ -139,7 +139,7 @@ def test_table():
     verify_data = json.loads((EPHEMERAL / "verify" / "summary.json").read_text())
     audit_data = json.loads((EPHEMERAL / "audit" / "fleet.json").read_text())
     lines = ["| profile | hardware | converge s | verify | audit |", "| --- | --- | --- | --- | --- |"]
-    for node, (name, hardware, _) in NODES.items():
+    for node, (name, hardware, dummy) in NODES.items():
         stamp = json.loads(fleetsim("exec", node, "--", "cat", "/var/lib/gpufleet-site-converged.json").stdout)
         done = datetime.datetime.fromisoformat(stamp["recorded_at"]).timestamp()
         assert done > start
