@@ -136,7 +136,7 @@ def test_profile_installed_what_it_says(node):
 def test_table():
     """The run's table: profile, hardware, converge seconds (stamp time minus the converge's start: the five nodes
     run in one batch in lock-step, so this is the batch's time), verify, audit."""
-    start = float((EPHEMERAL / "converge-start").read_text())
+    start = float((Path(os.environ.get("FLEETSIM_STATE_DIR") or "/srv/fleetsim") / FLEET / "converge-start").read_text())
     verify_data = json.loads((EPHEMERAL / "verify" / "summary.json").read_text())
     audit_data = json.loads((EPHEMERAL / "audit" / "fleet.json").read_text())
     lines = ["| profile | hardware | converge s (one batch) | verify | audit |", "| --- | --- | --- | --- | --- |"]
