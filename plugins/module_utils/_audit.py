@@ -628,8 +628,30 @@ DOCUMENT_FACTS = ("gpufleet_nvidia", "gpufleet_rdma", "gpufleet_gpus", "gpufleet
 NOT_GATHERED = "the play failed on this node before its facts were gathered"
 
 
-def node_document(host, groups, result, expect=None):
+def _sglang_facts(name, result, doc):
+    """Put the registered result of a SGLang facts module (``sglang_env`` or ``model_config``) into ``doc``.
+
+    Not run (None, skipped): the node has no SGLang to audit and the key stays null. Failed: the reason goes under
+    ``gather_errors``. ``gpufleet_sglang`` of an environment without the sglang distribution stays null too, so
+    the SGLANG_* rules judge only nodes that have SGLang.
+    """
+    if not isinstance(result, dict) or not result or result.get("skipped"):
+        return
+    if result.get("failed") or result.get("unreachable"):
+        doc["gather_errors"][name] = result.get("msg") or "failed"
+        return
+    facts = result.get("ansible_facts") if isinstance(result.get("ansible_facts"), dict) else {}
+    value = facts.get(name)
+    if name == "gpufleet_sglang" and not ((value or {}).get("versions") or {}).get("sglang"):
+        value = None
+    doc[name] = value
+
+
+def node_document(host, groups, result, expect=None, sglang=None, model=None):
     """One node's facts document from the registered result of ``node_stack`` (``gather`` of every set).
+
+    ``sglang`` and ``model``: the registered results of ``sglang_env`` (state facts) and ``model_config`` on a node
+    the audit reads SGLang on (``gpufleet_sglang``, ``gpufleet_model``; null elsewhere).
 
     ``result`` None or empty: the node never got to the gathering task (reported as not reachable). An
     unreachable result gives ``reachable: false`` with the connection's message; a failed one keeps
@@ -654,6 +676,10 @@ def node_document(host, groups, result, expect=None):
     stack = doc["gpufleet_stack"] if isinstance(doc["gpufleet_stack"], dict) else {}
     doc["gpufleet_nvshmem"] = stack.get("nvshmem")
     doc["gpufleet_deepep"] = stack.get("deepep")
+    doc["gpufleet_sglang"] = doc["gpufleet_model"] = None
+    if doc["reachable"]:
+        _sglang_facts("gpufleet_sglang", sglang, doc)
+        _sglang_facts("gpufleet_model", model, doc)
     return doc
 
 

@@ -12,8 +12,8 @@ Built from ``tools/fleetsim/fixtures/``; adding a fixture is adding a directory 
     a source tree served as ``sources/<name>.tar.gz`` (reproducible: sorted entries, fixed mtime,
     root owner) with ``<name>.tar.gz.sha256`` beside it.
 ``shared/<file>`` + a line of ``shared/placements.txt``
-    one file copied into several source trees (``<file> <source fixture> <path in its tree>``) before they
-    are packed, so the trees keep one copy of it.
+    one file copied into several source trees (``<file> <source fixture> <path in its tree>``) or fixture wheels
+    (``<file> wheels/<dist>-<version> <path in the wheel>``) before they are packed, so the trees keep one copy of it.
 ``patches/<name>.patch``
     a unified diff (``patch -p1``) whose header lines name the tree it makes (``Fixture-Name:``) from
     which source fixture (``Fixture-Base:``); served as ``sources/<Fixture-Name>.tar.gz`` like a directory.
@@ -419,28 +419,6 @@ FIXTURE_WHEEL_TAG = "py3-none-manylinux_2_18_x86_64"
 # as Requires-Dist so that pip resolves them like a real wheel's) and its entry points (copied to .dist-info).
 FIXTURE_REQUIRES = "fixture-requires.txt"
 FIXTURE_ENTRY_POINTS = "fixture-entry-points.txt"
-# Files of fixtures/shared/ a wheel carries: one "<file under shared/> <path inside the wheel>" a line, so that
-# several fixture wheels keep one copy of a file (the SGLang engine stand-in).
-FIXTURE_SHARED = "fixture-shared.txt"
-
-
-def fixture_shared_files(tree: Path) -> list[tuple[str, bytes]]:
-    """(path inside the wheel, bytes) of the ``tree/fixture-shared.txt`` placements."""
-    listing = tree / FIXTURE_SHARED
-    if not listing.is_file():
-        return []
-    shared = tree.parent.parent / "shared"
-    out = []
-    for number, line in enumerate(listing.read_text().splitlines(), 1):
-        line = line.split("#", 1)[0].strip()
-        if not line:
-            continue
-        parts = line.split()
-        if len(parts) != 2 or not (shared / parts[0]).is_file() or parts[1].startswith("/") or ".." in parts[1]:
-            raise ValueError(f"{listing}:{number}: expected '<file under {shared}> <relative path in the wheel>', "
-                             f"got {line!r}")
-        out.append((parts[1], (shared / parts[0]).read_bytes()))
-    return out
 
 
 def fixture_requirements(tree: Path) -> list[str]:
@@ -459,8 +437,9 @@ def fixture_requirements(tree: Path) -> list[str]:
     return out
 
 
-def fixture_wheel(tree: Path, out: Path) -> Path:
-    """Pack the fixture directory ``tree`` (``wheels/<dist>-<version>/``, the files the wheel installs) as
+def fixture_wheel(tree: Path, out: Path, fixtures: Path = FIXTURES) -> Path:
+    """Pack the fixture directory ``tree`` (``wheels/<dist>-<version>/``, the files the wheel installs, plus the
+    files ``shared/placements.txt`` places in ``wheels/<dist>-<version>``) as
     ``out/<dist>-<version>-py3-none-manylinux_2_18_x86_64.whl``; return its path.
 
     Reproducible: sorted entries, a fixed timestamp, fixed modes (0755 for ``*.so*``, else 0644) and a
@@ -471,14 +450,18 @@ def fixture_wheel(tree: Path, out: Path) -> Path:
         raise ValueError(f"{tree}: a fixture wheel directory is named <dist>-<version>, e.g. nvidia_nccl_cu13-2.30.7")
     dist = dist.replace("-", "_")
     info = f"{dist}-{version}.dist-info"
+    sources = {path.relative_to(tree).as_posix(): path
+               for path in tree.rglob("*") if path.is_file() and "__pycache__" not in path.parts}
+    for shared, target, rel in shared_placements(fixtures):
+        if target == f"wheels/{tree.name}":
+            if rel in sources:
+                raise ValueError(f"{tree}/{rel}: also placed from {shared}; keep one copy (under shared/)")
+            sources[rel] = shared
     files = []
-    for path in sorted(p for p in tree.rglob("*") if p.is_file() and "__pycache__" not in p.parts):
-        rel = path.relative_to(tree).as_posix()
-        if rel in (FIXTURE_REQUIRES, FIXTURE_ENTRY_POINTS, FIXTURE_SHARED):
+    for rel, path in sorted(sources.items()):
+        if rel in (FIXTURE_REQUIRES, FIXTURE_ENTRY_POINTS):
             continue
         files.append((rel, path.read_bytes(), 0o755 if ".so" in path.name else 0o644))
-    files += [(rel, data, 0o644) for rel, data in fixture_shared_files(tree)]
-    files.sort(key=lambda item: item[0])
     requires = "".join(f"Requires-Dist: {line}\n" for line in fixture_requirements(tree))
     files.append((f"{info}/METADATA", (f"Metadata-Version: 2.1\nName: {dist.replace('_', '-')}\n"
                                        f"Version: {version}\nSummary: fixture wheel of the simulated fleet "
@@ -509,7 +492,7 @@ def fixture_wheel(tree: Path, out: Path) -> Path:
 
 def build_fixture_wheels(trees: Path, out: Path, quiet: bool = False) -> list[Path]:
     """Pack every ``trees/<dist>-<version>/`` fixture as a wheel into ``out`` (see :func:`fixture_wheel`)."""
-    built = [fixture_wheel(tree, out) for tree in sorted(trees.glob("*-*")) if tree.is_dir()] \
+    built = [fixture_wheel(tree, out, trees.parent) for tree in sorted(trees.glob("*-*")) if tree.is_dir()] \
         if trees.is_dir() else []
     for wheel in built:
         say(quiet, f"wheels: fixture {wheel.name}")
