@@ -12,6 +12,8 @@ from __future__ import annotations
 import os
 import subprocess
 
+from ansible_collections.gpufleet.deepep.plugins.module_utils._guard import _TOOLING_STOPS, unexpected_message
+
 __all__ = ["StepFailed", "Failed", "CommandLog", "run_bounded", "log_tail", "finish", "DEFAULT_TIMEOUT"]
 
 # A whole NVSHMEM or DeepEP build is one command; nothing the modules run takes longer than this on a build node.
@@ -117,4 +119,9 @@ def finish(module, job, fact_name):
     except Failed as exc:
         job.result.update(exc.extra)
         module.fail_json(msg=exc.msg, **job.result)
+    except Exception as exc:  # pylint: disable=broad-except
+        # the last resort (_guard): no traceback reaches the user; what the job recorded so far is kept
+        if type(exc).__name__ in _TOOLING_STOPS:
+            raise
+        module.fail_json(msg=unexpected_message(fact_name, exc), **job.result)
     module.exit_json(ansible_facts={fact_name: facts}, **job.result)

@@ -982,7 +982,12 @@ class DeepepBuild(object):
         self.check_preflight()
         self.observe_key()
         try:
-            with build_lock(self.p["artifact_dir"], self.p["lock_timeout"], "DeepEP build", self.module.check_mode):
+            # A build locks its artifact directory; an install of a given wheel builds nothing and locks the
+            # site-packages it installs into (two installs into one interpreter never interleave).
+            target = self.p["artifact_dir"]
+            if self.p["wheel"]:
+                target = self.install_site() or target
+            with build_lock(target, self.p["lock_timeout"], "DeepEP build", self.module.check_mode):
                 self.repair_leftovers()
                 self.observe_install()
                 action = self.plan()

@@ -137,10 +137,11 @@ problems:
 from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.common.text.converters import to_native
 
+from ansible_collections.gpufleet.deepep.plugins.module_utils._guard import guarded
 from ansible_collections.gpufleet.deepep.plugins.module_utils._serve import ServeError, plan
 
 
-def main():
+def _main():
     module = AnsibleModule(argument_spec=dict(
         topology=dict(type="dict", required=True),
         host=dict(type="str", required=True),
@@ -166,6 +167,10 @@ def main():
     if result["problems"]:
         module.fail_json(msg="serving preflight refused the layout: " + " | ".join(result["problems"]), **result)
     module.exit_json(changed=False, **result)
+
+
+def main():
+    guarded("serve_plan", _main)
 
 
 if __name__ == "__main__":
