@@ -271,8 +271,11 @@ def unit_text(description, argv, env_files, start_timeout, restart_sec, after=()
 
 def plan(topology, host, model=None, python="/usr/bin/python3", model_path="", prefix="sglang",
          config_dir="/etc/gpufleet/sglang-serve", router_venv="/opt/gpufleet/router", start_timeout=3600,
-         restart_sec=5, debug=False, secrets_env_file=""):
+         restart_sec=5, debug=False, secrets_env_file="", engine_version=""):
     """The whole plan of the fleet, and the units of ``host``.
+
+    ``engine_version``: the SGLang installed on ``host`` (its engines' environment files name it, so that an
+    upgrade changes them and the role restarts, or rolls, the instances).
 
     ``topology``: ``{"prefill": {"hosts": [{"name", "address"}], "settings": {...}}, "decode": {...},
     "router": {"hosts": [...], "settings": {...}}}``.
@@ -297,6 +300,12 @@ def plan(topology, host, model=None, python="/usr/bin/python3", model_path="", p
         problems.append("host(s) %s are in both sglang_prefill and sglang_decode; a node serves one role"
                         % ", ".join(dupes))
     problems += preflight(instances, settings, router_hosts, router, model, debug)
+    for inst in instances:
+        # every member's unit, so that one node (the router's) can restart an instance as one group
+        inst["units"] = [{"host": member, "name": unit_name(prefix, inst["role"], inst["index"], rank)}
+                         for rank, member in enumerate(inst["hosts"])]
+        # a rolling update of this instance keeps serving only when another instance of its role is in the router
+        inst["peers"] = sum(1 for other in instances if other["role"] == inst["role"]) - 1
     units = []
     secrets = [secrets_env_file] if secrets_env_file else []
     for inst in instances:
@@ -306,6 +315,8 @@ def plan(topology, host, model=None, python="/usr/bin/python3", model_path="", p
                 continue
             name = unit_name(prefix, inst["role"], inst["index"], rank)
             env = dict(ENGINE_ENVIRONMENT)
+            if engine_version:
+                env["GPUFLEET_SGLANG_VERSION"] = str(engine_version)
             env.update({str(k): str(v) for k, v in cfg["environment"].items()})
             env_path = "%s/%s.env" % (config_dir, name[:-len(".service")])
             argv = engine_argv(python, model_path, inst, rank, cfg)

@@ -75,6 +75,13 @@ options:
     description: C(RestartSec) of the units.
     type: int
     default: 5
+  engine_version:
+    description:
+      - The SGLang version installed on O(host) (the C(gpufleet.deepep.sglang_env) facts); its engine units'
+        environment files carry it as C(GPUFLEET_SGLANG_VERSION), so an upgrade restarts (or rolls) the instances.
+      - Empty leaves it out.
+    type: str
+    default: ""
   debug:
     description: Allow the debug-only C(mini_lb) router.
     type: bool
@@ -99,7 +106,8 @@ RETURN = r"""
 instances:
   description:
     - Every instance - C(role), C(index), C(name), C(nnodes), C(hosts), C(addresses), C(rank0), C(dist_init_addr),
-      C(url), C(port), C(bootstrap_port).
+      C(url), C(port), C(bootstrap_port), C(units) (C(host) and C(name) of every member's unit, rank order) and
+      C(peers) (how many other instances of its role serve while it restarts in a rolling update).
   returned: always
   type: list
   elements: dict
@@ -155,13 +163,14 @@ def _main():
         start_timeout=dict(type="int", default=3600),
         restart_sec=dict(type="int", default=5),
         debug=dict(type="bool", default=False),
+        engine_version=dict(type="str", default=""),
     ), supports_check_mode=True)
     p = module.params
     try:
         result = plan(p["topology"], p["host"], model=p["model"], python=p["python"], model_path=p["model_path"],
                       prefix=p["prefix"], config_dir=p["config_dir"], router_venv=p["router_venv"],
                       start_timeout=p["start_timeout"], restart_sec=p["restart_sec"], debug=p["debug"],
-                      secrets_env_file=p["secrets_env_file"])
+                      secrets_env_file=p["secrets_env_file"], engine_version=p["engine_version"])
     except ServeError as exc:
         module.fail_json(msg=to_native(exc), problems=[to_native(exc)])
     if result["problems"]:

@@ -97,3 +97,15 @@ def test_router_missing_mini_lb_and_group_sizes():
 def test_env_file_is_systemd_syntax():
     text = _serve.env_file_text({"B": 'say "hi"', "A": "x y"})
     assert text.splitlines()[1:] == ['A="x y"', 'B="say \\"hi\\""']
+
+
+def test_every_instance_names_its_members_units_and_its_peers_for_a_rolling_update():
+    result = _serve.plan(topo(ndecode=2), "r-1", model=SMOLLM, python="/v/bin/python", model_path="/m")
+    assert result["problems"] == []
+    prefill, decode0, decode1 = result["instances"]
+    # the router's node restarts a two-node instance as one group: both members' units, rank order
+    assert prefill["units"] == [{"host": "p-1", "name": "sglang-prefill0-rank0.service"},
+                                {"host": "p-2", "name": "sglang-prefill0-rank1.service"}]
+    assert decode1["units"] == [{"host": "d-2", "name": "sglang-decode1-rank0.service"}]
+    # the lone prefill instance has no peer (its restart interrupts serving); each decode instance has one
+    assert (prefill["peers"], decode0["peers"], decode1["peers"]) == (0, 1, 1)

@@ -42,6 +42,7 @@ PROFILE = "gcp_b200"
 GOALS = {"noop": 10.0, "audit": 10.0}
 RECAP = re.compile(r"^(\S+)\s+:\s+ok=(\d+)\s+changed=(\d+)\s+unreachable=(\d+)\s+failed=(\d+)", re.M)
 RUNS = (("noop", "no-op converge"), ("audit", "audit"), ("every_phase", "every-phase converge"))
+RUN_KINDS = tuple(run[0] for run in RUNS)
 
 
 def fleetsim(fleet: str, *args: str, check: bool = True, capture: bool = False) -> str:
@@ -87,7 +88,7 @@ def timed(kind: str, inventory: Path, size: int, report_dir: Path) -> float:
     limit = "%s[0:%d]" % (GROUP, size - 1)
     if kind == "audit":
         out = report_dir / ("audit-%d" % size)
-        elapsed, _ = playbook(inventory, "audit.yml", limit, ["-e", "audit_output_dir=%s" % out])
+        elapsed = playbook(inventory, "audit.yml", limit, ["-e", "audit_output_dir=%s" % out])[0]
         summary = json.loads((out / "fleet.json").read_text())["summary"]
         if summary.get("unreachable"):
             raise SystemExit("the audit of %d nodes found unreachable nodes: %s" % (size, summary))
@@ -113,13 +114,13 @@ def slopes(rows: list[dict], kind: str) -> list:
 
 def print_table(results: dict) -> None:
     rows = results["rows"]
-    per = dict((kind, slopes(rows, kind)) for kind, _ in RUNS)
+    per = dict((kind, slopes(rows, kind)) for kind in RUN_KINDS)
     header = ("nodes", "no-op s", "audit s", "every-phase s", "per added node (no-op/audit/every)",
               "load 1-min before runs")
     print("%5s  %9s  %8s  %12s  %-27s  %s" % header)
     for index, row in enumerate(rows):
-        slope = "/".join("-" if per[kind][index] is None else "%.2f" % per[kind][index] for kind, _ in RUNS)
-        cell = dict((kind, "-" if row.get(kind) is None else "%.1f" % row[kind]) for kind, _ in RUNS)
+        slope = "/".join("-" if per[kind][index] is None else "%.2f" % per[kind][index] for kind in RUN_KINDS)
+        cell = dict((kind, "-" if row.get(kind) is None else "%.1f" % row[kind]) for kind in RUN_KINDS)
         loads = " ".join("%.1f" % x for x in row["loads"])
         print("%5d  %9s  %8s  %12s   %-33s  %s" % (row["nodes"], cell["noop"], cell["audit"], cell["every_phase"],
                                                    slope, loads))
@@ -151,7 +152,7 @@ def main() -> int:
     inventory = REPO / "build" / ("%s.yml" % args.fleet)
     inventory.parent.mkdir(parents=True, exist_ok=True)
     results = {"cpus": os.cpu_count(), "fleet": args.fleet, "rows": [], "converge": [], "notes": []}
-    kinds = [kind for kind, _ in RUNS if not (kind == "every_phase" and args.skip_every_phase)]
+    kinds = [kind for kind in RUN_KINDS if not (kind == "every_phase" and args.skip_every_phase)]
     try:
         up = node_count(args.fleet) if args.reuse else 0
         if not up:
@@ -181,7 +182,7 @@ def main() -> int:
                 row = {"nodes": size, "loads": []}
                 for kind in kinds:
                     times = []
-                    for _ in range(args.repeat):
+                    for attempt in range(args.repeat):
                         row["loads"].append(round(os.getloadavg()[0], 1))
                         times.append(timed(kind, inventory, size, Path(tmp)))
                     row[kind] = round(statistics.median(times), 1)
