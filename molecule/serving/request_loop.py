@@ -48,7 +48,7 @@ def main():
                 body = exc.read().decode(errors="replace")[:200] if isinstance(exc, urllib.error.HTTPError) else ""
                 failures.append("request %d: %s %s" % (sent, exc, body))
         try:
-            _, workers = call(args.router + "/workers", timeout=10)
+            workers = call(args.router + "/workers", timeout=10)[1]
             for role in fewest:
                 healthy = sum(1 for w in workers.get("workers", []) if w.get("worker_type") == role
                               and w.get("is_healthy"))
