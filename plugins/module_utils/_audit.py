@@ -647,11 +647,12 @@ def _sglang_facts(name, result, doc):
     doc[name] = value
 
 
-def node_document(host, groups, result, expect=None, sglang=None, model=None):
+def node_document(host, groups, result, expect=None, sglang=None, model=None, serving=None):
     """One node's facts document from the registered result of ``node_stack`` (``gather`` of every set).
 
     ``sglang`` and ``model``: the registered results of ``sglang_env`` (state facts) and ``model_config`` on a node
-    the audit reads SGLang on (``gpufleet_sglang``, ``gpufleet_model``; null elsewhere).
+    the audit reads SGLang on (``gpufleet_sglang``, ``gpufleet_model``; null elsewhere). ``serving``: the registered
+    result of ``serve_state`` on a node of the serving groups (``gpufleet_serving``; null elsewhere).
 
     ``result`` None or empty: the node never got to the gathering task (reported as not reachable). An
     unreachable result gives ``reachable: false`` with the connection's message; a failed one keeps
@@ -676,10 +677,11 @@ def node_document(host, groups, result, expect=None, sglang=None, model=None):
     stack = doc["gpufleet_stack"] if isinstance(doc["gpufleet_stack"], dict) else {}
     doc["gpufleet_nvshmem"] = stack.get("nvshmem")
     doc["gpufleet_deepep"] = stack.get("deepep")
-    doc["gpufleet_sglang"] = doc["gpufleet_model"] = None
+    doc["gpufleet_sglang"] = doc["gpufleet_model"] = doc["gpufleet_serving"] = None
     if doc["reachable"]:
         _sglang_facts("gpufleet_sglang", sglang, doc)
         _sglang_facts("gpufleet_model", model, doc)
+        _sglang_facts("gpufleet_serving", serving, doc)
     return doc
 
 

@@ -72,6 +72,11 @@ options:
       document's C(gpufleet_model)).
     type: str
     default: audit_r_model
+  serving_var:
+    description: The variable that holds each host's registered M(gpufleet.deepep.serve_state) result on nodes of the
+      serving groups (the facts document's C(gpufleet_serving), judged by the C(SERVING_*) rules).
+    type: str
+    default: audit_r_serving
   groups:
     description: Inventory groups (group to hosts) compared for drift; by default the inventory's.
     type: dict
