@@ -3,7 +3,7 @@
 """The serving state of a node, read only: the SGLang units ``sglang_serve`` wrote (their systemd state and the
 SGLang version their environment names) and, on the router's node, the router's readiness and workers.
 
-Standard library only, Python 3.8+ (this file runs on the managed nodes).
+Python 3.8+ and ansible's own module_utils (this file runs on the managed nodes).
 """
 
 from __future__ import annotations
@@ -12,7 +12,8 @@ import json
 import os
 import re
 import urllib.error
-import urllib.request
+
+from ansible.module_utils.urls import open_url
 
 __all__ = ["ServeStateError", "parse_env_file", "parse_show", "unit_facts", "router_facts", "gather"]
 
@@ -82,8 +83,8 @@ def unit_facts(config_dir, prefix, show, read_text):
         unit = stem + ".service"
         entry = {"unit": unit, "env_file": os.path.join(config_dir, name),
                  "role": "router" if match.group("router") else match.group("role"),
-                 "instance": "router" if match.group("router") else "%s%s" % (match.group("role"),
-                                                                               match.group("index")),
+                 "instance": ("router" if match.group("router")
+                              else "%s%s" % (match.group("role"), match.group("index"))),
                  "rank": 0 if match.group("router") else int(match.group("rank")),
                  "sglang_version": None, "error": None}
         try:
@@ -108,9 +109,12 @@ def unit_facts(config_dir, prefix, show, read_text):
 def _get(url, timeout):
     """(HTTP status, parsed JSON or None); status None and the error text when the router did not answer."""
     try:
-        with urllib.request.urlopen(url, timeout=timeout) as resp:  # nosec - the router on the node itself
+        resp = open_url(url, timeout=timeout, validate_certs=False)  # the router on the node itself
+        try:
             body = resp.read().decode("utf-8", "replace")
             status = resp.status
+        finally:
+            resp.close()
     except urllib.error.HTTPError as exc:
         body = exc.read().decode("utf-8", "replace")
         status = exc.code
