@@ -12,6 +12,8 @@ export PYTHONDONTWRITEBYTECODE := 1
 MOLECULE_SCENARIOS ?= $(sort $(notdir $(patsubst %/molecule.yml,%,$(wildcard molecule/*/molecule.yml))))
 FLEETSIM := $(VENV)/bin/python -m tools.fleetsim
 DEMO_NODES ?= 4
+BENCH_SIZES ?= 8 16 32
+BENCH_TIME_LIMIT ?= 5400
 # Molecule: scenarios at a time, the limit of one scenario (seconds), where each scenario's log goes.
 MOLECULE_JOBS ?= 2
 MOLECULE_TIMEOUT ?= 2400
@@ -19,13 +21,14 @@ MOLECULE_LOGS ?= $(ROOT)/build/molecule-logs
 STAGES := lint sanity unit integration molecule
 TIMINGS := $(ROOT)/build/test-timings.txt
 
-.PHONY: help bootstrap test lint galaxy-importer changelog-lint yamllint ansible-lint sanity unit integration molecule demo demo-down bench clean
+.PHONY: help bootstrap test lint galaxy-importer changelog-lint yamllint ansible-lint sanity unit integration molecule demo demo-down bench bench-more clean
 
 help:
 	@echo "make demo       converge, verify and audit 4 simulated gcp_b200 nodes (a second run reuses them: changed=0)"
 	@echo "make demo-down  stop the simulated fleet of the demo"
 	@echo "make test       every test: lint, yamllint, ansible-test sanity, unit tests, Molecule scenarios"
-	@echo "make bench      print the fleet and converge figures (tools/bench)"
+	@echo "make bench      no-op converge, audit and every-phase converge at 8, 16, 32 simulated nodes, cost per added node"
+	@echo "make bench-more the other figures of tools/bench (fleet start, site.yml batches, audit, builds)"
 
 bootstrap:
 	@scripts/bootstrap.sh
@@ -75,7 +78,11 @@ demo: bootstrap
 demo-down: bootstrap
 	$(FLEETSIM) down --purge
 
+# Bounded (--time-limit) and never part of `make test`: BENCH_SIZES="8 16" for a shorter run.
 bench: bootstrap
+	$(VENV)/bin/python tools/bench/scale_bench.py --sizes $(BENCH_SIZES) --time-limit $(BENCH_TIME_LIMIT)
+
+bench-more: bootstrap
 	$(VENV)/bin/python tools/bench/fleet_bench.py
 	$(VENV)/bin/python tools/bench/site_bench.py
 	$(VENV)/bin/python tools/bench/audit_bench.py

@@ -10,6 +10,9 @@ Arguments (all set by roles/audit/tasks/main.yml):
   hosts            the hosts to report (default: ansible_play_hosts_all)
   result_var       the registered node_stack result of each host (default audit_r_node)
   expect_var       each host's expectations (default audit_expect)
+  sglang_var       each host's registered sglang_env result, where SGLang is audited (default audit_r_sglang)
+  model_var        each host's registered model_config result (default audit_r_model)
+  serving_var      each host's registered serve_state result, where serving is audited (default audit_r_serving)
   groups           inventory groups for drift (default: the inventory's); skip_groups: never compared
   output_dir       a fixed run directory, or empty for <output_root>/<UTC timestamp>
   output_root      where timestamped run directories go; latest_link: point <output_root>/latest at the run
@@ -40,8 +43,8 @@ from ansible_collections.gpufleet.deepep.plugins.module_utils._fileio import wri
 from ansible_collections.gpufleet.deepep.plugins.module_utils._report import render
 
 REPORT_FILES = (("fleet.json", "json"), ("fleet.md", "md"), ("fleet.html", "html"))
-ARGS = frozenset(("rules_file", "extra_rules", "disabled_rules", "hosts", "result_var", "expect_var", "groups",
-                  "skip_groups", "output_dir", "output_root", "latest_link", "meta"))
+ARGS = frozenset(("rules_file", "extra_rules", "disabled_rules", "hosts", "result_var", "expect_var", "sglang_var",
+                  "model_var", "serving_var", "groups", "skip_groups", "output_dir", "output_root", "latest_link", "meta"))
 
 
 def load_catalogue(path, extra_rules=None, disabled_rules=None):
@@ -87,11 +90,17 @@ class ActionModule(ActionBase):
         hostvars = task_vars.get("hostvars") or {}
         result_var = args.get("result_var") or "audit_r_node"
         expect_var = args.get("expect_var") or "audit_expect"
+        sglang_var = args.get("sglang_var") or "audit_r_sglang"
+        model_var = args.get("model_var") or "audit_r_model"
+        serving_var = args.get("serving_var") or "audit_r_serving"
         documents = {}
         for host in hosts:
             documents[host] = node_document(host, _host_var(hostvars, host, "group_names"),
                                             _host_var(hostvars, host, result_var),
-                                            _host_var(hostvars, host, expect_var))
+                                            _host_var(hostvars, host, expect_var),
+                                            sglang=_host_var(hostvars, host, sglang_var),
+                                            model=_host_var(hostvars, host, model_var),
+                                            serving=_host_var(hostvars, host, serving_var))
         groups = plain_data(args.get("groups") if args.get("groups") is not None else task_vars.get("groups"))
         skip = plain_data(args.get("skip_groups"))
         now = datetime.datetime.now(datetime.timezone.utc)

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from ansible.errors import AnsibleFilterError
 
+from ansible_collections.gpufleet.deepep.plugins.plugin_utils._filter_guard import guard_filters
 from ansible_collections.gpufleet.deepep.plugins.module_utils._audit import (
     DEFAULT_DRIFT_SKIP_GROUPS,
     AuditError,
@@ -75,8 +76,8 @@ class FilterModule:
     """Audit filters."""
 
     def filters(self):
-        return {
+        return guard_filters({
             "audit_findings": audit_findings,
             "audit_fleet": audit_fleet,
             "audit_report": audit_report,
-        }
+        })

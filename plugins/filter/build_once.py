@@ -14,6 +14,8 @@ import re
 
 from ansible.errors import AnsibleFilterError
 
+from ansible_collections.gpufleet.deepep.plugins.plugin_utils._filter_guard import guard_filters
+
 _KEY_RE = re.compile(r"^[0-9a-f]{8,}$")
 
 
@@ -37,7 +39,7 @@ def build_leaders(records, want="want"):
         if not key:
             continue
         key = str(key)
-        if not _KEY_RE.match(key):
+        if not _KEY_RE.fullmatch(key):
             raise AnsibleFilterError("build_leaders: record %d has key %r, expected a hex build key" % (index, key))
         host = record.get("host")
         if not host:
@@ -50,4 +52,4 @@ def build_leaders(records, want="want"):
 
 class FilterModule(object):
     def filters(self):
-        return {"build_leaders": build_leaders}
+        return guard_filters({"build_leaders": build_leaders})

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from ansible.errors import AnsibleFilterError
 
+from ansible_collections.gpufleet.deepep.plugins.plugin_utils._filter_guard import guard_filters
 from ansible_collections.gpufleet.deepep.plugins.module_utils._bandwidth import (
     BandwidthInputError,
     parse_output,
@@ -28,4 +29,4 @@ class FilterModule:
     """DeepEP test output parsing."""
 
     def filters(self):
-        return {"deepep_bandwidth": deepep_bandwidth}
+        return guard_filters({"deepep_bandwidth": deepep_bandwidth})

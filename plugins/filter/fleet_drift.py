@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from ansible.errors import AnsibleFilterError
 
+from ansible_collections.gpufleet.deepep.plugins.plugin_utils._filter_guard import guard_filters
 from ansible_collections.gpufleet.deepep.plugins.module_utils._audit import (
     DEFAULT_DRIFT_SKIP_GROUPS,
     AuditError,
@@ -46,4 +47,4 @@ class FilterModule:
     """Fleet drift."""
 
     def filters(self):
-        return {"fleet_drift": fleet_drift}
+        return guard_filters({"fleet_drift": fleet_drift})

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from ansible.errors import AnsibleFilterError
 
+from ansible_collections.gpufleet.deepep.plugins.plugin_utils._filter_guard import guard_filters
 from ansible_collections.gpufleet.deepep.plugins.module_utils._hca_mapping import (
     HcaMappingError,
     mapping_as_dict,
@@ -49,4 +50,4 @@ class FilterModule:
     """GPU-to-HCA mapping strings."""
 
     def filters(self):
-        return {"hca_mapping": hca_mapping}
+        return guard_filters({"hca_mapping": hca_mapping})

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from ansible.errors import AnsibleFilterError
 
+from ansible_collections.gpufleet.deepep.plugins.plugin_utils._filter_guard import guard_filters
 from ansible_collections.gpufleet.deepep.plugins.module_utils._verify import (
     VerifyInputError,
     connectivity,
@@ -116,7 +117,7 @@ class FilterModule:
     """Fleet verification filters."""
 
     def filters(self):
-        return {
+        return guard_filters({
             "verify_ranks": verify_ranks,
             "verify_master_address": verify_master_address,
             "verify_thresholds": verify_thresholds,
@@ -125,4 +126,4 @@ class FilterModule:
             "verify_nic_traffic": verify_nic_traffic,
             "verify_summary": verify_summary,
             "verify_summary_markdown": verify_summary_markdown,
-        }
+        })

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from ansible.errors import AnsibleFilterError
 
+from ansible_collections.gpufleet.deepep.plugins.plugin_utils._filter_guard import guard_filters
 from ansible_collections.gpufleet.deepep.plugins.module_utils._versions import (
     PYTORCH_INDEX,
     VersionError,
@@ -59,9 +60,9 @@ class FilterModule:
     """Version helpers."""
 
     def filters(self):
-        return {
+        return guard_filters({
             "cuda_tag": cuda_tag,
             "torch_index_url": torch_index_url,
             "torch_version_info": torch_version_info,
             "nccl_header_version": nccl_header_version,
-        }
+        })

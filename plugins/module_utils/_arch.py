@@ -12,7 +12,8 @@ from __future__ import annotations
 import re
 
 __all__ = ["ArchError", "ARCH_FORM", "CMAKE_ARCH_FORM", "parse_arch_list", "format_arch_list", "torch_to_cmake_arch",
-           "cmake_to_torch_arch", "parse_cmake_arch_list", "uncovered_gpu_archs", "needs_disable_aggressive_ptx"]
+           "cmake_to_torch_arch", "parse_cmake_arch_list", "uncovered_gpu_archs", "needs_disable_aggressive_ptx",
+           "nvcc_gencode"]
 
 
 class ArchError(ValueError):
@@ -54,7 +55,7 @@ def parse_arch_list(value):
     entries = []
     seen = set()
     for part in parts:
-        match = _ARCH_RE.match(part)
+        match = _ARCH_RE.fullmatch(part)
         if not match:
             hint = ""
             if "," in part:
@@ -108,7 +109,7 @@ def parse_cmake_arch_list(value):
         match = _CMAKE_ARCH_RE.match(part)
         if match:
             text = "%s%s%s" % (match.group("digits"), match.group("suffix").lower(), match.group("kind") or "")
-        elif _ARCH_RE.match(part):
+        elif _ARCH_RE.fullmatch(part):
             text = torch_to_cmake_arch(part)
         else:
             hint = " (use ';' between archs)" if "," in part else ""
@@ -143,3 +144,16 @@ def uncovered_gpu_archs(build_archs, gpu_archs):
 def needs_disable_aggressive_ptx(arch_list):
     """DeepEP forces DISABLE_AGGRESSIVE_PTX_INSTRS=1 unless TORCH_CUDA_ARCH_LIST is exactly ``9.0``."""
     return format_arch_list(parse_arch_list(arch_list)) != "9.0"
+
+
+def nvcc_gencode(value):
+    """NVCC ``-gencode`` flags of an arch list (``;``, ``,`` or spaces between entries, or a list): ``9.0`` ->
+    SASS for sm_90; ``10.0+PTX`` -> SASS for sm_100 and PTX for compute_100 (JIT on newer GPUs); ``9.0a`` -> sm_90a."""
+    parts = _split_list(value if isinstance(value, (list, tuple)) else re.sub(r",", ";", str(value)))
+    flags = []
+    for entry in parse_arch_list(parts):
+        cc = "%d%d%s" % (entry["major"], entry["minor"], entry["suffix"])
+        flags.append("-gencode=arch=compute_%s,code=sm_%s" % (cc, cc))
+        if entry["ptx"]:
+            flags.append("-gencode=arch=compute_%s,code=compute_%s" % (cc, cc))
+    return " ".join(flags)

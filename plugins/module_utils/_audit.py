@@ -142,7 +142,7 @@ def normalize_arch_list(value):
     for token in tokens:
         if not token:
             continue
-        match = _ARCH_RE.match(token)
+        match = _ARCH_RE.fullmatch(token)
         if not match:
             out.add(token)
             continue
@@ -174,7 +174,7 @@ def _to_int(value):
         return value
     if isinstance(value, float) and value.is_integer():
         return int(value)
-    if isinstance(value, str) and re.match(r"^\s*-?\d+\s*$", value):
+    if isinstance(value, str) and re.fullmatch(r"-?\d+", value.strip()):
         return int(value)
     return None
 
@@ -332,7 +332,7 @@ def validate_rules(rules):
         if unknown:
             raise AuditError("%s: unknown key(s) %s; expected %s" % (
                 where, ", ".join(unknown), ", ".join(RULE_KEYS_REQUIRED + RULE_KEYS_OPTIONAL)))
-        if not isinstance(rule_id, str) or not RULE_ID_RE.match(rule_id):
+        if not isinstance(rule_id, str) or not RULE_ID_RE.fullmatch(rule_id):
             raise AuditError("%s: id %r must be UPPER_SNAKE_CASE (e.g. NIC_PORT_DOWN)" % (where, rule_id))
         if rule_id in seen:
             raise AuditError("%s: duplicate id" % where)
@@ -628,8 +628,31 @@ DOCUMENT_FACTS = ("gpufleet_nvidia", "gpufleet_rdma", "gpufleet_gpus", "gpufleet
 NOT_GATHERED = "the play failed on this node before its facts were gathered"
 
 
-def node_document(host, groups, result, expect=None):
+def _sglang_facts(name, result, doc):
+    """Put the registered result of a SGLang facts module (``sglang_env`` or ``model_config``) into ``doc``.
+
+    Not run (None, skipped): the node has no SGLang to audit and the key stays null. Failed: the reason goes under
+    ``gather_errors``. ``gpufleet_sglang`` of an environment without the sglang distribution stays null too, so
+    the SGLANG_* rules judge only nodes that have SGLang.
+    """
+    if not isinstance(result, dict) or not result or result.get("skipped"):
+        return
+    if result.get("failed") or result.get("unreachable"):
+        doc["gather_errors"][name] = result.get("msg") or "failed"
+        return
+    facts = result.get("ansible_facts") if isinstance(result.get("ansible_facts"), dict) else {}
+    value = facts.get(name)
+    if name == "gpufleet_sglang" and not ((value or {}).get("versions") or {}).get("sglang"):
+        value = None
+    doc[name] = value
+
+
+def node_document(host, groups, result, expect=None, sglang=None, model=None, serving=None):
     """One node's facts document from the registered result of ``node_stack`` (``gather`` of every set).
+
+    ``sglang`` and ``model``: the registered results of ``sglang_env`` (state facts) and ``model_config`` on a node
+    the audit reads SGLang on (``gpufleet_sglang``, ``gpufleet_model``; null elsewhere). ``serving``: the registered
+    result of ``serve_state`` on a node of the serving groups (``gpufleet_serving``; null elsewhere).
 
     ``result`` None or empty: the node never got to the gathering task (reported as not reachable). An
     unreachable result gives ``reachable: false`` with the connection's message; a failed one keeps
@@ -654,6 +677,11 @@ def node_document(host, groups, result, expect=None):
     stack = doc["gpufleet_stack"] if isinstance(doc["gpufleet_stack"], dict) else {}
     doc["gpufleet_nvshmem"] = stack.get("nvshmem")
     doc["gpufleet_deepep"] = stack.get("deepep")
+    doc["gpufleet_sglang"] = doc["gpufleet_model"] = doc["gpufleet_serving"] = None
+    if doc["reachable"]:
+        _sglang_facts("gpufleet_sglang", sglang, doc)
+        _sglang_facts("gpufleet_model", model, doc)
+        _sglang_facts("gpufleet_serving", serving, doc)
     return doc
 
 

@@ -21,7 +21,8 @@ import re
 from ansible_collections.gpufleet.deepep.plugins.module_utils._fileio import file_sha256, read_json_dict, write_json_file
 
 __all__ = ["BuildError", "STAMP_NAME", "LOG_NAME", "KEY_SCHEMA", "canonical_json", "build_key", "short_key",
-           "tree_hash", "stamp_path", "read_stamp", "write_stamp"]
+           "tree_hash", "source_identity", "stamp_path", "read_stamp", "write_stamp", "rebuild_reason",
+           "stamp_diff"]
 
 STAMP_NAME = ".gpufleet-build.json"
 LOG_NAME = ".gpufleet-build.log"
@@ -76,7 +77,7 @@ def build_key(kind, inputs):
 
 def short_key(key, length=8):
     """The first ``length`` hex digits of a key (names staging dirs and artifacts)."""
-    if not isinstance(key, str) or not re.match(r"^[0-9a-f]{%d,}$" % length, key):
+    if not isinstance(key, str) or not re.fullmatch(r"[0-9a-f]{%d,}" % length, key):
         raise BuildError("%r is not a build key (hex sha256)" % (key,))
     return key[:length]
 
@@ -112,6 +113,23 @@ def tree_hash(root, exclude_dirs=TREE_EXCLUDE_DIRS, exclude_suffixes=TREE_EXCLUD
     return digest.hexdigest()
 
 
+def source_identity(run, git, src):
+    """The identity of the source tree ``src``: ``{'kind': 'git', 'revision'}`` for a git checkout (with ``'tree'``,
+    its tree hash, when it has local changes), else ``{'kind': 'tree', 'tree'}``.
+
+    ``run(argv, timeout)`` runs a command and returns ``(rc, stdout, stderr)``; ``git`` is the git binary or None.
+    """
+    if git and os.path.exists(os.path.join(src, ".git")):
+        rc, out, dummy = run([git, "-C", src, "rev-parse", "HEAD"], 120)
+        if rc == 0 and out.strip():
+            rc2, status, dummy = run([git, "-C", src, "status", "--porcelain", "--untracked-files=no"], 300)
+            identity = {"kind": "git", "revision": out.strip()}
+            if rc2 != 0 or status.strip():
+                identity["tree"] = tree_hash(src)
+            return identity
+    return {"kind": "tree", "tree": tree_hash(src)}
+
+
 # --------------------------------------------------------------------------------------------
 # Stamps
 
@@ -129,3 +147,24 @@ def write_stamp(prefix, data):
     """Write ``data`` as the stamp of ``prefix`` atomically (temp file in the same dir + rename)."""
     _check_jsonable(data, "stamp")
     return write_json_file(stamp_path(prefix), data)
+
+
+def rebuild_reason(prefix, stamp, key, problem=None):
+    """Why the install at ``prefix`` (its stamp ``stamp``) is not a good build of ``key``: a sentence, or None when it
+    is. ``problem`` is what is wrong with an install that has the key (None: nothing)."""
+    if not os.path.isdir(prefix):
+        return "nothing installed at %s" % prefix
+    if not stamp:
+        return "%s has no build stamp" % prefix
+    if stamp.get("key") != key:
+        return "key changed: installed %s, wanted %s" % (str(stamp.get("key"))[:8], short_key(key))
+    return problem
+
+
+def stamp_diff(prefix, stamp, key, inputs):
+    """The diff-mode result of a rebuild of ``prefix``: its stamp before, the key and inputs after."""
+    return {
+        "before": json.dumps(stamp or {}, sort_keys=True, indent=2) + "\n",
+        "after": json.dumps({"key": key, "inputs": inputs}, sort_keys=True, indent=2) + "\n",
+        "before_header": stamp_path(prefix), "after_header": stamp_path(prefix),
+    }

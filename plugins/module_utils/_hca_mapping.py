@@ -35,6 +35,8 @@ def parse_hca_mapping(text):
     """
     if not isinstance(text, str):
         _fail(f"HCA mapping must be a string, got {type(text).__name__} {text!r}")
+    if any(c in text for c in "\n\r\0"):
+        _fail(f"HCA mapping {text!r} holds a line break or NUL (it would end the line of the env script)")
     body = text.strip()
     if not body:
         _fail("HCA mapping is empty")
@@ -53,13 +55,13 @@ def parse_hca_mapping(text):
             what = "is missing the port" if len(parts) == 2 else f"has {len(parts)} ':'-separated parts, not 3"
             _fail(f"HCA mapping entry {entry!r} {what}")
         gpu, hca, port = (p.strip() for p in parts)
-        if not _INT_RE.match(gpu):
+        if not _INT_RE.fullmatch(gpu):
             _fail(f"HCA mapping entry {entry!r}: GPU {gpu!r} is not a non-negative integer")
         if not hca:
             _fail(f"HCA mapping entry {entry!r}: the HCA name is empty")
-        if not _HCA_RE.match(hca):
+        if not _HCA_RE.fullmatch(hca):
             _fail(f"HCA mapping entry {entry!r}: HCA {hca!r} is not a device name (letters, digits, _ . -)")
-        if not _INT_RE.match(port) or int(port) < 1:
+        if not _INT_RE.fullmatch(port) or int(port) < 1:
             _fail(f"HCA mapping entry {entry!r}: port {port!r} is not a positive integer")
         gpu_i = int(gpu)
         if gpu_i in seen:
@@ -74,7 +76,7 @@ def _coerce_int(value, what, entry):
         _fail(f"HCA mapping entry {entry!r}: {what} {value!r} is not an integer")
     if isinstance(value, int):
         return value
-    if isinstance(value, str) and _INT_RE.match(value.strip()):
+    if isinstance(value, str) and _INT_RE.fullmatch(value.strip()):
         return int(value.strip())
     _fail(f"HCA mapping entry {entry!r}: {what} {value!r} is not an integer")
     return None  # not reached
@@ -112,7 +114,7 @@ def normalize_entries(value):
             _fail(f"HCA mapping entry {entry!r}: GPU {gpu} is negative")
         if port < 1:
             _fail(f"HCA mapping entry {entry!r}: port {port} is not a positive integer")
-        if not _HCA_RE.match(hca):
+        if not _HCA_RE.fullmatch(hca):
             _fail(f"HCA mapping entry {entry!r}: HCA {hca!r} is not a device name (letters, digits, _ . -)")
         if gpu in seen:
             _fail(f"HCA mapping: GPU {gpu} appears twice")
@@ -134,7 +136,7 @@ def mapping_as_dict(entries):
     return {e["gpu"]: {"hca": e["hca"], "port": e["port"]} for e in entries}
 
 
-def topology_facts(gpus, rdma, smi_rows=None, nvlink=None, smi_info=None):
+def topology_facts(gpus, rdma, smi_rows=None, nvlink=None, smi_info=None, unreadable=None):
     """``ansible_facts.gpufleet_gpus``: the GPUs of ``list_gpus`` (enriched by nvidia-smi rows and NVLink
     status), each with its nearest ACTIVE NIC from ``collect_rdma``'s ``rdma``, the mapping string DeepEP
     reads, the CUDA arch list and the driver version. ``smi_info`` is how nvidia-smi was used."""
@@ -154,4 +156,5 @@ def topology_facts(gpus, rdma, smi_rows=None, nvlink=None, smi_info=None):
         "cuda_arch_list": cuda_arch_list(g["compute_capability"] for g in facts_gpus),
         "driver_version": driver,
         "nvidia_smi": smi_info,
+        "unreadable": list(unreadable or []),
     }

@@ -86,13 +86,13 @@ class NcclError(Exception):
 def check_release(value, name="version"):
     """``value`` as a string when it is an NCCL release ``N.N.N``; :class:`NcclError` otherwise."""
     text = value if isinstance(value, str) else None
-    if text is None or not _RELEASE_RE.match(text.strip()):
+    if text is None or not _RELEASE_RE.fullmatch(text.strip()):
         raise NcclError("%s %r is not %s (no v prefix, no -1 revision, no +cuda label)" % (name, value, RELEASE_FORM))
     return text.strip()
 
 
 def check_project(value):
-    if not isinstance(value, str) or not _PROJECT_RE.match(value.strip()):
+    if not isinstance(value, str) or not _PROJECT_RE.fullmatch(value.strip()):
         raise NcclError("package %r is not %s" % (value, PROJECT_FORM))
     return normalize_project_name(value.strip())
 
@@ -142,7 +142,7 @@ def library_info(path, chunk=1024 * 1024):
                     version = "%d.%d.%d" % tuple(int(g) for g in match.groups())
                 tail = block[-32:]
     if version is None:
-        match = _SO_VERSION_RE.match(os.path.basename(real))
+        match = _SO_VERSION_RE.fullmatch(os.path.basename(real))
         version = match.group(1) if match else None
     return {"path": path, "realpath": real, "sha256": digest.hexdigest(), "version": version}
 
@@ -373,16 +373,16 @@ def pip_conf_constraints(text, section="install"):
     index = 0
     while index < len(lines):
         line = lines[index]
-        sec = _SECTION_RE.match(line)
+        sec = _SECTION_RE.fullmatch(line)
         if sec:
             current = sec.group(1).strip()
         elif current == section:
-            key = _KEY_RE.match(line)
+            key = _KEY_RE.fullmatch(line)
             if key and _constraint_key(key.group(1)):
                 values.extend(key.group(2).split())
                 # continuation lines (indented) belong to the value
                 while index + 1 < len(lines) and lines[index + 1][:1] in (" ", "\t") and lines[index + 1].strip() \
-                        and not _KEY_RE.match(lines[index + 1]):
+                        and not _KEY_RE.fullmatch(lines[index + 1]):
                     index += 1
                     values.extend(lines[index].split())
         index += 1
@@ -404,7 +404,7 @@ def pip_conf_text(text, constraint_file, section="install"):
     index = 0
     while index < len(lines):
         line = lines[index]
-        sec = _SECTION_RE.match(line)
+        sec = _SECTION_RE.fullmatch(line)
         if sec:
             if current == section and not done:
                 while out and not out[-1].strip():
@@ -415,10 +415,10 @@ def pip_conf_text(text, constraint_file, section="install"):
             current = sec.group(1).strip()
             section_seen = section_seen or current == section
             out.append(line)
-        elif current == section and not done and _KEY_RE.match(line) and _constraint_key(_KEY_RE.match(line).group(1)):
-            values = _KEY_RE.match(line).group(2).split()
+        elif current == section and not done and _KEY_RE.fullmatch(line) and _constraint_key(_KEY_RE.fullmatch(line).group(1)):
+            values = _KEY_RE.fullmatch(line).group(2).split()
             while index + 1 < len(lines) and lines[index + 1][:1] in (" ", "\t") and lines[index + 1].strip() \
-                    and not _KEY_RE.match(lines[index + 1]):
+                    and not _KEY_RE.fullmatch(lines[index + 1]):
                 index += 1
                 values.extend(lines[index].split())
             out.append("constraint = %s" % " ".join(values + [constraint_file]))

@@ -121,7 +121,7 @@ def parse_c_uint(text):
         return None
     try:
         if s[:2] in ("0x", "0X"):
-            return int(s[2:], 16) if s[2:] and re.match(r"^[0-9a-fA-F]+$", s[2:]) else None
+            return int(s[2:], 16) if s[2:] and re.fullmatch(r"[0-9a-fA-F]+", s[2:]) else None
         if not s.isdigit() or not s.isascii():
             return None
         if len(s) > 1 and s[0] == "0":
@@ -138,10 +138,10 @@ def _int_input(value):
     if isinstance(value, int):
         return value
     if isinstance(value, str):
-        s = value.strip()
-        if re.match(r"^[0-9]+$", s):
+        s = value  # no stripping: "1\n" is not a number a user meant
+        if re.fullmatch(r"[0-9]+", s):
             return int(s, 10)
-        if re.match(r"^0[xX][0-9a-fA-F]+$", s):
+        if re.fullmatch(r"0[xX][0-9a-fA-F]+", s):
             return int(s, 16)
     return None
 
@@ -155,25 +155,50 @@ def parse_param_value(raw):
     raw = raw.strip()
     if len(raw) >= 2 and raw[0] == '"' and raw[-1] == '"':
         return raw[1:-1]
-    if re.match(r"^[0-9]+$", raw):
+    if re.fullmatch(r"[0-9]+", raw):
         return int(raw, 10)
-    if re.match(r"^0[xX][0-9a-fA-F]+$", raw):
+    if re.fullmatch(r"0[xX][0-9a-fA-F]+", raw):
         return int(raw, 16)
     return raw
 
 
+_PARAM_NAME_RE = re.compile(r"[A-Za-z][A-Za-z0-9_]*")
+
+
 def parse_params(text):
-    """Parse ``/proc/driver/nvidia/params`` (``Name: value`` lines) into a dict, every line typed."""
+    """Parse ``/proc/driver/nvidia/params`` (``Name: value`` lines) into a dict, every line typed.
+
+    Lines whose name is not an identifier are left out (see :func:`params_problem`)."""
     params = {}
     for line in text.splitlines():
         if ":" not in line:
             continue
         name, value = line.split(":", 1)
         name = name.strip()
-        if not name:
+        if not _PARAM_NAME_RE.fullmatch(name):
             continue
         params[name] = parse_param_value(value)
     return params
+
+
+def params_problem(text):
+    """Why ``text`` is not the params file of a loaded driver, or None when it is one.
+
+    The driver writes printable ``Name: value`` lines only; random bytes, NULs or a file of other lines do not
+    show that the driver is loaded."""
+    if text is None:
+        return "the file is missing"
+    if not text.strip():
+        return "the file is empty"
+    if "\ufffd" in text or any(ord(c) < 32 and c not in "\t\n\r" for c in text):
+        return "the file holds bytes that are not printable text"
+    for number, line in enumerate(text.splitlines(), 1):
+        if not line.strip():
+            continue
+        name, sep, dummy = line.partition(":")
+        if not sep or not _PARAM_NAME_RE.fullmatch(name.strip()):
+            return "line %d %r is not a 'Name: value' line" % (number, line[:80])
+    return None
 
 
 def parse_registry_dwords(value):
@@ -238,7 +263,11 @@ def live_dword(params, dwords, name):
 
 
 def live_facts(params_text, version_text):
-    """Facts about the running driver. ``params_text`` None means the driver is not loaded."""
+    """Facts about the running driver. ``params_text`` None means the driver is not loaded; text that is not a
+    params file (:func:`params_problem`) counts as not loaded too, with the reason in ``params_unreadable``."""
+    problem = params_problem(params_text) if params_text is not None else None
+    if problem is not None:
+        params_text = None
     params = parse_params(params_text) if params_text is not None else {}
     version = parse_version(version_text) if version_text is not None else parse_version("")
     raw_dwords = params.get(REGISTRY_DWORDS)
@@ -247,6 +276,7 @@ def live_facts(params_text, version_text):
     memops = params.get(STREAM_MEMOPS)
     return {
         "driver_loaded": params_text is not None,
+        "params_unreadable": problem,
         "driver_version": version["version"],
         "driver_open_kernel_module": version["open_kernel_module"],
         "params": params,
@@ -603,7 +633,7 @@ def validate_registry_dwords(dwords):
         raise NvidiaParamError("registry_dwords must be a dict of NAME: integer, got %r" % (dwords,))
     clean = {}
     for name, value in dwords.items():
-        if not isinstance(name, str) or not DWORD_NAME_RE.match(name):
+        if not isinstance(name, str) or not DWORD_NAME_RE.fullmatch(name):
             raise NvidiaParamError(
                 "registry_dwords key %r is not a valid registry key name: expected letters, digits and "
                 "underscores only ([A-Za-z0-9_]+), e.g. PeerMappingOverride" % (name,))
@@ -631,7 +661,7 @@ def validate_driver_options(options, live_params=None):
     given = {}
     warnings = []
     for name, value in options.items():
-        if not isinstance(name, str) or not OPTION_NAME_RE.match(name):
+        if not isinstance(name, str) or not OPTION_NAME_RE.fullmatch(name):
             raise NvidiaParamError(
                 "driver_options key %r is not a parameter name: expected an identifier such as "
                 "EnableStreamMemOPs or NVreg_EnableStreamMemOPs ([A-Za-z_][A-Za-z0-9_]*)" % (name,))

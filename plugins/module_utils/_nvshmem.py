@@ -174,7 +174,7 @@ def nvshmem_cmake_args(source_dir, build_dir, prefix, cuda_home, cuda_arch, ibgd
         options["GDRCOPY_HOME"] = gdrcopy_home
         options["GDRCOPY_INCLUDE"] = os.path.join(gdrcopy_home, "include")
     for name, value in sorted((cmake_options or {}).items()):
-        if not _CMAKE_VALUE_RE.match(str(name)):
+        if not _CMAKE_VALUE_RE.fullmatch(str(name)):
             raise BuildError("cmake option name %r is not a CMake variable name (NAME or NAME:TYPE)" % (name,))
         options[str(name)] = value
     argv = ["cmake"]

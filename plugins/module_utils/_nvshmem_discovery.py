@@ -127,7 +127,7 @@ def _so_version(name):
 
 
 def _transport_entry(path):
-    name = _TRANSPORT_RE.match(os.path.basename(path)).group(1)
+    name = _TRANSPORT_RE.fullmatch(os.path.basename(path)).group(1)
     backup = path + BACKUP_SUFFIX
     entry = {
         "name": name,
@@ -158,7 +158,7 @@ def _describe_lib_dir(lib_dir):
     device = _pick(names, _DEVICE_RE, "libnvshmem_device.a")
     transports = {}
     for name in sorted(names):
-        match = _TRANSPORT_RE.match(name)
+        match = _TRANSPORT_RE.fullmatch(name)
         if not match:
             continue
         kind = match.group(1)
@@ -169,7 +169,7 @@ def _describe_lib_dir(lib_dir):
         return None
     version = None
     for name in names:
-        if _HOST_RE.match(name) and _so_version(name):
+        if _HOST_RE.fullmatch(name) and _so_version(name):
             version = _so_version(name)
     return {
         "lib_dir": lib_dir,
@@ -189,7 +189,7 @@ def _record_lib_dirs(site_packages, dist_info_dir):
             for line in handle:
                 rel = line.split(",", 1)[0].strip()
                 base = os.path.basename(rel)
-                if _HOST_RE.match(base) or _TRANSPORT_RE.match(base) or _DEVICE_RE.match(base):
+                if _HOST_RE.fullmatch(base) or _TRANSPORT_RE.fullmatch(base) or _DEVICE_RE.fullmatch(base):
                     path = os.path.normpath(os.path.join(site_packages, os.path.dirname(rel)))
                     if path not in dirs:
                         dirs.append(path)

@@ -15,8 +15,8 @@ NVIDIA_VENDOR = 0x10DE
 # (NVSwitch: 0x0680) and other NVIDIA functions are not GPUs.
 GPU_CLASSES = (0x0300, 0x0302)
 DISTANCE_ORDER = ("PIX", "PXB", "PHB", "NODE", "SYS")
-BDF_RE = re.compile(r"^[0-9a-fA-F]{4}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2}\.[0-7]$")
-HOST_BRIDGE_RE = re.compile(r"^pci[0-9a-fA-F]{4}:[0-9a-fA-F]{2}$")
+BDF_RE = re.compile(r"[0-9a-fA-F]{4}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2}\.[0-7]")
+HOST_BRIDGE_RE = re.compile(r"pci[0-9a-fA-F]{4}:[0-9a-fA-F]{2}")
 
 # PCI device id -> (marketing name, compute capability) for data-centre GPUs the collection targets
 # and their close relatives. Used when nvidia-smi cannot tell (driver not loaded, tool missing).
@@ -91,7 +91,7 @@ def normalize_bdf(text):
         return None
     dom = parts[0][-4:].rjust(4, "0")
     bdf = f"{dom}:{parts[1]}:{parts[2]}"
-    return bdf if BDF_RE.match(bdf) else None
+    return bdf if BDF_RE.fullmatch(bdf) else None
 
 
 def bdf_sort_key(bdf):
@@ -118,12 +118,12 @@ def real_pci_path(sysfs_root, device_dir):
     parts = rel.split(os.sep)
     # The host bridge is usually the first component; under a hypervisor bus (Hyper-V's VMBUS, ...)
     # it comes after the bus's own components.
-    start = next((i for i, part in enumerate(parts) if HOST_BRIDGE_RE.match(part)), None)
+    start = next((i for i, part in enumerate(parts) if HOST_BRIDGE_RE.fullmatch(part)), None)
     if start is None:
         return None
     path = [parts[start].lower()]
     for part in parts[start + 1:]:
-        if not BDF_RE.match(part):
+        if not BDF_RE.fullmatch(part):
             break
         path.append(part.lower())
     if len(path) < 2:
@@ -160,7 +160,7 @@ def list_pci_devices(sysfs_root):
     except OSError:
         return []
     out = []
-    for name in sorted((n for n in names if BDF_RE.match(n)), key=bdf_sort_key):
+    for name in sorted((n for n in names if BDF_RE.fullmatch(n)), key=bdf_sort_key):
         dev = read_pci_device(sysfs_root, name)
         if dev is not None:
             out.append(dev)
@@ -171,6 +171,50 @@ def is_gpu(dev):
     """NVIDIA vendor and a display (VGA) or 3D controller class."""
     cls = dev.get("class")
     return dev.get("vendor_id") == NVIDIA_VENDOR and cls is not None and (cls >> 8) in GPU_CLASSES
+
+
+def suspect_gpus(sysfs_root):
+    """PCI functions that look like NVIDIA GPUs but cannot be read as one: [(bdf, why)], in bus-id order.
+
+    An NVIDIA function (vendor readable, or a known GPU device id) whose class file is missing or garbled, and a
+    function with the nvidia driver bound whose vendor or class cannot be read. is_gpu() does not count them, so
+    the caller warns: a GPU is never dropped without a word.
+    """
+    out = []
+    for dev in list_pci_devices(sysfs_root):
+        if is_gpu(dev):
+            continue
+        vendor, cls, driver = dev.get("vendor_id"), dev.get("class"), dev.get("driver")
+        nvidia = vendor == NVIDIA_VENDOR or (vendor is None and dev.get("device_id") in GPU_DEVICE_IDS)
+        if nvidia and cls is None:
+            out.append((dev["pci_address"], "its class file is missing or not a hexadecimal number"))
+        elif driver == "nvidia" and (vendor is None or cls is None):
+            out.append((dev["pci_address"], "the nvidia driver is bound but its vendor or class cannot be read"))
+        elif vendor is None and cls is not None and (cls >> 8) in GPU_CLASSES:
+            out.append((dev["pci_address"], "a display controller whose vendor file cannot be read"))
+    return out
+
+
+def gpu_count_problem(gpus, rows):
+    """Why the GPUs of sysfs (``list_gpus``) and of nvidia-smi (parsed query rows) disagree, or None.
+
+    Without rows (nvidia-smi missing or failed) there is nothing to compare. A disagreement would shift the
+    GPU-to-NIC mapping by the missing GPU, so callers fail instead of returning one."""
+    if not rows:
+        return None
+    smi = sorted(b for b in (normalize_bdf(r.get("pci.bus_id")) for r in rows) if b)
+    unparsed = [r.get("pci.bus_id") for r in rows if not normalize_bdf(r.get("pci.bus_id"))]
+    seen = sorted(g["pci_address"] for g in gpus)
+    if not unparsed and smi == seen:
+        return None
+    only_smi = sorted(set(smi) - set(seen))
+    only_sysfs = sorted(set(seen) - set(smi))
+    text = ("nvidia-smi lists %d GPUs but sysfs shows %d (only in nvidia-smi: %s; only in sysfs: %s"
+            % (len(rows), len(gpus), ", ".join(only_smi) or "none", ", ".join(only_sysfs) or "none"))
+    if unparsed:
+        text += "; bus ids nvidia-smi gave that are not PCI addresses: %s" % ", ".join(map(repr, unparsed))
+    return (text + "); the GPU-to-NIC mapping would be shifted, so none is returned. Expected one sysfs GPU per "
+            "nvidia-smi GPU: check the PCI tree (lspci -d 10de:) and the driver")
 
 
 def list_gpus(sysfs_root):
@@ -249,7 +293,7 @@ def cuda_arch_list(capabilities):
     """TORCH_CUDA_ARCH_LIST value ('9.0', '8.0;9.0') from compute capabilities; '' when none known."""
     seen = set()
     for cap in capabilities:
-        if cap and re.match(r"^\d+\.\d+$", str(cap)):
+        if cap and re.fullmatch(r"\d+\.\d+", str(cap)):
             seen.add(str(cap))
     return ";".join(sorted(seen, key=lambda c: tuple(int(x) for x in c.split("."))))
 

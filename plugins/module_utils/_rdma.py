@@ -51,7 +51,7 @@ def natural_key(name):
 
 def naming_scheme(name):
     """'mlx5' (mlx5_<n>), 'rocep' (rocep<bus>s<slot>...), 'ibp' (ibp<bus>s<slot>...) or 'other'."""
-    if re.match(r"^mlx5_\d+$", name):
+    if re.fullmatch(r"mlx5_\d+", name):
         return "mlx5"
     if re.match(r"^roce[Pp]", name):
         return "rocep"

@@ -76,6 +76,40 @@ def _md_cell(value):
     return _text(value).replace("|", "\\|").replace("\n", " ")
 
 
+def _serving_markdown(nodes):
+    """The serving section: every SGLang unit (instance, rank, state, restarts, SGLang version) and every router's
+    readiness and workers; nothing where no node is audited for serving."""
+    units, routers = [], []
+    for host in sorted(nodes):
+        serving = (nodes[host].get("facts") or {}).get("gpufleet_serving")
+        if not isinstance(serving, dict):
+            continue
+        for unit in serving.get("units") or []:
+            units.append([host, unit.get("instance"), unit.get("rank"), unit.get("unit"),
+                          "%s/%s" % (unit.get("active_state"), unit.get("sub_state")), unit.get("restarts"),
+                          unit.get("sglang_version"), unit.get("error") or ""])
+        router = serving.get("router")
+        if isinstance(router, dict):
+            unhealthy = [w.get("url") for w in router.get("workers") or [] if not w.get("is_healthy")]
+            routers.append([host, router.get("url"), "yes" if router.get("ready") else "no (%s)" % (
+                router.get("error") or router.get("readiness_status")), router.get("prefill_count"),
+                router.get("decode_count"), ", ".join(unhealthy) or "none"])
+    if not units and not routers:
+        return []
+    out = ["## Serving", ""]
+    if units:
+        out.append("| node | instance | rank | unit | state | restarts | SGLang | error |")
+        out.append("|---|---|---|---|---|---|---|---|")
+        out += ["| " + " | ".join(_md_cell(v) for v in row) + " |" for row in units]
+        out.append("")
+    if routers:
+        out.append("| router node | url | ready | prefill workers | decode workers | unhealthy workers |")
+        out.append("|---|---|---|---|---|---|")
+        out += ["| " + " | ".join(_md_cell(v) for v in row) + " |" for row in routers]
+        out.append("")
+    return out
+
+
 def render_markdown(fleet):
     meta = fleet.get("meta") or {}
     summary = fleet.get("summary") or {}
@@ -109,6 +143,8 @@ def render_markdown(fleet):
         row += [values.get(name) for name in key_names]
         out.append("| " + " | ".join(_md_cell(v) for v in row) + " |")
     out.append("")
+
+    out += _serving_markdown(nodes)
 
     out += ["## Findings by severity", ""]
     rows = _findings_by_severity(fleet)

@@ -8,6 +8,9 @@
 - ``cuda_toolkit``: the CUDA toolkit at a directory (``version.json``, else ``nvcc --version``).
 - ``imports``: whether an interpreter imports each of some Python modules (one process, bounded).
 - ``symbols``: whether header files declare some symbols (read, never compiled).
+- ``initramfs``: whether an initramfs image holds the nvidia kernel modules (``lsinitramfs``, bounded).
+- ``torch``: the torch an interpreter has (package metadata and ``torch/version.py``, torch is not imported).
+- ``hca_mapping``: the GPU-NIC mapping of the environment script and whether ``deep_ep`` applies it.
 """
 
 from __future__ import annotations
@@ -138,7 +141,7 @@ def gather_cuda_toolkit(root, home, runner, timeout=60):
 
 def gather_imports(python, names, runner, timeout=60):
     """``{python, ok, modules: {name: bool}, error}``: whether ``python`` imports each module of ``names``."""
-    bad = [name for name in names if not _MODULE_NAME_RE.match(name)]
+    bad = [name for name in names if not _MODULE_NAME_RE.fullmatch(name)]
     if bad:
         raise PathsError("import_modules: %s not a Python module name (expected dotted identifiers such as pip or "
                          "torch.distributed)" % ", ".join(repr(name) for name in bad))
@@ -172,4 +175,135 @@ def gather_symbols(root, symbol_files):
             raise PathsError("symbol_files: the value of %r must be a list of symbol names, got %r" % (path, symbols))
         text = read_text(under(root, path))
         out[path] = {"present": text is not None, "symbols": scan_header_symbols(text or "", symbols)}
+    return out
+
+
+# --- initramfs: does the image carry the nvidia modules (so that new modprobe options need a rebuild) ---------
+
+NVIDIA_KO_RE = re.compile(r"/nvidia(\.ko|-[a-z0-9_]+\.ko)")
+
+
+def gather_initramfs(root, path, runner, timeout=120):
+    """``{path, present, listed, nvidia, nvidia_modules, error}`` for the initramfs image at ``path``.
+
+    ``nvidia`` is true when ``lsinitramfs`` lists an nvidia kernel module (``nvidia.ko*``, ``nvidia-<x>.ko*``);
+    ``listed`` is false when the image is absent or could not be listed (``error`` then says why).
+    """
+    if not path or not os.path.isabs(path):
+        raise PathsError("initramfs_path: %r is not an absolute path (expected an image such as "
+                         "/boot/initrd.img-6.8.0-31-generic)" % (path,))
+    out = {"path": path, "present": False, "listed": False, "nvidia": False, "nvidia_modules": [], "error": None}
+    full = under(root, path)
+    if not os.path.isfile(full):
+        return out
+    out["present"] = True
+    rc, stdout, stderr = runner(["lsinitramfs", full], timeout=timeout, env=None)
+    if rc != 0:
+        out["error"] = "lsinitramfs %s failed (rc=%s): %s" % (path, rc, (stderr or stdout or "").strip()[-300:])
+        return out
+    out["listed"] = True
+    found = [line.strip() for line in stdout.splitlines() if NVIDIA_KO_RE.search(line)]
+    out["nvidia_modules"] = sorted(set(found))
+    out["nvidia"] = bool(found)
+    return out
+
+
+# --- torch: what the pytorch role installs, read without importing torch ------------------------------------
+
+_REQUIREMENT_NAME_RE = re.compile(r"[A-Za-z0-9._-]+")
+TORCH_PROBE = """import importlib.metadata as md, importlib.util, json, os, re, sys
+out = {"python": sys.executable, "python_version": "%d.%d.%d" % sys.version_info[:3],
+       "torch_version": None, "torch_cuda": None, "torch_path": None, "packages": {}}
+def version(name):
+    try:
+        return md.version(name)
+    except md.PackageNotFoundError:
+        return None
+out["torch_version"] = version("torch")
+if out["torch_version"]:
+    spec = importlib.util.find_spec("torch")
+    if spec and spec.submodule_search_locations:
+        out["torch_path"] = list(spec.submodule_search_locations)[0]
+        vfile = os.path.join(out["torch_path"], "version.py")
+        if os.path.exists(vfile):
+            vspec = importlib.util.spec_from_file_location("_gpufleet_torch_version", vfile)
+            mod = importlib.util.module_from_spec(vspec)
+            vspec.loader.exec_module(mod)
+            out["torch_cuda"] = getattr(mod, "cuda", None)
+for name in sys.argv[1:]:
+    out["packages"][name] = version(name)
+out["numpy_version"] = out["packages"].get("numpy", version("numpy"))
+print(json.dumps(out))
+"""
+
+
+def requirement_name(requirement):
+    """The distribution name a pip requirement starts with (``numpy>=2`` gives ``numpy``)."""
+    found = _REQUIREMENT_NAME_RE.match(requirement or "")
+    if not found:
+        raise PathsError("torch_packages: %r is not a pip requirement (expected a name such as numpy, optionally "
+                         "with a version specifier: numpy>=2)" % (requirement,))
+    return found.group(0)
+
+
+def gather_torch(python, packages, runner, timeout=60):
+    """The torch of ``python`` in the shape of the pytorch role's ``pytorch_installed``.
+
+    ``{python, python_version, torch_version, torch_cuda, torch_path, numpy_version, packages: {name: version or
+    None}, error}``; the package metadata is read and ``torch/version.py`` executed alone (torch is not imported).
+    ``python`` is null and ``error`` says why when the interpreter could not be run.
+    """
+    names = [requirement_name(req) for req in packages]
+    out = {"python": None, "python_version": None, "torch_version": None, "torch_cuda": None, "torch_path": None,
+           "numpy_version": None, "packages": {}, "error": None}
+    rc, stdout, stderr = runner([python, "-c", TORCH_PROBE] + names, timeout=timeout,
+                                env={"PYTHONDONTWRITEBYTECODE": "1"})
+    try:
+        found = json.loads(stdout.strip().splitlines()[-1]) if rc == 0 else None
+    except (ValueError, IndexError):
+        found = None
+    if not isinstance(found, dict):
+        out["error"] = "%s failed (rc=%s): %s" % (python, rc, (stderr or stdout or "").strip()[-300:])
+        return out
+    for key in out:
+        if key in found:
+            out[key] = found[key]
+    return out
+
+
+# --- hca_mapping: the GPU-NIC mapping the verify tests run with, and whether deep_ep applies it (PR 466) ------
+
+HCA_PROBE = """import json, os
+out = {"mapping": os.environ.get("DEEP_EP_DEVICE_TO_HCA_MAPPING", ""), "supported": None, "import_error": None}
+try:
+    import deep_ep
+    out["supported"] = hasattr(getattr(deep_ep, "Buffer", None), "_setup_device_hca_mapping")
+except Exception as exc:
+    out["import_error"] = "%s: %s" % (type(exc).__name__, exc)
+print(json.dumps(out))
+"""
+
+
+def gather_hca_mapping(root, python, env_script, runner, timeout=60):
+    """``{mapping, supported, import_error, env_sourced, error}``.
+
+    ``mapping`` is E(DEEP_EP_DEVICE_TO_HCA_MAPPING) after sourcing ``env_script`` (when readable) in a child
+    shell, ``supported`` whether ``deep_ep.Buffer`` has ``_setup_device_hca_mapping`` (null when deep_ep does not
+    import: ``import_error`` says why). ``error`` is set when the probe itself could not run.
+    """
+    full = under(root, env_script)
+    sourced = os.path.isfile(full) and os.access(full, os.R_OK)
+    out = {"mapping": "", "supported": None, "import_error": None, "env_sourced": sourced, "error": None}
+    script = 'if [ -r "$1" ]; then . "$1"; fi\ncd / && exec "$2" -c "$3"'
+    rc, stdout, stderr = runner(["bash", "-c", script, "hca-mapping", full, python, HCA_PROBE],
+                                timeout=timeout, env={"PYTHONDONTWRITEBYTECODE": "1"})
+    try:
+        found = json.loads(stdout.strip().splitlines()[-1]) if rc == 0 else None
+    except (ValueError, IndexError):
+        found = None
+    if not isinstance(found, dict):
+        out["error"] = "the probe with %s failed (rc=%s): %s" % (python, rc, (stderr or stdout or "").strip()[-300:])
+        return out
+    out.update(mapping=found.get("mapping") or "", supported=found.get("supported"),
+               import_error=found.get("import_error"))
     return out

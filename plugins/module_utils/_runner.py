@@ -12,7 +12,9 @@ from __future__ import annotations
 import os
 import subprocess
 
-__all__ = ["StepFailed", "CommandLog", "run_bounded", "DEFAULT_TIMEOUT"]
+from ansible_collections.gpufleet.deepep.plugins.module_utils._guard import _TOOLING_STOPS, unexpected_message
+
+__all__ = ["StepFailed", "Failed", "CommandLog", "run_bounded", "log_tail", "finish", "DEFAULT_TIMEOUT"]
 
 # A whole NVSHMEM or DeepEP build is one command; nothing the modules run takes longer than this on a build node.
 DEFAULT_TIMEOUT = 4 * 3600
@@ -84,3 +86,42 @@ class CommandLog(object):
             raise StepFailed("command %s: %s" % (what, " ".join(argv)), rc=rc, cmd=list(argv),
                              stdout=out[-4000:], stderr=err[-4000:])
         return rc, out, err
+
+    def quiet(self, argv, timeout=None, env=None):
+        """A read-only probe: run ``argv`` unrecorded and unchecked; ``(rc, stdout, stderr)``."""
+        return self.run(argv, env=env, check=False, record=False, timeout=timeout)
+
+
+def log_tail(path, lines):
+    """The last ``lines`` lines of the build log at ``path`` ([] when there is none)."""
+    try:
+        with open(path, "r", encoding="utf-8", errors="replace") as handle:
+            return handle.read().splitlines()[-lines:]
+    except (IOError, OSError, TypeError):
+        return []
+
+
+class Failed(Exception):
+    """Ends a build module's run with ``msg`` and the extra result keys ``extra`` (``main()`` turns it into
+    ``fail_json``)."""
+
+    def __init__(self, msg, **extra):
+        super(Failed, self).__init__(msg)
+        self.msg = msg
+        self.extra = extra
+
+
+def finish(module, job, fact_name):
+    """The one exit of a build module: ``job.run()`` gives the facts (``ansible_facts.<fact_name>``) beside
+    ``job.result``; a Failed it raises ends the module with its message, ``job.result`` and its extra keys."""
+    try:
+        facts = job.run()
+    except Failed as exc:
+        job.result.update(exc.extra)
+        module.fail_json(msg=exc.msg, **job.result)
+    except Exception as exc:  # pylint: disable=broad-except
+        # the last resort (_guard): no traceback reaches the user; what the job recorded so far is kept
+        if type(exc).__name__ in _TOOLING_STOPS:
+            raise
+        module.fail_json(msg=unexpected_message(fact_name, exc), **job.result)
+    module.exit_json(ansible_facts={fact_name: facts}, **job.result)

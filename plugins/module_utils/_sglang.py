@@ -367,7 +367,7 @@ def constraints_for(holds):
     """Sorted ``project==version`` lines for ``holds``."""
     out = []
     for project, version in sorted((holds or {}).items()):
-        if not _NAME_RE.match(str(project)) or not version:
+        if not _NAME_RE.fullmatch(str(project)) or not version:
             raise SglangError("hold %r=%r: expected a pip project and a version such as torch=2.9.1" % (project, version))
         out.append("%s==%s" % (normalize(project), version))
     return out
@@ -390,7 +390,7 @@ def read_sha256sums(text):
         if not line or line.startswith("#"):
             continue
         parts = line.split(None, 1)
-        if len(parts) != 2 or not re.match(r"^[0-9a-f]{64}$", parts[0]):
+        if len(parts) != 2 or not re.fullmatch(r"[0-9a-f]{64}", parts[0]):
             raise SglangError("SHA256SUMS line %d %r: expected '<64 hex digits>  <file name>'" % (number, line))
         out[parts[1].lstrip("*").strip()] = parts[0]
     return out
@@ -453,7 +453,7 @@ def transfer_engine_check(engine, peermem_loaded, dmabuf, mooncake_dmabuf):
 
 def is_hub_id(value):
     """``org/name`` that is not a path on this node."""
-    return bool(_HUB_ID_RE.match(str(value or ""))) and not str(value).startswith((".", "/"))
+    return bool(_HUB_ID_RE.fullmatch(str(value or ""))) and not str(value).startswith((".", "/"))
 
 
 def _first(cfg, *names):

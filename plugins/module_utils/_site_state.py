@@ -24,14 +24,16 @@ Fingerprints are cheap and never import anything heavy:
 from __future__ import annotations
 
 import glob
+import json
 import os
 import stat
 
 from ansible_collections.gpufleet.deepep.plugins.module_utils._fileio import (
     file_digest,
-    read_json_dict,
+    read_text,
     write_json_file,
 )
+from ansible_collections.gpufleet.deepep.plugins.module_utils._guard import RecordShapeError, check_record
 
 FORMAT = 1
 HASH_LIMIT = 8 * 1024 * 1024
@@ -209,16 +211,73 @@ def watched_count(stamp):
     return count
 
 
+_FP_FIELDS = {"missing": {}, "unreadable": {}, "link": {"target": str}, "dir": {"entries": list},
+              "file": {"size": int}, "other": {}, "glob": {"matches": dict}}
+
+
+def _fingerprint_problem(fp, glob_ok):
+    """Why ``fp`` is not a fingerprint as fingerprint_path/fingerprint_watch write them; None when it is one."""
+    if not isinstance(fp, dict) or fp.get("kind") not in _FP_FIELDS or (fp["kind"] == "glob" and not glob_ok):
+        return "expected a fingerprint object with a kind out of %s" % ", ".join(sorted(_FP_FIELDS))
+    for field, kind in _FP_FIELDS[fp["kind"]].items():
+        if not isinstance(fp.get(field), kind) or isinstance(fp.get(field), bool):
+            return "its %s is not a %s" % (field, kind.__name__)
+    if fp["kind"] == "dir" and not all(isinstance(e, str) for e in fp["entries"]):
+        return "its entries are not all strings"
+    if fp["kind"] == "glob":
+        for match in fp["matches"].values():
+            why = _fingerprint_problem(match, glob_ok=False)
+            if why:
+                return "a match: " + why
+    return None
+
+
+def stamp_problem(path, stamp):
+    """Why ``stamp`` (a JSON object read from ``path``) is not a stamp of this collection's shape; None when it is.
+
+    The key and the time are strings, ``watch`` maps paths to fingerprint objects and ``packages`` maps package
+    names to a version string or null."""
+    try:
+        check_record(path, stamp, {"key": "str", "format": ("int", False), "recorded_at": ("str|null", False),
+                                   "watch": ("dict", False), "packages": ("dict", False)}, what="converged stamp")
+    except RecordShapeError as exc:
+        return str(exc)
+    for name, fp in stamp.get("watch", {}).items():
+        why = _fingerprint_problem(fp, glob_ok=True)
+        if why:
+            return "converged stamp %s: watch[%r] is %r: %s" % (path, name, fp, why)
+    for name, version in stamp.get("packages", {}).items():
+        if version is not None and not isinstance(version, str):
+            return "converged stamp %s: packages[%r] is %r, expected a version string or null" % (path, name, version)
+    return None
+
+
+def read_stamp(path):
+    """``(stamp or None, problem or None)``: a stamp of the wrong shape is refused (None) with the reason."""
+    text = read_text(path)
+    if text is None:
+        return None, None
+    try:
+        stamp = json.loads(text)
+    except ValueError:
+        return None, "converged stamp %s is not JSON" % path
+    problem = stamp_problem(path, stamp)
+    return (None, problem) if problem else (stamp, None)
+
+
 def check(path, key, hash_limit=HASH_LIMIT, dpkg_status="/var/lib/dpkg/status"):
     """{steady, intact, drift, reason, recorded_at, watched}: what the stamp at ``path`` says of this node now.
 
     steady: the node converged last with this very key. intact: steady, and every fingerprint still matches.
-    A stamp that is missing, unreadable or not a JSON object counts as no stamp.
+    A stamp that is missing, unreadable or not a JSON object counts as no stamp; one of the wrong shape (valid
+    JSON, wrong types) too, with the reason naming the file.
     """
-    stamp = read_json_dict(path)
+    stamp, problem = read_stamp(path)
     out = {"steady": False, "intact": False, "drift": [], "recorded_at": (stamp or {}).get("recorded_at"),
            "watched": watched_count(stamp)}
-    if stamp is None:
+    if problem:
+        out["reason"] = "%s: refused, the node goes through every phase and the next full converge rewrites it" % problem
+    elif stamp is None:
         out["reason"] = "no converged stamp at %s: the node has not completed a full converge" % path
     elif stamp.get("key") != key:
         out["reason"] = "the settings or the collection changed since the last full converge"

@@ -41,9 +41,11 @@ from ansible_collections.gpufleet.deepep.plugins.module_utils._nvshmem_discovery
     preload_value,
 )
 from ansible_collections.gpufleet.deepep.plugins.module_utils._pci import (
+    gpu_count_problem,
     list_gpus,
     parse_nvidia_smi_query,
     parse_nvlink_status,
+    suspect_gpus,
 )
 from ansible_collections.gpufleet.deepep.plugins.module_utils._rdma import collect_rdma
 from ansible_collections.gpufleet.deepep.plugins.module_utils._versions import (
@@ -70,8 +72,6 @@ FACT_NAMES = {"stack": "gpufleet_stack", "nvidia": "gpufleet_nvidia", "rdma": "g
 NVIDIA_SMI_QUERY_FIELDS = ["index", "pci.bus_id", "name", "memory.total", "compute_cap", "uuid", "driver_version"]
 SBIN_DIRS = ("/sbin", "/usr/sbin", "/usr/local/sbin")
 
-_EXPORT_RE = re.compile(r"^\s*(?:export\s+)?([A-Za-z_][A-Za-z0-9_]*)=(.*)$")
-_VAR_RE = re.compile(r"\$(?:\{([A-Za-z_][A-Za-z0-9_]*)(?::?-([^}]*))?\}|([A-Za-z_][A-Za-z0-9_]*))")
 _NVCC_RELEASE_RE = re.compile(r"release\s+(\d+\.\d+)")
 
 # Runs in the node's own Python: package metadata only (no heavy imports), JSON on stdout.
@@ -87,7 +87,7 @@ if metadata is not None:
     seen = set()
     for dist in metadata.distributions():
         name = dist.metadata["Name"] or ""
-        if not pat.match(name) or name.lower() in seen:
+        if not pat.fullmatch(name) or name.lower() in seen:
             continue
         seen.add(name.lower())
         try:
@@ -169,7 +169,7 @@ def parse_os_release(text):
     """``/etc/os-release`` -> {id, version_id, version_codename, pretty_name}."""
     values = {}
     for line in (text or "").splitlines():
-        match = re.match(r"^([A-Z_]+)=(.*)$", line.strip())
+        match = re.fullmatch(r"([A-Z_]+)=(.*)", line.strip())
         if not match:
             continue
         value = match.group(2).strip()
@@ -437,85 +437,163 @@ def nccl_facts(root, py, cuda_home, ldcache):
 
 # --- environment script --------------------------------------------------------------------------------
 
-def _expand(text, values):
-    def repl(match):
-        name = match.group(1) or match.group(3)
-        if name in values and values[name] != "":
-            return values[name]
-        return match.group(2) or ""
-    return _VAR_RE.sub(repl, text)
+_NAME = r"[A-Za-z_][A-Za-z0-9_]*"
+_ASSIGN_LINE_RE = re.compile(r"(export[ \t]+)?(%s)=(.*)" % _NAME)
+_EXPORT_NAMES_RE = re.compile(r"export((?:[ \t]+%s)+)" % _NAME)
+_DOLLAR_NAME_RE = re.compile(r"\$(%s)" % _NAME)
+_BRACE_RE = re.compile(r"\$\{(%s)(\}|:-|:\+|-|\+)" % _NAME)
+_BARE_CHARS = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_./:,=+@%-~")
 
 
-def _shell_value(raw, values):
-    """The value of ``NAME=<raw>`` as a shell would assign it, expanding only variables set earlier in
-    the file (others are empty, as in a clean environment). Stops at an unquoted blank, ``;`` or ``#``."""
+class EnvLineError(ValueError):
+    """A line of the env script that the data reader does not take (it would need a shell)."""
+
+
+def _dollar(raw, i, lookup):
+    """Expand the ``$`` expansion at ``raw[i]``: ``$NAME``, ``${NAME}``, ``${NAME:-w}``, ``${NAME-w}``,
+    ``${NAME:+w}``, ``${NAME+w}`` (``w`` may hold expansions of its own). Returns (text, next index)."""
+    match = _DOLLAR_NAME_RE.match(raw, i)
+    if match:
+        return lookup(match.group(1)) or "", match.end()
+    match = _BRACE_RE.match(raw, i)
+    if not match:
+        raise EnvLineError("a $ expansion other than $NAME or ${NAME[:-+]word} (command substitution, arithmetic, "
+                           "special parameters)")
+    name, op = match.group(1), match.group(2)
+    value = lookup(name)
+    if op == "}":
+        return value or "", match.end()
+    j, word = match.end(), []
+    while True:
+        if j >= len(raw):
+            raise EnvLineError("an unterminated ${...}")
+        char = raw[j]
+        if char == "}":
+            break
+        if char == "$":
+            text, j = _dollar(raw, j, lookup)
+            word.append(text)
+            continue
+        if char in "'\"`\\":
+            raise EnvLineError("a quote or backslash inside ${...}")
+        word.append(char)
+        j += 1
+    word = "".join(word)
+    if op == ":-":
+        result = value if value else word
+    elif op == "-":
+        result = value if value is not None else word
+    elif op == ":+":
+        result = word if value else ""
+    else:
+        result = word if value is not None else ""
+    return result, j + 1
+
+
+def _shell_word(raw, lookup):
+    """The value of ``NAME=<raw>``: one word of single-quoted, double-quoted (with $ expansions) and bare parts,
+    then nothing but blanks and a comment. Anything a shell would run or interpret otherwise is an EnvLineError."""
     out = []
     i = 0
     while i < len(raw):
         char = raw[i]
         if char == "'":
             end = raw.find("'", i + 1)
-            end = len(raw) if end < 0 else end
+            if end < 0:
+                raise EnvLineError("an unterminated single quote")
             out.append(raw[i + 1:end])
             i = end + 1
         elif char == '"':
             j = i + 1
-            chunk = []
-            while j < len(raw) and raw[j] != '"':
-                if raw[j] == "\\" and j + 1 < len(raw) and raw[j + 1] in '"\\$`':
-                    chunk.append(raw[j + 1])
+            while True:
+                if j >= len(raw):
+                    raise EnvLineError("an unterminated double quote")
+                ch = raw[j]
+                if ch == '"':
+                    break
+                if ch == "\\" and j + 1 < len(raw) and raw[j + 1] in '"\\$`':
+                    out.append(raw[j + 1])
                     j += 2
-                    continue
-                chunk.append(raw[j])
-                j += 1
-            out.append(_expand("".join(chunk), values))
+                elif ch == "`":
+                    raise EnvLineError("a command substitution (`...`)")
+                elif ch == "$":
+                    text, j = _dollar(raw, j, lookup)
+                    out.append(text)
+                else:
+                    out.append(ch)
+                    j += 1
             i = j + 1
-        elif char in " \t;" or (char == "#" and not out):
+        elif char == "$":
+            text, i = _dollar(raw, i, lookup)
+            out.append(text)
+        elif char in " \t":
+            rest = raw[i:].strip()
+            if rest and not rest.startswith("#"):
+                raise EnvLineError("more after the value (%r)" % rest[:40])
             break
+        elif char in _BARE_CHARS:
+            out.append(char)
+            i += 1
         else:
-            j = i
-            while j < len(raw) and raw[j] not in " \t;'\"":
-                j += 1
-            out.append(_expand(raw[i:j], values))
-            i = j
+            raise EnvLineError("the character %r, which only a shell would interpret" % char)
     return "".join(out)
 
 
-def parse_env_script(text):
-    """The variables a shell script exports with top-level ``export NAME=value`` lines, in file order.
+def read_env_script(text, base=None):
+    """Read an env script as data, never running it: its ``[export ]NAME=value`` and ``export NAME...`` lines.
 
-    Conditional lines (``[ -d x ] && export ...``), functions and commands are not evaluated; ``${VAR}``
-    and ``${VAR:-default}`` are expanded from values the file set before. Returns (exports, raw) where
-    raw keeps the unexpanded right-hand sides.
+    ``base`` is the environment it starts from (None: empty, as for the facts; the import probe passes its own
+    environment, so ``${PATH:+:${PATH}}`` appends the inherited value). Returns ``(exports, raw, env, errors)``:
+    the exported variables in file order, their unexpanded right-hand sides, the whole resulting environment
+    (``base`` plus every exported variable), and one message per line it does not take (conditionals, commands,
+    command substitution...), naming the line.
     """
-    exports, raw_values, values = {}, {}, {}
-    for line in (text or "").splitlines():
+    base = dict(base or {})
+    values, exported = dict(base), set(base)
+    exports, raw_values, errors = {}, {}, []
+
+    def lookup(name):
+        return values.get(name)
+
+    for number, line in enumerate((text or "").splitlines(), 1):
         stripped = line.strip()
         if not stripped or stripped.startswith("#"):
             continue
-        match = _EXPORT_RE.match(line)
-        if not match:
-            continue
-        name, rhs = match.group(1), match.group(2)
-        value = _shell_value(rhs, values)
-        values[name] = value
-        if stripped.startswith("export"):
-            exports[name] = value
-            raw_values[name] = rhs.strip()
-    # A variable assigned first and exported later by name (`X=1` then `export X`).
-    for line in (text or "").splitlines():
-        match = re.match(r"^\s*export\s+([A-Za-z_][A-Za-z0-9_]*(?:\s+[A-Za-z_][A-Za-z0-9_]*)*)\s*$", line)
-        if match:
-            for name in match.group(1).split():
-                if name in values and name not in exports:
-                    exports[name] = values[name]
-    return exports, raw_values
+        match = _ASSIGN_LINE_RE.fullmatch(stripped)
+        try:
+            if match:
+                value = _shell_word(match.group(3), lookup)
+                name = match.group(2)
+                values[name] = value
+                if match.group(1) or name in exported:
+                    exported.add(name)
+                    exports[name] = value
+                    raw_values[name] = match.group(3).strip()
+                continue
+            match = _EXPORT_NAMES_RE.fullmatch(stripped)
+            if match:
+                for name in match.group(1).split():
+                    exported.add(name)
+                    if name in values:
+                        exports[name] = values[name]
+                continue
+            raise EnvLineError("not an assignment or export of plain values")
+        except EnvLineError as exc:
+            errors.append("line %d %r: %s" % (number, stripped[:120], exc))
+    env = dict((name, values[name]) for name in exported if name in values)
+    return exports, raw_values, env, errors
+
+
+def parse_env_script(text):
+    """The exported variables (expanded, from an empty environment) and their raw right-hand sides."""
+    exports, raw, dummy, dummy2 = read_env_script(text)
+    return exports, raw
 
 
 def gather_env_script(root, path):
     full = under(root, path)
     result = {"path": path, "present": os.path.isfile(full), "sha256": None, "mode": None, "exports": {},
-              "exports_raw": {}}
+              "exports_raw": {}, "unparsed": []}
     if not result["present"]:
         return result
     result["sha256"] = sha256_file(full)
@@ -523,21 +601,36 @@ def gather_env_script(root, path):
         result["mode"] = "%04o" % (os.stat(full).st_mode & 0o7777)
     except OSError:
         pass
-    exports, raw = parse_env_script(read_text(full))
-    result["exports"], result["exports_raw"] = exports, raw
+    exports, raw, dummy, errors = read_env_script(read_text(full))
+    result["exports"], result["exports_raw"], result["unparsed"] = exports, raw, errors
     return result
 
 
+def import_probe_env(env_script, env_present):
+    """``(env or None, refusal or None)``: the environment the import probe runs with, read from the env script
+    as data on top of this process's environment; a refusal when the script has lines that are not data."""
+    if not env_present:
+        return None, None
+    text = read_text(env_script)
+    if text is None:
+        return None, "cannot read the env script %s" % env_script
+    dummy, dummy2, env, errors = read_env_script(text, base=os.environ)
+    if errors:
+        return None, ("the env script %s has lines that are not plain NAME=value exports, so it is not read and the "
+                      "import is not tried (the audit never runs the script): %s" % (env_script, "; ".join(errors[:5])))
+    return env, None
+
+
 def check_import(python, env_script, env_present, runner, timeout):
-    """``import deep_ep`` in a fresh process with the env script sourced (when it exists)."""
+    """``import deep_ep`` in a fresh process (no shell) with the environment the env script's export lines give,
+    read as data (when the script exists)."""
     result = {"checked": True, "ok": False, "env_sourced": bool(env_present), "file": None, "version": None,
               "error": None, "rc": None}
-    if env_present:
-        argv = ["bash", "-c", 'source "$1" >/dev/null 2>&1 && exec "$2" -c "$3"', "deepep-import",
-                env_script, python, IMPORT_PROBE]
-    else:
-        argv = [python, "-c", IMPORT_PROBE]
-    rc, out, err = runner(argv, timeout=timeout, env=None)
+    env, refusal = import_probe_env(env_script, env_present)
+    if refusal:
+        result["error"] = refusal
+        return result
+    rc, out, err = runner([python, "-c", IMPORT_PROBE], timeout=timeout, env=env)
     result["rc"] = rc
     if rc != 0:
         reason = "timed out after %ss" % timeout if rc == 124 else _tail(err or out, 3)
@@ -718,25 +811,29 @@ class PrefetchRunner(object):
         self._runner = runner
         self._results = {}
         self._threads = {}
-        for argv, timeout in calls:
+        self._envs = {}
+        for call in calls:
+            argv, timeout = call[0], call[1]
+            env = call[2] if len(call) > 2 else None
             key = tuple(argv)
             if key in self._threads:
                 continue
-            thread = threading.Thread(target=self._run, args=(key, list(argv), timeout))
+            self._envs[key] = env
+            thread = threading.Thread(target=self._run, args=(key, list(argv), timeout, env))
             thread.daemon = True
             self._threads[key] = thread
             thread.start()
 
-    def _run(self, key, argv, timeout):
+    def _run(self, key, argv, timeout, env=None):
         try:
-            self._results[key] = self._runner(argv, timeout=timeout, env=None)
+            self._results[key] = self._runner(argv, timeout=timeout, env=env)
         except Exception as exc:  # a runner that raises must not leave the caller waiting forever
             self._results[key] = (1, "", "%s: %s" % (type(exc).__name__, exc))
 
     def __call__(self, argv, timeout=None, env=None):
         key = tuple(argv)
         thread = self._threads.get(key)
-        if thread is None or env:
+        if thread is None or (env or None) != (self._envs.get(key) or None):
             return self._runner(argv, timeout=timeout, env=env)
         thread.join()
         return self._results[key]
@@ -791,9 +888,10 @@ def gather_gpus(sysfs_root, rdma, nvidia_smi, runner, timeout=60):
     """``gpufleet_gpus`` as gpufleet.deepep.gpu_topology reports it, reusing the ``gpufleet_rdma`` facts."""
     _check_sysfs(sysfs_root)
     gpus = list_gpus(sysfs_root)
+    unreadable = suspect_gpus(sysfs_root)
     info = {"path": nvidia_smi, "used": False, "rc": None, "stdout": "", "stderr": ""}
     rows, nvlink = None, None
-    if gpus and nvidia_smi is not None:
+    if (gpus or unreadable) and nvidia_smi is not None:
         rc, out, err = runner(nvidia_smi_query_argv(nvidia_smi), timeout=timeout, env=None)
         info["rc"] = rc
         info["stderr"] = err
@@ -805,7 +903,11 @@ def gather_gpus(sysfs_root, rdma, nvidia_smi, runner, timeout=60):
             rc2, out2, _err2 = runner([nvidia_smi, "nvlink", "-s"], timeout=timeout, env=None)
             if rc2 == 0:
                 nvlink = parse_nvlink_status(out2)
-    return topology_facts(gpus, rdma, smi_rows=rows, nvlink=nvlink, smi_info=info)
+    problem = gpu_count_problem(gpus, rows)
+    if problem:
+        raise GatherError(problem)
+    return topology_facts(gpus, rdma, smi_rows=rows, nvlink=nvlink, smi_info=info,
+                          unreadable=[bdf for bdf, dummy in unreadable])
 
 
 def nvidia_smi_query_argv(nvidia_smi):
@@ -886,11 +988,9 @@ def gather_node(gather=("stack",), root="/", sysfs_root="/sys", params_path=DEFA
         calls.append((["ldconfig", "-p"], 30))
         env_full = under(root, env_script)
         if import_check:
-            if os.path.isfile(env_full):
-                calls.append((["bash", "-c", 'source "$1" >/dev/null 2>&1 && exec "$2" -c "$3"', "deepep-import",
-                               env_full, python, IMPORT_PROBE], timeout))
-            else:
-                calls.append(([python, "-c", IMPORT_PROBE], timeout))
+            probe_env, refusal = import_probe_env(env_full, os.path.isfile(env_full))
+            if not refusal:
+                calls.append(([python, "-c", IMPORT_PROBE], timeout, probe_env))
     if wanted & set(("stack", "bundled_nvshmem")):
         calls.append(([python, "-c", PYTHON_PROBE], timeout))
     if smi is not None and os.path.isdir(sysfs_root) and list_gpus(sysfs_root):

@@ -18,20 +18,18 @@ refused with a message naming it.
 from __future__ import annotations
 
 import datetime
-import errno
-import fcntl
 import json
 import os
 import re
 import shutil
 import tempfile
-import time
 
 from ansible_collections.gpufleet.deepep.plugins.module_utils._fileio import (
     file_sha256,
     read_text,
     write_json_file,
 )
+from ansible_collections.gpufleet.deepep.plugins.module_utils._lock import FileLock, LockError, LockTimeout
 
 __all__ = [
     "KINDS", "RECORD_NAME", "StoreError", "check_request", "check_files", "key_path", "validate_record",
@@ -61,7 +59,7 @@ def check_request(store, kind, key):
         raise StoreError("store %r must be an absolute path" % (store,))
     if kind not in KINDS:
         raise StoreError("kind %r is not one of %s" % (kind, ", ".join(KINDS)))
-    if not isinstance(key, str) or not _KEY_RE.match(key):
+    if not isinstance(key, str) or not _KEY_RE.fullmatch(key):
         raise StoreError("key %r is not a build key (%s)" % (key, KEY_FORM))
 
 
@@ -114,7 +112,7 @@ def validate_record(record, kind, key, where):
         if not isinstance(entry, dict):
             bad("files.%s is %r" % (name, entry), "a mapping with sha256 and size")
         sha = entry.get("sha256")
-        if not isinstance(sha, str) or not _SHA256_RE.match(sha):
+        if not isinstance(sha, str) or not _SHA256_RE.fullmatch(sha):
             bad("files.%s.sha256 is %s" % (name, "missing" if "sha256" not in entry else repr(sha)),
                 "64 lowercase hex digits")
         size = entry.get("size")
@@ -206,39 +204,19 @@ def verify_file(path, entry, shown=None):
 # Publication
 
 
-class StoreLock(object):
+class StoreLock(FileLock):
     """``<store>/.lock`` held with fcntl (exclusive), waited for at most ``timeout`` seconds."""
 
     def __init__(self, store, timeout=LOCK_TIMEOUT, poll=0.1):
-        self.path = os.path.join(store, LOCK_NAME)
-        self.timeout = timeout
-        self.poll = poll
-        self.fd = None
+        FileLock.__init__(self, os.path.join(store, LOCK_NAME), timeout, poll=poll, what="store lock")
 
     def __enter__(self):
-        self.fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
-        deadline = time.monotonic() + self.timeout
-        while True:
-            try:
-                fcntl.flock(self.fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                return self
-            except (IOError, OSError) as exc:
-                if exc.errno not in (errno.EAGAIN, errno.EACCES, errno.EWOULDBLOCK):
-                    os.close(self.fd)
-                    raise StoreError("cannot lock %s: %s" % (self.path, exc))
-            if time.monotonic() >= deadline:
-                os.close(self.fd)
-                self.fd = None
-                raise StoreError("%s stayed locked for %s s (another publication hangs?); run again once it ended"
-                                 % (self.path, self.timeout))
-            time.sleep(self.poll)
-
-    def __exit__(self, *exc):
-        if self.fd is not None:
-            fcntl.flock(self.fd, fcntl.LOCK_UN)
-            os.close(self.fd)
-            self.fd = None
-        return False
+        try:
+            return FileLock.__enter__(self)
+        except LockTimeout as exc:
+            raise StoreError("%s (another publication hangs?); run again once it ended" % exc)
+        except LockError as exc:
+            raise StoreError(str(exc))
 
 
 def new_incoming(store, kind, key, host):

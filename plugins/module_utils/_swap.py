@@ -3,7 +3,9 @@
 
 """Staged builds swapped into place: ``<prefix>.staging-<key8>`` is built and verified, then exchanged with
 ``<prefix>`` (Linux ``renameat2`` RENAME_EXCHANGE, else two renames undone on error); the install it replaces is
-kept as ``<prefix>.previous`` for rollback.
+kept as ``<prefix>.previous`` for rollback. ``replace_tree`` replaces a directory the same way without keeping the
+old one (build artifacts). ``PrefixLock`` is the per-prefix build lock (``.<name>.lock`` beside the prefix, fcntl): a second build of
+one prefix waits for the first (bounded) or refuses, and never touches the first one's staging directory.
 
 Standard library only, Python 3.8+ (this file runs on the managed nodes).
 """
@@ -17,9 +19,14 @@ import re
 import shutil
 
 from ansible_collections.gpufleet.deepep.plugins.module_utils._buildkey import BuildError, short_key
+from ansible_collections.gpufleet.deepep.plugins.module_utils._lock import FileLock, LockError, LockTimeout, prefix_lock_path
 
 __all__ = ["staging_path", "previous_path", "stale_staging_dirs", "clean_stale_staging", "recover_interrupted_swap",
-           "swap_in", "rollback"]
+           "swap_in", "rollback", "replace_tree", "PrefixLock", "build_lock", "repair_beside", "LOCK_TIMEOUT"]
+
+# How long a second build of one prefix waits for the first by default (an NVSHMEM or DeepEP build takes minutes
+# to tens of minutes on a real node).
+LOCK_TIMEOUT = 3600
 
 
 def _clean_prefix(prefix):
@@ -79,6 +86,21 @@ def recover_interrupted_swap(prefix):
         os.rename(previous, prefix)
         return "restored %s from %s (a swap was interrupted)" % (prefix, previous)
     return None
+
+
+def repair_beside(prefix, check_mode=False):
+    """``(cleaned, recovered)``: the staging directories killed runs left beside ``prefix`` (removed), and the repair
+    of a swap one interrupted (or None). In check mode nothing is changed and both say what would be done. Call it
+    under the prefix's build lock."""
+    prefix = _clean_prefix(prefix)
+    if check_mode:
+        previous = previous_path(prefix)
+        recovered = None
+        if not os.path.lexists(prefix) and os.path.isdir(previous):
+            recovered = "would restore %s from %s (a swap was interrupted)" % (prefix, previous)
+        return stale_staging_dirs(prefix), recovered
+    recovered = recover_interrupted_swap(prefix)
+    return clean_stale_staging(prefix), recovered
 
 
 _RENAME_EXCHANGE = 2
@@ -164,3 +186,66 @@ def rollback(prefix):
     os.rename(previous, prefix)
     os.rename(hold, previous)
     return {"prefix": prefix, "previous": previous, "method": "rename"}
+
+
+def replace_tree(path, new):
+    """Put the directory ``new`` at ``path`` (same filesystem), replacing what is there, never delete-then-rename.
+
+    One ``renameat2`` exchange where the kernel has it; else the old tree is renamed aside, ``new`` renamed in,
+    and the old one renamed back if that fails. The replaced tree is removed only once ``new`` is in place.
+    Returns the method (``rename``, ``exchange``).
+    """
+    path = os.path.normpath(path)
+    if not os.path.isdir(new):
+        raise BuildError("new tree %s does not exist" % new)
+    if not os.path.lexists(path):
+        os.rename(new, path)
+        return "rename"
+    if _exchange(new, path):
+        shutil.rmtree(new)  # ``new`` now holds the old tree
+        return "exchange"
+    parent, base = os.path.split(path)
+    aside = os.path.join(parent, ".%s.replaced-%d" % (base, os.getpid()))
+    os.rename(path, aside)
+    try:
+        os.rename(new, path)
+    except OSError:
+        os.rename(aside, path)
+        raise
+    shutil.rmtree(aside)
+    return "rename"
+
+
+class PrefixLock(FileLock):
+    """The build lock of ``prefix`` (``.<name>.lock`` beside it), held while a build cleans, stages and swaps.
+
+    A second build waits for at most ``timeout`` seconds (0: refuses at once), then raises BuildError naming the
+    lock file, its holder and the way out.
+    """
+
+    def __init__(self, prefix, timeout=LOCK_TIMEOUT, poll=0.5, what="build"):
+        FileLock.__init__(self, prefix_lock_path(_clean_prefix(prefix)), timeout, poll=poll, what="build lock")
+        self.prefix = _clean_prefix(prefix)
+        self.build = what
+
+    def __enter__(self):
+        try:
+            return FileLock.__enter__(self)
+        except LockTimeout as exc:
+            raise BuildError("another %s of %s is running (%s); its staging directory was left alone. Run again "
+                             "once it ended, or raise lock_timeout to wait longer" % (self.build, self.prefix, exc))
+        except LockError as exc:
+            raise BuildError(str(exc))
+
+
+class _NoLock(object):
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        return False
+
+
+def build_lock(prefix, timeout, what, check_mode=False):
+    """The PrefixLock of ``prefix``, or, in check mode (which only reads), a context that locks nothing."""
+    return _NoLock() if check_mode else PrefixLock(prefix, timeout, what=what)

@@ -190,6 +190,14 @@ def select_thresholds(table, profile=None):
             if key != "default" and str(key).lower() in tokens:
                 matched = key
                 break
+    if profile is not None and not isinstance(profile, str):
+        raise VerifyInputError("profile %r is not a string; expected a profile name out of %s"
+                               % (profile, ", ".join(sorted(map(str, table)))))
+    if matched is None and "default" not in table:
+        raise VerifyInputError("profile %r matches no entry of the thresholds table and it has no 'default' entry, so "
+                               "no gate would apply; expected one of the known profiles %s (or a name with one of "
+                               "them as a '_'/'-' token), or add a 'default' entry"
+                               % (profile, ", ".join(sorted(map(str, table)))))
     thresholds = dict(table.get("default") or {})
     if matched is not None:
         thresholds.update(table[matched])

@@ -220,7 +220,7 @@ def cuda_tag_to_version(tag):
     """``cu129`` -> ``12.9``, ``cu130`` -> ``13.0``, ``cu118`` -> ``11.8``; None for ``cpu``/``rocm*``."""
     if tag is None:
         return None
-    match = _CUDA_TAG_RE.match(str(tag).strip())
+    match = _CUDA_TAG_RE.fullmatch(str(tag).strip())
     if not match:
         return None
     digits = match.group(1)
@@ -229,7 +229,7 @@ def cuda_tag_to_version(tag):
 
 def cuda_tag(cuda_version):
     """``13.0.88`` -> ``cu130``, ``12.9`` -> ``cu129``; a ``cuXXX`` tag is returned as it is."""
-    if isinstance(cuda_version, str) and _CUDA_TAG_RE.match(cuda_version.strip()):
+    if isinstance(cuda_version, str) and _CUDA_TAG_RE.fullmatch(cuda_version.strip()):
         return cuda_version.strip()
     parsed = parse_version(cuda_version)
     if parsed.minor > 9:
@@ -246,7 +246,7 @@ def split_torch_version(text):
     """
     parsed = parse_version(text)
     local = parsed.local
-    tag = local if local and _CUDA_TAG_RE.match(local) else None
+    tag = local if local and _CUDA_TAG_RE.fullmatch(local) else None
     return {
         "version": parsed.public,
         "cuda_tag": tag,

@@ -156,6 +156,7 @@ copied:
 
 from ansible.module_utils.basic import AnsibleModule
 
+from ansible_collections.gpufleet.deepep.plugins.module_utils._guard import guarded
 from ansible_collections.gpufleet.deepep.plugins.module_utils._store import (
     KINDS,
     StoreError,
@@ -195,7 +196,7 @@ def run(params, check_mode):
                      check_mode=check_mode)
 
 
-def main():
+def _main():
     module = AnsibleModule(argument_spec=ARGUMENT_SPEC, required_if=REQUIRED_IF, supports_check_mode=True)
     try:
         result = run(module.params, module.check_mode)
@@ -204,6 +205,10 @@ def main():
     except (IOError, OSError) as exc:
         module.fail_json(msg="artifact store %s: %s" % (module.params["store"], exc))
     module.exit_json(**result)
+
+
+def main():
+    guarded("artifact_store", _main)
 
 
 if __name__ == "__main__":

@@ -60,6 +60,23 @@ options:
     description: The variable that holds each host's expectations (the facts document's C(expect)).
     type: str
     default: audit_expect
+  sglang_var:
+    description:
+      - The variable that holds each host's registered M(gpufleet.deepep.sglang_env) result (C(state=facts)) on nodes
+        where SGLang is audited; it becomes the facts document's C(gpufleet_sglang) (null where the module did not
+        run or the environment has no sglang distribution; a failure is named under C(gather_errors)).
+    type: str
+    default: audit_r_sglang
+  model_var:
+    description: The variable that holds each host's registered M(gpufleet.deepep.model_config) result (the facts
+      document's C(gpufleet_model)).
+    type: str
+    default: audit_r_model
+  serving_var:
+    description: The variable that holds each host's registered M(gpufleet.deepep.serve_state) result on nodes of the
+      serving groups (the facts document's C(gpufleet_serving), judged by the C(SERVING_*) rules).
+    type: str
+    default: audit_r_serving
   groups:
     description: Inventory groups (group to hosts) compared for drift; by default the inventory's.
     type: dict

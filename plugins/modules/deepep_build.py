@@ -25,10 +25,21 @@ description:
     C(NVCC_APPEND_FLAGS), C(DISABLE_AGGRESSIVE_PTX_INSTRS), C(MAX_JOBS), C(LIBRARY_PATH) with the CUDA stubs), and
     keeps the wheel in C(<artifact_dir>/<key>/) with its build record and log. A wheel already there for the key
     (for example copied from the fleet's artifact store) is installed without building.
-  - The wheel is installed with C(pip install --no-deps --force-reinstall --no-index), then C(import deep_ep) is
+  - The wheel is installed as one transaction. C(pip install --no-deps --no-index --target) unpacks it into a
+    directory beside the site-packages (the installed DeepEP is untouched), then a journal is written, the previous
+    DeepEP's files (from its C(RECORD)) are renamed aside and the new ones renamed in, and C(import deep_ep) is
     checked in a fresh process (with O(env_script) sourced when given). If the new install does not import, the
-    previous wheel is put back. A failed import of the installed DeepEP after a torch change is reported as an
-    ABI mismatch, and the rebuild is the fix.
+    previous files are renamed back. A run killed during the install leaves the previous DeepEP in place (killed
+    while pip ran) or a journal that the next run rolls back before anything else (killed during the renames).
+    A failed import of the installed DeepEP after a torch change is reported as an ABI mismatch, and the rebuild
+    is the fix.
+  - A wheel with a build record (C(build.json) beside it, built here or copied from the artifact store) is checked
+    against the record's C(wheel_sha256) before it is installed; a truncated or altered wheel is refused, named.
+  - Builds and installs of one O(artifact_dir) hold the lock C(.<name>.lock) beside it (fcntl; by default
+    C(/opt/deepep/artifacts/.deepep.lock)). A second run waits for the first (O(lock_timeout)), then plans again,
+    or refuses; it never removes the first run's staging directory.
+    The artifact directory of a key is replaced atomically (an exchange, or rename aside then in), never deleted
+    first. Check mode takes no lock.
 author: gpufleet.deepep maintainers (@gpufleet)
 extends_documentation_fragment:
   - gpufleet.deepep.attributes
@@ -111,6 +122,12 @@ options:
     description: How many lines of the build log a failure reports.
     type: int
     default: 60
+  lock_timeout:
+    description:
+      - Seconds to wait for another build or install of the same O(artifact_dir) on this node (its lock
+        C(.<name>.lock) beside it) before refusing. C(0) refuses at once.
+    type: int
+    default: 3600
 notes:
   - The stamp C(.gpufleet-build.json) is written into the installed C(deep_ep) package directory.
   - To group hosts by build key before building (build once, distribute), run the module in check mode and read
@@ -264,10 +281,16 @@ cmd:
   type: list
   elements: str
 rolled_back:
-  description: Whether the previous wheel was reinstalled after the new one failed its import check.
+  description: Whether the previous install was put back after the new one failed its install or import check.
   returned: failure
   type: bool
   sample: true
+recovered:
+  description: What an interrupted earlier install left that this run rolled back (or would, in check mode), or null.
+  returned: always
+  type: str
+  sample: "rolled back an interrupted install of deep_ep in /opt/torch/.venv/lib/python3.12/site-packages
+    (restored: deep_ep, deep_ep-1.2.1.dist-info)"
 diff:
   description: Before and after build stamp of the installed DeepEP (diff mode).
   returned: when diff mode is on and an install is (or would be) needed
@@ -345,8 +368,8 @@ from ansible_collections.gpufleet.deepep.plugins.module_utils._buildkey import (
     build_key,
     BuildError,
     short_key,
+    source_identity,
     STAMP_NAME,
-    tree_hash,
     write_stamp,
 )
 from ansible_collections.gpufleet.deepep.plugins.module_utils._deepep import (
@@ -360,15 +383,23 @@ from ansible_collections.gpufleet.deepep.plugins.module_utils._fileio import (
     file_sha256,
     read_json_dict as _read_json,
     read_text as _read,
+    write_json_file,
 )
 from ansible_collections.gpufleet.deepep.plugins.module_utils._nvshmem import parse_nvshmem_info
-from ansible_collections.gpufleet.deepep.plugins.module_utils._runner import CommandLog, StepFailed
+from ansible_collections.gpufleet.deepep.plugins.module_utils._runner import CommandLog, Failed, finish, log_tail, StepFailed
+from ansible_collections.gpufleet.deepep.plugins.module_utils._swap import build_lock, replace_tree
 from ansible_collections.gpufleet.deepep.plugins.module_utils._versions import (
     cuda_version_from_nvcc,
     nccl_version_from_header_file,
     nccl_version_from_pip,
     nvshmem_version_from_header,
     pip_package_version,
+)
+from ansible_collections.gpufleet.deepep.plugins.module_utils._wheel import (
+    journal_path,
+    recover as recover_install,
+    stale_stages,
+    WheelInstall,
 )
 
 NVSHMEM_PIP_PROJECTS = ("nvidia-nvshmem-cu13", "nvidia-nvshmem-cu12", "nvidia-nvshmem")
@@ -377,6 +408,7 @@ NVSHMEM_PIP_PROJECTS = ("nvidia-nvshmem-cu13", "nvidia-nvshmem-cu12", "nvidia-nv
 PROBE = r"""
 import glob, importlib.util, json, os, sys, sysconfig
 out = {"python_version": "%d.%d.%d" % sys.version_info[:3], "soabi": sysconfig.get_config_var("SOABI"),
+       "purelib": sysconfig.get_paths().get("purelib"),
        "site": sorted(set(p for p in (sysconfig.get_paths().get("purelib"), sysconfig.get_paths().get("platlib"))
                           if p) | set(p for p in sys.path if p.endswith("-packages")))}
 try:
@@ -456,6 +488,7 @@ def build_module():
             disable_aggressive_ptx=dict(type="bool"),
             install=dict(type="bool", default=True),
             log_lines=dict(type="int", default=60),
+            lock_timeout=dict(type="int", default=3600),
         ),
         required_one_of=[("src", "wheel")],
         supports_check_mode=True,
@@ -464,11 +497,6 @@ def build_module():
 
 def _now():
     return datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
-def _tail(path, lines):
-    text = _read(path) if path else None
-    return text.splitlines()[-lines:] if text else []
 
 
 class Builder(CommandLog):
@@ -539,20 +567,6 @@ class Builder(CommandLog):
                     "source": "pip package %s (%s)" % (found["project"], pip_dir or found["site_packages"])}
         return {"root": None, "version": None, "source": None}
 
-    def source_identity(self, src):
-        if os.path.exists(os.path.join(src, ".git")):
-            git = self.module.get_bin_path("git")
-            if git:
-                rc, out, err = self.run([git, "-C", src, "rev-parse", "HEAD"], check=False, record=False)
-                if rc == 0 and out.strip():
-                    identity = {"kind": "git", "revision": out.strip()}
-                    rc2, status, err = self.run([git, "-C", src, "status", "--porcelain", "--untracked-files=no"],
-                                                check=False, record=False)
-                    if rc2 != 0 or status.strip():
-                        identity["tree"] = tree_hash(src)
-                    return identity
-        return {"kind": "tree", "tree": tree_hash(src)}
-
     def import_check(self):
         python = self.p["python"]
         if self.p["env_script"]:
@@ -613,253 +627,388 @@ def _find_artifact(artifact_dir, key):
     return wheel, record
 
 
-def run(module):
-    p = module.params
-    builder = Builder(module)
-    result = {
-        "changed": False, "built": False, "installed": False, "would_build": False, "would_install": False,
-        "reboot_required": False, "generation": None, "generation_reason": None, "preflight": {},
-        "wheel": None, "reason": "", "commands": [], "log": None,
-    }
+class DeepepBuild(object):
+    """observe (the interpreter, the source's generation, the preflight, the key, the installed DeepEP), plan
+    (nothing, install the key's wheel, or build it first), apply (build in staging, put the wheel in place, install it
+    as one transaction); ``run`` returns the facts or raises Failed."""
 
-    def fail(msg, **extra):
-        result["commands"] = builder.commands
-        result.update(extra)
-        module.fail_json(msg=msg, **result)
-
-    if p["jobs"] is not None and p["jobs"] < 1:
-        fail("jobs must be 1 or more, got %d" % p["jobs"])
-    if p["src"] and not os.path.isfile(os.path.join(p["src"], "setup.py")):
-        fail("src %s is not a DeepEP source tree (no setup.py)" % p["src"])
-    if p["wheel"] and not os.path.isfile(p["wheel"]):
-        fail("wheel %s does not exist" % p["wheel"])
-    if p["env_script"] and not os.path.isfile(p["env_script"]):
-        fail("env_script %s does not exist" % p["env_script"])
-
-    # Observe.
-    try:
-        probe = builder.probe()
-    except StepFailed as exc:
-        fail(exc.msg, rc=exc.rc)
-    probe["python"] = p["python"]
-    site = probe.get("site") or []
-    wheel_record = _read_json(os.path.join(os.path.dirname(p["wheel"]), "build.json")) if p["wheel"] else None
-
-    # Generation.
-    if p["src"]:
-        setup_py = _read(os.path.join(p["src"], "setup.py"))
-        init_py = _read(os.path.join(p["src"], "deep_ep", "__init__.py"))
-        detected, why = detect_deepep_generation(setup_py, init_py,
-                                                 os.path.isdir(os.path.join(p["src"], "tests", "elastic")))
-        if p["generation"] != "auto" and detected and detected != p["generation"]:
-            fail("generation %s was asked for, but %s is a %s tree (%s)" % (p["generation"], p["src"], detected, why))
-        generation = detected if p["generation"] == "auto" else p["generation"]
-        if generation is None:
-            fail("cannot tell the DeepEP generation of %s: %s; set generation: v1 or v2" % (p["src"], why))
-        reason = why if p["generation"] == "auto" else "generation %s given" % p["generation"]
-        hca = has_hca_mapping_support(_read(os.path.join(p["src"], "deep_ep", "buffer.py")) or "") or \
-            has_hca_mapping_support(_read(os.path.join(p["src"], "deep_ep", "buffers", "legacy.py")) or "")
-        src_version = deepep_version_from_tree(setup_py, init_py)
-    else:
-        generation = (wheel_record or {}).get("generation") or (p["generation"] if p["generation"] != "auto" else None)
-        if generation is None:
-            name = os.path.basename(p["wheel"])
-            generation = "v2" if name.startswith("deep_ep-2.") else "v1"
-            reason = "wheel name %s" % name
-        else:
-            reason = "wheel build record" if wheel_record else "generation %s given" % generation
-        hca = bool((wheel_record or {}).get("hca_mapping_support"))
-        src_version = (wheel_record or {}).get("version")
-    result.update(generation=generation, generation_reason=reason)
-
-    cuda_home = p["cuda_home"]
-    cuda_version = builder.cuda_version()
-    cccl = os.path.join(cuda_home, "include", "cccl")
-    nvshmem = builder.nvshmem_info(p["nvshmem_root"], probe.get("nvshmem_pip_dir"), site)
-    nccl = builder.nccl_info(p["nccl_root"], probe.get("nccl_pip_dir"), site)
-
-    obs = {
-        "generation": generation, "arch_list": p["arch_list"], "gpu_arch_list": p["gpu_arch_list"],
-        "cuda_home": cuda_home, "cuda_version": cuda_version, "cccl_dir": cccl,
-        "cccl_exists": os.path.isdir(cccl), "torch_version": probe.get("torch_version"),
-        "torch_error": probe.get("torch_error"), "python": p["python"],
-        "nccl_version": nccl["version"], "nccl_source": nccl["source"],
-        "nvshmem_root": p["nvshmem_root"], "nvshmem_exists": nvshmem["exists"], "nvshmem_ibgda": nvshmem["ibgda"],
-        "nvshmem_pip_dir": probe.get("nvshmem_pip_dir"), "internode": p["internode"],
-        "disable_sm90_features": p["disable_sm90_features"], "disable_aggressive_ptx": p["disable_aggressive_ptx"],
-    }
-    if p["wheel"]:
-        # Installing a prebuilt wheel compiles nothing: only the checks that concern what it runs against count.
-        for name in ("cuda_version",):
-            obs[name] = obs[name] or (wheel_record or {}).get("built_against", {}).get("cuda") or "unknown"
-        obs["cccl_exists"] = True
-    preflight = deepep_preflight(obs)
-    if p["wheel"]:
-        preflight["failures"] = [f for f in preflight["failures"] if f["check"] not in ("cccl_missing", "cuda_missing")]
-        preflight["ok"] = not preflight["failures"]
-    result["preflight"] = preflight
-    if not preflight["ok"]:
-        lines = ["- %s: %s. Fix: %s" % (f["check"], f["message"], f["fix"]) for f in preflight["failures"]]
-        fail("DeepEP %s preflight failed (%d requirement(s)); nothing was built:\n%s"
-             % (generation, len(lines), "\n".join(lines)))
-    for warning in preflight["warnings"]:
-        module.warn(warning)
-    arch_list = preflight["arch_list"]
-
-    # Key.
-    try:
-        if p["src"]:
-            source = builder.source_identity(p["src"])
-        else:
-            source = {"kind": "wheel", "sha256": file_sha256(p["wheel"])}
-        sm90_off = p["disable_sm90_features"]
-        build_env = deepep_build_env(generation, arch_list, cuda_home, nvshmem_root=p["nvshmem_root"],
-                                     nccl_root=p["nccl_root"] if generation == "v2" else None,
-                                     jobs=p["jobs"] or os.cpu_count() or 1, automatic=preflight["automatic"],
-                                     disable_sm90_features=sm90_off, base_env=os.environ)
-        if p["disable_aggressive_ptx"] is not None and "DISABLE_AGGRESSIVE_PTX_INSTRS" not in build_env:
-            build_env["DISABLE_AGGRESSIVE_PTX_INSTRS"] = "1" if p["disable_aggressive_ptx"] else "0"
-        inputs = {
-            "source": source,
-            "generation": generation,
-            "arch_list": arch_list,
-            "torch": probe.get("torch_version"),
-            "python_abi": probe.get("soabi"),
-            "cuda": cuda_version,
-            "nvshmem": {"root": nvshmem["root"] if not sm90_off else None, "version": nvshmem["version"],
-                        "ibgda": nvshmem["ibgda"]},
-            "nccl": {"root": nccl["root"], "version": nccl["version"]},
-            "disable_sm90_features": sm90_off,
-            "disable_aggressive_ptx": build_env.get("DISABLE_AGGRESSIVE_PTX_INSTRS"),
+    def __init__(self, module):
+        self.module = module
+        self.p = module.params
+        self.builder = Builder(module)
+        self.up_to_date = False
+        self.result = {
+            "changed": False, "built": False, "installed": False, "would_build": False, "would_install": False,
+            "reboot_required": False, "generation": None, "generation_reason": None, "preflight": {},
+            "wheel": None, "reason": "", "commands": self.builder.commands, "log": None, "recovered": None,
         }
-        if p["wheel"] and wheel_record and wheel_record.get("key"):
-            key = wheel_record["key"]
-            inputs = wheel_record.get("inputs", inputs)
-        else:
-            key = build_key("deepep", inputs)
-    except (BuildError, ArchError, OSError) as exc:
-        fail("cannot compute the DeepEP build key: %s" % exc)
-    result.update(key=key, inputs=inputs, build_env=dict((k, v) for k, v in build_env.items()
-                                                         if k not in ("PATH",)))
 
-    # Current install.
-    installed_stamp = _read_json(os.path.join(probe["deep_ep_dir"], STAMP_NAME)) if probe.get("deep_ep_dir") else None
-    ext = _ext_path(probe)
-    current_import = builder.import_check() if (probe.get("deep_ep_dir") or ext) else {
-        "ok": False, "error": "deep_ep is not installed"}
-    ext_matches = bool(installed_stamp and ext and os.path.isfile(ext)
-                       and installed_stamp.get("extension_sha256") == file_sha256(ext))
-    installed_key = (installed_stamp or {}).get("key")
-    if installed_stamp and not current_import.get("ok") and "undefined symbol" in (current_import.get("error") or ""):
-        built_torch = (installed_stamp.get("built_against") or {}).get("torch")
-        if built_torch and built_torch != probe.get("torch_version"):
-            result["abi_mismatch"] = {
-                "built_torch": built_torch, "torch": probe.get("torch_version"),
-                "error": current_import.get("error"),
-                "fix": "rebuild DeepEP against torch %s (the key changed, so this module rebuilds)"
-                       % probe.get("torch_version"),
-            }
+    # --- observe --------------------------------------------------------------------------------
 
-    if installed_key == key and ext_matches and current_import.get("ok"):
-        result["reason"] = "installed DeepEP has key %s and imports" % short_key(key)
-        result["wheel"] = installed_stamp.get("wheel")
-        facts = _facts(probe, installed_stamp, current_import, generation, _installed_hca(probe) or hca)
-        _exit(module, builder, ansible_facts={"gpufleet_deepep": facts}, **result)
+    def check_params(self):
+        p = self.p
+        if p["jobs"] is not None and p["jobs"] < 1:
+            raise Failed("jobs must be 1 or more, got %d" % p["jobs"])
+        if p["lock_timeout"] < 0:
+            raise Failed("lock_timeout must be 0 (refuse at once) or more seconds, got %d" % p["lock_timeout"])
+        if p["src"] and not os.path.isfile(os.path.join(p["src"], "setup.py")):
+            raise Failed("src %s is not a DeepEP source tree (no setup.py)" % p["src"])
+        if p["wheel"] and not os.path.isfile(p["wheel"]):
+            raise Failed("wheel %s does not exist" % p["wheel"])
+        if p["env_script"] and not os.path.isfile(p["env_script"]):
+            raise Failed("env_script %s does not exist" % p["env_script"])
 
-    if p["wheel"]:
-        wheel, record = p["wheel"], wheel_record
-    else:
-        wheel, record = _find_artifact(p["artifact_dir"], key)
-    would_build = wheel is None
-    would_install = p["install"]
-    if not would_install and not would_build:
-        result.update(reason="wheel for key %s is in %s (install: false)" % (short_key(key), p["artifact_dir"]),
-                      wheel=wheel)
-        facts = _facts(probe, installed_stamp, current_import, generation, _installed_hca(probe))
-        _exit(module, builder, ansible_facts={"gpufleet_deepep": facts}, **result)
-    if installed_key is None:
-        why = "no DeepEP installed by this module" if not probe.get("deep_ep_dir") else "installed DeepEP has no stamp"
-    elif installed_key != key:
-        why = "key changed: installed %s, wanted %s" % (str(installed_key)[:8], short_key(key))
-        if result.get("abi_mismatch"):
-            why += " (torch changed: ABI mismatch)"
-    elif not ext_matches:
-        why = "installed extension differs from the recorded build"
-    else:
-        why = "installed DeepEP does not import: %s" % current_import.get("error")
-    why += "; %s" % ("a compile is needed" if would_build else "the wheel for the key exists: %s" % wheel)
-    result.update(reason=why, would_build=would_build, would_install=would_install, changed=True, wheel=wheel)
-
-    new_stamp = {
-        "key": key, "kind": "deepep", "generation": generation, "inputs": inputs, "version": src_version,
-        "built_against": {"torch": probe.get("torch_version"), "cuda": cuda_version, "nvshmem": nvshmem["version"],
-                          "nccl": nccl["version"], "arch_list": arch_list},
-        "hca_mapping_support": hca,
-    }
-    if module._diff:
-        result["diff"] = {"before": json.dumps(installed_stamp or {}, sort_keys=True, indent=2) + "\n",
-                          "after": json.dumps(new_stamp, sort_keys=True, indent=2) + "\n"}
-    if module.check_mode:
-        facts = _facts(probe, installed_stamp, current_import, generation, hca)
-        facts.update(key=key, built_against=new_stamp["built_against"], generation=generation, installed=True,
-                     import_ok=True, import_error=None, hca_mapping_support=hca)
-        _exit(module, builder, ansible_facts={"gpufleet_deepep": facts}, **result)
-
-    # Build.
-    if would_build:
+    def observe_python(self):
+        p = self.p
         try:
-            wheel, record = build_wheel(builder, p, key, generation, new_stamp, build_env)
+            self.probe = self.builder.probe()
         except StepFailed as exc:
-            fail("DeepEP %s build failed: %s (nothing was installed)" % (generation, exc.msg), rc=exc.rc, cmd=exc.cmd,
-                 log_tail=_tail(builder.log_path, p["log_lines"]), **exc.extra)
+            raise Failed(exc.msg, rc=exc.rc)
+        self.probe["python"] = p["python"]
+        self.site = self.probe.get("site") or []
+        self.wheel_record = _read_json(os.path.join(os.path.dirname(p["wheel"]), "build.json")) if p["wheel"] else None
+
+    def observe_source(self):
+        """The generation (from the tree, or the wheel and its record), PR 466 support and the source's version."""
+        p, record = self.p, self.wheel_record or {}
+        if p["src"]:
+            setup_py = _read(os.path.join(p["src"], "setup.py"))
+            init_py = _read(os.path.join(p["src"], "deep_ep", "__init__.py"))
+            detected, why = detect_deepep_generation(setup_py, init_py,
+                                                     os.path.isdir(os.path.join(p["src"], "tests", "elastic")))
+            if p["generation"] != "auto" and detected and detected != p["generation"]:
+                raise Failed("generation %s was asked for, but %s is a %s tree (%s)"
+                             % (p["generation"], p["src"], detected, why))
+            generation = detected if p["generation"] == "auto" else p["generation"]
+            if generation is None:
+                raise Failed("cannot tell the DeepEP generation of %s: %s; set generation: v1 or v2" % (p["src"], why))
+            reason = why if p["generation"] == "auto" else "generation %s given" % p["generation"]
+            self.hca = has_hca_mapping_support(_read(os.path.join(p["src"], "deep_ep", "buffer.py")) or "") or \
+                has_hca_mapping_support(_read(os.path.join(p["src"], "deep_ep", "buffers", "legacy.py")) or "")
+            self.src_version = deepep_version_from_tree(setup_py, init_py)
+        else:
+            generation = record.get("generation") or (p["generation"] if p["generation"] != "auto" else None)
+            if generation is None:
+                name = os.path.basename(p["wheel"])
+                generation = "v2" if name.startswith("deep_ep-2.") else "v1"
+                reason = "wheel name %s" % name
+            else:
+                reason = "wheel build record" if self.wheel_record else "generation %s given" % generation
+            self.hca = bool(record.get("hca_mapping_support"))
+            self.src_version = record.get("version")
+        self.generation = generation
+        self.result.update(generation=generation, generation_reason=reason)
+
+    def check_preflight(self):
+        """Every requirement of the build (or, for a prebuilt wheel, of what it runs against), all at once."""
+        p, probe, builder = self.p, self.probe, self.builder
+        cuda_home = p["cuda_home"]
+        self.cuda_version = builder.cuda_version()
+        cccl = os.path.join(cuda_home, "include", "cccl")
+        self.nvshmem = builder.nvshmem_info(p["nvshmem_root"], probe.get("nvshmem_pip_dir"), self.site)
+        self.nccl = builder.nccl_info(p["nccl_root"], probe.get("nccl_pip_dir"), self.site)
+        obs = {
+            "generation": self.generation, "arch_list": p["arch_list"], "gpu_arch_list": p["gpu_arch_list"],
+            "cuda_home": cuda_home, "cuda_version": self.cuda_version, "cccl_dir": cccl,
+            "cccl_exists": os.path.isdir(cccl), "torch_version": probe.get("torch_version"),
+            "torch_error": probe.get("torch_error"), "python": p["python"],
+            "nccl_version": self.nccl["version"], "nccl_source": self.nccl["source"],
+            "nvshmem_root": p["nvshmem_root"], "nvshmem_exists": self.nvshmem["exists"],
+            "nvshmem_ibgda": self.nvshmem["ibgda"], "nvshmem_pip_dir": probe.get("nvshmem_pip_dir"),
+            "internode": p["internode"], "disable_sm90_features": p["disable_sm90_features"],
+            "disable_aggressive_ptx": p["disable_aggressive_ptx"],
+        }
+        if p["wheel"]:
+            # Installing a prebuilt wheel compiles nothing: only the checks that concern what it runs against count.
+            obs["cuda_version"] = obs["cuda_version"] or (self.wheel_record or {}).get(
+                "built_against", {}).get("cuda") or "unknown"
+            obs["cccl_exists"] = True
+        preflight = deepep_preflight(obs)
+        if p["wheel"]:
+            preflight["failures"] = [f for f in preflight["failures"]
+                                     if f["check"] not in ("cccl_missing", "cuda_missing")]
+            preflight["ok"] = not preflight["failures"]
+        self.result["preflight"] = preflight
+        if not preflight["ok"]:
+            lines = ["- %s: %s. Fix: %s" % (f["check"], f["message"], f["fix"]) for f in preflight["failures"]]
+            raise Failed("DeepEP %s preflight failed (%d requirement(s)); nothing was built:\n%s"
+                         % (self.generation, len(lines), "\n".join(lines)))
+        for warning in preflight["warnings"]:
+            self.module.warn(warning)
+        self.preflight = preflight
+        self.arch_list = preflight["arch_list"]
+
+    def observe_key(self):
+        """The build environment, the inputs and the key (a prebuilt wheel's record gives its key)."""
+        p, probe, nvshmem = self.p, self.probe, self.nvshmem
+        try:
+            if p["src"]:
+                source = source_identity(self.builder.quiet, self.module.get_bin_path("git"), p["src"])
+            else:
+                source = {"kind": "wheel", "sha256": file_sha256(p["wheel"])}
+            sm90_off = p["disable_sm90_features"]
+            build_env = deepep_build_env(self.generation, self.arch_list, p["cuda_home"],
+                                         nvshmem_root=p["nvshmem_root"],
+                                         nccl_root=p["nccl_root"] if self.generation == "v2" else None,
+                                         jobs=p["jobs"] or os.cpu_count() or 1, automatic=self.preflight["automatic"],
+                                         disable_sm90_features=sm90_off, base_env=os.environ)
+            if p["disable_aggressive_ptx"] is not None and "DISABLE_AGGRESSIVE_PTX_INSTRS" not in build_env:
+                build_env["DISABLE_AGGRESSIVE_PTX_INSTRS"] = "1" if p["disable_aggressive_ptx"] else "0"
+            inputs = {
+                "source": source,
+                "generation": self.generation,
+                "arch_list": self.arch_list,
+                "torch": probe.get("torch_version"),
+                "python_abi": probe.get("soabi"),
+                "cuda": self.cuda_version,
+                "nvshmem": {"root": nvshmem["root"] if not sm90_off else None, "version": nvshmem["version"],
+                            "ibgda": nvshmem["ibgda"]},
+                "nccl": {"root": self.nccl["root"], "version": self.nccl["version"]},
+                "disable_sm90_features": sm90_off,
+                "disable_aggressive_ptx": build_env.get("DISABLE_AGGRESSIVE_PTX_INSTRS"),
+            }
+            if p["wheel"] and self.wheel_record and self.wheel_record.get("key"):
+                key = self.wheel_record["key"]
+                inputs = self.wheel_record.get("inputs", inputs)
+            else:
+                key = build_key("deepep", inputs)
+        except (BuildError, ArchError, OSError) as exc:
+            raise Failed("cannot compute the DeepEP build key: %s" % exc)
+        self.key, self.inputs, self.build_env = key, inputs, build_env
+        self.result.update(key=key, inputs=inputs, build_env=dict((k, v) for k, v in build_env.items()
+                                                                  if k not in ("PATH",)))
+
+    def install_site(self):
+        """The site-packages directory DeepEP is (or goes) in: beside the installed one, else the purelib."""
+        probe = self.probe
+        if probe.get("deep_ep_dir"):
+            return os.path.dirname(probe["deep_ep_dir"])
+        if probe.get("deep_ep_cpp"):
+            return os.path.dirname(probe["deep_ep_cpp"])
+        return probe.get("purelib")
+
+    def repair_leftovers(self):
+        """Under the lock: roll back an install a killed run left half done; remove stale staging directories."""
+        site = self.install_site()
+        recovered = []
+        try:
+            if site and os.path.isdir(site):
+                if self.module.check_mode:
+                    if os.path.exists(journal_path(site, "deep_ep")):
+                        recovered.append("would roll back an interrupted install of deep_ep in %s" % site)
+                else:
+                    message = recover_install(site, "deep_ep")
+                    if message:
+                        recovered.append(message)
+                        self.observe_python()  # what the interpreter sees now
+                    for stale in stale_stages(site, "deep_ep"):
+                        shutil.rmtree(stale, ignore_errors=True)
+            if not self.module.check_mode:
+                for stale in glob.glob(os.path.join(self.p["artifact_dir"], ".staging-*")):
+                    shutil.rmtree(stale, ignore_errors=True)
         except (OSError, IOError) as exc:
-            fail("DeepEP %s build failed: %s (nothing was installed)" % (generation, exc),
-                 log_tail=_tail(builder.log_path, p["log_lines"]))
-        result.update(built=True, wheel=wheel, log=builder.log_path)
-    if not p["install"]:
-        facts = _facts(probe, installed_stamp, current_import, generation, _installed_hca(probe))
-        _exit(module, builder, ansible_facts={"gpufleet_deepep": facts}, **result)
+            raise Failed("cannot repair what an interrupted run left in %s: %s" % (site, exc))
+        self.result["recovered"] = "; ".join(recovered) or None
 
-    # Install, stamp, check the import; put the previous wheel back when the new one does not import.
-    previous_wheel = (installed_stamp or {}).get("wheel")
-    try:
-        install_wheel(builder, p["python"], wheel)
-        after = builder.probe()
-        after["python"] = p["python"]
-        stamp = dict(record or new_stamp)
-        stamp.update(wheel=wheel, installed_at=_now(), python=p["python"])
-        stamp.setdefault("hca_mapping_support", hca)
-        ext = _ext_path(after)
-        stamp["extension_sha256"] = file_sha256(ext) if ext and os.path.isfile(ext) else None
-        if after.get("deep_ep_dir"):
-            write_stamp(after["deep_ep_dir"], stamp)
-        check = builder.import_check()
-    except StepFailed as exc:
-        fail("installing %s failed: %s" % (wheel, exc.msg), rc=exc.rc, cmd=exc.cmd, **exc.extra)
-    result["installed"] = True
-    if not check.get("ok"):
-        rolled_back = False
-        if previous_wheel and os.path.isfile(previous_wheel) and previous_wheel != wheel:
-            try:
-                install_wheel(builder, p["python"], previous_wheel)
-                rolled_back = bool(builder.import_check().get("ok"))
-            except StepFailed:
-                rolled_back = False
-        fail("the new DeepEP build does not import: %s%s" % (
-            check.get("error"), "; the previous wheel %s was reinstalled" % previous_wheel if rolled_back else ""),
-            rolled_back=rolled_back)
-    facts = _facts(after, stamp, check, generation, _installed_hca(after) or hca)
-    _exit(module, builder, ansible_facts={"gpufleet_deepep": facts}, **result)
+    def observe_install(self):
+        """The installed DeepEP: its stamp, whether its extension is the recorded one, whether it imports."""
+        probe, builder = self.probe, self.builder
+        self.installed_stamp = _read_json(os.path.join(probe["deep_ep_dir"], STAMP_NAME)) \
+            if probe.get("deep_ep_dir") else None
+        ext = _ext_path(probe)
+        self.current_import = builder.import_check() if (probe.get("deep_ep_dir") or ext) else {
+            "ok": False, "error": "deep_ep is not installed"}
+        stamp = self.installed_stamp
+        self.ext_matches = bool(stamp and ext and os.path.isfile(ext)
+                                and stamp.get("extension_sha256") == file_sha256(ext))
+        self.installed_key = (stamp or {}).get("key")
+        error = self.current_import.get("error") or ""
+        if stamp and not self.current_import.get("ok") and "undefined symbol" in error:
+            built_torch = (stamp.get("built_against") or {}).get("torch")
+            if built_torch and built_torch != probe.get("torch_version"):
+                self.result["abi_mismatch"] = {
+                    "built_torch": built_torch, "torch": probe.get("torch_version"), "error": error,
+                    "fix": "rebuild DeepEP against torch %s (the key changed, so this module rebuilds)"
+                           % probe.get("torch_version"),
+                }
+
+    # --- plan -----------------------------------------------------------------------------------
+
+    def plan(self):
+        """None when nothing is to be done; else ``'build'`` (then install) or ``'install'``, with the reason."""
+        p, key = self.p, self.key
+        if self.installed_key == key and self.ext_matches and self.current_import.get("ok"):
+            self.up_to_date = True
+            self.result.update(reason="installed DeepEP has key %s and imports" % short_key(key),
+                               wheel=self.installed_stamp.get("wheel"))
+            return None
+        if p["wheel"]:
+            self.wheel, self.record = p["wheel"], self.wheel_record
+        else:
+            self.wheel, self.record = _find_artifact(p["artifact_dir"], key)
+        would_build = self.wheel is None
+        if not p["install"] and not would_build:
+            self.result.update(reason="wheel for key %s is in %s (install: false)" % (short_key(key), p["artifact_dir"]),
+                               wheel=self.wheel)
+            return None
+        self.result.update(reason=self.why(would_build), would_build=would_build, would_install=p["install"],
+                           changed=True, wheel=self.wheel)
+        self.new_stamp = {
+            "key": key, "kind": "deepep", "generation": self.generation, "inputs": self.inputs,
+            "version": self.src_version,
+            "built_against": {"torch": self.probe.get("torch_version"), "cuda": self.cuda_version,
+                              "nvshmem": self.nvshmem["version"], "nccl": self.nccl["version"],
+                              "arch_list": self.arch_list},
+            "hca_mapping_support": self.hca,
+        }
+        if self.module._diff:
+            self.result["diff"] = {"before": json.dumps(self.installed_stamp or {}, sort_keys=True, indent=2) + "\n",
+                                   "after": json.dumps(self.new_stamp, sort_keys=True, indent=2) + "\n"}
+        return "build" if would_build else "install"
+
+    def why(self, would_build):
+        installed_key = self.installed_key
+        if installed_key is None:
+            why = "no DeepEP installed by this module" if not self.probe.get("deep_ep_dir") \
+                else "installed DeepEP has no stamp"
+        elif installed_key != self.key:
+            why = "key changed: installed %s, wanted %s" % (str(installed_key)[:8], short_key(self.key))
+            if self.result.get("abi_mismatch"):
+                why += " (torch changed: ABI mismatch)"
+        elif not self.ext_matches:
+            why = "installed extension differs from the recorded build"
+        else:
+            why = "installed DeepEP does not import: %s" % self.current_import.get("error")
+        return why + "; %s" % ("a compile is needed" if would_build else "the wheel for the key exists: %s" % self.wheel)
+
+    def current_facts(self):
+        hca = _installed_hca(self.probe) or (self.hca if self.up_to_date else False)
+        return _facts(self.probe, self.installed_stamp, self.current_import, self.generation, hca)
+
+    def predicted_facts(self):
+        facts = _facts(self.probe, self.installed_stamp, self.current_import, self.generation, self.hca)
+        facts.update(key=self.key, built_against=self.new_stamp["built_against"], generation=self.generation,
+                     installed=True, import_ok=True, import_error=None, hca_mapping_support=self.hca)
+        return facts
+
+    # --- apply ----------------------------------------------------------------------------------
+
+    def build(self):
+        """Compile the wheel in staging; it becomes ``<artifact_dir>/<key>/`` (the old directory replaced atomically)."""
+        builder = self.builder
+        try:
+            self.wheel, self.record = build_wheel(builder, self.p, self.key, self.generation, self.new_stamp,
+                                                  self.build_env)
+        except StepFailed as exc:
+            raise Failed("DeepEP %s build failed: %s (nothing was installed)" % (self.generation, exc.msg),
+                         rc=exc.rc, cmd=exc.cmd, log_tail=log_tail(builder.log_path, self.p["log_lines"]), **exc.extra)
+        except (OSError, IOError, BuildError) as exc:
+            raise Failed("DeepEP %s build failed: %s (nothing was installed)" % (self.generation, exc),
+                         log_tail=log_tail(builder.log_path, self.p["log_lines"]))
+        self.result.update(built=True, wheel=self.wheel, log=builder.log_path)
+
+    def check_wheel(self):
+        """A wheel with a build record (built here, or copied from the artifact store) must match its sha256."""
+        wheel, record = self.wheel, self.record
+        if not record:
+            return
+        name = record.get("wheel_name")
+        if name and name != os.path.basename(wheel):
+            raise Failed("the build record beside %s names the wheel %s, not this one; nothing was installed"
+                         % (wheel, name))
+        expected = record.get("wheel_sha256")
+        if not isinstance(expected, str) or len(expected) != 64:
+            raise Failed("the build record of %s has no wheel_sha256 (64 hex digits), got %r; nothing was installed"
+                         % (wheel, expected))
+        digest = file_sha256(wheel)
+        if digest != expected:
+            raise Failed("%s has sha256 %s, its build record says %s (truncated or altered); nothing was installed"
+                         % (wheel, digest, expected))
+
+    def install(self):
+        """Install the wheel as one transaction: staged by pip, swapped in, stamped, import-checked, else rolled back."""
+        p, builder = self.p, self.builder
+        self.check_wheel()
+        site = self.install_site()
+        if not site or not os.access(site, os.W_OK):
+            raise Failed("cannot install into %r (the site-packages of %s): not a writable directory"
+                         % (site, p["python"]))
+        tx = WheelInstall(builder.run, p["python"], site, "deep_ep", self.wheel, env={"PIP_BREAK_SYSTEM_PACKAGES": "1"})
+        try:
+            tx.stage_wheel()
+        except (StepFailed, OSError) as exc:
+            tx.abandon()
+            raise Failed("installing %s failed: %s (the installed DeepEP is unchanged)"
+                         % (self.wheel, getattr(exc, "msg", exc)), **_step_extra(exc))
+        try:
+            tx.swap(tx.new)
+            after = builder.probe()
+            after["python"] = p["python"]
+            stamp = dict(self.record or self.new_stamp)
+            stamp.update(wheel=self.wheel, installed_at=_now(), python=p["python"])
+            stamp.setdefault("hca_mapping_support", self.hca)
+            ext = _ext_path(after)
+            stamp["extension_sha256"] = file_sha256(ext) if ext and os.path.isfile(ext) else None
+            if after.get("deep_ep_dir"):
+                write_stamp(after["deep_ep_dir"], stamp)
+            check = builder.import_check()
+        except (StepFailed, OSError, BuildError) as exc:
+            restored = self.roll_back(tx)
+            raise Failed("installing %s failed: %s%s" % (self.wheel, getattr(exc, "msg", exc), restored),
+                         rolled_back=bool(restored), **_step_extra(exc))
+        self.result["installed"] = True
+        if not check.get("ok"):
+            restored = self.roll_back(tx)
+            raise Failed("the new DeepEP build does not import: %s%s" % (check.get("error"), restored),
+                         rolled_back=bool(restored))
+        tx.commit()
+        return _facts(after, stamp, check, self.generation, _installed_hca(after) or self.hca)
+
+    def roll_back(self, tx):
+        """Put the previous install back; the sentence to add to the failure ('' when that failed too)."""
+        try:
+            old = tx.rollback()
+        except (OSError, IOError) as exc:
+            return "; rolling back failed too (%s): the next run of this module rolls back first" % exc
+        return "; the previous install was restored (%s)" % (", ".join(old) or "no DeepEP was installed before")
+
+    # --- the decision ---------------------------------------------------------------------------
+
+    def run(self):
+        """The facts of DeepEP in ``python`` after the run (``gpufleet_deepep``); raises Failed."""
+        self.check_params()
+        self.observe_python()
+        self.observe_source()
+        self.check_preflight()
+        self.observe_key()
+        try:
+            # A build locks its artifact directory; an install of a given wheel builds nothing and locks the
+            # site-packages it installs into (two installs into one interpreter never interleave).
+            target = self.p["artifact_dir"]
+            if self.p["wheel"]:
+                target = self.install_site() or target
+            with build_lock(target, self.p["lock_timeout"], "DeepEP build", self.module.check_mode):
+                self.repair_leftovers()
+                self.observe_install()
+                action = self.plan()
+                if action is None:
+                    return self.current_facts()
+                if self.module.check_mode:
+                    return self.predicted_facts()
+                if action == "build":
+                    self.build()
+                if not self.p["install"]:
+                    return self.current_facts()
+                return self.install()
+        except BuildError as exc:  # the lock: another build of this artifact directory runs
+            raise Failed(str(exc))
 
 
-def _exit(module, builder, ansible_facts, **result):
-    result["commands"] = builder.commands
-    module.exit_json(ansible_facts=ansible_facts, **result)
-
-
-def install_wheel(builder, python, wheel):
-    builder.run([python, "-m", "pip", "install", "--no-deps", "--force-reinstall", "--no-index",
-                 "--disable-pip-version-check", wheel], env={"PIP_BREAK_SYSTEM_PACKAGES": "1"})
+def _step_extra(exc):
+    """rc, cmd and the output of a failed command, for the result."""
+    if isinstance(exc, StepFailed):
+        return dict(exc.extra, rc=exc.rc, cmd=exc.cmd)
+    return {}
 
 
 def build_wheel(builder, p, key, generation, stamp, build_env):
@@ -868,8 +1017,7 @@ def build_wheel(builder, p, key, generation, stamp, build_env):
     if not os.path.isdir(artifact_dir):
         os.makedirs(artifact_dir, 0o755)
     staging = os.path.join(artifact_dir, ".staging-%s" % short_key(key))
-    for stale in glob.glob(os.path.join(artifact_dir, ".staging-*")):
-        shutil.rmtree(stale, ignore_errors=True)
+    shutil.rmtree(staging, ignore_errors=True)  # a failed run's (the build lock is held: no run is using it)
     os.makedirs(staging)
     builder.log_path = os.path.join(staging, "build.log")
     builder.log("# gpufleet.deepep.deepep_build %s key %s generation %s\n# inputs %s\n"
@@ -886,9 +1034,8 @@ def build_wheel(builder, p, key, generation, stamp, build_env):
     if os.path.exists(os.path.join(p["src"], ".git")):
         # setup.py appends `git rev-parse --short HEAD` to the version; keep that working in the copy.
         os.symlink(os.path.join(os.path.abspath(p["src"]), ".git"), os.path.join(work, ".git"))
-    env = dict(build_env)
     dist = os.path.join(staging, "dist")
-    builder.run([p["python"], "setup.py", "bdist_wheel", "--dist-dir", dist], env=env, cwd=work)
+    builder.run([p["python"], "setup.py", "bdist_wheel", "--dist-dir", dist], env=dict(build_env), cwd=work)
     wheels = sorted(glob.glob(os.path.join(dist, "*.whl")))
     if len(wheels) != 1:
         raise StepFailed("setup.py bdist_wheel produced %d wheels in %s, expected 1" % (len(wheels), dist))
@@ -903,13 +1050,9 @@ def build_wheel(builder, p, key, generation, stamp, build_env):
     shutil.move(wheels[0], os.path.join(artifact, name))
     record = dict(stamp)
     record.update(wheel_name=name, wheel_sha256=file_sha256(os.path.join(artifact, name)), built_at=_now())
-    with open(os.path.join(artifact, "build.json"), "w", encoding="utf-8") as handle:
-        json.dump(record, handle, sort_keys=True, indent=2)
-        handle.write("\n")
+    write_json_file(os.path.join(artifact, "build.json"), record)
     shutil.copyfile(builder.log_path, os.path.join(artifact, "build.log"))
-    if os.path.isdir(final):
-        shutil.rmtree(final)
-    os.rename(artifact, final)
+    replace_tree(final, artifact)
     shutil.rmtree(staging, ignore_errors=True)
     builder.log_path = os.path.join(final, "build.log")
     return os.path.join(final, name), record
@@ -917,7 +1060,7 @@ def build_wheel(builder, p, key, generation, stamp, build_env):
 
 def main():
     module = build_module()
-    run(module)
+    finish(module, DeepepBuild(module), "gpufleet_deepep")
 
 
 if __name__ == "__main__":

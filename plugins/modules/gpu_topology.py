@@ -25,6 +25,11 @@ description:
     NVLink). Without it (tool missing, driver not loaded) everything comes from sysfs, the compute
     capability from the PCI device id.
   - Reads only; a node without GPUs or NICs gives empty lists and no failure.
+  - Hardware is never dropped silently. An NVIDIA PCI function that looks like a GPU but cannot be read (an
+    unreadable class, or an NVIDIA driver bound to a function whose class is not a display controller) is a
+    warning naming its address, listed in RV(ansible_facts.gpufleet_gpus.unreadable). When C(nvidia-smi) lists
+    GPUs that sysfs does not (or the other way round), the module fails instead of returning a GPU-to-NIC
+    mapping shifted by the missing GPU.
 extends_documentation_fragment:
   - gpufleet.deepep.attributes
   - gpufleet.deepep.attributes.facts
@@ -42,6 +47,12 @@ options:
         module warns, records the failure in RV(ansible_facts.gpufleet_gpus.nvidia_smi) and goes on
         from sysfs.
     type: path
+  timeout:
+    description:
+      - Seconds each C(nvidia-smi) call may run before it is killed (a wedged driver can hang it). A query that
+        runs past it fails the module, naming the command and the bound.
+    type: int
+    default: 60
 notes:
   - Only reads files and runs C(nvidia-smi) queries (with E(LC_ALL=C)); runs the same in check mode.
 seealso:
@@ -192,6 +203,12 @@ ansible_facts:
           returned: always
           type: str
           sample: 580.159.04
+        unreadable:
+          description: PCI addresses of NVIDIA functions that look like GPUs but could not be read (each also a warning).
+          returned: always
+          type: list
+          elements: str
+          sample: []
         nvidia_smi:
           description: How C(nvidia-smi) was used.
           returned: always
@@ -224,13 +241,17 @@ import os
 
 from ansible.module_utils.basic import AnsibleModule
 
+from ansible_collections.gpufleet.deepep.plugins.module_utils._guard import guarded
 from ansible_collections.gpufleet.deepep.plugins.module_utils._hca_mapping import topology_facts
 from ansible_collections.gpufleet.deepep.plugins.module_utils._pci import (
+    gpu_count_problem,
     list_gpus,
+    suspect_gpus,
     parse_nvidia_smi_query,
     parse_nvlink_status,
 )
 from ansible_collections.gpufleet.deepep.plugins.module_utils._rdma import collect_rdma
+from ansible_collections.gpufleet.deepep.plugins.module_utils._runner import run_bounded
 
 QUERY_FIELDS = ["index", "pci.bus_id", "name", "memory.total", "compute_cap", "uuid", "driver_version"]
 
@@ -240,23 +261,29 @@ def build_module():
         argument_spec=dict(
             sysfs_root=dict(type="path", default="/sys"),
             nvidia_smi=dict(type="path"),
+            timeout=dict(type="int", default=60),
         ),
         supports_check_mode=True,
     )
 
 
 def query_nvidia_smi(module, path):
-    """Run the GPU query and nvlink status; returns (rows or None, nvlink or None, info dict)."""
+    """Run the GPU query and nvlink status; returns (rows or None, nvlink or None, info dict).
+
+    Each call is bounded by the timeout option; a query that runs past it fails the module."""
     env = {"LC_ALL": "C", "LANG": "C"}
+    timeout = module.params["timeout"]
     info = {"path": path, "used": False, "rc": None, "stdout": "", "stderr": ""}
     if path is None:
         return None, None, info
-    rc, out, err = module.run_command(
-        [path, "--query-gpu=" + ",".join(QUERY_FIELDS), "--format=csv,noheader,nounits"],
-        environ_update=env,
-    )
+    argv = [path, "--query-gpu=" + ",".join(QUERY_FIELDS), "--format=csv,noheader,nounits"]
+    rc, out, err = run_bounded(argv, timeout, env=env)
     info["rc"] = rc
     info["stderr"] = err
+    if rc == 124:
+        module.fail_json(msg=f"{path} did not answer the GPU query within timeout={timeout}s and was killed "
+                             f"(a wedged driver?): {' '.join(argv)}; check the driver (dmesg, nvidia-smi by hand) "
+                             f"or raise timeout (seconds, a positive integer)", nvidia_smi=info)
     if rc != 0:
         info["stdout"] = out
         module.warn(f"{path} --query-gpu failed (rc={rc}): {(out + err).strip()[:300]}; "
@@ -265,14 +292,25 @@ def query_nvidia_smi(module, path):
     rows = parse_nvidia_smi_query(out, QUERY_FIELDS)
     info["used"] = bool(rows)
     nvlink = None
-    rc2, out2, err2 = module.run_command([path, "nvlink", "-s"], environ_update=env)
-    if rc2 == 0:
+    rc2, out2, err2 = run_bounded([path, "nvlink", "-s"], timeout, env=env)
+    if rc2 == 124:
+        module.warn(f"{path} nvlink -s did not answer within timeout={timeout}s and was killed; NVLink facts left out")
+    elif rc2 == 0:
         nvlink = parse_nvlink_status(out2)
     return rows, nvlink, info
 
 
+def check_gpu_count(module, gpus, rows, smi_info):
+    """Fail when nvidia-smi and sysfs disagree on the GPUs (the mapping would shift by the missing one)."""
+    problem = gpu_count_problem(gpus, rows)
+    if problem:
+        module.fail_json(msg=problem, nvidia_smi=smi_info)
+
+
 def collect(module):
     sysfs_root = module.params["sysfs_root"]
+    if module.params["timeout"] < 1:
+        module.fail_json(msg=f"timeout={module.params['timeout']!r}: expected a positive number of seconds")
     if not os.path.isdir(sysfs_root):
         module.fail_json(msg=f"sysfs_root {sysfs_root!r} is not a directory (expected the path of /sys or "
                              f"of a tree shaped like it)")
@@ -284,17 +322,27 @@ def collect(module):
     else:
         smi = module.get_bin_path("nvidia-smi", required=False)
     gpus = list_gpus(sysfs_root)
+    unreadable = suspect_gpus(sysfs_root)
+    for bdf, why in unreadable:
+        module.warn(f"PCI device {bdf} looks like an NVIDIA GPU but cannot be read ({why}); it is not counted "
+                    f"among the GPUs")
     rows, nvlink, smi_info = (None, None, {"path": smi, "used": False, "rc": None, "stdout": "", "stderr": ""})
-    if gpus:
+    if gpus or unreadable:
         rows, nvlink, smi_info = query_nvidia_smi(module, smi)
+        check_gpu_count(module, gpus, rows, smi_info)
     rdma = collect_rdma(sysfs_root)
-    return topology_facts(gpus, rdma, smi_rows=rows, nvlink=nvlink, smi_info=smi_info)
+    return topology_facts(gpus, rdma, smi_rows=rows, nvlink=nvlink, smi_info=smi_info,
+                          unreadable=[bdf for bdf, dummy in unreadable])
 
 
-def main():
+def _main():
     module = build_module()
     facts = collect(module)
     module.exit_json(changed=False, ansible_facts={"gpufleet_gpus": facts})
+
+
+def main():
+    guarded("gpu_topology", _main)
 
 
 if __name__ == "__main__":

@@ -103,10 +103,11 @@ import os
 from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.common.text.converters import to_native
 
+from ansible_collections.gpufleet.deepep.plugins.module_utils._guard import guarded
 from ansible_collections.gpufleet.deepep.plugins.module_utils._sglang import SglangError, is_hub_id, model_facts
 
 
-def main():
+def _main():
     module = AnsibleModule(argument_spec=dict(path=dict(type="str", required=True),
                                               offline=dict(type="bool", default=True)),
                            supports_check_mode=True)
@@ -139,6 +140,10 @@ def main():
         module.fail_json(msg="%s names no attention head count (num_attention_heads); expected an integer"
                          % config_path, ansible_facts={"gpufleet_model": facts})
     module.exit_json(changed=False, ansible_facts={"gpufleet_model": facts})
+
+
+def main():
+    guarded("model_config", _main)
 
 
 if __name__ == "__main__":

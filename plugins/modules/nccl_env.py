@@ -342,6 +342,7 @@ import tempfile
 from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.common.text.converters import to_native
 
+from ansible_collections.gpufleet.deepep.plugins.module_utils._guard import guarded
 from ansible_collections.gpufleet.deepep.plugins.module_utils._fileio import (
     copy_atomic,
     CopyMismatch,
@@ -765,8 +766,12 @@ class NcclEnv(object):
         return out
 
 
-def main():
+def _main():
     NcclEnv(build_module()).run()
+
+
+def main():
+    guarded("nccl_env", _main)
 
 
 if __name__ == "__main__":

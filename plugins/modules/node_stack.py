@@ -16,9 +16,10 @@ description:
     NCCL from pip and from the system, torch, whether C(import deep_ep) works in the environment script's
     environment, the environment script itself (presence, sha256, exported variables), C(nvidia_peermem),
     and whether a reboot is pending.
-  - The environment script is parsed, not executed, for its variables. Its C(export NAME=value) lines are
-    read; C(${VAR}) references to variables set earlier in the file are expanded.
-    The only place the script is sourced is the C(import deep_ep) probe, in a child shell.
+  - The environment script is never executed, not even for the C(import deep_ep) probe. Its C(export NAME=value)
+    lines are read as data (a strict reader; a line it cannot take is named in the facts, see
+    RV(ansible_facts.gpufleet_stack.env_script)); the probe runs the interpreter directly, without a shell, in an
+    environment made of this module's own plus the variables read.
   - Python probes run with E(PYTHONDONTWRITEBYTECODE=1) so that no bytecode cache is written.
   - Commands run as lists with E(LC_ALL=C), each bounded by O(timeout). They start together (each in its
     own thread), so the slowest probe, not their sum, bounds the time.
@@ -42,11 +43,16 @@ options:
         RV(ansible_facts.gpufleet_paths) (what each of O(paths) is now), V(cuda_toolkit)
         RV(ansible_facts.gpufleet_cuda_toolkit) (the toolkit at O(cuda_home)), V(imports)
         RV(ansible_facts.gpufleet_imports) (whether O(python) imports each of O(import_modules)) and V(symbols)
-        RV(ansible_facts.gpufleet_symbols) (whether the headers of O(symbol_files) declare their symbols).
+        RV(ansible_facts.gpufleet_symbols) (whether the headers of O(symbol_files) declare their symbols),
+        V(initramfs) RV(ansible_facts.gpufleet_initramfs) (whether the image at O(initramfs_path) holds the nvidia
+        modules), V(torch) RV(ansible_facts.gpufleet_torch) (the torch of O(python) and the versions of
+        O(torch_packages)) and V(hca_mapping) RV(ansible_facts.gpufleet_hca_mapping) (the GPU-NIC mapping of
+        O(env_script) and whether C(deep_ep) applies it).
       - A set that cannot be gathered is left out and named in RV(gather_errors); the others are still returned.
     type: list
     elements: str
-    choices: [stack, nvidia, rdma, gpus, bundled_nvshmem, modules, paths, cuda_toolkit, imports, symbols]
+    choices: [stack, nvidia, rdma, gpus, bundled_nvshmem, modules, paths, cuda_toolkit, imports, symbols, initramfs,
+              torch, hca_mapping]
     default: [stack]
   paths:
     description:
@@ -68,6 +74,18 @@ options:
         path to a list of symbol names. The files are read, never compiled.
     type: dict
     default: {}
+  initramfs_path:
+    description:
+      - For V(initramfs), the initramfs image listed with C(lsinitramfs) (bounded by O(timeout)), for example
+        C(/boot/initrd.img-<kernel>). Required when O(gather) holds V(initramfs).
+    type: path
+  torch_packages:
+    description:
+      - For V(torch), pip requirements (C(numpy), C(numpy>=2)) whose installed versions are reported under
+        C(packages), by the name each requirement starts with.
+    type: list
+    elements: str
+    default: []
   module_names:
     description:
       - Kernel modules whose presence V(modules) reports under C(present) (loaded, or built in, with
@@ -241,6 +259,36 @@ ansible_facts:
       returned: when O(gather) holds V(cuda_toolkit)
       type: dict
       sample: {home: /usr/local/cuda-13.0, version: 13.0.2, release: "13.0", source: version.json, error: null}
+    gpufleet_initramfs:
+      description:
+        - With V(initramfs) in O(gather), the image at O(initramfs_path). V(present) whether it exists, V(listed)
+          whether C(lsinitramfs) listed it (V(error) says why not), V(nvidia) whether it holds an nvidia kernel
+          module (C(nvidia.ko*), C(nvidia-<name>.ko*)), listed in V(nvidia_modules).
+      type: dict
+      returned: when O(gather) holds V(initramfs)
+      sample: {path: /boot/initrd.img-6.8.0-31-generic, present: true, listed: true, nvidia: true,
+               nvidia_modules: [usr/lib/modules/6.8.0-31-generic/updates/dkms/nvidia.ko.zst], error: null}
+    gpufleet_torch:
+      description:
+        - With V(torch) in O(gather), the torch of O(python), read from package metadata and C(torch/version.py)
+          without importing torch. V(packages) maps the name of each of O(torch_packages) to its installed
+          version (null when missing). V(python) is the interpreter's C(sys.executable); it and every version are
+          null when the interpreter could not be run, and V(error) says why.
+      type: dict
+      returned: when O(gather) holds V(torch)
+      sample: {python: /opt/torch/.venv/bin/python, python_version: 3.12.3, torch_version: 2.11.0+cu130,
+               torch_cuda: "13.0", torch_path: /opt/torch/.venv/lib/python3.12/site-packages/torch,
+               numpy_version: 2.3.4, packages: {numpy: 2.3.4}, error: null}
+    gpufleet_hca_mapping:
+      description:
+        - With V(hca_mapping) in O(gather), E(DEEP_EP_DEVICE_TO_HCA_MAPPING) as O(env_script) sets it (V(mapping),
+          empty when unset; the script is sourced in a child shell when readable, V(env_sourced)), and whether
+          the C(deep_ep) of O(python) applies it (V(supported), whether C(Buffer._setup_device_hca_mapping) exists, DeepEP PR
+          466; null when C(deep_ep) does not import, V(import_error) says why). V(error) is set when the probe
+          could not run.
+      type: dict
+      returned: when O(gather) holds V(hca_mapping)
+      sample: {mapping: "0:mlx5_0,1:mlx5_1", supported: true, import_error: null, env_sourced: true, error: null}
     gpufleet_imports:
       description:
         - With V(imports) in O(gather), whether O(python) imports each of O(import_modules) (V(modules)); V(ok)
@@ -344,18 +392,23 @@ ansible_facts:
                    stamp: /opt/deepep/nvshmem/.gpufleet-build.json}
         env_script:
           description:
-            - The environment script. V(exports) holds the variables its top-level C(export) lines set,
-              expanded; V(exports_raw) the unexpanded right-hand sides.
+            - The environment script, read as data and never run. V(exports) holds the variables its
+              C(export NAME=value) (and C(NAME=value) then C(export NAME)) lines set, expanded (C($NAME), C(${NAME}),
+              C(${NAME:-word}), C(${NAME:+word}) of values set before); V(exports_raw) the unexpanded right-hand sides;
+              V(unparsed) one message per line that is not such a line (a conditional, a command, a command
+              substitution), naming the line.
           type: dict
           returned: always
           sample: {path: /opt/deepep/unified-env.sh, present: true, mode: "0644",
                    sha256: 3f9a0c1d2e4b5a69788776655443322110ffeeddccbbaa998877665544332211,
                    exports: {NVSHMEM_REMOTE_TRANSPORT: ibgda, NVSHMEM_IB_GID_INDEX: "3",
                              LD_PRELOAD: /opt/deepep/nvshmem/lib/libnvshmem_host.so.3},
-                   exports_raw: {LD_PRELOAD: '"${NVSHMEM_HOME}/lib/libnvshmem_host.so.3"'}}
+                   exports_raw: {LD_PRELOAD: '"${NVSHMEM_HOME}/lib/libnvshmem_host.so.3"'}, unparsed: []}
         deep_ep_import:
           description:
-            - C(import deep_ep) in a fresh process with the environment script sourced (when present).
+            - C(import deep_ep) in a fresh process (no shell) whose environment is this module's plus the variables the
+              environment script exports, read as data (when the script is present). A script with lines the reader
+              does not take (V(env_script.unparsed)) is not tried, and V(error) names the lines.
               V(error) holds the last lines of the failure (for example an C(undefined symbol) after a torch change).
           type: dict
           returned: always
@@ -398,6 +451,7 @@ ansible_facts:
 
 from ansible.module_utils.basic import AnsibleModule
 
+from ansible_collections.gpufleet.deepep.plugins.module_utils._guard import guarded
 from ansible_collections.gpufleet.deepep.plugins.module_utils._nvidia import (
     DEFAULT_MODPROBE_DIRS,
     DEFAULT_PARAMS_PATH,
@@ -406,10 +460,13 @@ from ansible_collections.gpufleet.deepep.plugins.module_utils._nvidia import (
 from ansible_collections.gpufleet.deepep.plugins.module_utils._role_facts import (
     PathsError,
     gather_cuda_toolkit,
+    gather_hca_mapping,
     gather_imports,
+    gather_initramfs,
     gather_modules,
     gather_paths,
     gather_symbols,
+    gather_torch,
 )
 from ansible_collections.gpufleet.deepep.plugins.module_utils._stack import (
     DEFAULT_DPKG_PACKAGES,
@@ -420,7 +477,7 @@ from ansible_collections.gpufleet.deepep.plugins.module_utils._stack import (
     subprocess_runner,
 )
 
-ROLE_SETS = ("modules", "paths", "cuda_toolkit", "imports", "symbols")
+ROLE_SETS = ("modules", "paths", "cuda_toolkit", "imports", "symbols", "initramfs", "torch", "hca_mapping")
 
 
 def build_module():
@@ -430,6 +487,8 @@ def build_module():
                         default=["stack"]),
             paths=dict(type="list", elements="path", default=[]),
             module_names=dict(type="list", elements="str", default=[]),
+            initramfs_path=dict(type="path"),
+            torch_packages=dict(type="list", elements="str", default=[]),
             import_modules=dict(type="list", elements="str", default=[]),
             symbol_files=dict(type="dict", default={}),
             sysfs_root=dict(type="path", default="/sys"),
@@ -453,7 +512,7 @@ def build_module():
     )
 
 
-def main():
+def _main():
     module = build_module()
     params = module.params
     if params["timeout"] < 1:
@@ -474,6 +533,15 @@ def main():
                                                        timeout=params["timeout"])
         if "symbols" in wanted:
             facts["gpufleet_symbols"] = gather_symbols(params["root"], params["symbol_files"])
+        if "initramfs" in wanted:
+            facts["gpufleet_initramfs"] = gather_initramfs(params["root"], params["initramfs_path"], subprocess_runner,
+                                                           timeout=params["timeout"])
+        if "torch" in wanted:
+            facts["gpufleet_torch"] = gather_torch(params["python"], params["torch_packages"], subprocess_runner,
+                                                   timeout=params["timeout"])
+        if "hca_mapping" in wanted:
+            facts["gpufleet_hca_mapping"] = gather_hca_mapping(params["root"], params["python"], params["env_script"],
+                                                               subprocess_runner, timeout=params["timeout"])
     except PathsError as exc:
         module.fail_json(msg=str(exc), gather_errors={})
     stack_sets = [name for name in params["gather"] if name not in ROLE_SETS]
@@ -505,6 +573,10 @@ def main():
     for name in sorted(errors):
         module.warn("%s not gathered: %s" % (name, errors[name]))
     module.exit_json(changed=False, ansible_facts=facts, gather_errors=errors)
+
+
+def main():
+    guarded("node_stack", _main)
 
 
 if __name__ == "__main__":

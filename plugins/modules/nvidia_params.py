@@ -238,10 +238,18 @@ ansible_facts:
       type: dict
       contains:
         driver_loaded:
-          description: Whether the driver is loaded (O(params_path) exists).
+          description:
+            - Whether the driver is loaded (O(params_path) exists and holds printable C(Name) C(value) lines, a name
+              and a value separated by a colon; random bytes or other text there do not count, see
+              RV(ansible_facts.gpufleet_nvidia.params_unreadable)).
           returned: always
           type: bool
           sample: true
+        params_unreadable:
+          description: Why O(params_path) exists but was not read as the params of a loaded driver; null otherwise.
+          returned: always
+          type: str
+          sample: null
         driver_version:
           description: The driver version from O(version_path); null when unknown.
           returned: always
@@ -408,6 +416,7 @@ import os
 from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.common.text.converters import to_native
 
+from ansible_collections.gpufleet.deepep.plugins.module_utils._guard import guarded
 from ansible_collections.gpufleet.deepep.plugins.module_utils._fileio import write_atomic
 from ansible_collections.gpufleet.deepep.plugins.module_utils._nvidia import (
     DEFAULT_CONF_PATH,
@@ -530,6 +539,9 @@ def run(module):
     params_text = _read(module, p["params_path"], "params_path")
     version_text = _read(module, p["version_path"], "version_path")
     live = live_facts(params_text, version_text)
+    if params_text is not None and live["params_unreadable"]:
+        module.warn("params_path %s is not the params file of a loaded driver (%s): the driver counts as not loaded"
+                    % (p["params_path"], live["params_unreadable"]))
 
     try:
         dwords = validate_registry_dwords(p["registry_dwords"])
@@ -610,8 +622,12 @@ def run(module):
     module.exit_json(**result)
 
 
-def main():
+def _main():
     run(build_module())
+
+
+def main():
+    guarded("nvidia_params", _main)
 
 
 if __name__ == "__main__":

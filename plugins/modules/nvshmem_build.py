@@ -22,6 +22,12 @@ description:
     into O(prefix) by renames (an atomic exchange where the kernel has C(renameat2)). The install it replaces is
     kept as C(<prefix>.previous). A failed or killed build leaves the previous install untouched; leftovers of a
     killed run are removed at the next start.
+  - A run holds the lock C(.<name>.lock) beside O(prefix) (fcntl) from the clean-up of leftovers to the swap. A second build of the
+    same prefix waits for the first (O(lock_timeout)), then finds its result, or refuses naming the lock and its
+    holder; it never removes the first run's staging directory. Check mode takes no lock.
+  - A packed install from O(artifact_dir) is unpacked only when its record names the key and its
+    C(artifact_sha256) matches the tarball; a record without a checksum, a truncated or an altered tarball is
+    refused, named.
   - With O(roce_ah_attr_fix) the module zeroes every local C(struct ibv_ah_attr) declaration in the IBGDA transport
     source before building, the fix for C(Unable to create ah) on RoCE (NVIDIA/nvshmem#21).
 author: gpufleet.deepep maintainers (@gpufleet)
@@ -92,6 +98,12 @@ options:
     description: How many lines of the build log a failure reports.
     type: int
     default: 60
+  lock_timeout:
+    description:
+      - Seconds to wait for another build of the same O(prefix) on this node (its lock C(.<name>.lock) beside it) before
+        refusing. C(0) refuses at once.
+    type: int
+    default: 3600
 notes:
   - To group hosts by build key before building (build once, distribute), run the module in check mode and read
     RV(key).
@@ -312,9 +324,11 @@ from ansible_collections.gpufleet.deepep.plugins.module_utils._buildkey import (
     BuildError,
     LOG_NAME,
     read_stamp,
+    rebuild_reason,
     short_key,
+    source_identity as tree_identity,
+    stamp_diff,
     stamp_path,
-    tree_hash,
     write_stamp,
 )
 from ansible_collections.gpufleet.deepep.plugins.module_utils._fileio import file_sha256, write_json_file
@@ -323,13 +337,12 @@ from ansible_collections.gpufleet.deepep.plugins.module_utils._nvshmem import (
     nvshmem_cmake_args,
     parse_nvshmem_info,
 )
-from ansible_collections.gpufleet.deepep.plugins.module_utils._runner import CommandLog, StepFailed
+from ansible_collections.gpufleet.deepep.plugins.module_utils._runner import CommandLog, Failed, finish, log_tail, StepFailed
 from ansible_collections.gpufleet.deepep.plugins.module_utils._swap import (
-    clean_stale_staging,
+    build_lock,
     previous_path,
-    recover_interrupted_swap,
+    repair_beside,
     staging_path,
-    stale_staging_dirs,
     swap_in,
 )
 from ansible_collections.gpufleet.deepep.plugins.module_utils._versions import (
@@ -357,6 +370,7 @@ def build_module():
             jobs=dict(type="int"),
             artifact_dir=dict(type="path"),
             log_lines=dict(type="int", default=60),
+            lock_timeout=dict(type="int", default=3600),
         ),
         supports_check_mode=True,
     )
@@ -364,14 +378,6 @@ def build_module():
 
 def _now():
     return datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
-def _tail(path, lines):
-    try:
-        with open(path, "r", encoding="utf-8", errors="replace") as handle:
-            return handle.read().splitlines()[-lines:]
-    except (IOError, OSError):
-        return []
 
 
 def source_identity(module, runner, src, sha256):
@@ -388,18 +394,7 @@ def source_identity(module, runner, src, sha256):
         return {"kind": "tarball", "sha256": digest}
     if not os.path.isdir(src):
         raise StepFailed("src %s is neither a source directory nor a tarball" % src)
-    if os.path.exists(os.path.join(src, ".git")):
-        git = module.get_bin_path("git")
-        if git:
-            rc, out, dummy = runner.run([git, "-C", src, "rev-parse", "HEAD"], check=False, record=False, timeout=120)
-            if rc == 0 and out.strip():
-                rc2, status, dummy = runner.run([git, "-C", src, "status", "--porcelain", "--untracked-files=no"],
-                                                check=False, record=False, timeout=300)
-                identity = {"kind": "git", "revision": out.strip()}
-                if rc2 != 0 or status.strip():
-                    identity["tree"] = tree_hash(src)
-                return identity
-    return {"kind": "tree", "tree": tree_hash(src)}
+    return tree_identity(runner.quiet, module.get_bin_path("git"), src)
 
 
 def _safe_extract(tarball, dest):
@@ -468,10 +463,17 @@ def unpack_artifact(runner, artifact, staging, prefix, key):
             record = json.load(handle)
     except (IOError, OSError, ValueError) as exc:
         raise StepFailed("cannot read the record %s of the packed install: %s" % (record_path, exc))
+    if not isinstance(record, dict):
+        raise StepFailed("the record %s of the packed install is a JSON %s, expected an object"
+                         % (record_path, type(record).__name__))
     if record.get("key") != key:
         raise StepFailed("the packed install %s records key %s, not %s" % (tarball, record.get("key"), key))
+    expected = record.get("artifact_sha256")
+    if not isinstance(expected, str) or len(expected) != 64:
+        raise StepFailed("the record %s of the packed install has no artifact_sha256 (64 hex digits), got %r: "
+                         "cannot verify %s" % (record_path, expected, tarball))
     digest = file_sha256(tarball)
-    if record.get("artifact_sha256") and digest != record["artifact_sha256"]:
+    if digest != expected:
         raise StepFailed("the packed install %s has sha256 %s, its record says %s"
                          % (tarball, digest, record["artifact_sha256"]))
     staged = os.path.join(staging, "destdir") + prefix
@@ -544,15 +546,6 @@ def _facts(prefix, stamp, verify, previous):
     }
 
 
-class Failed(Exception):
-    """Ends the run with ``msg`` and the extra result keys ``extra``."""
-
-    def __init__(self, msg, **extra):
-        super(Failed, self).__init__(msg)
-        self.msg = msg
-        self.extra = extra
-
-
 class NvshmemBuild(object):
     """observe (inputs, key, the install and its stamp, a packed install of the key), plan (nothing, install the
     packed install, or build), apply (stage, verify, swap, pack); ``run`` returns the facts or raises Failed."""
@@ -582,6 +575,8 @@ class NvshmemBuild(object):
             raise Failed("cuda_arch: %s" % exc)
         if p["jobs"] is not None and p["jobs"] < 1:
             raise Failed("jobs must be 1 or more, got %d" % p["jobs"])
+        if p["lock_timeout"] < 0:
+            raise Failed("lock_timeout must be 0 (refuse at once) or more seconds, got %d" % p["lock_timeout"])
         self.nvcc = os.path.join(p["cuda_home"], "bin", "nvcc")
         if not os.access(self.nvcc, os.X_OK):
             raise Failed("no nvcc at %s: install the CUDA toolkit or set cuda_home (NVSHMEM needs CUDACXX)" % self.nvcc)
@@ -628,17 +623,10 @@ class NvshmemBuild(object):
 
     def repair_leftovers(self):
         """What a killed run left beside the prefix (only reported in check mode)."""
-        prefix, previous = self.prefix, self.previous
-        if self.module.check_mode:
-            self.result["cleaned"] = stale_staging_dirs(prefix)
-            if not os.path.lexists(prefix) and os.path.isdir(previous):
-                self.result["recovered"] = "would restore %s from %s (a swap was interrupted)" % (prefix, previous)
-            return
         try:
-            self.result["recovered"] = recover_interrupted_swap(prefix)
-            self.result["cleaned"] = clean_stale_staging(prefix)
+            self.result["cleaned"], self.result["recovered"] = repair_beside(self.prefix, self.module.check_mode)
         except (OSError, BuildError) as exc:
-            raise Failed("cannot clean up beside %s: %s" % (prefix, exc))
+            raise Failed("cannot clean up beside %s: %s" % (self.prefix, exc))
 
     def observe_install(self):
         prefix = self.prefix
@@ -653,28 +641,18 @@ class NvshmemBuild(object):
 
     def plan(self):
         """None when the install is the key's and verifies; else ``'artifact'`` or ``'build'``, with the reason."""
-        prefix, key, stamp = self.prefix, self.key, self.stamp
-        if stamp and stamp.get("key") == key and self.current["ok"]:
-            self.result["reason"] = "installed build has key %s and passes verification" % short_key(key)
+        problem = None if self.current["ok"] else \
+            "installed build fails verification: %s" % "; ".join(self.current["problems"])
+        reason = rebuild_reason(self.prefix, self.stamp, self.key, problem)
+        if reason is None:
+            self.result["reason"] = "installed build has key %s and passes verification" % short_key(self.key)
             return None
-        if not os.path.isdir(prefix):
-            reason = "nothing installed at %s" % prefix
-        elif not stamp:
-            reason = "%s has no build stamp" % prefix
-        elif stamp.get("key") != key:
-            reason = "key changed: installed %s, wanted %s" % (str(stamp.get("key"))[:8], short_key(key))
-        else:
-            reason = "installed build fails verification: %s" % "; ".join(self.current["problems"])
         if self.have_artifact:
             reason += "; the packed install for the key is in %s" % self.p["artifact_dir"]
             self.result["artifact"] = self.artifact[0]
         self.result.update(reason=reason, would_build=not self.have_artifact, changed=True)
         if self.module._diff:
-            self.result["diff"] = {
-                "before": json.dumps(stamp or {}, sort_keys=True, indent=2) + "\n",
-                "after": json.dumps({"key": key, "inputs": self.inputs}, sort_keys=True, indent=2) + "\n",
-                "before_header": stamp_path(prefix), "after_header": stamp_path(prefix),
-            }
+            self.result["diff"] = stamp_diff(self.prefix, self.stamp, self.key, self.inputs)
         return "artifact" if self.have_artifact else "build"
 
     # --- apply ----------------------------------------------------------------------------------
@@ -761,10 +739,10 @@ class NvshmemBuild(object):
             swap = self.install_artifact() if action == "artifact" else self.build(log_path)
         except StepFailed as exc:
             raise Failed(exc.msg + " (the install at %s is unchanged)" % prefix, rc=exc.rc, cmd=exc.cmd,
-                         log_tail=_tail(log_path, p["log_lines"]))
-        except (OSError, IOError, BuildError, tarfile.TarError, ArchError) as exc:
+                         log_tail=log_tail(log_path, p["log_lines"]))
+        except (OSError, IOError, EOFError, BuildError, tarfile.TarError, ArchError) as exc:
             raise Failed("build of NVSHMEM failed: %s (the install at %s is unchanged)" % (exc, prefix),
-                         log_tail=_tail(log_path, p["log_lines"]))
+                         log_tail=log_tail(log_path, p["log_lines"]))
         shutil.rmtree(self.staging, ignore_errors=True)
         if action == "artifact":
             self.result.update(built=False, installed_from="artifact", previous=swap["previous"], log=None)
@@ -784,31 +762,29 @@ class NvshmemBuild(object):
         """The facts of the install after the run (``gpufleet_nvshmem``); raises Failed."""
         self.check_params()
         self.observe_inputs()
-        self.repair_leftovers()
-        self.observe_install()
-        action = self.plan()
-        self.result["verify"] = self.current
-        if action is None:
-            self.result["previous"] = self.previous if os.path.isdir(self.previous) else None
-            return _facts(self.prefix, self.stamp, self.current, self.previous)
-        if self.module.check_mode:
-            facts = _facts(self.prefix, self.stamp, self.current, self.previous)
-            facts.update(key=self.key, cuda_arch=self.cuda_arch, cuda_version=self.cuda_version,
-                         roce_ah_attr_fix=self.p["roce_ah_attr_fix"], ibgda=self.p["ibgda"], present=True)
-            return facts
-        self.apply(action)
-        return _facts(self.prefix, read_stamp(self.prefix), self.result["verify"], self.previous)
+        try:
+            with build_lock(self.prefix, self.p["lock_timeout"], "NVSHMEM build", self.module.check_mode):
+                self.repair_leftovers()
+                self.observe_install()
+                action = self.plan()
+                self.result["verify"] = self.current
+                if action is None:
+                    self.result["previous"] = self.previous if os.path.isdir(self.previous) else None
+                    return _facts(self.prefix, self.stamp, self.current, self.previous)
+                if self.module.check_mode:
+                    facts = _facts(self.prefix, self.stamp, self.current, self.previous)
+                    facts.update(key=self.key, cuda_arch=self.cuda_arch, cuda_version=self.cuda_version,
+                                 roce_ah_attr_fix=self.p["roce_ah_attr_fix"], ibgda=self.p["ibgda"], present=True)
+                    return facts
+                self.apply(action)
+                return _facts(self.prefix, read_stamp(self.prefix), self.result["verify"], self.previous)
+        except BuildError as exc:  # the lock: another build of this prefix runs
+            raise Failed(str(exc))
 
 
 def main():
     module = build_module()
-    job = NvshmemBuild(module)
-    try:
-        facts = job.run()
-    except Failed as exc:
-        job.result.update(exc.extra)
-        module.fail_json(msg=exc.msg, **job.result)
-    module.exit_json(ansible_facts={"gpufleet_nvshmem": facts}, **job.result)
+    finish(module, NvshmemBuild(module), "gpufleet_nvshmem")
 
 
 if __name__ == "__main__":

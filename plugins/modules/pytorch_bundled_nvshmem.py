@@ -60,6 +60,11 @@ options:
         the C(LD_PRELOAD) value after the NVSHMEM host library.
       - With O(state=preload) a GDRCopy library that cannot be found is an error.
     type: path
+  timeout:
+    description:
+      - Seconds the interpreter's site-packages probe may run before it is killed.
+    type: int
+    default: 120
   env_script:
     description:
       - An environment script (as written by the C(env_script) role). When its C(LD_PRELOAD) line names the
@@ -277,6 +282,8 @@ import os
 from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.common.text.converters import to_native
 
+from ansible_collections.gpufleet.deepep.plugins.module_utils._guard import guarded
+from ansible_collections.gpufleet.deepep.plugins.module_utils._runner import run_bounded
 from ansible_collections.gpufleet.deepep.plugins.module_utils._fileio import copy_atomic, CopyMismatch
 from ansible_collections.gpufleet.deepep.plugins.module_utils._nvshmem_discovery import (
     PROBE_SCRIPT,
@@ -303,6 +310,7 @@ def build_module():
             nvshmem_prefix=dict(type="path", default="/opt/deepep/nvshmem"),
             gdrcopy_home=dict(type="path"),
             env_script=dict(type="path"),
+            timeout=dict(type="int", default=120),
         ),
         supports_check_mode=True,
     )
@@ -337,7 +345,13 @@ def _discover_site_packages(module, result):
             module.fail_json(msg="python %r was not found on PATH; give the interpreter's absolute path" % (python,),
                              **result)
     argv = [resolved, "-c", PROBE_SCRIPT]
-    rc, out, err = module.run_command(argv, environ_update={"LC_ALL": "C"})
+    if params["timeout"] < 1:
+        module.fail_json(msg="timeout=%r: expected a positive number of seconds" % params["timeout"], **result)
+    rc, out, err = run_bounded(argv, params["timeout"])
+    if rc == 124:
+        module.fail_json(msg="python %r did not report its site-packages within timeout=%ss and was killed; raise "
+                             "timeout (seconds) if the interpreter is slow to start" % (resolved, params["timeout"]),
+                         cmd=argv, rc=rc, **result)
     if rc != 0:
         module.fail_json(msg="python %r failed to report its site-packages directories" % (resolved,),
                          cmd=argv, rc=rc, stdout=out, stderr=err, **result)
@@ -477,8 +491,12 @@ def run(module):
     module.exit_json(**result)
 
 
-def main():
+def _main():
     run(build_module())
+
+
+def main():
+    guarded("pytorch_bundled_nvshmem", _main)
 
 
 if __name__ == "__main__":

@@ -302,6 +302,7 @@ import os
 
 from ansible.module_utils.basic import AnsibleModule
 
+from ansible_collections.gpufleet.deepep.plugins.module_utils._guard import guarded
 from ansible_collections.gpufleet.deepep.plugins.module_utils._rdma import collect_rdma
 
 
@@ -323,8 +324,12 @@ def run(module):
     module.exit_json(changed=False, ansible_facts={"gpufleet_rdma": facts})
 
 
-def main():
+def _main():
     run(build_module())
+
+
+def main():
+    guarded("rdma_devices", _main)
 
 
 if __name__ == "__main__":

@@ -298,6 +298,8 @@ import tempfile
 from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.common.text.converters import to_native
 
+from ansible_collections.gpufleet.deepep.plugins.module_utils._guard import guarded
+from ansible_collections.gpufleet.deepep.plugins.module_utils._runner import run_bounded
 from ansible_collections.gpufleet.deepep.plugins.module_utils._nccl import (
     constraint_text,
     pip_conf_constraints,
@@ -349,9 +351,13 @@ class SglangEnv(object):
         if record:
             self.commands.append(list(argv))
         timeout = self.module.get_bin_path("timeout")
-        full = ([timeout, "--kill-after=30", str(self.p["timeout"])] if timeout else []) + list(argv)
         env = {"LC_ALL": "C", "PIP_DISABLE_PIP_VERSION_CHECK": "1", "PIP_NO_INPUT": "1"}
-        rc, out, err = self.module.run_command(full, environ_update=env)
+        if timeout:
+            full = [timeout, "--kill-after=30", str(self.p["timeout"])] + list(argv)
+            rc, out, err = self.module.run_command(full, environ_update=env)
+        else:
+            # No coreutils timeout on the node: bound it here (the whole process group is killed at the limit).
+            rc, out, err = run_bounded(list(argv), self.p["timeout"], env=env)
         if rc == 124:
             raise StepFailed("command ran past its %d s time limit (timeout): %s" % (self.p["timeout"], " ".join(argv)),
                              cmd=list(argv), rc=rc, stdout=out[-4000:], stderr=err[-4000:])
@@ -838,7 +844,7 @@ def _read(path):
         return None
 
 
-def main():
+def _main():
     module = AnsibleModule(
         argument_spec=dict(
             python=dict(type="str", default="python3"),
@@ -884,6 +890,10 @@ def main():
     except (OSError, IOError) as exc:
         module.fail_json(msg="sglang_env: %s" % to_native(exc), **env.result)
     module.exit_json(**result)
+
+
+def main():
+    guarded("sglang_env", _main)
 
 
 if __name__ == "__main__":

@@ -136,14 +136,14 @@ import re
 from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.gpufleet.deepep.plugins.module_utils import _site_state as ss
-from ansible_collections.gpufleet.deepep.plugins.module_utils._fileio import read_json_dict
+from ansible_collections.gpufleet.deepep.plugins.module_utils._guard import guarded
 
 KEY_RE = re.compile(r"^[0-9A-Za-z._-]{1,128}$")
 
 
 def run(module):
     p = module.params
-    if not KEY_RE.match(p["key"]):
+    if not KEY_RE.fullmatch(p["key"]):
         module.fail_json(msg="key %r is not a settings key (expected 1 to 128 characters of [0-9A-Za-z._-], "
                              "such as a sha256 hex digest)" % p["key"])
     if p["hash_limit"] < 0:
@@ -155,7 +155,7 @@ def run(module):
             return result
         now = datetime.datetime.now(datetime.timezone.utc).replace(microsecond=0).isoformat()
         content = ss.record_content(p["key"], p["watch"], p["packages"], now, p["hash_limit"], p["dpkg_status"])
-        old = read_json_dict(p["path"])
+        old, dummy = ss.read_stamp(p["path"])
         result.update(steady=True, intact=True, drift=[], recorded_at=now, watched=ss.watched_count(content))
         if ss.same_record(old, content):
             result.update(recorded_at=old.get("recorded_at"), reason="the stamp already records this state")
@@ -170,7 +170,7 @@ def run(module):
         module.fail_json(msg="cannot write the stamp %s: %s" % (p["path"], exc.strerror or exc), **result)
 
 
-def main():
+def _main():
     module = AnsibleModule(
         argument_spec=dict(
             path=dict(type="path", default="/var/lib/gpufleet-site-converged.json"),
@@ -184,6 +184,10 @@ def main():
         supports_check_mode=True,
     )
     module.exit_json(**run(module))
+
+
+def main():
+    guarded("site_state", _main)
 
 
 if __name__ == "__main__":

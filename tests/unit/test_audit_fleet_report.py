@@ -102,3 +102,50 @@ def test_check_mode_writes_the_report_and_says_so(play, tmp_path):
     out = tmp_path / "check"
     play(out, "--check")
     assert json.loads((out / "fleet.json").read_text())["meta"]["check_mode"] is True
+
+
+def test_sglang_facts_reach_the_rules(tmp_path):
+    """A node the audit read SGLang on (registered sglang_env and model_config results) is judged by the SGLANG_*
+    rules; a node where those tasks were skipped is not."""
+    sglang_doc = json.loads(json.dumps(__import__("test_sglang_rules").GOOD))
+    node = node_stack_result(HEALTHY)
+    results = tmp_path / "results"
+    results.mkdir()
+    (results / "node.json").write_text(json.dumps(node))
+    # The DeepEP of HEALTHY was built against NCCL 2.27.3 (fixture); SGLang holds 2.28.3: the warning fires.
+    (results / "sglang.json").write_text(json.dumps({"changed": False, "ansible_facts": {
+        "gpufleet_sglang": sglang_doc["gpufleet_sglang"]}}))
+    (results / "model.json").write_text(json.dumps({"changed": False, "ansible_facts": {
+        "gpufleet_model": dict(sglang_doc["gpufleet_model"], num_attention_heads=9)}}))
+    inventory = tmp_path / "hosts.yml"
+    inventory.write_text(yaml.safe_dump({"all": {"vars": {"ansible_connection": "local"}, "children": {
+        "cluster": {"hosts": {"s1": None, "s2": None}}}}}))
+    expect = dict(sglang_doc["expect"]["sglang"], tp=2)
+    playbook = tmp_path / "play.yml"
+    playbook.write_text(yaml.safe_dump([{
+        "name": "Report registered results", "hosts": "cluster", "gather_facts": False,
+        "tasks": [
+            {"name": "Registered results", "ansible.builtin.set_fact": {
+                "audit_r_node": "{{ lookup('ansible.builtin.file', '%s/node.json') | from_json }}" % results,
+                "audit_r_sglang": "{{ (lookup('ansible.builtin.file', '%s/sglang.json') | from_json)"
+                                  " if inventory_hostname == 's1' else {'skipped': true, 'changed': false} }}" % results,
+                "audit_r_model": "{{ (lookup('ansible.builtin.file', '%s/model.json') | from_json)"
+                                 " if inventory_hostname == 's1' else {'skipped': true, 'changed': false} }}" % results,
+                "audit_expect": {"hca_prefix": "mlx5", "sglang": "{{ %s if inventory_hostname == 's1' else none }}"
+                                 % json.dumps(expect)}}},
+            {"name": "Report", "gpufleet.deepep.audit_fleet_report": {
+                "rules_file": str(RULES), "output_dir": str(tmp_path / "run")},
+             "run_once": True, "delegate_to": "localhost"},
+        ]}], sort_keys=False))
+    env = dict(os.environ, ANSIBLE_CONFIG=str(REPO / "ansible.cfg"), ANSIBLE_COLLECTIONS_PATH=str(REPO / ".collections"),
+               PATH="%s:%s" % (REPO / ".venv" / "bin", os.environ.get("PATH", "")))
+    proc = subprocess.run([str(REPO / ".venv" / "bin" / "ansible-playbook"), "-i", str(inventory), str(playbook)],
+                          cwd=REPO, env=env, capture_output=True, text=True, check=False, timeout=300)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    fleet = json.loads((tmp_path / "run" / "fleet.json").read_text())
+    s1 = {f["id"]: f for f in fleet["nodes"]["s1"]["findings"]}
+    assert set(s1) == {"SGLANG_ATTENTION_TP_HEADS", "SGLANG_NCCL_NOT_DEEPEP_BUILD"}, sorted(s1)
+    assert s1["SGLANG_NCCL_NOT_DEEPEP_BUILD"]["severity"] == "warning"
+    assert s1["SGLANG_NCCL_NOT_DEEPEP_BUILD"]["evidence"]["sglang_env"] == "2.28.3"
+    assert fleet["nodes"]["s2"]["findings"] == []
+    assert fleet["nodes"]["s2"]["facts"]["gpufleet_sglang"] is None

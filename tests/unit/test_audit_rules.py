@@ -170,9 +170,10 @@ def test_healthy_node_has_no_findings():
 
 def test_every_rule_has_a_case():
     """Every rule of the audit (the preflight rules have their cases in test_preflight_rules.py, the SGLang
-    rules in test_sglang_rules.py, which checks that every one has a case)."""
+    rules in test_sglang_rules.py, which checks that every one has a case, the serving rules in
+    test_serve_state.py, which checks the same)."""
     rule_ids = {r["id"] for r in validate_rules(CATALOGUE) if "audit" in r.get("when", ["audit"])}
-    assert {r for r in rule_ids if not r.startswith("SGLANG_")} == set(CASES)
+    assert {r for r in rule_ids if not r.startswith(("SGLANG_", "SERVING_"))} == set(CASES)
 
 
 def test_issue_rules_are_in_the_catalogue():
@@ -286,3 +287,88 @@ def test_peermem_missing_is_info_only_when_dmabuf_is_usable(dmabuf):
         assert found == {"PEERMEM_MISSING_DMABUF": "info"}
     else:
         assert found == {"PEERMEM_MISSING": "warning"}
+
+
+# Intranode-only profiles (gpufleet_intranode_only -> expect.intranode_only): the IBGDA, RDMA and GPU-NIC mapping
+# rules stand down; everywhere else (no flag, or false) they hold.
+INTRANODE_RULES = {
+    "DEEPEP_NVSHMEM_NO_IBGDA", "HCA_PREFIX_MISMATCH", "ROCE_GID_INDEX", "NIC_HANDLER_CPU_NO_GDRDRV",
+    "HCA_MAPPING_MISSING", "RDMA_CORE_NO_MLX5DV", "REMOTE_TRANSPORT_NOT_IBGDA", "PEERMEM_MISSING",
+    "PEERMEM_MISSING_DMABUF",
+}
+
+# An NVLink-only H200 node as the h200 profile leaves it (tests/fixtures/captured/h200x2: no RDMA device):
+# NVSHMEM built without IBGDA, DeepEP against it, an env script that still names the IBGDA transport.
+NVLINK_ONLY = {
+    "gpufleet_deepep.nvshmem_build.ibgda": False,
+    "gpufleet_rdma.devices": [], "gpufleet_rdma.active_devices": [], "gpufleet_rdma.transport": "none",
+    "gpufleet_rdma.recommended_gid_index": None,
+    "gpufleet_stack.env_script.exports.DEEP_EP_DEVICE_TO_HCA_MAPPING": DELETE,
+    "gpufleet_stack.env_script.exports.NVSHMEM_IB_GID_INDEX": DELETE,
+    "gpufleet_stack.rdma_core.mlx5dv_ok": False,
+    "expect.hca_prefix": None,
+}
+
+
+@pytest.mark.parametrize("flag", [True, False, None], ids=["intranode_only", "internode_profile", "flag_absent"])
+def test_nvlink_only_node_follows_the_profile(flag):
+    changes = dict(NVLINK_ONLY)
+    changes["expect.intranode_only"] = DELETE if flag is None else flag
+    found = set(ids(mutate(HEALTHY, changes)))
+    if flag:
+        assert found == set()
+    else:
+        # Without the profile saying intranode only, a DeepEP on an NVSHMEM without IBGDA is critical as before.
+        assert {"DEEPEP_NVSHMEM_NO_IBGDA", "RDMA_CORE_NO_MLX5DV"} <= found
+
+
+def test_rdma_node_built_without_ibgda_stays_critical():
+    """An RDMA node of an internode profile (no intranode flag) whose DeepEP has no IBGDA: critical."""
+    doc = mutate(HEALTHY, {"gpufleet_deepep.nvshmem_build.ibgda": False, "expect.intranode_only": False})
+    found = {f["id"]: f["severity"] for f in evaluate_rules(doc, CATALOGUE)}
+    assert found == {"DEEPEP_NVSHMEM_NO_IBGDA": "critical"}
+
+
+@pytest.mark.parametrize("rule_id", sorted(INTRANODE_RULES))
+def test_intranode_only_silences_the_rdma_rules(rule_id):
+    """Each RDMA/IBGDA/mapping rule that fires on an internode profile is quiet on an intranode-only one (an A100
+    with RoCE NICs that DeepEP does not use: no NVSHMEM, no mapping, no GID index needed)."""
+    firing = dict(CASES[rule_id][0])
+    assert rule_id in ids(mutate(HEALTHY, firing))
+    firing["expect.intranode_only"] = True
+    assert rule_id not in ids(mutate(HEALTHY, firing))
+
+
+def test_intranode_only_keeps_the_other_rules():
+    """The flag is about RDMA only: a stale torch ABI, an arch gap or a pending PeerMappingOverride still fire."""
+    for rule_id in ("DEEPEP_TORCH_ABI", "DEEPEP_ARCH_MISMATCH", "PEERMAP_NOT_LIVE", "DEEPEP_IMPORT_FAILS",
+                    "NIC_PORT_DOWN"):
+        firing = dict(CASES[rule_id][0])
+        firing["expect.intranode_only"] = True
+        assert rule_id in ids(mutate(HEALTHY, firing)), rule_id
+
+
+def _with_distances(doc, frontend_down):
+    """HEALTHY with gpu_topology's GPU-NIC distances: GPU i PIX to mlx5_i, a front-end mlx5_8 NODE to every GPU."""
+    out = copy.deepcopy(doc)
+    names = [d["name"] for d in out["gpufleet_rdma"]["devices"]]
+    frontend = copy.deepcopy(out["gpufleet_rdma"]["devices"][0])
+    frontend["name"] = "mlx5_8"
+    frontend["ports"][0]["state"] = "DOWN" if frontend_down else "ACTIVE"
+    out["gpufleet_rdma"]["devices"].append(frontend)
+    for i, gpu in enumerate(out["gpufleet_gpus"]["gpus"]):
+        gpu["nics"] = [{"name": names[i % len(names)], "port": 1, "distance": "PIX", "active": True}] + [
+            {"name": n, "port": 1, "distance": "NODE", "active": True} for n in names if n != names[i % len(names)]] + [
+            {"name": "mlx5_8", "port": 1, "distance": "NODE", "active": not frontend_down}]
+    return out
+
+
+def test_nic_port_down_only_for_rail_nics():
+    """h100_ib's front-end CX-7 (mlx5_8, its own root port) is DOWN: no DeepEP rail, no finding; a DOWN rail NIC
+    (PIX to its GPU) is still a warning."""
+    assert "NIC_PORT_DOWN" not in ids(_with_distances(HEALTHY, frontend_down=True))
+    rail_down = _with_distances(HEALTHY, frontend_down=True)
+    rail_down["gpufleet_rdma"]["devices"][3]["ports"][0]["state"] = "DOWN"
+    found = {f["id"]: f for f in evaluate_rules(rail_down, CATALOGUE)}
+    assert found["NIC_PORT_DOWN"]["severity"] == "warning"
+    assert {d["device"] for d in found["NIC_PORT_DOWN"]["evidence"]} == {"mlx5_3", "mlx5_8"}

@@ -77,10 +77,15 @@ def test_site_yml_keys_every_phase_role_it_imports():
     # The plan play hashes roles/<phase> for each phase prefix: every role the converge play imports must be one.
     plays = yaml.safe_load((REPO / "playbooks" / "site.yml").read_text())
     plan, converge = plays[0], plays[1]
-    key_task = plan["tasks"][0]["block"][0]
-    prefixes = set(key_task["vars"]["gpufleet_site_prefixes"]) - {"gpufleet"}
+    describe = [task for task in plan["tasks"] if "block" in task][0]
+    hash_task, key_task = describe["block"][0], describe["block"][1]
+    prefixes = set(describe["vars"]["gpufleet_site_prefixes"]) - {"gpufleet"}
     imported = {t["ansible.builtin.import_role"]["name"].rsplit(".", 1)[1] for t in converge["tasks"]
                 if "ansible.builtin.import_role" in t}
     assert imported <= prefixes, imported - prefixes
     assert all((REPO / "roles" / name).is_dir() for name in prefixes)
-    assert "content_hash" in key_task["ansible.builtin.set_fact"]["gpufleet_site_key"]
+    # The content is hashed once per run (run_once: the same controller files for every node); each node's key
+    # covers it.
+    assert "content_hash" in hash_task["ansible.builtin.set_fact"]["gpufleet_site_content"]
+    assert hash_task["run_once"] is True
+    assert "gpufleet_site_content" in key_task["ansible.builtin.set_fact"]["gpufleet_site_key"]

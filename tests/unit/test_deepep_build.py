@@ -14,7 +14,10 @@ import glob
 import json
 import os
 import shutil
+import signal
 import subprocess
+import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -334,3 +337,132 @@ def test_v1_with_the_real_cpu_torch_wheel(module_runner, tmp_path, nvshmem_root)
     torch_version = venv.run("import torch; print(torch.__version__)").stdout.strip().splitlines()[-1]
     assert facts["import_ok"] and facts["built_against"]["torch"] == torch_version
     assert bk.read_stamp(facts["location"])["key"] == result["key"]
+
+
+# --- faults: a kill during the install, a tampered wheel, a second build of one artifact directory -----------
+
+RUN_MODULE = r"""
+import json, sys
+sys.path.insert(0, sys.argv[1])
+from unit_helpers import run_module
+from ansible_collections.gpufleet.deepep.plugins.modules import deepep_build
+print("GPUFLEET-RESULT " + json.dumps(run_module(deepep_build, json.loads(sys.argv[2]))))
+"""
+
+HANGING_PIP = """#!/bin/sh
+# The torch interpreter, except that `-m pip install` hangs once pip has done its work (the run is killed there).
+if [ "$2" = pip ] && [ "$3" = install ]; then
+    "{python}" "$@" || exit $?
+    echo $$ > "{marker}.tmp" && mv "{marker}.tmp" "{marker}"
+    exec sleep 900
+fi
+exec "{python}" "$@"
+"""
+
+
+def _wait_for(path, proc, what):
+    for dummy in range(9000):  # bounded: at most about 15 minutes (a fixture build under load)
+        if path.exists() or proc.poll() is not None:
+            break
+        time.sleep(0.1)
+    if not path.exists():
+        out, err = proc.communicate(timeout=60) if proc.poll() is not None else ("", "")
+        pytest.fail("%s never happened: %s %s" % (what, out[-2000:], err[-2000:]))
+
+
+def _stamp_key(venv):
+    return json.loads((Path(venv.site) / "deep_ep" / bk.STAMP_NAME).read_text())["key"]
+
+
+def _marked_tree(tmp_path, mark):
+    """The V1 fixture with ``deep_ep.GPUFLEET_MARK = mark`` (another source, so another key)."""
+    tree = tmp_path / ("deepep-%s" % mark)
+    shutil.copytree(_tree(tmp_path, "deepep-v1-fixture"), tree)
+    with open(tree / "deep_ep" / "__init__.py", "a") as handle:
+        handle.write("\nGPUFLEET_MARK = %r\n" % mark)
+    return tree
+
+
+@pytest.mark.slow
+def test_a_kill_during_the_wheel_install_leaves_the_old_deepep_importable(module_runner, tmp_path, nvshmem_root):
+    venv = Venv(tmp_path / "venv").set_torch("2.11.0")
+    old = module_runner(deepep_build, _args(venv, tmp_path, nvshmem_root, src=str(_marked_tree(tmp_path, "old"))))
+    assert old["installed"] and _stamp_key(venv) == old["key"]
+
+    marker = tmp_path / "pip-done"
+    wrapper = tmp_path / "python-hanging-pip"
+    wrapper.write_text(HANGING_PIP.format(python=venv.python, marker=marker))
+    wrapper.chmod(0o755)
+    new_args = _args(venv, tmp_path, nvshmem_root, src=str(_marked_tree(tmp_path, "new")))
+    proc = subprocess.Popen([sys.executable, "-c", RUN_MODULE, str(REPO / "tests" / "unit"),
+                             json.dumps(dict(new_args, python=str(wrapper)))],
+                            cwd=str(REPO), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        _wait_for(marker, proc, "the install of the new wheel")
+    finally:
+        proc.kill()  # SIGKILL: no handler of the module runs
+        proc.communicate(timeout=60)
+        if marker.exists():
+            os.kill(int(marker.read_text()), signal.SIGKILL)  # the hanging pip (its own session)
+
+    imported = venv.run("import deep_ep; print(deep_ep.GPUFLEET_MARK)")
+    assert imported.returncode == 0, imported.stderr
+    assert imported.stdout.strip() == "old" and _stamp_key(venv) == old["key"]
+    assert glob.glob(os.path.join(venv.site, ".gpufleet-deep_ep-stage-*"))  # what the killed run left
+
+    again = module_runner(deepep_build, new_args)
+    assert not again.failed, again.get("msg")
+    assert again["installed"] and not again["built"]  # the wheel was built before the kill
+    assert venv.run("import deep_ep; print(deep_ep.GPUFLEET_MARK)").stdout.strip() == "new"
+    assert _stamp_key(venv) == again["key"] != old["key"]
+    assert not glob.glob(os.path.join(venv.site, ".gpufleet-deep_ep-*"))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("damage", ["truncated", "tampered"])
+def test_a_wheel_that_does_not_match_its_record_is_refused_by_name(module_runner, tmp_path, nvshmem_root, damage):
+    builder = Venv(tmp_path / "builder").set_torch("2.11.0")
+    built = module_runner(deepep_build, _args(builder, tmp_path, nvshmem_root, install=False))
+    assert built["built"] and not built["installed"]
+    copied = tmp_path / "from-store"
+    shutil.copytree(os.path.dirname(built["wheel"]), copied)
+    wheel = copied / os.path.basename(built["wheel"])
+    data = wheel.read_bytes()
+    wheel.write_bytes(data[:len(data) // 2] if damage == "truncated" else data[:-1] + bytes([data[-1] ^ 1]))
+
+    other = Venv(tmp_path / "other").set_torch("2.11.0")
+    refused = module_runner(deepep_build, {"wheel": str(wheel), "python": other.python, "arch_list": "9.0",
+                                           "nvshmem_root": nvshmem_root, "cuda_home": CUDA_HOME,
+                                           "artifact_dir": str(tmp_path / "other-artifacts")})
+    assert refused.failed and not refused["installed"]
+    assert "%s has sha256 " % wheel in refused["msg"] and "nothing was installed" in refused["msg"]
+    assert refused["commands"] == [] and other.run("import deep_ep").returncode != 0
+
+
+def test_a_second_build_of_one_artifact_dir_refuses_and_leaves_the_first_ones_staging(module_runner, tmp_path,
+                                                                                      nvshmem_root):
+    venv = Venv(tmp_path / "venv").set_torch("2.11.0")
+    args = _args(venv, tmp_path, nvshmem_root, lock_timeout=0)
+    staging = tmp_path / "artifacts" / ".staging-0123abcd"
+    ready = tmp_path / "first.ready"
+    # The first build: another process that holds the lock beside the artifact directory and builds in its staging.
+    first = subprocess.Popen([sys.executable, "-c", (
+        "import os, sys\nsys.path.insert(0, sys.argv[1])\n"
+        "from ansible_collections.gpufleet.deepep.plugins.module_utils._swap import PrefixLock\n"
+        "with PrefixLock(sys.argv[2], timeout=0):\n"
+        "    os.makedirs(sys.argv[3]); open(sys.argv[4], 'w').close(); sys.stdin.read()\n"),
+        str(REPO / ".collections"), args["artifact_dir"], str(staging), str(ready)], stdin=subprocess.PIPE)
+    try:
+        _wait_for(ready, first, "the first build's lock")
+        second = module_runner(deepep_build, args)
+        assert second.failed and not second["built"] and not second["installed"]
+        assert "another DeepEP build of %s is running" % args["artifact_dir"] in second["msg"]
+        assert str(tmp_path / ".artifacts.lock") in second["msg"] and "pid %d" % first.pid in second["msg"]
+        assert staging.is_dir() and venv.run("import deep_ep").returncode != 0
+        # A plan (check mode) takes no lock.
+        plan = module_runner(deepep_build, args, check_mode=True)
+        assert not plan.failed and plan["would_build"]
+    finally:
+        first.stdin.close()
+        first.wait(timeout=60)
+    assert first.returncode == 0

@@ -11,6 +11,7 @@ import os
 import subprocess
 import sys
 import tarfile
+import zipfile
 from pathlib import Path
 
 import pytest
@@ -232,3 +233,32 @@ def test_stand_in_wheelhouse_swaps_torch_only_and_installs_with_the_same_require
                            env=dict(os.environ, PYTHONPATH=str(target)), capture_output=True, text=True, check=False,
                            timeout=60)
     assert fails.returncode != 0 and "has no attribute 'zeros'" in fails.stderr
+
+
+@pytest.mark.parametrize("version", ["0.5.8", "0.5.19", "0.5.23"])
+def test_sglang_fixture_wheels_carry_the_one_compile_deep_gemm(tmp_path, version):
+    """compile_deep_gemm.py lives once under shared/; every sglang fixture wheel installs that very file."""
+    shared = FIXTURES / "shared" / "sglang" / "compile_deep_gemm.py"
+    tree = FIXTURES / "wheels" / ("sglang-%s" % version)
+    assert not (tree / "sglang" / "compile_deep_gemm.py").exists()
+    wheel = mirror.fixture_wheel(tree, tmp_path)
+    with zipfile.ZipFile(wheel) as zf:
+        assert zf.read("sglang/compile_deep_gemm.py") == shared.read_bytes()
+        record = zf.read("sglang-%s.dist-info/RECORD" % version).decode()
+    assert "sglang/compile_deep_gemm.py,sha256=" in record
+
+
+def test_a_wheel_file_placed_twice_is_refused(tmp_path):
+    fixtures = tmp_path / "fixtures"
+    (fixtures / "shared").mkdir(parents=True)
+    (fixtures / "shared" / "tool.py").write_text("print('shared')\n")
+    (fixtures / "shared" / "placements.txt").write_text("tool.py  wheels/demo-1.0  demo/tool.py\n")
+    tree = fixtures / "wheels" / "demo-1.0"
+    (tree / "demo").mkdir(parents=True)
+    (tree / "demo" / "__init__.py").write_text("")
+    wheel = mirror.fixture_wheel(tree, tmp_path / "out", fixtures)
+    with zipfile.ZipFile(wheel) as zf:
+        assert zf.read("demo/tool.py") == b"print('shared')\n"
+    (tree / "demo" / "tool.py").write_text("print('copy')\n")
+    with pytest.raises(ValueError, match="also placed from"):
+        mirror.fixture_wheel(tree, tmp_path / "out2", fixtures)

@@ -313,3 +313,56 @@ def test_parse_nvlink_status_from_fake_tool(fake_smi):
     status = _pci.parse_nvlink_status(out)
     assert sorted(status) == list(range(8))
     assert status[0] == {"links": 12, "bandwidth_gbps": 300.0}
+
+
+# --------------------------------------------------------------------------- faults: a wedged tool, hardware never dropped
+
+
+def _script(path, body):
+    path.write_text("#!/bin/sh\n" + body)
+    path.chmod(0o755)
+    return path
+
+
+def test_wedged_nvidia_smi_fails_within_its_bound(tmp_path, module_runner, tree):
+    """A driver that hangs nvidia-smi: the module kills it at ``timeout`` and fails naming the command and the bound."""
+    smi = _script(tmp_path / "nvidia-smi", "exec sleep 600\n")
+    result = module_runner(gpu_topology, {"sysfs_root": str(tree("h200_nvlink")), "nvidia_smi": str(smi),
+                                          "timeout": 1})
+    assert result.failed
+    assert "did not answer the GPU query within timeout=1s and was killed" in result["msg"]
+    assert str(smi) in result["msg"] and result["nvidia_smi"]["rc"] == 124
+
+
+@pytest.mark.parametrize("timeout", [0, -5])
+def test_timeout_must_be_positive(tmp_path, module_runner, tree, timeout):
+    result = module_runner(gpu_topology, {"sysfs_root": str(tree("h200_nvlink")), "timeout": timeout})
+    assert result.failed and "timeout=%d: expected a positive number of seconds" % timeout in result["msg"]
+
+
+def _break_class(root, bdf, text):
+    (root / "bus" / "pci" / "devices" / bdf / "class").write_text(text)
+
+
+def test_unreadable_gpu_is_a_warning_naming_it(tmp_path, module_runner, no_nvidia_smi):
+    root = render(tmp_path, "gcp_b200")
+    gpus = facts_of(module_runner(gpu_topology, {"sysfs_root": str(root)}))["gpus"]
+    victim = gpus[3]["pci_address"]
+    _break_class(root, victim, "\x00\xff garbage")
+    result = module_runner(gpu_topology, {"sysfs_root": str(root)})
+    facts = facts_of(result)
+    assert facts["gpu_count"] == 7 and facts["unreadable"] == [victim]
+    warnings = [str(w) for w in result["warnings"]]
+    assert any(victim in w and "looks like an NVIDIA GPU but cannot be read" in w for w in warnings), warnings
+
+
+def test_gpu_count_disagreeing_with_nvidia_smi_fails_instead_of_shifting(tmp_path, module_runner, fake_smi):
+    root = render(tmp_path, "gcp_b200")
+    smi = fake_smi("gcp_b200")
+    victim = facts_of(module_runner(gpu_topology, {"sysfs_root": str(root), "nvidia_smi": str(smi)}))["gpus"][3]
+    _break_class(root, victim["pci_address"], "")
+    result = module_runner(gpu_topology, {"sysfs_root": str(root), "nvidia_smi": str(smi)})
+    assert result.failed
+    assert "nvidia-smi lists 8 GPUs but sysfs shows 7" in result["msg"]
+    assert "only in nvidia-smi: %s" % victim["pci_address"] in result["msg"]
+    assert "ansible_facts" not in result

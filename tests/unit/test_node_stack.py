@@ -36,11 +36,22 @@ export NVSHMEM_REMOTE_TRANSPORT=ibgda   # force IBGDA
 export NVSHMEM_IBGDA_NIC_HANDLER='gpu'
 export NVSHMEM_IB_GID_INDEX=3
 export DEEP_EP_DEVICE_TO_HCA_MAPPING=0:mlx5_0:1,1:mlx5_1:1
-[ -d /lssd/huggingface ] && export HF_HOME=/lssd/huggingface
 FOO=bar
 export FOO
 export PYTHONPATH=/opt/deepep/DeepEP:${PYTHONPATH:-}
-export QUOTED="a b" ; echo loaded
+export QUOTED="a b"  # a comment after the value
+export PATH=/usr/local/cuda/bin"${PATH:+:${PATH}}"
+"""
+
+# Lines only a shell could take: the reader refuses each, naming it, and the import probe is not tried.
+SHELL_LINES = """[ -d /lssd/huggingface ] && export HF_HOME=/lssd/huggingface
+export A=1 ; echo loaded
+export B=$(id -u)
+export C=`id -u`
+export D="$(touch /tmp/pwned)"
+source /etc/profile
+export E=unterminated"quote
+export F=${G:?boom}
 """
 
 PROBE_OUT = {
@@ -68,9 +79,12 @@ class Runner:
     def __init__(self, answers):
         self.answers = answers
         self.calls = []
+        self.envs = []
 
     def __call__(self, argv, timeout=None, env=None):
         self.calls.append((list(argv), timeout))
+        if env is not None:
+            self.envs.append(env)
         for prefix, result in self.answers:
             exact = list(argv[:len(prefix)]) == list(prefix)
             suffix = argv[0].endswith(prefix[0]) and list(argv[1:len(prefix)]) == list(prefix[1:])
@@ -119,8 +133,8 @@ def answers(import_rc=1, import_out="", import_err="ImportError: undefined symbo
                              "doca-ofed\t3.2.1-0\tinstalled\ngdrcopy\t2.5\tconfig-files\n",
                           "dpkg-query: no packages found matching doca-roce\n")),
         (["ldconfig", "-p"], (0, LDCONFIG, "")),
+        (["/opt/torch/.venv/bin/python", "-c", _stack.IMPORT_PROBE], (import_rc, import_out, import_err)),
         (["/opt/torch/.venv/bin/python", "-c"], (0, "noise\n" + json.dumps(PROBE_OUT) + "\n", "")),
-        (["bash", "-c"], (import_rc, import_out, import_err)),
     ]
 
 
@@ -167,10 +181,20 @@ def test_parse_env_script():
     assert exports["NVSHMEM_IB_GID_INDEX"] == "3"
     assert exports["DEEP_EP_DEVICE_TO_HCA_MAPPING"] == "0:mlx5_0:1,1:mlx5_1:1"
     assert exports["FOO"] == "bar"                      # assigned, then exported by name
-    assert exports["QUOTED"] == "a b"
     assert exports["PYTHONPATH"] == "/opt/deepep/DeepEP:"
-    assert "HF_HOME" not in exports                     # conditional lines are not evaluated
+    assert exports["QUOTED"] == "a b"
     assert raw["LD_PRELOAD"] == '"${NVSHMEM_HOME}/lib/libnvshmem_host.so.3"'
+    assert exports["PATH"] == "/usr/local/cuda/bin"     # nothing inherited: the facts start from an empty environment
+    dummy, dummy2, env, errors = _stack.read_env_script(ENV_SCRIPT, base={"PATH": "/usr/bin", "HOME": "/root"})
+    assert errors == []
+    assert env["PATH"] == "/usr/local/cuda/bin:/usr/bin" and env["HOME"] == "/root"
+
+
+def test_read_env_script_refuses_shell_lines_naming_them():
+    exports, raw, env, errors = _stack.read_env_script(SHELL_LINES)
+    assert exports == {} and len(errors) == 8
+    for number, (error, line) in enumerate(zip(errors, SHELL_LINES.splitlines()), 1):
+        assert error.startswith("line %d %r" % (number, line))
 
 
 def test_parse_env_script_single_quotes_do_not_expand():
@@ -224,11 +248,22 @@ def test_gather_configured_node(node):
                                "reasons": ["/var/run/reboot-required", "gpufleet_nvidia.reboot_required"],
                                "packages": ["linux-image-6.14.0-1012-gcp"], "nvidia_reboot_required": True}
     assert facts["errors"] == {}
-    # The import probe sources the env script and runs the given interpreter in a child shell.
-    bash = [c for c in runner.calls if c[0][0] == "bash"][0]
-    assert bash[0][-3:] == [str(node / "opt/deepep/unified-env.sh"), "/opt/torch/.venv/bin/python",
-                            _stack.IMPORT_PROBE]
-    assert bash[1] == 60
+    # The import probe never runs the env script: no shell, the interpreter itself, with the exports read as data.
+    assert not [c for c in runner.calls if c[0][0] in ("bash", "sh")]
+    probe = [c for c in runner.calls if c[0] == ["/opt/torch/.venv/bin/python", "-c", _stack.IMPORT_PROBE]][0]
+    assert probe[1] == 60
+    assert runner.envs[-1]["NVSHMEM_IB_GID_INDEX"] == "3" and runner.envs[-1]["FOO"] == "bar"
+
+
+def test_import_probe_refused_for_a_script_with_shell_lines(node):
+    (node / "opt/deepep/unified-env.sh").write_text(ENV_SCRIPT + SHELL_LINES)
+    runner = Runner(answers())
+    facts = gather(node, runner)
+    assert facts["deep_ep_import"]["ok"] is False
+    assert "not plain NAME=value exports" in facts["deep_ep_import"]["error"]
+    assert "line 16 '[ -d /lssd/huggingface ]" in facts["deep_ep_import"]["error"]
+    assert len(facts["env_script"]["unparsed"]) == 8
+    assert not [c for c in runner.calls if _stack.IMPORT_PROBE in c[0]]
 
 
 def test_gather_import_ok_and_timeout(node):

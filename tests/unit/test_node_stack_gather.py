@@ -236,9 +236,31 @@ def test_every_command_of_a_node_runs_in_the_prefetch(tmp_path):
                                        modprobe_dirs=[], nvidia_smi=str(smi), python="/opt/py/bin/python",
                                        nvshmem_prefix="/opt/deepep/nvshmem", timeout=7, runner=runner)
     started = sorted(os.path.basename(c[0]) for c in calls)
-    assert started == ["bash", "dpkg-query", "ldconfig", "nvcc", "nvidia-smi", "nvidia-smi", "python"]
+    # No shell: the import probe runs the interpreter itself, with the env script's exports read as data.
+    assert started == ["dpkg-query", "ldconfig", "nvcc", "nvidia-smi", "nvidia-smi", "python", "python"]
     assert [c for c in calls if c[1]] == []
     # The probes that may hang are bounded by the timeout given.
-    assert all(c[2] == 7 for c in calls if os.path.basename(c[0]) in ("bash", "python", "nvidia-smi"))
+    assert all(c[2] == 7 for c in calls if os.path.basename(c[0]) in ("python", "nvidia-smi"))
     assert sorted(facts) == ["gpufleet_gpus", "gpufleet_nvidia", "gpufleet_rdma", "gpufleet_stack"]
     assert "python" in errors["gpufleet_bundled_nvshmem"]
+
+
+def test_document_takes_the_sglang_and_model_facts_where_the_audit_read_them():
+    node = {"changed": False, "gather_errors": {}, "ansible_facts": {"gpufleet_stack": {}}}
+    sglang = {"changed": False, "ansible_facts": {"gpufleet_sglang": {"versions": {"sglang": "0.5.8", "nccl": "2.28.3"}}}}
+    model = {"changed": False, "ansible_facts": {"gpufleet_model": {"architecture": "DeepseekV3ForCausalLM"}}}
+    doc = node_document("n1", [], node, {}, sglang=sglang, model=model)
+    assert doc["gpufleet_sglang"]["versions"]["nccl"] == "2.28.3"
+    assert doc["gpufleet_model"] == {"architecture": "DeepseekV3ForCausalLM"}
+    # Not read on this node (a node the inventory gives no SGLang): null, no gap reported.
+    skipped = node_document("n2", [], node, {}, sglang={"skipped": True, "changed": False}, model=None)
+    assert skipped["gpufleet_sglang"] is None and skipped["gpufleet_model"] is None and skipped["gather_errors"] == {}
+    # Read, but the environment has no sglang distribution: the SGLANG_* rules have nothing to judge.
+    absent = {"changed": False, "ansible_facts": {"gpufleet_sglang": {"versions": {"sglang": None, "nccl": "2.27.5"}}}}
+    assert node_document("n3", [], node, {}, sglang=absent)["gpufleet_sglang"] is None
+    # A failure is a gap of the facts (FACTS_INCOMPLETE), not a silent pass.
+    failed = node_document("n4", [], node, {}, model={"failed": True, "msg": "model_config: /m/config.json: not found"})
+    assert failed["gather_errors"] == {"gpufleet_model": "model_config: /m/config.json: not found"}
+    # An unreachable node keeps nothing of them.
+    gone = node_document("n5", [], {"unreachable": True, "msg": "refused"}, {}, sglang=sglang)
+    assert gone["gpufleet_sglang"] is None

@@ -10,7 +10,9 @@ import json
 import os
 import shutil
 import subprocess
+import sys
 import tarfile
+import time
 from pathlib import Path
 
 import pytest
@@ -264,3 +266,63 @@ def test_build_once_then_install_the_packed_build(module_runner, prefix, tmp_pat
     missing = module_runner(nvshmem_build, _args(prefix, src="/srv/absent/nvshmem-fixture.tar.gz", sha256=digest,
                                                  artifact_dir=str(tmp_path / "empty-store")))
     assert missing.failed and "/srv/absent/nvshmem-fixture.tar.gz does not exist" in missing["msg"]
+
+
+@pytest.mark.parametrize("damage", ["truncated", "tampered", "record without checksum"])
+def test_a_damaged_packed_install_is_refused_by_name(module_runner, prefix, tmp_path, damage):
+    tarball = tmp_path / "nvshmem-fixture.tar.gz"
+    with tarfile.open(tarball, "w:gz") as archive:
+        archive.add(str(FIXTURE), arcname="nvshmem-fixture")
+    digest = hashlib.sha256(tarball.read_bytes()).hexdigest()
+    store = tmp_path / "artifacts"
+    built = module_runner(nvshmem_build, _args(prefix, src=str(tarball), sha256=digest, artifact_dir=str(store)))
+    assert built["built"]
+    packed, record = store / ("nvshmem-%s.tar.gz" % built["key"]), store / ("nvshmem-%s.json" % built["key"])
+    if damage == "truncated":
+        packed.write_bytes(packed.read_bytes()[:1000])
+    elif damage == "tampered":
+        data = packed.read_bytes()
+        packed.write_bytes(data[:-10] + bytes([data[-10] ^ 1]) + data[-9:])
+    else:
+        data = json.loads(record.read_text())
+        del data["artifact_sha256"]
+        record.write_text(json.dumps(data))
+        packed.write_bytes(packed.read_bytes()[:1000])
+    shutil.rmtree(prefix)
+    refused = module_runner(nvshmem_build, _args(prefix, src="/srv/absent/nvshmem-fixture.tar.gz", sha256=digest,
+                                                 artifact_dir=str(store)))
+    assert refused.failed and not refused["built"] and "Traceback" not in refused["msg"]
+    if damage == "record without checksum":
+        assert "%s of the packed install has no artifact_sha256" % record in refused["msg"]
+    else:
+        assert "the packed install %s has sha256" % packed in refused["msg"]
+    assert not os.path.exists(prefix) and "nvshmem" not in _siblings(prefix)
+
+
+def test_a_second_build_of_one_prefix_refuses_and_leaves_the_first_ones_staging(module_runner, prefix, tmp_path):
+    staging = prefix + ".staging-0123abcd"
+    ready = tmp_path / "first.ready"
+    first = subprocess.Popen([sys.executable, "-c", (
+        "import os, sys\nsys.path.insert(0, sys.argv[1])\n"
+        "from ansible_collections.gpufleet.deepep.plugins.module_utils._swap import PrefixLock\n"
+        "with PrefixLock(sys.argv[2], timeout=0):\n"
+        "    os.makedirs(sys.argv[3]); open(sys.argv[4], 'w').close(); sys.stdin.read()\n"),
+        str(REPO / ".collections"), prefix, staging, str(ready)], stdin=subprocess.PIPE)
+    try:
+        for dummy in range(600):  # bounded: at most about 60 s for the first build to take its lock
+            if ready.exists() or first.poll() is not None:
+                break
+            time.sleep(0.1)
+        assert ready.exists()
+        second = module_runner(nvshmem_build, _args(prefix, lock_timeout=0))
+        assert second.failed and not second["built"]
+        assert "another NVSHMEM build of %s is running" % prefix in second["msg"]
+        assert "pid %d" % first.pid in second["msg"] and "lock_timeout" in second["msg"]
+        assert os.path.isdir(staging) and not os.path.exists(prefix)
+    finally:
+        first.stdin.close()
+        first.wait(timeout=60)
+    # The first run ended: the next one takes the lock, removes what that run left, and builds.
+    third = module_runner(nvshmem_build, _args(prefix, lock_timeout=0))
+    assert not third.failed and third["built"] and third["cleaned"] == [staging]
+    assert _siblings(prefix) == ["nvshmem"]

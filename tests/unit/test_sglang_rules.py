@@ -22,7 +22,7 @@ from ansible_collections.gpufleet.deepep.plugins.module_utils._audit import eval
 CATALOGUE = yaml.safe_load((REPO / "roles" / "audit" / "files" / "rules.yml").read_text())
 RULES = {r["id"]: r for r in validate_rules(CATALOGUE) if r["id"].startswith("SGLANG_")}
 MODELS = FIXTURES / "sglang" / "models"
-COMPILE_DEEP_GEMM = REPO / "tools" / "fleetsim" / "fixtures" / "wheels" / "sglang-0.5.19" / "sglang" / "compile_deep_gemm.py"
+COMPILE_DEEP_GEMM = REPO / "tools" / "fleetsim" / "fixtures" / "shared" / "sglang" / "compile_deep_gemm.py"
 
 # A node with SGLang installed as the role leaves it: every pin held, deep_ep the collection's, NIXL of torch's CUDA.
 GOOD = {
@@ -101,6 +101,11 @@ CASES = {
         {"gpufleet_sglang.libraries.libcusparseLt\\.so\\.0": None},
         {"gpufleet_sglang.libraries.libcusparseLt\\.so\\.0": "/x/libcusparseLt.so.0"},
         "ImportError: libcusparseLt.so.0: cannot open shared object file"),
+    "SGLANG_NCCL_NOT_DEEPEP_BUILD": (
+        {"gpufleet_deepep": {"installed": True, "generation": "v1", "built_against": {"nccl": "2.27.5"}}},
+        # DeepEP built against the very NCCL SGLang holds (site.yml's nccl phase pins the same one)
+        {"gpufleet_deepep": {"installed": True, "generation": "v1", "built_against": {"nccl": "2.28.3"}}},
+        "undefined symbol ncclGetLsaDevicePointer"),
     "SGLANG_TYPING_EXTENSIONS_DEBIAN": (
         {"gpufleet_sglang.debian_owned": ["typing-extensions"]},
         {"gpufleet_sglang.debian_owned": ["typing-extensions"], "gpufleet_sglang.virtualenv": True},

@@ -75,8 +75,9 @@ def test_record_task_collects_by_name_not_by_role():
 
 def test_content_key_covers_every_phase_role():
     plan = _site()[0]
-    block = plan["tasks"][0]["block"][0]
-    prefixes = block["vars"]["gpufleet_site_prefixes"]
+    describe = [task for task in plan["tasks"] if "block" in task][0]
+    block = describe["block"][0]
+    prefixes = describe["vars"]["gpufleet_site_prefixes"]
     assert set(_phase_roles()) <= set(prefixes)
     assert "roles/" in block["vars"]["gpufleet_site_paths"]
     # The preflight phase judges the node by the catalogue's preflight rules: the key covers them too.

@@ -11,7 +11,7 @@ e.g. on a node that drifted). Prints a table with the load average beside every 
 JSON.
 
     .venv/bin/python tools/bench/site_bench.py [--sizes 2 4 8] [--repeat 1] [--keep] [--reuse]
-        [--compare OTHER_CHECKOUT [--compare-fleet NAME]] [--skip-tags TAGS] [--profile-dir DIR]
+        [--compare OTHER_CHECKOUT [--compare-fleet NAME]] [--skip-tags TAGS] [--profile-dir DIR] [--runs every]
 
 ``--compare`` times another checkout of the collection (e.g. ``git worktree add /tmp/site-old HEAD``) on
 its own fleet, converged by that checkout, run for run interleaved with this one, so both see the same
@@ -28,6 +28,7 @@ import argparse
 import json
 import os
 import re
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -135,7 +136,8 @@ def collections_dir(root: Path, tmp: Path) -> Path:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sizes", type=int, nargs="+", default=[2, 4, 8])
-    parser.add_argument("--repeat", type=int, default=1, help="no-op runs per size and batching (best is kept)")
+    parser.add_argument("--repeat", type=int, default=1,
+                        help="no-op runs per size and batching (best and median are kept)")
     parser.add_argument("--fleet", default="bench-site")
     parser.add_argument("--keep", action="store_true", help="leave the fleet(s) up")
     parser.add_argument("--reuse", action="store_true", help="use the fleet(s) already up and converged")
@@ -143,8 +145,11 @@ def main() -> int:
     parser.add_argument("--compare-fleet", default="bench-site-cmp")
     parser.add_argument("--skip-tags", default="", help="passed to every ansible-playbook run")
     parser.add_argument("--profile-dir", type=Path, help="per-task timings (JUnit XML) of every run")
+    parser.add_argument("--runs", choices=["both", "fast", "every"], default="both",
+                        help="time the fast path, the every-phase run, or both (default)")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
+    runs = [run for run in RUNS if args.runs == "both" or run[0].startswith(args.runs)]
 
     nodes = max(args.sizes)
     skip = ["--skip-tags", args.skip_tags] if args.skip_tags else []
@@ -159,8 +164,9 @@ def main() -> int:
                 results["trees"][tree.label] = set_up(tree, nodes, skip, args.reuse)
             for size in sorted(args.sizes):
                 limit = f"{GROUP}[0:{size - 1}]"
-                for label, extra in RUNS:
+                for label, extra in runs:
                     best: dict = {}
+                    every: dict = {}
                     for run in range(args.repeat):
                         for tree in trees:
                             junit = (args.profile_dir / f"{tree.fleet}-{size}-{label.replace(' ', '-')}-{run}"
@@ -173,8 +179,13 @@ def main() -> int:
                             row = {"tree": tree.label, "nodes": size, "batching": label, "seconds": round(elapsed, 1),
                                    "batches": batches(out), "intact": intact(out), "load_before": before,
                                    "load_after": load()}
+                            every.setdefault(tree.label, []).append(row)
                             if tree.label not in best or row["seconds"] < best[tree.label]["seconds"]:
                                 best[tree.label] = row
+                    for tree in trees:
+                        seconds = sorted(row["seconds"] for row in every[tree.label])
+                        best[tree.label].update(median=round(statistics.median(seconds), 1), runs=seconds,
+                                                loads=[row["load_before"] for row in every[tree.label]])
                     results["noop"].extend(best[tree.label] for tree in trees)
         finally:
             if not args.keep:
@@ -187,11 +198,11 @@ def main() -> int:
         up = "fleet reused" if info.get("reused") else f"fleet of {nodes} gcp_b200 nodes up in {info['fleet_up_s']} s"
         print(f"{label}: {up}; first converge (all at once) {info['first_converge_s']} s, "
               f"{info['first_converge_changed']} changed, load {info['first_converge_load']}")
-    print(f"{'tree':<10} {'nodes':>5}  {'run':<16} {'intact':>6} {'batches':>7} {'no-op converge':>15}  "
-          f"load 1-min before/after (on {os.cpu_count()} CPUs)")
+    print(f"{'tree':<10} {'nodes':>5}  {'run':<16} {'intact':>6} {'batches':>7} {'best':>8} {'median':>8}  "
+          f"runs (s); load 1-min before each run (on {os.cpu_count()} CPUs)")
     for row in results["noop"]:
         print(f"{row['tree'][:10]:<10} {row['nodes']:>5}  {row['batching']:<16} {row['intact']:>6} {row['batches']:>7} "
-              f"{row['seconds']:>13.1f} s  {row['load_before']:.1f} / {row['load_after']:.1f}")
+              f"{row['seconds']:>6.1f} s {row['median']:>6.1f} s  {row['runs']}; load {row['loads']}")
     return 0
 
 

@@ -85,7 +85,7 @@ def build_parser() -> argparse.ArgumentParser:
     log.add_argument("--node")
 
     mir = sub.add_parser("mirror", help="build the local mirror now")
-    mir.add_argument("--dest", help="directory (default: <state root>/.mirror)")
+    mir.add_argument("--dest", help="directory (default: <state root>/.mirrors/<fixtures digest>, as fleets use)")
     mir.add_argument("--no-wheels", action="store_true", help="skip the pip wheelhouse")
     mir.add_argument("--force", action="store_true", help="rebuild even when no fixture changed")
     return parser
@@ -128,7 +128,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         root = state_root(args.state_dir)
         if args.command == "mirror":
-            dest = mirror.build(args.dest or root / ".mirror", wheels=not args.no_wheels, force=args.force)
+            dest = mirror.build(args.dest or mirror.fleet_mirror_dir(root), wheels=not args.no_wheels, force=args.force,
+                                cache=root / ".cache")
             print(dest)
             return 0
         fl = fleetmod.Fleet(root, args.fleet)

@@ -214,9 +214,9 @@ class Fleet:
                     raise FleetError(f"fleet {self.name!r} is up on {state['bridge']} {state['subnet']}; "
                                      "--subnet/--bridge apply only to a new fleet")
             self.save(state)
-            mirror_dir = self.root / ".mirror"
+            mirror_dir = mirror.fleet_mirror_dir(self.root)
             if build_mirror:
-                mirror.build(mirror_dir, quiet=True)
+                mirror.build(mirror_dir, quiet=True, cache=self.root / ".cache")
             state["mirror"] = str(mirror_dir)
             self.ensure_bridge(state)
             net = ipaddress.ip_network(state["subnet"])

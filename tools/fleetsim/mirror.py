@@ -12,8 +12,8 @@ Built from ``tools/fleetsim/fixtures/``; adding a fixture is adding a directory 
     a source tree served as ``sources/<name>.tar.gz`` (reproducible: sorted entries, fixed mtime,
     root owner) with ``<name>.tar.gz.sha256`` beside it.
 ``shared/<file>`` + a line of ``shared/placements.txt``
-    one file copied into several source trees (``<file> <source fixture> <path in its tree>``) before they
-    are packed, so the trees keep one copy of it.
+    one file copied into several source trees (``<file> <source fixture> <path in its tree>``) or fixture wheels
+    (``<file> wheels/<dist>-<version> <path in the wheel>``) before they are packed, so the trees keep one copy of it.
 ``patches/<name>.patch``
     a unified diff (``patch -p1``) whose header lines name the tree it makes (``Fixture-Name:``) from
     which source fixture (``Fixture-Base:``); served as ``sources/<Fixture-Name>.tar.gz`` like a directory.
@@ -91,21 +91,36 @@ def local_wheels() -> list[Path]:
     return out
 
 
+def fixtures_digest(fixtures: Path = FIXTURES, wheels: bool = True) -> str:
+    """The digest of what a mirror is built from: the fixtures, this code (its layout) and the local wheels."""
+    lw = local_wheels() if wheels else []
+    return _tree_digest([fixtures, Path(__file__)] + lw, extra=f"wheels={wheels}")
+
+
+def fleet_mirror_dir(root: Path, fixtures: Path = FIXTURES) -> Path:
+    """The mirror a fleet of state root ``root`` uses: ``<root>/.mirrors/<fixtures digest>``, one per fixture tree,
+    so that checkouts with different fixtures sharing a state root never rebuild each other's mirror under running
+    nodes (downloads stay shared in ``<root>/.cache``)."""
+    return Path(root) / ".mirrors" / fixtures_digest(fixtures)[:16]
+
+
 def build(dest: Path, fixtures: Path = FIXTURES, wheels: bool = True, quiet: bool = False,
-          force: bool = False) -> Path:
-    """Build (or bring up to date) the mirror at ``dest``; return ``dest``."""
+          force: bool = False, cache: Path | None = None) -> Path:
+    """Build (or bring up to date) the mirror at ``dest``; return ``dest``. Downloads are cached in ``cache``
+    (default: ``.cache`` beside ``dest``)."""
     dest = Path(dest)
     dest.mkdir(parents=True, exist_ok=True)
     stamp = dest / ".stamp"
     lw = local_wheels() if wheels else []
-    digest = _tree_digest([fixtures, Path(__file__)] + lw, extra=f"wheels={wheels}")  # this code too: its layout
+    digest = fixtures_digest(fixtures, wheels)
     if not force and stamp.exists() and stamp.read_text().strip() == digest:
         return dest
     build_apt(fixtures / "debs", dest / "apt", quiet)
     build_sources(fixtures / "sources", dest / "sources", quiet)
     build_git(fixtures, dest / "git", quiet)
     if wheels:
-        ok = build_wheels(fixtures / "wheels.txt", lw, dest / "wheels", dest.parent / ".cache" / "wheels", quiet)
+        ok = build_wheels(fixtures / "wheels.txt", lw, dest / "wheels", (cache or dest.parent / ".cache") / "wheels",
+                          quiet)
     else:
         (dest / "wheels").mkdir(exist_ok=True)
         ok = True
@@ -422,8 +437,9 @@ def fixture_requirements(tree: Path) -> list[str]:
     return out
 
 
-def fixture_wheel(tree: Path, out: Path) -> Path:
-    """Pack the fixture directory ``tree`` (``wheels/<dist>-<version>/``, the files the wheel installs) as
+def fixture_wheel(tree: Path, out: Path, fixtures: Path = FIXTURES) -> Path:
+    """Pack the fixture directory ``tree`` (``wheels/<dist>-<version>/``, the files the wheel installs, plus the
+    files ``shared/placements.txt`` places in ``wheels/<dist>-<version>``) as
     ``out/<dist>-<version>-py3-none-manylinux_2_18_x86_64.whl``; return its path.
 
     Reproducible: sorted entries, a fixed timestamp, fixed modes (0755 for ``*.so*``, else 0644) and a
@@ -434,9 +450,15 @@ def fixture_wheel(tree: Path, out: Path) -> Path:
         raise ValueError(f"{tree}: a fixture wheel directory is named <dist>-<version>, e.g. nvidia_nccl_cu13-2.30.7")
     dist = dist.replace("-", "_")
     info = f"{dist}-{version}.dist-info"
+    sources = {path.relative_to(tree).as_posix(): path
+               for path in tree.rglob("*") if path.is_file() and "__pycache__" not in path.parts}
+    for shared, target, rel in shared_placements(fixtures):
+        if target == f"wheels/{tree.name}":
+            if rel in sources:
+                raise ValueError(f"{tree}/{rel}: also placed from {shared}; keep one copy (under shared/)")
+            sources[rel] = shared
     files = []
-    for path in sorted(p for p in tree.rglob("*") if p.is_file() and "__pycache__" not in p.parts):
-        rel = path.relative_to(tree).as_posix()
+    for rel, path in sorted(sources.items()):
         if rel in (FIXTURE_REQUIRES, FIXTURE_ENTRY_POINTS):
             continue
         files.append((rel, path.read_bytes(), 0o755 if ".so" in path.name else 0o644))
@@ -470,7 +492,7 @@ def fixture_wheel(tree: Path, out: Path) -> Path:
 
 def build_fixture_wheels(trees: Path, out: Path, quiet: bool = False) -> list[Path]:
     """Pack every ``trees/<dist>-<version>/`` fixture as a wheel into ``out`` (see :func:`fixture_wheel`)."""
-    built = [fixture_wheel(tree, out) for tree in sorted(trees.glob("*-*")) if tree.is_dir()] \
+    built = [fixture_wheel(tree, out, trees.parent) for tree in sorted(trees.glob("*-*")) if tree.is_dir()] \
         if trees.is_dir() else []
     for wheel in built:
         say(quiet, f"wheels: fixture {wheel.name}")
@@ -500,15 +522,31 @@ def stand_in_torch(real: Path, out: Path) -> Path:
 
 
 def build_stand_in_wheels(wheels: Path, out: Path, quiet: bool = False) -> list[Path]:
-    """``out`` = every wheel of ``wheels`` but torch's, plus a stand-in torch per torch wheel there."""
-    if out.exists():
-        shutil.rmtree(out)
-    out.mkdir(parents=True)
-    made = []
+    """``out`` = every wheel of ``wheels`` but torch's, plus a stand-in torch per torch wheel there.
+
+    Updated in place (the directory itself is kept): running nodes of ``fleetsim up --torch stand-in`` have it
+    bind-mounted, and a replaced directory would leave them an empty, deleted one."""
+    out.mkdir(parents=True, exist_ok=True)
+    made, wanted = [], set()
     for wheel in sorted(wheels.glob("*.whl")):
         if wheel.name.startswith("torch-"):
             made.append(stand_in_torch(wheel, out))
+            wanted.add(made[-1].name)
             say(quiet, f"wheels-standin: {made[-1].name} for {wheel.name}")
-        else:
-            _link_or_copy(wheel, out / wheel.name)
+            continue
+        dest = out / wheel.name
+        wanted.add(wheel.name)
+        if dest.exists() and dest.stat().st_ino == wheel.stat().st_ino:
+            continue
+        tmp = out / (wheel.name + ".tmp")
+        if tmp.exists():
+            tmp.unlink()
+        try:
+            os.link(wheel, tmp)
+        except OSError:
+            shutil.copy2(wheel, tmp)
+        os.replace(tmp, dest)
+    for stale in out.iterdir():
+        if stale.name not in wanted and stale.is_file():
+            stale.unlink()
     return made

@@ -22,18 +22,20 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 import traceback
 import uuid
 from pathlib import Path
 
-from tools.fleetsim import boot, fakehw
+from tools.fleetsim import boot, fakehw, systemd
 from tools.fleetsim.common import (BOOTED_TAG, HALT_EXIT, MASKED_PATHS, MIRROR_MOUNT, OVERLAID, NodePaths,
                                    read_json, write_json)
 
 # Loaded now because the host's Python library is masked once the node has booted (socket needs it).
 PRELOADED = (encodings.idna,)
 SSHD_PATH = "/usr/sbin/sshd"
+UPPER_FD: list[int] = []
 CLEAN_ENV = {"PATH": "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", "LANG": "C.UTF-8"}
 
 
@@ -136,6 +138,9 @@ def setup(paths: NodePaths, cfg: dict) -> dict:
     if mirror and os.path.isdir(mirror):
         os.makedirs(staged)
         mount("--bind", mirror, staged)
+    # The node's own upper layer, kept open for the service manager (the state dir is masked below): units enabled in
+    # the node are those whose links lie there.
+    UPPER_FD.append(os.open(str(paths.upper), os.O_RDONLY | os.O_DIRECTORY))
     masked = []
     for path in list(MASKED_PATHS) + [cfg["state_root"]]:
         if os.path.isdir(path) and os.path.realpath(path) != "/":
@@ -200,6 +205,19 @@ def main() -> int:
     os.chdir("/")
     sshd = start_sshd(console_fd)
     wait_listening()
+    # The systemd stand-in (tools/fleetsim/systemd.py): systemctl's socket, then the units enabled for boot.
+    # Units enabled inside this node (their links are in its own /etc layer) start at boot, from a thread once the
+    # reaper below runs; the host image's own enabled units (ssh, cron, ...) are not the node's.
+    manager = systemd.ServiceManager("/", log=log)
+    manager.serve()
+
+    def start_enabled():
+        try:
+            manager.boot(enabled_in=Path(f"/proc/self/fd/{UPPER_FD[0]}"))
+        except Exception:  # pylint: disable=broad-except  # a bad unit must not keep the node from booting
+            traceback.print_exc()
+
+    threading.Thread(target=start_enabled, name="systemd-boot", daemon=True).start()
     sys.stdout.write(f"{BOOTED_TAG} {json.dumps(record, sort_keys=True)}\n")
     sys.stdout.flush()
     # The supervisor reads nothing more from us; keep stdout from blocking if it stops reading.
@@ -207,7 +225,7 @@ def main() -> int:
     os.dup2(devnull, 1)
     while True:
         try:
-            pid, _status = os.waitpid(-1, 0)
+            pid, status = os.waitpid(-1, 0)
         except ChildProcessError:
             time.sleep(1)
             continue
@@ -217,6 +235,8 @@ def main() -> int:
             time.sleep(1)
             sshd = start_sshd(console_fd)
             sshd.returncode = None
+        else:
+            manager.child_exited(pid, status)
 
 
 if __name__ == "__main__":

@@ -37,7 +37,7 @@ NODE_TOOLS_INSTALLED = {
     "usr/sbin/shutdown": "reboot",
     "usr/sbin/poweroff": "reboot",
     "usr/sbin/halt": "reboot",
-    "usr/bin/systemctl": "systemctl",
+    "usr/bin/systemctl": "systemctl.py",
     "usr/sbin/modprobe": "modprobe.py",
     "usr/sbin/lsmod": "modprobe.py",
     "usr/local/bin/fleetsim-nic-traffic": "fleetsim-nic-traffic.py",
@@ -103,11 +103,6 @@ class Supervisor:
             text = source.read_text(encoding="utf-8")
             dest.write_text(NODE_PYTHON + text if tool.endswith(".py") else text, encoding="utf-8")
             dest.chmod(0o755)
-        real = upper / "usr/lib/fleetsim/systemctl.real"
-        if not real.exists() and os.path.exists("/usr/bin/systemctl"):
-            real.parent.mkdir(parents=True, exist_ok=True)
-            shutil.copyfile("/usr/bin/systemctl", real)
-            real.chmod(0o755)
         fakehw.install_fake_nvidia_smi(upper / "usr/bin/nvidia-smi")
         fakehw.install_fake_libcuda(upper, fakehw.load_profile(self.cfg["profile"]), self.fleet.dir / "cache")
 

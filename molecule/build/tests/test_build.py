@@ -207,7 +207,8 @@ def test_torch_change_check_mode_writes_nothing_then_one_rebuild(tmp_path):
 
 def slow_source(directory: Path) -> Path:
     """The mirror's DeepEP V1 + PR #466 fixture with a setup.py that sleeps after its build summary."""
-    mirror = STATE_DIR / ".mirror" / "sources" / "deepep-v1-pr466-fixture.tar.gz"
+    mirror = Path(json.loads((STATE_DIR / FLEET / "state.json").read_text())["mirror"]) / "sources" / \
+        "deepep-v1-pr466-fixture.tar.gz"
     out = directory / "deepep-slow-fixture.tar.gz"
     with tarfile.open(mirror) as src, tarfile.open(out, "w:gz") as dst:
         for member in src.getmembers():

@@ -1,0 +1,116 @@
+# Copyright: (c) 2026, gpufleet.deepep contributors
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
+
+"""Exclusive locks on a lock file (fcntl ``flock``), waited for a bounded time.
+
+Standard library only, Python 3.8+ (this file runs on the managed nodes and on the controller).
+
+The kernel drops a ``flock`` when its holder exits, killed or not, so a lock never outlives the run that took it.
+The holder writes its pid and start time into the file; a waiter that gives up names them.
+
+* ``FileLock(path, timeout)``: the artifact store's publication lock and the build locks.
+* ``prefix_lock_path(prefix)``: ``<parent>/.<name>.lock``, the hidden lock file beside a build prefix (it survives
+  the swaps that replace the prefix itself, and is never removed: removing a lock file races with its next taker).
+"""
+
+from __future__ import annotations
+
+import errno
+import fcntl
+import os
+import time
+
+__all__ = ["LockError", "LockTimeout", "FileLock", "prefix_lock_path"]
+
+
+class LockError(Exception):
+    """The lock file cannot be opened or locked."""
+
+
+class LockTimeout(LockError):
+    """Another process held the lock for longer than the timeout; ``holder`` is what it wrote into the file."""
+
+    def __init__(self, msg, holder=""):
+        super(LockTimeout, self).__init__(msg)
+        self.holder = holder
+
+
+def prefix_lock_path(prefix):
+    """``<parent>/.<name>.lock``: the lock file beside ``prefix`` (normalised, without a trailing slash)."""
+    parent, name = os.path.split(os.path.normpath(prefix))
+    return os.path.join(parent, ".%s.lock" % name)
+
+
+def _now():
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+
+
+class FileLock(object):
+    """``path`` locked exclusively; waited for at most ``timeout`` seconds (0: refuse at once), polled every ``poll``.
+
+    Raises LockTimeout (naming ``path`` and its holder) when the wait ran out, LockError when the file cannot be
+    opened or locked. ``what`` names the lock in the messages.
+    """
+
+    def __init__(self, path, timeout, poll=0.1, what="lock", sleep=time.sleep):
+        self.path = path
+        self.timeout = timeout
+        self.poll = poll
+        self.what = what
+        self.fd = None
+        self.waited = 0.0
+        self._sleep = sleep
+
+    def _holder(self):
+        try:
+            with open(self.path, "r", encoding="utf-8", errors="replace") as handle:
+                return handle.read(200).strip()
+        except (IOError, OSError):
+            return ""
+
+    def __enter__(self):
+        parent = os.path.dirname(self.path) or "."
+        try:
+            if not os.path.isdir(parent):
+                os.makedirs(parent, 0o755)
+            self.fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+        except (IOError, OSError) as exc:
+            raise LockError("cannot open the %s %s: %s" % (self.what, self.path, exc.strerror or exc))
+        start = time.monotonic()
+        while True:
+            try:
+                fcntl.flock(self.fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except (IOError, OSError) as exc:
+                if exc.errno not in (errno.EAGAIN, errno.EACCES, errno.EWOULDBLOCK):
+                    self._close()
+                    raise LockError("cannot lock %s: %s" % (self.path, exc))
+            self.waited = time.monotonic() - start
+            if self.waited >= self.timeout:
+                holder = self._holder()
+                self._close()
+                raise LockTimeout("%s stayed locked for %s s%s" % (
+                    self.path, self.timeout, " (held by %s)" % holder if holder else ""), holder)
+            self._sleep(self.poll)
+        self.waited = time.monotonic() - start
+        try:
+            os.ftruncate(self.fd, 0)
+            os.write(self.fd, ("pid %d since %s\n" % (os.getpid(), _now())).encode("ascii"))
+        except (IOError, OSError):
+            pass  # the note is informative only
+        return self
+
+    def _close(self):
+        if self.fd is not None:
+            os.close(self.fd)
+            self.fd = None
+
+    def __exit__(self, *exc):
+        if self.fd is not None:
+            try:
+                os.ftruncate(self.fd, 0)
+            except (IOError, OSError):
+                pass
+            fcntl.flock(self.fd, fcntl.LOCK_UN)
+            self._close()
+        return False

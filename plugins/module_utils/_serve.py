@@ -1,0 +1,352 @@
+# Copyright: (c) 2026, gpufleet.deepep contributors
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
+"""SGLang prefill/decode serving: instances from the inventory topology, preflight rules, unit files and the
+router's command line (pure logic for gpufleet.deepep.serve_plan; no I/O)."""
+
+from __future__ import annotations
+
+import shlex
+
+ROLES = ("prefill", "decode")
+ROUTERS = ("smg", "sglang-router")
+POLICIES = ("random", "round_robin", "cache_aware", "power_of_two", "manual")
+TRANSFER_BACKENDS = ("mooncake", "nixl", "ascend", "fake")
+DEEPEP_MODES = ("normal", "low_latency", "auto")
+INSTANCE_DEFAULTS = {
+    "nnodes": 1, "tp": 1, "dp": 1, "ep": 1, "dp_attention": False, "port": 30000, "bootstrap_port": 8998,
+    "dist_init_port": 5757, "dist_init_addr": "", "transfer_backend": "nixl", "moe_a2a_backend": "none",
+    "deepep_mode": "auto", "deepep_config": "", "extra_args": [], "environment": {}, "host": "0.0.0.0",
+}
+ROUTER_DEFAULTS = {
+    "kind": "smg", "port": 30080, "host": "0.0.0.0", "policy": "round_robin", "health_check_interval_secs": 5,
+    "health_check_timeout_secs": 5, "health_check_endpoint": "/health", "worker_startup_timeout_secs": 600,
+    "mini_lb": False, "extra_args": [], "prometheus_port": 29000,
+}
+# The SGLang environment of every engine unit (the runbook's PD settings; an instance's `environment` adds to it).
+ENGINE_ENVIRONMENT = {
+    "SGLANG_DISAGGREGATION_HEARTBEAT_MAX_FAILURE": "100000",
+    "SGLANG_DISAGGREGATION_BOOTSTRAP_TIMEOUT": "100000",
+    "SGLANG_DISAGGREGATION_WAITING_TIMEOUT": "100000",
+    "PYTHONUNBUFFERED": "1",
+}
+
+
+class ServeError(ValueError):
+    """A topology or setting the plan cannot honour."""
+
+
+def _int(settings, key, where):
+    value = settings.get(key)
+    try:
+        value = int(value)
+    except (TypeError, ValueError):
+        raise ServeError("%s: %s is %r; expected a positive integer" % (where, key, value))
+    if value < 0 or (value == 0 and key not in ("prometheus_port",)):
+        raise ServeError("%s: %s is %r; expected a positive integer" % (where, key, value))
+    return value
+
+
+def instance_settings(raw, where):
+    """The settings of one role's instances, defaults applied and types checked."""
+    settings = dict(INSTANCE_DEFAULTS)
+    unknown = sorted(set(raw or {}) - set(INSTANCE_DEFAULTS))
+    if unknown:
+        raise ServeError("%s: unknown setting(s) %s; expected some of %s"
+                         % (where, ", ".join(unknown), ", ".join(sorted(INSTANCE_DEFAULTS))))
+    settings.update(raw or {})
+    for key in ("nnodes", "tp", "dp", "ep", "port", "bootstrap_port", "dist_init_port"):
+        settings[key] = _int(settings, key, where)
+    settings["dp_attention"] = bool(settings["dp_attention"])
+    if settings["transfer_backend"] not in TRANSFER_BACKENDS:
+        raise ServeError("%s: transfer_backend %r; expected one of %s"
+                         % (where, settings["transfer_backend"], ", ".join(TRANSFER_BACKENDS)))
+    if settings["deepep_mode"] not in DEEPEP_MODES:
+        raise ServeError("%s: deepep_mode %r; expected one of %s"
+                         % (where, settings["deepep_mode"], ", ".join(DEEPEP_MODES)))
+    if not isinstance(settings["extra_args"], list):
+        raise ServeError("%s: extra_args must be a list of arguments, got %r" % (where, settings["extra_args"]))
+    if not isinstance(settings["environment"], dict):
+        raise ServeError("%s: environment must be a mapping NAME: value, got %r" % (where, settings["environment"]))
+    return settings
+
+
+def router_settings(raw):
+    settings = dict(ROUTER_DEFAULTS)
+    unknown = sorted(set(raw or {}) - set(ROUTER_DEFAULTS))
+    if unknown:
+        raise ServeError("router: unknown setting(s) %s; expected some of %s"
+                         % (", ".join(unknown), ", ".join(sorted(ROUTER_DEFAULTS))))
+    settings.update(raw or {})
+    for key in ("port", "health_check_interval_secs", "health_check_timeout_secs", "worker_startup_timeout_secs",
+                "prometheus_port"):
+        settings[key] = _int(settings, key, "router")
+    if settings["kind"] not in ROUTERS:
+        raise ServeError("router: kind %r; expected one of %s" % (settings["kind"], ", ".join(ROUTERS)))
+    if settings["policy"] not in POLICIES:
+        raise ServeError("router: policy %r; expected one of %s" % (settings["policy"], ", ".join(POLICIES)))
+    return settings
+
+
+def unit_name(prefix, role, index, rank):
+    return "%s-%s%d-rank%d.service" % (prefix, role, index, rank)
+
+
+def build_instances(role, group_hosts, settings):
+    """Split a group's hosts (inventory order) into instances of ``nnodes`` hosts; rank = position."""
+    nnodes = settings["nnodes"]
+    if len(group_hosts) % nnodes:
+        raise ServeError("sglang_%s has %d host(s), not a multiple of nnodes %d: every %s instance spans nnodes "
+                         "hosts; add or remove hosts, or change nnodes" % (role, len(group_hosts), nnodes, role))
+    out = []
+    for index in range(len(group_hosts) // nnodes):
+        members = group_hosts[index * nnodes:(index + 1) * nnodes]
+        rank0 = members[0]
+        if nnodes == 1:
+            dist = "0.0.0.0:%d" % settings["dist_init_port"]
+        else:
+            dist = "%s:%d" % (rank0["address"], settings["dist_init_port"])
+        if settings["dist_init_addr"]:
+            dist = settings["dist_init_addr"]
+        out.append({"role": role, "index": index, "name": "%s%d" % (role, index), "nnodes": nnodes,
+                    "hosts": [m["name"] for m in members], "addresses": [m["address"] for m in members],
+                    "rank0": rank0["name"], "dist_init_addr": dist,
+                    "url": "http://%s:%d" % (rank0["address"], settings["port"]),
+                    "port": settings["port"], "bootstrap_port": settings["bootstrap_port"] if role == "prefill"
+                    else None})
+    return out
+
+
+def preflight(instances, settings, router_hosts, router, model, debug):
+    """Problems that must stop the rollout before any unit starts; each names the fix."""
+    problems = []
+    by_address = {}
+    for inst in instances:
+        for name, address in zip(inst["hosts"], inst["addresses"]):
+            by_address.setdefault(address, []).append((inst, name))
+    heads = (model or {}).get("num_attention_heads")
+    for role in ROLES:
+        cfg = settings.get(role)
+        if cfg is None:
+            continue
+        where = "sglang_%s" % role
+        if cfg["tp"] % cfg["nnodes"]:
+            problems.append("%s: tp %d is not divisible by nnodes %d (SGLang: tp_size must be divisible by number of "
+                            "nodes); set tp to a multiple of nnodes" % (where, cfg["tp"], cfg["nnodes"]))
+        if cfg["nnodes"] > 1 and cfg["dp"] > 1 and not cfg["dp_attention"]:
+            problems.append("%s: dp %d across %d nodes needs dp_attention (SGLang: multi-node data parallel is not "
+                            "supported unless dp attention!); set dp_attention: true or dp: 1"
+                            % (where, cfg["dp"], cfg["nnodes"]))
+        if cfg["dp_attention"] and cfg["tp"] % cfg["dp"]:
+            problems.append("%s: tp %d is not divisible by dp %d with dp_attention; choose dp dividing tp"
+                            % (where, cfg["tp"], cfg["dp"]))
+        attn_tp = cfg["tp"] // cfg["dp"] if cfg["dp_attention"] and cfg["dp"] else cfg["tp"]
+        if heads and attn_tp and heads % attn_tp:
+            valid = [str(n) for n in range(1, heads + 1) if heads % n == 0 and n <= 64]
+            problems.append("%s: attention TP %d does not divide the model's %d attention heads (%s; SGLang asserts "
+                            "total_num_heads %% tp_size == 0); use an attention TP of %s"
+                            % (where, attn_tp, heads, model.get("path", "config.json"), "/".join(valid)))
+        if cfg["moe_a2a_backend"] == "deepep" and not (model or {}).get("moe", True):
+            problems.append("%s: moe_a2a_backend deepep on a dense model (%s has no routed experts); use none"
+                            % (where, (model or {}).get("path")))
+    seen_dist = {}
+    for inst in instances:
+        cfg = settings[inst["role"]]
+        host, _sep, port = inst["dist_init_addr"].rpartition(":")
+        where = "sglang_%s instance %d (%s)" % (inst["role"], inst["index"], ", ".join(inst["hosts"]))
+        if not port.isdigit():
+            problems.append("%s: dist_init_addr %r is not HOST:PORT" % (where, inst["dist_init_addr"]))
+            continue
+        if host != "0.0.0.0" and host != inst["addresses"][0]:
+            owners = by_address.get(host, [])
+            other = [(o, n) for o, n in owners if o is not inst]
+            if other:
+                o, n = other[0]
+                problems.append("%s: dist_init_addr %s is node %s of the %s instance %d, not this instance's rank 0: "
+                                "every instance rendezvous at its own rank 0 (%s:%s); leave dist_init_addr unset "
+                                "(the plan uses %s)" % (where, inst["dist_init_addr"], n, o["role"], o["index"],
+                                                        inst["addresses"][0], port,
+                                                        "0.0.0.0:%s" % port if inst["nnodes"] == 1 else
+                                                        "%s:%s" % (inst["addresses"][0], port)))
+            else:
+                problems.append("%s: dist_init_addr %s is not the address of this instance's rank 0 %s (%s); "
+                                "leave dist_init_addr unset or set it to %s:%s"
+                                % (where, inst["dist_init_addr"], inst["hosts"][0], inst["addresses"][0],
+                                   inst["addresses"][0], port))
+        if host == "0.0.0.0" and inst["nnodes"] > 1:
+            problems.append("%s: dist_init_addr 0.0.0.0 only serves a one-node instance; the other ranks of a "
+                            "%d-node instance must reach rank 0 at %s:%s; leave dist_init_addr unset"
+                            % (where, inst["nnodes"], inst["addresses"][0], port))
+        key = (inst["addresses"][0] if host == "0.0.0.0" else host, port)
+        if key in seen_dist:
+            problems.append("%s: dist_init_addr %s:%s is also %s's; give each instance its own"
+                            % (where, key[0], key[1], seen_dist[key]))
+        seen_dist[key] = where
+        if inst["role"] == "prefill" and cfg["bootstrap_port"] in (cfg["port"], cfg["dist_init_port"]):
+            problems.append("%s: bootstrap_port %d collides with the server or dist-init port; choose another"
+                            % (where, cfg["bootstrap_port"]))
+    pd = any(i["role"] == "prefill" for i in instances) or any(i["role"] == "decode" for i in instances)
+    if pd:
+        if not any(i["role"] == "prefill" for i in instances) or not any(i["role"] == "decode" for i in instances):
+            problems.append("PD serving needs at least one prefill and one decode instance: sglang_prefill has %d, "
+                            "sglang_decode %d hosts" % (sum(len(i["hosts"]) for i in instances if i["role"] == "prefill"),
+                                                        sum(len(i["hosts"]) for i in instances if i["role"] == "decode")))
+        if not router_hosts:
+            problems.append("PD serving needs a router (SGLang disaggregation takes requests only through it): the "
+                            "group sglang_router is empty; add a host to sglang_router")
+    if router and router["mini_lb"] and not debug:
+        problems.append("router: mini_lb is the runbook's debug-only load balancer (no health checks, no readiness); "
+                        "remove mini_lb, or set sglang_serve_debug: true for a debug run")
+    return problems
+
+
+def engine_argv(python, model_path, inst, rank, cfg):
+    argv = [python, "-m", "sglang.launch_server", "--model-path", model_path, "--host", cfg["host"],
+            "--port", str(cfg["port"]), "--tp-size", str(cfg["tp"]), "--disaggregation-mode", inst["role"],
+            "--disaggregation-transfer-backend", cfg["transfer_backend"]]
+    if cfg["dp"] > 1:
+        argv += ["--dp-size", str(cfg["dp"])]
+    if cfg["ep"] > 1:
+        argv += ["--ep-size", str(cfg["ep"])]
+    if cfg["dp_attention"]:
+        argv.append("--enable-dp-attention")
+    if inst["role"] == "prefill":
+        argv += ["--disaggregation-bootstrap-port", str(cfg["bootstrap_port"])]
+    argv += ["--dist-init-addr", inst["dist_init_addr"], "--nnodes", str(inst["nnodes"]), "--node-rank", str(rank)]
+    if cfg["moe_a2a_backend"] != "none":
+        argv += ["--moe-a2a-backend", cfg["moe_a2a_backend"], "--deepep-mode", cfg["deepep_mode"]]
+        if cfg["deepep_config"]:
+            argv += ["--deepep-config", cfg["deepep_config"]]
+    argv += [str(a) for a in cfg["extra_args"]]
+    return argv
+
+
+def router_argv(router, venv, instances):
+    if router["kind"] == "smg":
+        argv = [venv + "/bin/smg", "launch"]
+    else:
+        argv = [venv + "/bin/python", "-m", "sglang_router.launch_router"]
+    argv += ["--pd-disaggregation"]
+    if router["mini_lb"]:
+        argv.append("--mini-lb")
+    for inst in instances:
+        if inst["role"] == "prefill":
+            argv += ["--prefill", inst["url"], str(inst["bootstrap_port"])]
+    for inst in instances:
+        if inst["role"] == "decode":
+            argv += ["--decode", inst["url"]]
+    argv += ["--host", router["host"], "--port", str(router["port"]), "--policy", router["policy"],
+             "--worker-startup-timeout-secs", str(router["worker_startup_timeout_secs"]),
+             "--health-check-interval-secs", str(router["health_check_interval_secs"]),
+             "--health-check-timeout-secs", str(router["health_check_timeout_secs"]),
+             "--health-check-endpoint", router["health_check_endpoint"],
+             "--prometheus-port", str(router["prometheus_port"])]
+    argv += [str(a) for a in router["extra_args"]]
+    return argv
+
+
+def env_file_text(env):
+    """A systemd EnvironmentFile: NAME="value" lines, values quoted for systemd (backslash, quote escaped)."""
+    lines = ["# Written by gpufleet.deepep (sglang_serve); systemd EnvironmentFile syntax"]
+    for name in sorted(env):
+        value = str(env[name]).replace("\\", "\\\\").replace('"', '\\"')
+        lines.append('%s="%s"' % (name, value))
+    return "\n".join(lines) + "\n"
+
+
+def unit_text(description, argv, env_files, start_timeout, restart_sec, after=(), memlock=True):
+    """A systemd service: the argv quoted for ExecStart, the env files, Restart=on-failure, a long start timeout."""
+    lines = ["# Written by gpufleet.deepep (sglang_serve)", "[Unit]", "Description=%s" % description,
+             "After=network-online.target %s" % " ".join(after) if after else "After=network-online.target",
+             "StartLimitIntervalSec=600", "StartLimitBurst=20", "", "[Service]", "Type=simple"]
+    for path in env_files:
+        lines.append("EnvironmentFile=%s" % path)
+    lines.append("ExecStart=%s" % " ".join(shlex.quote(a) for a in argv))
+    if memlock:
+        lines.append("LimitMEMLOCK=infinity")
+    lines += ["LimitNOFILE=1048576", "TimeoutStartSec=%d" % start_timeout, "TimeoutStopSec=60",
+              "Restart=on-failure", "RestartSec=%d" % restart_sec, "KillMode=control-group", "",
+              "[Install]", "WantedBy=multi-user.target"]
+    return "\n".join(lines) + "\n"
+
+
+def plan(topology, host, model=None, python="/usr/bin/python3", model_path="", prefix="sglang",
+         config_dir="/etc/gpufleet/sglang-serve", router_venv="/opt/gpufleet/router", start_timeout=3600,
+         restart_sec=5, debug=False, secrets_env_file="", engine_version=""):
+    """The whole plan of the fleet, and the units of ``host``.
+
+    ``engine_version``: the SGLang installed on ``host`` (its engines' environment files name it, so that an
+    upgrade changes them and the role restarts, or rolls, the instances).
+
+    ``topology``: ``{"prefill": {"hosts": [{"name", "address"}], "settings": {...}}, "decode": {...},
+    "router": {"hosts": [...], "settings": {...}}}``.
+    """
+    settings = {}
+    instances = []
+    for role in ROLES:
+        part = topology.get(role) or {}
+        hosts = part.get("hosts") or []
+        if not hosts:
+            continue
+        settings[role] = instance_settings(part.get("settings"), "sglang_%s" % role)
+        instances += build_instances(role, hosts, settings[role])
+    router_part = topology.get("router") or {}
+    router_hosts = router_part.get("hosts") or []
+    router = router_settings(router_part.get("settings")) if router_hosts or router_part.get("settings") else None
+    names = [h["name"] for part in (topology.get("prefill") or {}, topology.get("decode") or {})
+             for h in part.get("hosts") or []]
+    dupes = sorted(set(n for n in names if names.count(n) > 1))
+    problems = []
+    if dupes:
+        problems.append("host(s) %s are in both sglang_prefill and sglang_decode; a node serves one role"
+                        % ", ".join(dupes))
+    problems += preflight(instances, settings, router_hosts, router, model, debug)
+    for inst in instances:
+        # every member's unit, so that one node (the router's) can restart an instance as one group
+        inst["units"] = [{"host": member, "name": unit_name(prefix, inst["role"], inst["index"], rank)}
+                         for rank, member in enumerate(inst["hosts"])]
+        # a rolling update of this instance keeps serving only when another instance of its role is in the router
+        inst["peers"] = sum(1 for other in instances if other["role"] == inst["role"]) - 1
+    units = []
+    secrets = [secrets_env_file] if secrets_env_file else []
+    for inst in instances:
+        cfg = settings[inst["role"]]
+        for rank, member in enumerate(inst["hosts"]):
+            if member != host:
+                continue
+            name = unit_name(prefix, inst["role"], inst["index"], rank)
+            env = dict(ENGINE_ENVIRONMENT)
+            if engine_version:
+                env["GPUFLEET_SGLANG_VERSION"] = str(engine_version)
+            env.update({str(k): str(v) for k, v in cfg["environment"].items()})
+            env_path = "%s/%s.env" % (config_dir, name[:-len(".service")])
+            argv = engine_argv(python, model_path, inst, rank, cfg)
+            units.append({"name": name, "kind": "engine", "role": inst["role"], "instance": inst["name"],
+                          "rank": rank, "argv": argv, "env_path": env_path, "env": env,
+                          "env_text": env_file_text(env),
+                          "text": unit_text("SGLang %s instance %d rank %d of %d (gpufleet.deepep)"
+                                            % (inst["role"], inst["index"], rank, inst["nnodes"]), argv,
+                                            [env_path] + secrets, start_timeout, restart_sec)})
+    router_units = []
+    if router and host in [h["name"] for h in router_hosts]:
+        argv = router_argv(router, router_venv, instances)
+        name = "%s-router.service" % prefix
+        env = {"RUST_LOG": "info"}
+        env_path = "%s/%s.env" % (config_dir, name[:-len(".service")])
+        router_units.append({"name": name, "kind": "router", "role": "router", "instance": "router", "rank": 0,
+                             "argv": argv, "env_path": env_path, "env": env, "env_text": env_file_text(env),
+                             "text": unit_text("SGLang PD router %s (gpufleet.deepep)" % router["kind"], argv,
+                                               [env_path], 600, restart_sec, memlock=False)})
+    expected = {"prefill": sum(1 for i in instances if i["role"] == "prefill"),
+                "decode": sum(1 for i in instances if i["role"] == "decode")}
+    mine = [i for i in instances if host in i["hosts"]]
+    return {
+        "instances": instances,
+        "problems": problems,
+        "units": units + router_units,
+        "rank0_of": [i["name"] for i in mine if i["rank0"] == host],
+        "instance": mine[0] if mine else None,
+        "router": dict(router, hosts=[h["name"] for h in router_hosts],
+                       url="http://%s:%d" % (router_hosts[0]["address"], router["port"]) if router_hosts else None,
+                       argv=router_argv(router, router_venv, instances)) if router else None,
+        "expected_workers": expected,
+    }

@@ -1,0 +1,158 @@
+# Copyright: (c) 2026, gpufleet.deepep contributors
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
+"""The serving state of a node, read only: the SGLang units ``sglang_serve`` wrote (their systemd state and the
+SGLang version their environment names) and, on the router's node, the router's readiness and workers.
+
+Python 3.8+ and ansible's own module_utils (this file runs on the managed nodes).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import urllib.error
+
+from ansible.module_utils.urls import open_url
+
+__all__ = ["ServeStateError", "parse_env_file", "parse_show", "unit_facts", "router_facts", "gather"]
+
+_UNIT_RE = re.compile(r"(?P<prefix>[A-Za-z0-9_.-]+?)-(?:(?P<role>prefill|decode)(?P<index>[0-9]+)-rank(?P<rank>[0-9]+)"
+                      r"|(?P<router>router))")
+_ENV_LINE_RE = re.compile(r'(?P<name>[A-Za-z_][A-Za-z0-9_]*)=(?:"(?P<quoted>(?:[^"\\]|\\.)*)"|(?P<plain>[^"\s]*))')
+SHOW_PROPERTIES = ("LoadState", "ActiveState", "SubState", "MainPID", "NRestarts", "UnitFileState")
+
+
+class ServeStateError(ValueError):
+    """A file or an answer this module reads is not in the form it expects; the message names it."""
+
+
+def parse_env_file(text, path="<env file>"):
+    """``NAME="value"`` lines of a systemd EnvironmentFile (comments and blank lines skipped) -> dict."""
+    env = {}
+    for number, line in enumerate(text.splitlines(), 1):
+        line = line.strip()
+        if not line or line.startswith("#"):
+            continue
+        match = _ENV_LINE_RE.fullmatch(line)
+        if not match:
+            raise ServeStateError("%s:%d: expected NAME=\"value\", got %r" % (path, number, line[:120]))
+        value = match.group("quoted")
+        if value is not None:
+            value = re.sub(r"\\(.)", r"\1", value)
+        else:
+            value = match.group("plain")
+        env[match.group("name")] = value
+    return env
+
+
+def parse_show(text, unit):
+    """``systemctl show --property=...`` output (``Key=Value`` lines) -> the properties, typed."""
+    props = {}
+    for line in text.splitlines():
+        if "=" not in line:
+            continue
+        key, value = line.split("=", 1)
+        props[key.strip()] = value.strip()
+    missing = [key for key in ("LoadState", "ActiveState") if key not in props]
+    if missing:
+        raise ServeStateError("systemctl show %s gave no %s; expected Key=Value lines" % (unit, ", ".join(missing)))
+    out = {"load_state": props.get("LoadState"), "active_state": props.get("ActiveState"),
+           "sub_state": props.get("SubState"), "unit_file_state": props.get("UnitFileState") or None}
+    for key, name in (("MainPID", "main_pid"), ("NRestarts", "restarts")):
+        value = props.get(key, "")
+        out[name] = int(value) if re.fullmatch(r"[0-9]+", value or "") else None
+    return out
+
+
+def unit_facts(config_dir, prefix, show, read_text):
+    """Every unit of ``prefix`` with an environment file in ``config_dir``: its instance, role, rank, systemd state
+    (``show(unit)`` -> (rc, stdout, stderr)) and the SGLang version its environment names."""
+    units = []
+    try:
+        names = sorted(os.listdir(config_dir))
+    except OSError:
+        return units
+    for name in names:
+        if not name.endswith(".env") or name == "secrets.env":
+            continue
+        stem = name[:-len(".env")]
+        match = _UNIT_RE.fullmatch(stem)
+        if not match or match.group("prefix") != prefix:
+            continue
+        unit = stem + ".service"
+        entry = {"unit": unit, "env_file": os.path.join(config_dir, name),
+                 "role": "router" if match.group("router") else match.group("role"),
+                 "instance": ("router" if match.group("router")
+                              else "%s%s" % (match.group("role"), match.group("index"))),
+                 "rank": 0 if match.group("router") else int(match.group("rank")),
+                 "sglang_version": None, "error": None}
+        try:
+            env = parse_env_file(read_text(entry["env_file"]), entry["env_file"])
+            entry["sglang_version"] = env.get("GPUFLEET_SGLANG_VERSION")
+        except (OSError, ServeStateError) as exc:
+            entry["error"] = str(exc)
+        rc, out, err = show(unit)
+        if rc != 0:
+            entry.update(load_state=None, active_state=None, sub_state=None, unit_file_state=None, main_pid=None,
+                         restarts=None)
+            entry["error"] = "systemctl show %s: rc %s: %s" % (unit, rc, (err or out).strip()[:200])
+        else:
+            try:
+                entry.update(parse_show(out, unit))
+            except ServeStateError as exc:
+                entry["error"] = str(exc)
+        units.append(entry)
+    return units
+
+
+def _get(url, timeout):
+    """(HTTP status, parsed JSON or None); status None and the error text when the router did not answer."""
+    try:
+        resp = open_url(url, timeout=timeout, validate_certs=False)  # the router on the node itself
+        try:
+            body = resp.read().decode("utf-8", "replace")
+            status = resp.status
+        finally:
+            resp.close()
+    except urllib.error.HTTPError as exc:
+        body = exc.read().decode("utf-8", "replace")
+        status = exc.code
+    except (urllib.error.URLError, OSError, ValueError) as exc:
+        return None, None, str(getattr(exc, "reason", exc))
+    try:
+        return status, json.loads(body) if body.strip() else None, None
+    except ValueError:
+        return status, None, None
+
+
+def router_facts(url, timeout, get=_get):
+    """The router at ``url``: ``/readiness`` (200 only with a healthy prefill/decode pair) and ``/workers``."""
+    facts = {"url": url, "ready": False, "readiness_status": None, "error": None, "prefill_count": None,
+             "decode_count": None, "workers": []}
+    status, _body, error = get(url.rstrip("/") + "/readiness", timeout)
+    facts["readiness_status"] = status
+    facts["ready"] = status == 200
+    if error:
+        facts["error"] = "%s/readiness: %s" % (url, error)
+        return facts
+    status, body, error = get(url.rstrip("/") + "/workers", timeout)
+    if error or status != 200 or not isinstance(body, dict) or not isinstance(body.get("workers"), list):
+        facts["error"] = "%s/workers: %s" % (url, error or "HTTP %s, expected 200 with a workers list" % status)
+        return facts
+    stats = body.get("stats") if isinstance(body.get("stats"), dict) else {}
+    facts["prefill_count"] = stats.get("prefill_count")
+    facts["decode_count"] = stats.get("decode_count")
+    for worker in body["workers"]:
+        if isinstance(worker, dict):
+            facts["workers"].append({"url": worker.get("url"), "worker_type": worker.get("worker_type"),
+                                     "is_healthy": bool(worker.get("is_healthy")),
+                                     "bootstrap_port": worker.get("bootstrap_port")})
+    return facts
+
+
+def gather(config_dir, prefix, router_url, show, read_text, timeout, get=_get):
+    """The node's serving facts (``gpufleet_serving``)."""
+    units = unit_facts(config_dir, prefix, show, read_text)
+    return {"config_dir": config_dir, "prefix": prefix, "units": units,
+            "router": router_facts(router_url, timeout, get) if router_url else None}

@@ -1,0 +1,144 @@
+# Copyright: (c) 2026, gpufleet.deepep contributors
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
+"""Checks of play-level and role values (batch sizes, percentages, counts, timeouts, profiles, HCA mappings, GID
+indexes, environment variables) before any host runs: every value judged by its form, every refusal naming the
+variable, the value and the form expected. Pure logic, standard library only.
+"""
+
+from __future__ import annotations
+
+import re
+
+from ansible_collections.gpufleet.deepep.plugins.module_utils._hca_mapping import HcaMappingError, parse_hca_mapping
+from ansible_collections.gpufleet.deepep.plugins.module_utils._verify import VerifyInputError, select_thresholds
+
+__all__ = ["FORMS", "SettingError", "check_setting", "check_settings"]
+
+_DIGITS = re.compile(r"[0-9]+")
+_PERCENT = re.compile(r"([0-9]+(?:\.[0-9]+)?)%")
+_SHELL_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+
+FORMS = {
+    "serial": "a positive whole number of hosts, a percentage string such as '25%' (above 0, at most 100), or a "
+              "non-empty list of those",
+    "percentage": "a whole number from 0 to 100",
+    "count": "a whole number, 0 or more",
+    "positive": "a whole number, 1 or more",
+    "seconds": "a whole number of seconds, 1 or more",
+    "choice": "one of the choices given",
+    "profile": "a profile name the thresholds table knows (its keys), or a name with one of them as a '_'/'-' token",
+    "hca_mapping": "'auto', '' (none) or gpu:hca:port[,gpu:hca:port...] with each GPU once, e.g. 0:mlx5_0:1,1:mlx5_1:1",
+    "gid_index": "'auto', '' (none) or a whole number from 0 to 255",
+    "env": "a mapping of shell variable names (letters, digits, _; not starting with a digit) to one-line values",
+}
+
+
+class SettingError(ValueError):
+    """A value is not of its form; the message names the variable, the value and the form."""
+
+
+def _fail(name, value, form, why=None):
+    what = (": " + why) if why else " is not of its form"
+    raise SettingError("%s=%r%s; expected %s" % (name, value, what, FORMS[form]))
+
+
+def _whole(value):
+    """An int from an int (never bool) or a string of digits (extra vars arrive as strings); None otherwise."""
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int):
+        return value
+    if isinstance(value, str) and _DIGITS.fullmatch(value):
+        return int(value)
+    return None
+
+
+def _number(name, value, form, low, high=None):
+    number = _whole(value)
+    if number is None:
+        _fail(name, value, form, "not a whole number")
+    if number < low or (high is not None and number > high):
+        _fail(name, value, form, "out of range")
+    return number
+
+
+def _serial_item(name, value):
+    if isinstance(value, str) and _PERCENT.fullmatch(value):
+        share = float(_PERCENT.fullmatch(value).group(1))
+        if not 0 < share <= 100:
+            _fail(name, value, "serial", "a percentage above 0 and at most 100 is needed")
+        return value
+    return _number(name, value, "serial", 1)
+
+
+def check_setting(name, value, form, choices=None, table=None):
+    """The value, normalised (numbers as int), or SettingError."""
+    if form not in FORMS:
+        raise SettingError("setting %s: form %r is unknown; expected one of %s" % (name, form, ", ".join(sorted(FORMS))))
+    if form == "serial":
+        if isinstance(value, (list, tuple)):
+            if not value:
+                _fail(name, value, form, "an empty list runs no batch")
+            return [_serial_item(name, item) for item in value]
+        return _serial_item(name, value)
+    if form == "percentage":
+        return _number(name, value, form, 0, 100)
+    if form == "count":
+        return _number(name, value, form, 0)
+    if form in ("positive", "seconds"):
+        return _number(name, value, form, 1)
+    if form == "choice":
+        if not choices:
+            raise SettingError("setting %s: form choice needs choices" % name)
+        if value not in choices:
+            raise SettingError("%s=%r is not a known choice; expected one of %s"
+                               % (name, value, ", ".join(repr(c) for c in choices)))
+        return value
+    if form == "profile":
+        if value is not None and not isinstance(value, str):
+            _fail(name, value, form, "not a string")
+        try:
+            return select_thresholds(table, value)["matched"]
+        except VerifyInputError as exc:
+            raise SettingError("%s: %s" % (name, exc))
+    if form == "hca_mapping":
+        if value in ("auto", "", None):
+            return value
+        try:
+            parse_hca_mapping(value)
+        except HcaMappingError as exc:
+            raise SettingError("%s: %s" % (name, exc))
+        return value.strip()
+    if form == "gid_index":
+        if value in ("auto", "", None):
+            return value
+        return _number(name, value, form, 0, 255)
+    # env
+    if not isinstance(value, dict):
+        _fail(name, value, form, "not a mapping")
+    for key, item in value.items():
+        if not isinstance(key, str) or not _SHELL_NAME.fullmatch(key):
+            _fail(name, value, form, "%r is not a shell variable name" % (key,))
+        if isinstance(item, (dict, list)) or item is None:
+            _fail(name, value, form, "the value of %s is %r, not a string or number" % (key, item))
+        text = str(item)
+        if "\n" in text or "\r" in text or "\0" in text:
+            _fail(name, value, form, "the value of %s holds a line break or NUL" % key)
+    return value
+
+
+def check_settings(settings):
+    """Check a list of {name, value, form[, choices][, table]}; returns (checked {name: value}, errors [str])."""
+    if not isinstance(settings, list):
+        return {}, ["settings must be a list of {name, value, form}, got %r" % (settings,)]
+    checked, errors = {}, []
+    for pos, item in enumerate(settings):
+        if not isinstance(item, dict) or not isinstance(item.get("name"), str) or "form" not in item:
+            errors.append("settings[%d]=%r: expected {name, value, form}" % (pos, item))
+            continue
+        try:
+            checked[item["name"]] = check_setting(item["name"], item.get("value"), item["form"],
+                                                  choices=item.get("choices"), table=item.get("table"))
+        except SettingError as exc:
+            errors.append(str(exc))
+    return checked, errors

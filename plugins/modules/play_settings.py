@@ -1,0 +1,109 @@
+#!/usr/bin/python
+# Copyright: (c) 2026, gpufleet.deepep contributors
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+module: play_settings
+short_description: Check play-level and role values by their form before any host runs
+version_added: 0.2.0
+author: gpufleet.deepep maintainers (@gpufleet)
+description:
+  - Judges each value of O(settings) by its form (batch sizes, percentages, counts, timeouts, a verify profile
+    against its thresholds table, an HCA mapping, a GID index, extra environment variables) and fails naming
+    every bad value, its variable and the form expected.
+  - The playbooks run it on the controller (C(delegate_to) C(localhost)) as their first task, so a bad value
+    stops the run before any node is touched, instead of crashing inside ansible-core or silently turning a
+    check off.
+  - Pure logic; reads and writes nothing.
+extends_documentation_fragment:
+  - gpufleet.deepep.attributes
+options:
+  settings:
+    description: The values to check.
+    type: list
+    elements: dict
+    required: true
+    suboptions:
+      name:
+        description: The variable, named in a refusal.
+        type: str
+        required: true
+      value:
+        description: Its value.
+        type: raw
+      form:
+        description:
+          - C(serial), a positive whole number of hosts, a percentage string such as C(25%) (above 0, at most 100), or
+            a non-empty list of those; C(percentage), 0 to 100; C(count), 0 or more; C(positive), 1 or more;
+            C(seconds), 1 or more; C(choice), one of O(settings[].choices); C(profile), a profile O(settings[].table)
+            knows (an unknown one fails naming the known ones instead of running without a gate); C(hca_mapping),
+            C(auto), empty or C(gpu:hca:port,...) with each GPU once; C(gid_index), C(auto), empty or 0 to 255;
+            C(env), a mapping of shell variable names to one-line values.
+          - Whole numbers may be given as strings of digits (extra vars arrive as strings).
+        type: str
+        required: true
+        choices: [serial, percentage, count, positive, seconds, choice, profile, hca_mapping, gid_index, env]
+      choices:
+        description: The allowed values, with O(settings[].form=choice).
+        type: list
+        elements: raw
+      table:
+        description: The thresholds table (profile to metrics), with O(settings[].form=profile).
+        type: dict
+notes:
+  - Runs the same in check mode.
+"""
+
+EXAMPLES = r"""
+- name: Check the play's settings on the controller
+  gpufleet.deepep.play_settings:
+    settings:
+      - {name: gpufleet_serial, value: "{{ gpufleet_serial | default([1, '25%']) }}", form: serial}
+      - {name: gpufleet_max_fail_percentage, value: "{{ gpufleet_max_fail_percentage | default(50) }}", form: percentage}
+      - {name: preflight_min_gpus, value: "{{ preflight_min_gpus | default(1) }}", form: positive}
+  delegate_to: localhost
+  run_once: true
+"""
+
+RETURN = r"""
+settings:
+  description: Every value checked, by name, normalised (whole numbers as integers).
+  returned: success
+  type: dict
+  sample: {gpufleet_serial: [1, "25%"], gpufleet_max_fail_percentage: 50}
+"""
+
+from ansible.module_utils.basic import AnsibleModule
+
+from ansible_collections.gpufleet.deepep.plugins.module_utils._guard import guarded
+from ansible_collections.gpufleet.deepep.plugins.module_utils._settings import FORMS, check_settings
+
+
+def _main():
+    module = AnsibleModule(
+        argument_spec=dict(
+            settings=dict(type="list", elements="dict", required=True, options=dict(
+                name=dict(type="str", required=True),
+                value=dict(type="raw"),
+                form=dict(type="str", required=True, choices=sorted(FORMS)),
+                choices=dict(type="list", elements="raw"),
+                table=dict(type="dict"),
+            )),
+        ),
+        supports_check_mode=True,
+    )
+    checked, errors = check_settings(module.params["settings"])
+    if errors:
+        module.fail_json(msg="%d setting%s refused before any host runs: %s"
+                         % (len(errors), "" if len(errors) == 1 else "s", "; ".join(errors)), errors=errors)
+    module.exit_json(changed=False, settings=checked)
+
+
+def main():
+    guarded("play_settings", _main)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,186 @@
+#!/usr/bin/python
+# Copyright: (c) 2026, gpufleet.deepep contributors
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+module: serve_plan
+short_description: Plan SGLang prefill/decode serving - instances, preflight, systemd units, router command
+version_added: 0.2.0
+author: gpufleet.deepep maintainers (@gpufleet)
+description:
+  - Splits the hosts of the prefill and decode groups (inventory order) into instances of C(nnodes) hosts each
+    (rank = position, rank 0's fabric address:C(dist_init_port) as the dist-init address of a multi-node instance,
+    C(0.0.0.0:dist_init_port) for a one-node instance), and returns the systemd units of O(host) (one per instance
+    member, and the router's on a router host) with their environment files, the router's command line with one
+    C(--prefill URL BOOTSTRAP_PORT) per prefill instance and one C(--decode URL) per decode instance, and the worker
+    counts the router must show.
+  - Preflight, before anything starts; every problem names the fix and the module fails listing them all - tp
+    divisible by nnodes, multi-node dp only with dp-attention, attention TP dividing the model's attention heads
+    (from O(model), the facts of M(gpufleet.deepep.model_config)), each instance's dist-init address its own rank 0
+    (never another instance's or the other role's node), a group's host count a multiple of nnodes, bootstrap ports
+    apart from the server ports, a router present in PD mode, and the runbook's C(--mini-lb) only with O(debug).
+  - Pure computation from its arguments; reads and writes nothing, so check mode is the same run.
+options:
+  topology:
+    description:
+      - C(prefill), C(decode) and C(router), each with C(hosts) (list of C(name), C(address) - the inventory name and
+        fabric address, in inventory order) and C(settings).
+      - Instance settings - C(nnodes), C(tp), C(dp), C(ep), C(dp_attention), C(port), C(bootstrap_port),
+        C(dist_init_port), C(dist_init_addr) (an override), C(transfer_backend), C(moe_a2a_backend), C(deepep_mode),
+        C(deepep_config), C(extra_args), C(environment), C(host).
+      - Router settings - C(kind) (C(smg) or C(sglang-router)), C(port) (30080), C(host), C(policy),
+        C(health_check_interval_secs), C(health_check_timeout_secs), C(health_check_endpoint),
+        C(worker_startup_timeout_secs), C(prometheus_port), C(mini_lb), C(extra_args).
+    type: dict
+    required: true
+  host:
+    description: The inventory name of the host whose units to return.
+    type: str
+    required: true
+  model:
+    description: The model facts (C(ansible_facts.gpufleet_model) of M(gpufleet.deepep.model_config)); empty skips the heads rule.
+    type: dict
+    default: {}
+  model_path:
+    description: The model directory the engines load (C(--model-path)).
+    type: str
+    default: ""
+  python:
+    description: The interpreter of the SGLang environment (C(python -m sglang.launch_server)).
+    type: str
+    default: /usr/bin/python3
+  prefix:
+    description: Unit name prefix (C(<prefix>-prefill0-rank0.service), C(<prefix>-router.service)).
+    type: str
+    default: sglang
+  config_dir:
+    description: Directory of the units' environment files.
+    type: path
+    default: /etc/gpufleet/sglang-serve
+  router_venv:
+    description: The router's virtual environment.
+    type: path
+    default: /opt/gpufleet/router
+  secrets_env_file:
+    description: A 0600 environment file of secrets (HF token) every engine unit reads as well; empty for none.
+    type: path
+    default: ""
+  start_timeout:
+    description: C(TimeoutStartSec) of the engine units (model loading and DeepGEMM warmup are long).
+    type: int
+    default: 3600
+  restart_sec:
+    description: C(RestartSec) of the units.
+    type: int
+    default: 5
+  engine_version:
+    description:
+      - The SGLang version installed on O(host) (the C(gpufleet.deepep.sglang_env) facts); its engine units'
+        environment files carry it as C(GPUFLEET_SGLANG_VERSION), so an upgrade restarts (or rolls) the instances.
+      - Empty leaves it out.
+    type: str
+    default: ""
+  debug:
+    description: Allow the debug-only C(mini_lb) router.
+    type: bool
+    default: false
+extends_documentation_fragment:
+  - gpufleet.deepep.attributes
+"""
+
+EXAMPLES = r"""
+- name: Plan the serving fleet
+  gpufleet.deepep.serve_plan:
+    host: "{{ inventory_hostname }}"
+    model: "{{ ansible_facts.gpufleet_model }}"
+    model_path: /lssd/models/DeepSeek-V3
+    topology:
+      prefill: {hosts: [{name: p1, address: 10.0.0.1}, {name: p2, address: 10.0.0.2}], settings: {nnodes: 2, tp: 16}}
+      decode: {hosts: [{name: d1, address: 10.0.0.3}], settings: {tp: 8}}
+      router: {hosts: [{name: r1, address: 10.0.0.4}], settings: {kind: smg}}
+"""
+
+RETURN = r"""
+instances:
+  description:
+    - Every instance - C(role), C(index), C(name), C(nnodes), C(hosts), C(addresses), C(rank0), C(dist_init_addr),
+      C(url), C(port), C(bootstrap_port), C(units) (C(host) and C(name) of every member's unit, rank order) and
+      C(peers) (how many other instances of its role serve while it restarts in a rolling update).
+  returned: always
+  type: list
+  elements: dict
+units:
+  description:
+    - The units of O(host) - C(name), C(kind) (engine or router), C(role), C(instance), C(rank), C(argv),
+      C(env_path), C(env), C(env_text), C(text) (the unit file).
+  returned: always
+  type: list
+  elements: dict
+rank0_of:
+  description: Names of the instances whose rank 0 is O(host) (it answers their health checks).
+  returned: always
+  type: list
+  elements: str
+instance:
+  description: The instance O(host) belongs to, null for a router-only host.
+  returned: always
+  type: dict
+router:
+  description: Router settings with C(hosts), C(url) and C(argv); null without a router.
+  returned: always
+  type: dict
+expected_workers:
+  description: The C(prefill) and C(decode) worker counts the router's /workers must show.
+  returned: always
+  type: dict
+problems:
+  description: Preflight problems (the module fails when there are any).
+  returned: always
+  type: list
+  elements: str
+"""
+
+from ansible.module_utils.basic import AnsibleModule
+from ansible.module_utils.common.text.converters import to_native
+
+from ansible_collections.gpufleet.deepep.plugins.module_utils._guard import guarded
+from ansible_collections.gpufleet.deepep.plugins.module_utils._serve import ServeError, plan
+
+
+def _main():
+    module = AnsibleModule(argument_spec=dict(
+        topology=dict(type="dict", required=True),
+        host=dict(type="str", required=True),
+        model=dict(type="dict", default={}),
+        model_path=dict(type="str", default=""),
+        python=dict(type="str", default="/usr/bin/python3"),
+        prefix=dict(type="str", default="sglang"),
+        config_dir=dict(type="path", default="/etc/gpufleet/sglang-serve"),
+        router_venv=dict(type="path", default="/opt/gpufleet/router"),
+        secrets_env_file=dict(type="path", default=""),
+        start_timeout=dict(type="int", default=3600),
+        restart_sec=dict(type="int", default=5),
+        debug=dict(type="bool", default=False),
+        engine_version=dict(type="str", default=""),
+    ), supports_check_mode=True)
+    p = module.params
+    try:
+        result = plan(p["topology"], p["host"], model=p["model"], python=p["python"], model_path=p["model_path"],
+                      prefix=p["prefix"], config_dir=p["config_dir"], router_venv=p["router_venv"],
+                      start_timeout=p["start_timeout"], restart_sec=p["restart_sec"], debug=p["debug"],
+                      secrets_env_file=p["secrets_env_file"], engine_version=p["engine_version"])
+    except ServeError as exc:
+        module.fail_json(msg=to_native(exc), problems=[to_native(exc)])
+    if result["problems"]:
+        module.fail_json(msg="serving preflight refused the layout: " + " | ".join(result["problems"]), **result)
+    module.exit_json(changed=False, **result)
+
+
+def main():
+    guarded("serve_plan", _main)
+
+
+if __name__ == "__main__":
+    main()

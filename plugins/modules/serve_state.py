@@ -1,0 +1,122 @@
+#!/usr/bin/python
+# Copyright: (c) 2026, gpufleet.deepep contributors
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+module: serve_state
+short_description: Facts of a node's SGLang serving - its units' state and SGLang version, the router's workers
+version_added: 0.2.0
+author: gpufleet.deepep maintainers (@gpufleet)
+description:
+  - Read only. Lists the units C(gpufleet.deepep.sglang_serve) wrote on the node (an environment file
+    C(<prefix>-<role><index>-rank<rank>.env) or C(<prefix>-router.env) in O(config_dir)), and for each its systemd
+    state (C(systemctl show), bounded by O(timeout)) and the SGLang version its environment names
+    (C(GPUFLEET_SGLANG_VERSION)).
+  - With O(router_url) (the router's node), reads the router's C(/readiness) (200 only once a healthy
+    prefill/decode pair exists) and C(/workers) (types, health, counts).
+  - The audit judges these facts with its C(SERVING_*) rules.
+options:
+  config_dir:
+    description: Where the serving units' environment files are (C(sglang_serve_config_dir)).
+    type: path
+    default: /etc/gpufleet/sglang-serve
+  prefix:
+    description: The units' name prefix (C(sglang_serve_unit_prefix)).
+    type: str
+    default: sglang
+  router_url:
+    description: The router as the node reaches it, e.g. C(http://127.0.0.1:30080); empty on engine nodes.
+    type: str
+    default: ""
+  timeout:
+    description: Seconds each C(systemctl) call and each HTTP request may take.
+    type: int
+    default: 10
+extends_documentation_fragment:
+  - gpufleet.deepep.attributes
+  - gpufleet.deepep.attributes.facts
+"""
+
+EXAMPLES = r"""
+- name: Read the serving state of the router's node
+  gpufleet.deepep.serve_state:
+    router_url: http://127.0.0.1:30080
+"""
+
+RETURN = r"""
+ansible_facts:
+  description: Facts.
+  returned: always
+  type: dict
+  contains:
+    gpufleet_serving:
+      description: The node's serving state.
+      returned: always
+      type: dict
+      contains:
+        config_dir:
+          description: O(config_dir).
+          type: str
+        prefix:
+          description: O(prefix).
+          type: str
+        units:
+          description:
+            - One entry a unit - C(unit), C(env_file), C(role) (prefill, decode, router), C(instance) (e.g.
+              C(decode1)), C(rank), C(sglang_version), C(load_state), C(active_state), C(sub_state),
+              C(unit_file_state), C(main_pid), C(restarts), C(error) (what could not be read, else null).
+          type: list
+          elements: dict
+        router:
+          description:
+            - Null without O(router_url); else C(url), C(ready), C(readiness_status), C(error), C(prefill_count),
+              C(decode_count) and C(workers) (C(url), C(worker_type), C(is_healthy), C(bootstrap_port)).
+          type: dict
+"""
+
+import re
+
+from ansible.module_utils.basic import AnsibleModule
+
+from ansible_collections.gpufleet.deepep.plugins.module_utils._guard import guarded
+from ansible_collections.gpufleet.deepep.plugins.module_utils._runner import run_bounded
+from ansible_collections.gpufleet.deepep.plugins.module_utils._serve_state import SHOW_PROPERTIES, gather
+
+
+def _read_text(path):
+    with open(path, "r") as handle:
+        return handle.read()
+
+
+def _main():
+    module = AnsibleModule(argument_spec=dict(
+        config_dir=dict(type="path", default="/etc/gpufleet/sglang-serve"),
+        prefix=dict(type="str", default="sglang"),
+        router_url=dict(type="str", default=""),
+        timeout=dict(type="int", default=10),
+    ), supports_check_mode=True)
+    p = module.params
+    if p["timeout"] < 1:
+        module.fail_json(msg="timeout %r: expected a whole number of seconds, 1 or more" % p["timeout"])
+    if not re.fullmatch(r"[A-Za-z0-9_.-]+", p["prefix"]):
+        module.fail_json(msg="prefix %r: expected a unit name prefix of letters, digits, '.', '_' or '-' (e.g. sglang)"
+                         % p["prefix"])
+    if p["router_url"] and not p["router_url"].startswith(("http://", "https://")):
+        module.fail_json(msg="router_url %r: expected http://<host>:<port> (e.g. http://127.0.0.1:30080)"
+                         % p["router_url"])
+
+    def show(unit):
+        return run_bounded(["systemctl", "show", unit, "--property=" + ",".join(SHOW_PROPERTIES)], p["timeout"])
+
+    facts = gather(p["config_dir"], p["prefix"], p["router_url"], show, _read_text, p["timeout"])
+    module.exit_json(changed=False, ansible_facts={"gpufleet_serving": facts})
+
+
+def main():
+    guarded("serve_state", _main)
+
+
+if __name__ == "__main__":
+    main()

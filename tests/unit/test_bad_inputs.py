@@ -1,0 +1,486 @@
+# Copyright: (c) 2026, gpufleet.deepep contributors
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
+"""Table-driven bad inputs: module options, filter arguments, role argument specs, play variables, records on disk
+and files a module reads. Each case asserts the refusal names the value (or the variable and its file) and the form
+expected, and that nothing was written (the directory the module was pointed at is byte-for-byte unchanged)."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+
+import pytest
+import yaml
+from ansible.errors import AnsibleFilterError
+from ansible.module_utils.common.arg_spec import ArgumentSpecValidator
+
+from unit_helpers import REPO, render_sysfs_tree
+
+from ansible_collections.gpufleet.deepep.plugins.filter import build_once as build_once_filter
+from ansible_collections.gpufleet.deepep.plugins.filter import hca_mapping as hca_filter
+from ansible_collections.gpufleet.deepep.plugins.filter import verify_helpers
+from ansible_collections.gpufleet.deepep.plugins.filter import version_helpers
+from ansible_collections.gpufleet.deepep.plugins.plugin_utils._filter_guard import guard_filters
+from ansible_collections.gpufleet.deepep.plugins.module_utils import _guard, _nvidia, _settings, _stack
+from ansible_collections.gpufleet.deepep.plugins.modules import (
+    gpu_topology,
+    model_config,
+    node_stack,
+    nvidia_params,
+    play_settings,
+    pytorch_bundled_nvshmem,
+    rdma_devices,
+    site_state,
+)
+
+
+def snapshot(root):
+    """{relative path: sha256 or 'dir'} of everything under ``root`` (what 'nothing was written' compares)."""
+    out = {}
+    for dirpath, dirnames, filenames in os.walk(root):
+        for name in dirnames:
+            out[os.path.relpath(os.path.join(dirpath, name), root)] = "dir"
+        for name in filenames:
+            path = os.path.join(dirpath, name)
+            with open(path, "rb") as handle:
+                out[os.path.relpath(path, root)] = hashlib.sha256(handle.read()).hexdigest()
+    return out
+
+
+# ------------------------------------------------------------------------------------ play variables (play_settings)
+TABLE = {"default": {"dispatch_bf16_nvl_gbps": 100}, "b200": {"dispatch_bf16_nvl_gbps": 380}}
+NO_DEFAULT = {"b200": {"dispatch_bf16_nvl_gbps": 380}, "h200": {"dispatch_bf16_nvl_gbps": 300}}
+
+BAD_SETTINGS = [
+    # serial: gpufleet_serial
+    ("serial", 0, "out of range"), ("serial", -1, "out of range"), ("serial", "0", "out of range"),
+    ("serial", "abc", "not a whole number"), ("serial", "2\n", "not a whole number"), ("serial", "0%", "percentage"),
+    ("serial", "101%", "percentage"), ("serial", "-5%", "not a whole number"), ("serial", "25 %", "not a whole number"),
+    ("serial", [], "empty list"), ("serial", [1, 0], "out of range"), ("serial", [1, "x"], "not a whole number"),
+    ("serial", True, "not a whole number"), ("serial", 1.5, "not a whole number"), ("serial", None, "not a whole number"),
+    ("serial", {"a": 1}, "not a whole number"),
+    # percentage: gpufleet_max_fail_percentage
+    ("percentage", -1, "out of range"), ("percentage", 101, "out of range"), ("percentage", "50%", "not a whole"),
+    ("percentage", "fifty", "not a whole number"), ("percentage", False, "not a whole number"),
+    ("percentage", "50\n", "not a whole number"),
+    # count: gpufleet_reboot_throttle
+    ("count", -1, "out of range"), ("count", "one", "not a whole number"), ("count", 2.5, "not a whole number"),
+    ("count", [1], "not a whole number"),
+    # positive: preflight_min_gpus
+    ("positive", 0, "out of range"), ("positive", -1, "out of range"), ("positive", "", "not a whole number"),
+    ("positive", "8 ", "not a whole number"),
+    # seconds: timeouts
+    ("seconds", 0, "out of range"), ("seconds", "600s", "not a whole number"), ("seconds", -30, "out of range"),
+    ("seconds", None, "not a whole number"), ("seconds", "1e3", "not a whole number"),
+    # hca_mapping: env_script_hca_mapping
+    ("hca_mapping", "0:mlx5_0:1,0:mlx5_1:1", "appears twice"), ("hca_mapping", "0:mlx5_0:1\n", "line break"),
+    ("hca_mapping", "a:mlx5_0:1", "not a non-negative integer"), ("hca_mapping", "0:mlx5_0:0", "positive integer"),
+    ("hca_mapping", "0:mlx5_0", "missing the port"), ("hca_mapping", "0:mlx5_0:1,,1:mlx5_1:1", "empty"),
+    ("hca_mapping", "0:mlx5;0:1", "contains"), ("hca_mapping", 5, "must be a string"),
+    ("hca_mapping", "0:$(id):1", "not a device name"),
+    # gid_index: env_script_gid_index
+    ("gid_index", "three", "not a whole number"), ("gid_index", -1, "out of range"),
+    ("gid_index", 256, "out of range"), ("gid_index", "3\n", "not a whole number"), ("gid_index", [3], "not a whole"),
+    # env: env_script_extra_env
+    ("env", {"BAD NAME": "1"}, "not a shell variable name"), ("env", {"1X": "1"}, "not a shell variable name"),
+    ("env", {"X\n": "1"}, "not a shell variable name"), ("env", {"X": "a\nrm -rf /"}, "line break"),
+    ("env", {"X": None}, "not a string or number"), ("env", {"X": {"y": 1}}, "not a string or number"),
+    ("env", ["X=1"], "not a mapping"), ("env", "X=1", "not a mapping"),
+    # choice
+    ("choice", "bogus", "not a known choice"),
+]
+
+
+@pytest.mark.parametrize("form,value,why", BAD_SETTINGS, ids=["%s-%d" % (c[0], i) for i, c in enumerate(BAD_SETTINGS)])
+def test_play_settings_refuse(module_runner, tmp_path, form, value, why):
+    before = snapshot(tmp_path)
+    item = {"name": "gpufleet_var", "value": value, "form": form}
+    if form == "choice":
+        item["choices"] = ["a", "b"]
+    result = module_runner(play_settings, {"settings": [item]})
+    assert result.failed, result
+    assert "gpufleet_var" in result["msg"] and why in result["msg"], result["msg"]
+    shown = [repr(value)] + ([repr(v) for v in value] if isinstance(value, list) else [])
+    assert any(text in result["msg"] for text in shown) or (form == "hca_mapping" and str(value)[:6] in result["msg"])
+    assert "expected" in result["msg"]
+    assert snapshot(tmp_path) == before
+
+
+BAD_PROFILES = [("b20", NO_DEFAULT, "known profiles b200, h200"), ("", NO_DEFAULT, "known profiles"),
+                (None, NO_DEFAULT, "known profiles"), (5, TABLE, "not a string"),
+                ("b200", {"b200": {"bogus_gbps": 1}}, "unknown metric"), ("b200", {}, "mapping of profile"),
+                ("b200", {"b200": {"dispatch_bf16_nvl_gbps": -3}}, "non-negative")]
+
+
+@pytest.mark.parametrize("profile,table,why", BAD_PROFILES)
+def test_unknown_profile_fails_naming_the_known_ones(module_runner, profile, table, why):
+    result = module_runner(play_settings, {"settings": [{"name": "verify_intranode_profile", "value": profile,
+                                                         "form": "profile", "table": table}]})
+    assert result.failed and why in result["msg"] and "verify_intranode_profile" in result["msg"], result["msg"]
+
+
+def test_every_bad_setting_is_named_in_one_failure(module_runner):
+    result = module_runner(play_settings, {"settings": [
+        {"name": "gpufleet_serial", "value": 0, "form": "serial"},
+        {"name": "preflight_min_gpus", "value": -1, "form": "positive"},
+        {"name": "gpufleet_reboot_timeout", "value": 600, "form": "seconds"}]})
+    assert result.failed and result["msg"].startswith("2 settings refused before any host runs")
+    assert "gpufleet_serial=0" in result["msg"] and "preflight_min_gpus=-1" in result["msg"]
+
+
+GOOD_SETTINGS = [
+    ("serial", 1, 1), ("serial", "2", 2), ("serial", "25%", "25%"), ("serial", [1, "25%", "100%"], [1, "25%", "100%"]),
+    ("serial", "12.5%", "12.5%"), ("percentage", 0, 0), ("percentage", "100", 100), ("count", 0, 0),
+    ("positive", "8", 8), ("seconds", 600, 600), ("hca_mapping", "auto", "auto"), ("hca_mapping", "", ""),
+    ("hca_mapping", "1:mlx5_1:1,0:mlx5_0:1", "1:mlx5_1:1,0:mlx5_0:1"), ("gid_index", "auto", "auto"),
+    ("gid_index", "3", 3), ("gid_index", "", ""),
+    ("env", {"HF_HOME": "/lssd/hf", "N": 3}, {"HF_HOME": "/lssd/hf", "N": 3}),
+]
+
+
+@pytest.mark.parametrize("form,value,normal", GOOD_SETTINGS)
+def test_play_settings_accept(module_runner, form, value, normal):
+    result = module_runner(play_settings, {"settings": [{"name": "v", "value": value, "form": form}]})
+    assert not result.failed, result.get("msg")
+    assert result["settings"]["v"] == normal
+
+
+@pytest.mark.parametrize("profile,matched", [("gcp_b200", "b200"), ("b200_cuda13", "b200"), ("a100", "default"),
+                                             ("default", "default")])
+def test_known_or_defaulted_profiles_pass(profile, matched):
+    assert _settings.check_setting("p", profile, "profile", table=TABLE) == matched
+
+
+def test_playbooks_check_their_settings_on_the_controller():
+    """site.yml checks the play values first, on the controller, stopping every host on a bad one."""
+    site = yaml.safe_load((REPO / "playbooks" / "site.yml").read_text())
+    first = site[0]["tasks"][0]
+    assert "gpufleet.deepep.play_settings" in first and first["delegate_to"] == "localhost"
+    assert first["any_errors_fatal"] is True
+    names = {s["name"]: s["form"] for s in first["gpufleet.deepep.play_settings"]["settings"]}
+    assert names["gpufleet_serial"] == "serial" and names["gpufleet_max_fail_percentage"] == "percentage"
+    assert names["gpufleet_reboot_throttle"] == "count" and names["preflight_min_gpus"] == "positive"
+    for role in ("verify_intranode", "verify_internode", "audit", "preflight", "env_script"):
+        tasks = yaml.safe_load((REPO / "roles" / role / "tasks" / "main.yml").read_text())
+        assert "gpufleet.deepep.play_settings" in tasks[0], role
+        assert tasks[0]["delegate_to"] == "localhost", role
+
+
+# ------------------------------------------------------------------------------------------------ module options
+def nvidia_args(tmp_path, **extra):
+    args = {"params_path": str(tmp_path / "params"), "version_path": str(tmp_path / "version"),
+            "conf_path": str(tmp_path / "modprobe.d" / "gpufleet-nvidia.conf"),
+            "modprobe_dirs": [str(tmp_path / "modprobe.d")]}
+    args.update(extra)
+    return args
+
+
+NVIDIA_BAD = [
+    ({"driver_options": {"NVreg_EnableStreamMemOPs\n": 1}}, "NVreg_EnableStreamMemOPs\\n"),
+    ({"driver_options": {"NVreg_Enable=StreamMemOPs": 1}}, "NVreg_Enable=StreamMemOPs"),
+    ({"driver_options": {"NVreg_X": "a\nb"}}, "a\\nb"),
+    ({"driver_options": {"NVreg_X": 'say "hi"'}}, "'say \"hi\"'"),
+    ({"driver_options": {"": 1}}, "''"),
+    ({"driver_options": {"NVreg_": 1}}, "NVreg_"),
+    ({"registry_dwords": {"PeerMappingOverride\n": 1}}, "PeerMappingOverride\\n"),
+    ({"registry_dwords": {"Peer Mapping": 1}}, "Peer Mapping"),
+    ({"registry_dwords": {"PeerMappingOverride": "one"}}, "one"),
+    ({"registry_dwords": {"PeerMappingOverride": -1}}, "-1"),
+    ({"registry_dwords": {"PeerMappingOverride": 4294967296}}, "4294967296"),
+    ({"registry_dwords": {"PeerMappingOverride": "1\n"}}, "1\\n"),
+    ({"conf_path_name": "gpufleet-nvidia.txt", "driver_options": {"NVreg_EnableStreamMemOPs": 1}}, ".conf"),
+    ({"conf_path_name": ".hidden.conf", "driver_options": {"NVreg_EnableStreamMemOPs": 1}}, ".hidden.conf"),
+    ({"state": "absent", "driver_options": {"NVreg_EnableStreamMemOPs": 1}}, "state=absent"),
+]
+
+
+@pytest.mark.parametrize("args,named", NVIDIA_BAD)
+def test_nvidia_params_refuses_and_writes_nothing(module_runner, tmp_path, args, named):
+    (tmp_path / "modprobe.d").mkdir()
+    args = dict(args)
+    extra = {}
+    if "conf_path_name" in args:
+        extra["conf_path"] = str(tmp_path / "modprobe.d" / args.pop("conf_path_name"))
+    before = snapshot(tmp_path)
+    result = module_runner(nvidia_params, nvidia_args(tmp_path, **dict(args, **extra)))
+    assert result.failed, result
+    assert named in result["msg"] or named.replace("\\\\", "\\") in result["msg"], result["msg"]
+    assert "expected" in result["msg"] or "must" in result["msg"] or "not used" in result["msg"], result["msg"]
+    assert snapshot(tmp_path) == before
+
+
+SITE_BAD = [({"key": "abc\n"}, "'abc\\n'"), ({"key": ""}, "''"), ({"key": "a" * 129}, "a" * 129),
+            ({"key": "a b"}, "'a b'"), ({"key": "../x"}, "'../x'"), ({"key": "k", "hash_limit": -1}, "-1"),
+            ({"key": "k", "state": "record", "watch": ["etc/x"]}, "'etc/x'"),
+            ({"key": "k", "state": "record", "watch": [""]}, "''")]
+
+
+@pytest.mark.parametrize("args,named", SITE_BAD)
+def test_site_state_refuses_and_writes_nothing(module_runner, tmp_path, args, named):
+    before = snapshot(tmp_path)
+    result = module_runner(site_state, dict(args, path=str(tmp_path / "state" / "stamp.json"),
+                                            dpkg_status=str(tmp_path / "status")))
+    assert result.failed and named in result["msg"] and "expected" in result["msg"], result["msg"]
+    assert snapshot(tmp_path) == before
+
+
+def _exe(path, body="#!/bin/sh\nexit 0\n"):
+    path.write_text(body)
+    path.chmod(0o755)
+    return path
+
+
+def module_cases(tmp_path):
+    sysfs = str(render_sysfs_tree(tmp_path, "h200_nvlink"))
+    plain = tmp_path / "plain.txt"
+    plain.write_text("x")
+    missing = str(tmp_path / "nope")
+    return [
+        (gpu_topology, {"sysfs_root": missing}, "sysfs_root %r is not a directory" % missing),
+        (gpu_topology, {"sysfs_root": sysfs, "timeout": 0}, "timeout=0"),
+        (gpu_topology, {"sysfs_root": sysfs, "nvidia_smi": str(plain)}, "nvidia_smi %r is not an executable" % str(plain)),
+        (gpu_topology, {"sysfs_root": sysfs, "timeout": "soon"}, "soon"),
+        (rdma_devices, {"sysfs_root": missing}, "sysfs_root %r is not a directory" % missing),
+        (node_stack, {"gather": ["paths"], "timeout": 0}, "timeout=0"),
+        (node_stack, {"gather": ["bogus"]}, "bogus"),
+        (node_stack, {"gather": ["paths"], "paths": ["relative/path"]}, "relative/path"),
+        (model_config, {"path": missing}, "model path %r is not a directory" % missing),
+        (model_config, {"path": "org/model", "offline": True}, "'org/model' is a hub id"),
+        (pytorch_bundled_nvshmem, {"python": ""}, "python '' is empty"),
+        (pytorch_bundled_nvshmem, {"python": str(plain)}, "python %r is not an executable" % str(plain)),
+        (pytorch_bundled_nvshmem, {"python": "no-such-python-here"}, "'no-such-python-here' was not found"),
+        (pytorch_bundled_nvshmem, {"python": str(_exe(tmp_path / "py")), "timeout": 0}, "timeout=0"),
+        (pytorch_bundled_nvshmem, {"site_packages": [missing]}, repr(missing)),
+        (pytorch_bundled_nvshmem, {"state": "nonsense"}, "nonsense"),
+    ]
+
+
+def test_module_options_refused_and_nothing_written(module_runner, tmp_path):
+    cases = module_cases(tmp_path)
+    before = snapshot(tmp_path)
+    for module, args, named in cases:
+        result = module_runner(module, args)
+        assert result.failed, (module.__name__, args, result)
+        assert named in result["msg"], (module.__name__, result["msg"])
+        assert "Traceback" not in result["msg"]
+    assert snapshot(tmp_path) == before
+    assert len(cases) == 16
+
+
+# ------------------------------------------------------------------------------------------ records of the wrong shape
+STAMPS = [
+    ("[]", "type list"), ("\"x\"", "type str"), ("{\"key\": 5}", "'key' is 5"), ("{}", "lacks the key 'key'"),
+    ("{\"key\": \"k\", \"watch\": []}", "'watch' is []"), ("{\"key\": \"k\", \"packages\": [\"a\"]}", "'packages'"),
+    ("{\"key\": \"k\", \"recorded_at\": 5}", "'recorded_at' is 5"), ("{\"key\": \"k\", \"format\": \"1\"}", "'format'"),
+    ("{\"key\": \"k\", \"watch\": {\"/x\": \"file\"}}", "watch['/x']"),
+    ("{\"key\": \"k\", \"watch\": {\"/x\": {\"kind\": \"file\"}}}", "its size is not a int"),
+    ("{\"key\": \"k\", \"watch\": {\"/x\": {\"kind\": \"link\", \"target\": 3}}}", "its target"),
+    ("{\"key\": \"k\", \"watch\": {\"/x\": {\"kind\": \"dir\", \"entries\": [1]}}}", "entries are not all strings"),
+    ("{\"key\": \"k\", \"watch\": {\"/x\": {\"kind\": \"glob\", \"matches\": {\"/y\": {\"kind\": \"nope\"}}}}}", "a match"),
+    ("{\"key\": \"k\", \"watch\": {\"/x\": {\"kind\": \"teleport\"}}}", "kind out of"),
+    ("{\"key\": \"k\", \"packages\": {\"a\": 1}}", "packages['a'] is 1"),
+    ("{not json", "is not JSON"),
+]
+
+
+@pytest.mark.parametrize("text,why", STAMPS)
+def test_stamp_of_the_wrong_shape_is_refused_naming_the_file(module_runner, tmp_path, text, why):
+    stamp = tmp_path / "stamp.json"
+    stamp.write_text(text)
+    before = snapshot(tmp_path)
+    result = module_runner(site_state, {"path": str(stamp), "key": "k", "dpkg_status": str(tmp_path / "none")},
+                           check_mode=True)
+    assert not result.failed, result.get("msg")
+    assert result["steady"] is False and result["intact"] is False
+    assert str(stamp) in result["reason"] and why in result["reason"], result["reason"]
+    assert snapshot(tmp_path) == before
+
+
+def test_check_record_names_file_key_value_and_type():
+    with pytest.raises(_guard.RecordShapeError, match=r"build record /x: 'sha256' is 5 \(int\), expected str"):
+        _guard.check_record("/x", {"sha256": 5}, {"sha256": "str"}, what="build record")
+
+
+# ------------------------------------------------------------------------------------------------------- filters
+FILTER_BAD = [
+    (hca_filter.hca_mapping, ("0:mlx5_0:1,0:mlx5_1:1",), {}, "GPU 0 appears twice"),
+    (hca_filter.hca_mapping, ("0:mlx5_0:1\n",), {}, "line break"),
+    (hca_filter.hca_mapping, ("x:mlx5_0:1",), {}, "GPU 'x'"),
+    (hca_filter.hca_mapping, ("0:mlx5_0:one",), {}, "port 'one'"),
+    (hca_filter.hca_mapping, ("",), {}, "empty"),
+    (hca_filter.hca_mapping, (7,), {}, "int 7"),
+    (hca_filter.hca_mapping, ([{"gpu": 0, "hca": "mlx5_0"}],), {}, "lacks port"),
+    (hca_filter.hca_mapping, ([{"gpu": True, "hca": "mlx5_0", "port": 1}],), {}, "GPU True"),
+    (hca_filter.hca_mapping, ({0: "mlx5_0"},), {}, "'mlx5_0'"),
+    (hca_filter.hca_mapping, ("0:mlx5_0:1",), {"output": "xml"}, "'xml'"),
+    (verify_helpers.verify_thresholds, (NO_DEFAULT, "b20"), {}, "known profiles b200, h200"),
+    (verify_helpers.verify_thresholds, (TABLE, 5), {}, "profile 5 is not a string"),
+    (verify_helpers.verify_thresholds, ([], "b200"), {}, "[]"),
+    (verify_helpers.verify_thresholds, ({"b200": {"fast_gbps": 1}}, "b200"), {}, "'fast_gbps'"),
+    (verify_helpers.verify_thresholds, ({"b200": {"dispatch_bf16_nvl_gbps": "fast"}}, "b200"), {}, "'fast'"),
+    (version_helpers.cuda_tag, ("abc",), {}, "'abc'"),
+    (version_helpers.cuda_tag, ("13.0\nx",), {}, "13.0\\nx"),
+    (version_helpers.torch_index_url, ("13.0",), {"nightly": "yes"}, "'yes'"),
+    (version_helpers.torch_version_info, ("two",), {}, "'two'"),
+    (build_once_filter.build_leaders, ("x",), {}, "got str"),
+    (build_once_filter.build_leaders, ([{"key": "zz", "host": "n1"}],), {}, "'zz'"),
+    (build_once_filter.build_leaders, ([{"key": "abcdef0123\n", "host": "n1"}],), {}, "'abcdef0123\\n'"),
+    (build_once_filter.build_leaders, ([5],), {}, "record 0 is a int"),
+    (build_once_filter.build_leaders, ([],), {"want": ""}, "''"),
+]
+
+
+@pytest.mark.parametrize("func,args,kwargs,named", FILTER_BAD,
+                         ids=["%s-%d" % (c[0].__name__, i) for i, c in enumerate(FILTER_BAD)])
+def test_filters_refuse_naming_the_value(func, args, kwargs, named):
+    filters = {}
+    for module in (hca_filter, verify_helpers, version_helpers, build_once_filter):
+        filters.update(module.FilterModule().filters())
+    with pytest.raises(AnsibleFilterError) as err:
+        filters[func.__name__](*args, **kwargs)
+    assert named in str(err.value), str(err.value)
+
+
+def test_unexpected_error_in_a_filter_is_a_filter_error_naming_the_input():
+    def broken(value):
+        return value["missing"]
+    wrapped = guard_filters({"broken": broken})["broken"]
+    with pytest.raises(AnsibleFilterError, match=r"broken: unexpected KeyError: 'missing' \(input \{'a': 1\}\)"):
+        wrapped({"a": 1})
+
+
+# ---------------------------------------------------------------------------------------------- role argument specs
+WRONG = {"int": ["abc", [1], {"a": 1}], "bool": ["maybe", [True]], "list": [{"a": 1}], "dict": ["notadict", [1]]}
+
+
+def argument_spec_cases():
+    cases = []
+    for spec_file in sorted((REPO / "roles").glob("*/meta/argument_specs.yml")):
+        specs = yaml.safe_load(spec_file.read_text())["argument_specs"]
+        for entry, spec in sorted(specs.items()):
+            for name, option in sorted((spec.get("options") or {}).items()):
+                for value in WRONG.get(option.get("type", "str"), []):
+                    if option.get("options") and not isinstance(value, str):
+                        continue  # ansible-core's validator raises TypeError on a list for a dict with suboptions
+                    cases.append((spec_file.parts[-3], entry, name, value))
+                if option.get("choices") and option.get("type", "str") == "str":
+                    cases.append((spec_file.parts[-3], entry, name, "no-such-choice"))
+    return cases
+
+
+ARG_CASES = argument_spec_cases()
+
+
+def test_argument_spec_cases_cover_every_role():
+    assert len({c[0] for c in ARG_CASES}) == len(list((REPO / "roles").glob("*/meta/argument_specs.yml")))
+    assert len(ARG_CASES) > 150
+
+
+@pytest.mark.parametrize("role,entry,name,value", ARG_CASES,
+                         ids=["%s.%s.%s-%d" % (c[0], c[1], c[2], i) for i, c in enumerate(ARG_CASES)])
+def test_role_argument_specs_refuse_wrong_types(role, entry, name, value):
+    spec = yaml.safe_load((REPO / "roles" / role / "meta" / "argument_specs.yml").read_text())["argument_specs"][entry]
+    options = dict(spec["options"])
+    result = ArgumentSpecValidator(options).validate({name: value})
+    errors = [str(e) for e in result.errors]
+    assert errors, "%s.%s accepted %r" % (role, name, value)
+    assert any(name in e for e in errors), errors
+    if options[name].get("type") in ("int", "bool") and isinstance(value, str):
+        assert any(value in e for e in errors), errors
+
+
+# --------------------------------------------------------------------------------- files a module reads, as data
+ENV_BAD = ["[ -d /x ] && export A=1", "export A=1; reboot", "export A=$(id -u)", "export A=`id -u`",
+           "export A=\"$(touch /tmp/x)\"", "source /etc/profile", ". /etc/profile", "export A='unterminated",
+           "export A=${B:?boom}", "export A=1 2", "eval export A=1", "export A=>x", "A=1 python -c 1",
+           "export A=${B:-$(id)}", "export A=$((1+1))", "alias ls=rm", "function f { :; }", "export A=a|b"]
+
+
+@pytest.mark.parametrize("line", ENV_BAD)
+def test_env_script_lines_a_shell_would_interpret_are_refused_naming_them(line):
+    exports, raw, env, errors = _stack.read_env_script("export OK=1\n" + line + "\n")
+    assert exports.get("OK") == "1"
+    assert len(errors) == 1 and errors[0].startswith("line 2 %r" % line.strip()), errors
+
+
+@pytest.mark.parametrize("text", [os.urandom(64).decode("latin-1"), "\x00\x01\x02", "hello world\n", "\ufffd\ufffd",
+                                  "Name: value\nrandom junk line\n", ""])
+def test_random_bytes_in_the_params_file_are_not_a_loaded_driver(text):
+    live = _nvidia.live_facts(text, None)
+    assert live["driver_loaded"] is False and live["params_unreadable"]
+
+
+def test_real_params_file_is_a_loaded_driver(captured_dir):
+    live = _nvidia.live_facts((captured_dir / "proc_driver_nvidia_params").read_text(), None)
+    assert live["driver_loaded"] is True and live["params_unreadable"] is None
+
+
+def test_random_params_file_warns_naming_it(module_runner, tmp_path):
+    (tmp_path / "params").write_bytes(os.urandom(256))
+    result = module_runner(nvidia_params, nvidia_args(tmp_path), check_mode=True)
+    assert not result.failed
+    assert result["ansible_facts"]["gpufleet_nvidia"]["driver_loaded"] is False
+    assert any(str(tmp_path / "params") in str(w) for w in result["warnings"])
+
+
+# --------------------------------------------------------------------------------------- the last-resort handler
+def test_unexpected_exception_becomes_a_failure_naming_the_input(capsys, monkeypatch):
+    from ansible.module_utils import basic
+
+    monkeypatch.setattr(basic, "_ANSIBLE_ARGS", json.dumps(
+        {"ANSIBLE_MODULE_ARGS": {"path": "/var/lib/x.json", "_ansible_check_mode": False}}).encode())
+
+    def body():
+        raise KeyError("values")
+
+    with pytest.raises(SystemExit) as exit_info:
+        _guard.guarded("site_state", body)
+    assert exit_info.value.code == 1
+    printed = json.loads(capsys.readouterr().out)
+    assert printed["failed"] is True
+    assert printed["msg"].startswith("site_state: unexpected KeyError: 'values'")
+    assert '"path": "/var/lib/x.json"' in printed["msg"] and "_ansible" not in printed["msg"]
+    assert "Traceback" not in printed["msg"]
+
+
+def test_every_module_main_is_guarded():
+    # the build modules end through _runner.finish, which holds the same last resort (tested below)
+    skip = {"__init__.py", "audit_fleet_report.py", "job_wait.py"}
+    for path in sorted((REPO / "plugins" / "modules").glob("*.py")):
+        if path.name in skip:
+            continue
+        text = path.read_text()
+        assert "guarded(\"%s\", _main)" % path.stem in text or "    finish(module, " in text, path.name
+
+
+def test_a_build_module_ends_an_unexpected_error_as_a_failure_naming_it():
+    from ansible_collections.gpufleet.deepep.plugins.module_utils import _runner
+
+    class Module:
+        def fail_json(self, **kw):
+            raise SystemExit(kw)
+
+        def exit_json(self, **kw):  # pragma: no cover - the job raises
+            raise AssertionError(kw)
+
+    class Job:
+        result = {"changed": False, "log": "/var/log/x.log"}
+
+        def run(self):
+            raise KeyError("sha256")
+
+    with pytest.raises(SystemExit) as stop:
+        _runner.finish(Module(), Job(), "gpufleet_nccl_build")
+    failure = stop.value.args[0]
+    assert failure["msg"].startswith("gpufleet_nccl_build: unexpected KeyError: 'sha256'")
+    assert failure["log"] == "/var/log/x.log" and "Traceback" not in failure["msg"]
+
+
+def test_no_anchored_match_left_in_validation():
+    """Validation regexes are full matches: no ``re.match(r"^...$")`` that would take a trailing newline."""
+    import re
+
+    for path in sorted((REPO / "plugins").rglob("*.py")):
+        text = path.read_text()
+        assert not re.search(r're\.match\(r"\^[^"]*\$"', text), path

@@ -1,0 +1,135 @@
+# Copyright: (c) 2026, gpufleet.deepep contributors
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
+
+"""gpufleet.deepep.make_build against the GDRCopy- and NCCL-shaped fixture sources: real make builds in tmp_path."""
+
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+
+import pytest
+
+from ansible_collections.gpufleet.deepep.plugins.modules import make_build
+from ansible_collections.gpufleet.deepep.plugins.module_utils import _arch
+from ansible_collections.gpufleet.deepep.plugins.module_utils import _buildkey as bk
+
+SOURCES = Path(__file__).resolve().parents[2] / "tools" / "fleetsim" / "fixtures" / "sources"
+
+pytestmark = pytest.mark.skipif(not shutil.which("make") or not shutil.which("cc"), reason="needs make and cc")
+
+
+def _source(tmp_path, name):
+    copy = tmp_path / "src" / name
+    if not copy.is_dir():
+        shutil.copytree(SOURCES / name, copy)
+    return copy
+
+
+def _args(tmp_path, kind, **extra):
+    cuda = tmp_path / "cuda"
+    cuda.mkdir(exist_ok=True)
+    args = {"kind": kind, "src": str(_source(tmp_path, "%s-fixture" % kind)), "cuda_home": str(cuda), "jobs": 2,
+            "version": "2.5.1" if kind == "gdrcopy" else "2.30.7", "prefix": str(tmp_path / "opt" / kind)}
+    if kind == "nccl":
+        args["cuda_arch_list"] = "9.0;10.0+PTX"
+    args.update(extra)
+    return args
+
+
+def _siblings(prefix):
+    parent, base = os.path.split(prefix)
+    return sorted(n for n in os.listdir(parent) if n.startswith(base))
+
+
+def _tree_snapshot(path):
+    return sorted((str(p.relative_to(path)), p.read_bytes() if p.is_file() else b"") for p in Path(path).rglob("*"))
+
+
+@pytest.mark.parametrize("kind", ["gdrcopy", "nccl"])
+def test_build_is_keyed_staged_swapped_and_idempotent(module_runner, tmp_path, kind):
+    args = _args(tmp_path, kind)
+    source_before = _tree_snapshot(args["src"])
+    plan = module_runner(make_build, args, check_mode=True)
+    assert not plan.failed, plan.get("msg")
+    assert plan["would_build"] and plan["changed"] and not os.path.exists(args["prefix"])
+    facts = plan["ansible_facts"]["gpufleet_%s_build" % kind]
+    assert facts["current"] and facts["key"] == plan["key"]
+
+    first = module_runner(make_build, args)
+    assert not first.failed, first.get("msg")
+    assert first["built"] and first["key"] == plan["key"] and first["previous"] is None
+    facts = first["ansible_facts"]["gpufleet_%s_build" % kind]
+    assert facts["present"] and facts["current"] and facts["missing"] == []
+    assert bk.read_stamp(args["prefix"])["key"] == first["key"]
+    assert os.path.isfile(os.path.join(args["prefix"], bk.LOG_NAME))
+    assert _siblings(args["prefix"]) == [kind] and _tree_snapshot(args["src"]) == source_before
+    if kind == "nccl":
+        header = Path(args["prefix"], "include", "nccl.h").read_text()
+        assert "#define NCCL_MINOR 30" in header
+        assert "-gencode=arch=compute_100,code=compute_100" in first["inputs"]["gencode"]
+    else:
+        assert first["commands"][0][-2:] == ["lib", "lib_install"]
+
+    again = module_runner(make_build, args)
+    assert not again.failed and not again["changed"] and not again["built"] and again["commands"] == []
+
+    changed = module_runner(make_build, dict(args, make_vars={"EXTRA_FLAG": "1"}))
+    assert changed["built"] and changed["key"] != first["key"]
+    assert changed["previous"] == args["prefix"] + ".previous"
+    assert bk.read_stamp(args["prefix"] + ".previous")["key"] == first["key"]
+
+
+def test_source_id_gives_the_key_before_the_source_is_there(module_runner, tmp_path):
+    args = _args(tmp_path, "gdrcopy", source_id="https://example.invalid/gdrcopy-2.5.1.tar.gz#sha256:ab")
+    absent = dict(args, src=str(tmp_path / "not-fetched-yet"))
+    plan = module_runner(make_build, absent, check_mode=True)
+    assert not plan.failed and plan["would_build"]
+    built = module_runner(make_build, args)
+    assert built["built"] and built["key"] == plan["key"]
+    # Converged: the source is not needed.
+    assert not module_runner(make_build, absent)["changed"]
+    shutil.rmtree(args["prefix"])
+    missing = module_runner(make_build, absent)
+    assert missing.failed and "src %s is not a source directory" % absent["src"] in missing["msg"]
+
+
+def test_a_failed_build_leaves_the_previous_build(module_runner, tmp_path):
+    args = _args(tmp_path, "gdrcopy")
+    good = module_runner(make_build, args)
+    broken = tmp_path / "broken"
+    shutil.copytree(args["src"], broken)
+    with open(broken / "src" / "gdrapi.c", "a") as handle:
+        handle.write("\nthis is not C;\n")
+    failed = module_runner(make_build, dict(args, src=str(broken)))
+    assert failed.failed and failed["rc"] != 0 and "is unchanged" in failed["msg"]
+    assert any("gdrapi.c" in line for line in failed["log_tail"])
+    assert bk.read_stamp(args["prefix"])["key"] == good["key"]
+    again = module_runner(make_build, args)
+    assert not again["changed"] and again["cleaned"] == [failed["log"].rsplit("/", 1)[0]]
+
+
+@pytest.mark.parametrize("args, words", [
+    ({"prefix": "/"}, "prefix '/' must be an absolute path other than /"),
+    ({"jobs": 0}, "jobs must be 1 or more, got 0"),
+    ({"lock_timeout": -1}, "lock_timeout must be 0"),
+    ({"make_vars": {"CC\nX": "gcc"}}, "make_vars entry"),
+    ({"version": "2.5 .1"}, "version '2.5 .1' must be a release"),
+    ({"kind": "nccl", "cuda_arch_list": "10,0"}, "cuda_arch_list: arch list"),
+    ({"kind": "nccl"}, "kind nccl needs cuda_arch_list"),
+])
+def test_bad_options_are_named(module_runner, tmp_path, args, words):
+    result = module_runner(make_build, dict(_args(tmp_path, "gdrcopy"), **args))
+    assert result.failed and words in result["msg"]
+    assert not os.path.exists(tmp_path / "opt")
+
+
+def test_nvcc_gencode():
+    assert _arch.nvcc_gencode("9.0") == "-gencode=arch=compute_90,code=sm_90"
+    assert _arch.nvcc_gencode(["9.0a", "10.0+PTX"]) == (
+        "-gencode=arch=compute_90a,code=sm_90a -gencode=arch=compute_100,code=sm_100 "
+        "-gencode=arch=compute_100,code=compute_100")
+    assert _arch.nvcc_gencode("9.0,10.0") == _arch.nvcc_gencode("9.0;10.0")
+    with pytest.raises(_arch.ArchError, match="sm90"):
+        _arch.nvcc_gencode("sm90")

@@ -1,0 +1,208 @@
+# Copyright: (c) 2026, gpufleet.deepep contributors
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
+"""Converge and audit time against fleet size: 8, 16 and 32 simulated gcp_b200 nodes, and the cost per added node.
+
+    .venv/bin/python tools/bench/scale_bench.py [--sizes 8 16 32] [--repeat 1] [--fleet bench-scale]
+        [--reuse] [--keep] [--skip-every-phase] [--json] [--time-limit 5400]
+
+One fleetsim fleet is grown to each size in turn (nodes are added, never rebuilt); only the added nodes are
+converged (untimed, ``gpufleet_serial=100%``). At each size three runs that change nothing are timed:
+
+- ``no-op``: ``playbooks/site.yml`` on the whole group; every node is intact and runs no phase (the fast path);
+- ``audit``: ``playbooks/audit.yml`` (read-only, one round trip per node);
+- ``every phase``: ``site.yml -e gpufleet_site_fast=false`` (what a drifted node, a ``--tags`` run and Molecule's
+  idempotence step pay).
+
+The median of ``--repeat`` runs is kept, with the host's 1-minute load before each run (the machine may be
+shared). The cost per added node is the slope between consecutive sizes. Goals on 2 cores: 32 nodes no-op
+converge <= 10 s, audit of 32 nodes <= 10 s. ``--reuse`` keeps a fleet of that name that is up (its nodes are
+converged again, untimed, in case another checkout converged them); ``--keep`` leaves the fleet up, otherwise it
+is torn down at the end, also after a failure. ``--time-limit`` bounds the whole bench (seconds): a size that
+would start after it is left out and said so. Results also go to ``build/bench/scale_bench.json``.
+
+Run from the repository root as root (the simulated fleet needs namespaces).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+GROUP = "b200_cluster"
+PROFILE = "gcp_b200"
+GOALS = {"noop": 10.0, "audit": 10.0}
+RECAP = re.compile(r"^(\S+)\s+:\s+ok=(\d+)\s+changed=(\d+)\s+unreachable=(\d+)\s+failed=(\d+)", re.M)
+RUNS = (("noop", "no-op converge"), ("audit", "audit"), ("every_phase", "every-phase converge"))
+RUN_KINDS = tuple(run[0] for run in RUNS)
+
+
+def fleetsim(fleet: str, *args: str, check: bool = True, capture: bool = False) -> str:
+    proc = subprocess.run([sys.executable, "-m", "tools.fleetsim", "--fleet", fleet, *args], cwd=REPO, check=check,
+                          text=True, stdout=subprocess.PIPE if capture else None)
+    return proc.stdout if capture else ""
+
+
+def node_count(fleet: str) -> int:
+    try:
+        data = json.loads(fleetsim(fleet, "status", "--json", capture=True, check=False))["fleet"]
+    except (ValueError, KeyError, TypeError):
+        return 0
+    if not data.get("up"):
+        return 0
+    return sum(1 for node in (data.get("nodes") or {}).values() if node.get("state") == "up")
+
+
+def env() -> dict:
+    return dict(os.environ, ANSIBLE_CONFIG=str(REPO / "ansible.cfg"), ANSIBLE_NOCOLOR="1",
+                ANSIBLE_COLLECTIONS_PATH=str(REPO / ".collections"),
+                PATH="%s:%s" % (Path(sys.executable).parent, os.environ.get("PATH", "")))
+
+
+def playbook(inventory: Path, name: str, limit: str, extra: list[str]) -> tuple[float, str]:
+    argv = [str(Path(sys.executable).parent / "ansible-playbook"), "-i", str(inventory), "-i",
+            str(REPO / "inventories" / "fleetsim"), str(REPO / "playbooks" / name), "-l", limit, *extra]
+    start = time.monotonic()
+    proc = subprocess.run(argv, cwd=REPO, env=env(), text=True, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                          check=False)
+    elapsed = time.monotonic() - start
+    if proc.returncode != 0:
+        sys.stderr.write(proc.stdout[-4000:])
+        raise SystemExit("%s failed on %s (rc %d)" % (name, limit, proc.returncode))
+    return elapsed, proc.stdout
+
+
+def changed(output: str) -> int:
+    return sum(int(m.group(3)) for m in RECAP.finditer(output))
+
+
+def timed(kind: str, inventory: Path, size: int, report_dir: Path) -> float:
+    limit = "%s[0:%d]" % (GROUP, size - 1)
+    if kind == "audit":
+        out = report_dir / ("audit-%d" % size)
+        elapsed = playbook(inventory, "audit.yml", limit, ["-e", "audit_output_dir=%s" % out])[0]
+        summary = json.loads((out / "fleet.json").read_text())["summary"]
+        if summary.get("unreachable"):
+            raise SystemExit("the audit of %d nodes found unreachable nodes: %s" % (size, summary))
+        return elapsed
+    extra = ["-e", "gpufleet_site_fast=false"] if kind == "every_phase" else []
+    elapsed, text = playbook(inventory, "site.yml", limit, extra)
+    if changed(text):
+        raise SystemExit("the %s of %d nodes changed %d task results (expected none)" % (kind, size, changed(text)))
+    if kind == "noop" and text.count("intact: the node is as its last full converge left it") != size:
+        raise SystemExit("the no-op converge of %d nodes did not find every node intact" % size)
+    return elapsed
+
+
+def slopes(rows: list[dict], kind: str) -> list:
+    out = [None]
+    for before, after in zip(rows, rows[1:]):
+        if before.get(kind) is None or after.get(kind) is None:
+            out.append(None)
+        else:
+            out.append(round((after[kind] - before[kind]) / (after["nodes"] - before["nodes"]), 2))
+    return out
+
+
+def print_table(results: dict) -> None:
+    rows = results["rows"]
+    per = dict((kind, slopes(rows, kind)) for kind in RUN_KINDS)
+    header = ("nodes", "no-op s", "audit s", "every-phase s", "per added node (no-op/audit/every)",
+              "load 1-min before runs")
+    print("%5s  %9s  %8s  %12s  %-27s  %s" % header)
+    for index, row in enumerate(rows):
+        slope = "/".join("-" if per[kind][index] is None else "%.2f" % per[kind][index] for kind in RUN_KINDS)
+        cell = dict((kind, "-" if row.get(kind) is None else "%.1f" % row[kind]) for kind in RUN_KINDS)
+        loads = " ".join("%.1f" % x for x in row["loads"])
+        print("%5d  %9s  %8s  %12s   %-33s  %s" % (row["nodes"], cell["noop"], cell["audit"], cell["every_phase"],
+                                                   slope, loads))
+    for kind, goal in GOALS.items():
+        top = [row for row in rows if row.get(kind) is not None]
+        if top:
+            last = top[-1]
+            print("goal %s of %d nodes <= %.0f s: %.1f s (%s)" % (kind, last["nodes"], goal, last[kind],
+                                                                  "met" if last[kind] <= goal else "missed"))
+    for note in results["notes"]:
+        print("note: %s" % note)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--sizes", type=int, nargs="+", default=[8, 16, 32])
+    parser.add_argument("--repeat", type=int, default=1)
+    parser.add_argument("--fleet", default="bench-scale")
+    parser.add_argument("--reuse", action="store_true", help="use the fleet of that name when it is up")
+    parser.add_argument("--keep", action="store_true", help="leave the fleet up")
+    parser.add_argument("--skip-every-phase", action="store_true", help="time only the no-op converge and the audit")
+    parser.add_argument("--time-limit", type=float, default=5400.0, help="seconds; no new size starts after it")
+    parser.add_argument("--json", action="store_true")
+    args = parser.parse_args()
+    sizes = sorted(set(args.sizes))
+    if sizes[0] < 1 or sizes[-1] > 200 or args.repeat < 1:
+        parser.error("--sizes: 1 to 200 nodes; --repeat: at least 1")
+    started = time.monotonic()
+    inventory = REPO / "build" / ("%s.yml" % args.fleet)
+    inventory.parent.mkdir(parents=True, exist_ok=True)
+    results = {"cpus": os.cpu_count(), "fleet": args.fleet, "rows": [], "converge": [], "notes": []}
+    kinds = [kind for kind in RUN_KINDS if not (kind == "every_phase" and args.skip_every_phase)]
+    try:
+        up = node_count(args.fleet) if args.reuse else 0
+        if not up:
+            fleetsim(args.fleet, "down", "--purge", "--quiet")
+        converged = 0
+        with tempfile.TemporaryDirectory(prefix="scale-bench-") as tmp:
+            for size in sizes:
+                if time.monotonic() - started > args.time_limit:
+                    results["notes"].append("%d nodes left out: the bench ran past --time-limit %.0f s"
+                                            % (size, args.time_limit))
+                    continue
+                start = time.monotonic()
+                if up < size:
+                    fleetsim(args.fleet, "up", "--profile", PROFILE, "--nodes", str(size - up), "--group", GROUP)
+                    up = size
+                fleet_up = time.monotonic() - start
+                fleetsim(args.fleet, "inventory", "--output", str(inventory))
+                # Converge what is new (all of a reused fleet, once), untimed: the timed runs change nothing.
+                first = 0 if (args.reuse and converged == 0) else converged
+                start = time.monotonic()
+                playbook(inventory, "site.yml", "%s[%d:%d]" % (GROUP, first, size - 1),
+                         ["-e", "gpufleet_serial=100%"])
+                results["converge"].append({"nodes": size, "converged": size - first,
+                                            "fleet_up_s": round(fleet_up, 1),
+                                            "converge_s": round(time.monotonic() - start, 1)})
+                converged = size
+                row = {"nodes": size, "loads": []}
+                for kind in kinds:
+                    times = []
+                    for attempt in range(args.repeat):
+                        row["loads"].append(round(os.getloadavg()[0], 1))
+                        times.append(timed(kind, inventory, size, Path(tmp)))
+                    row[kind] = round(statistics.median(times), 1)
+                results["rows"].append(row)
+                print("%d nodes: %s" % (size, ", ".join("%s %.1f s" % (k, row[k]) for k in kinds)), flush=True)
+    finally:
+        if not args.keep:
+            fleetsim(args.fleet, "down", "--purge", "--quiet", check=False)
+    out = REPO / "build" / "bench" / "scale_bench.json"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(results, indent=2) + "\n")
+    if args.json:
+        print(json.dumps(results, indent=2))
+    else:
+        for conv in results["converge"]:
+            print("grew to %(nodes)d nodes: fleet up %(fleet_up_s)s s, converge of %(converged)d nodes "
+                  "%(converge_s)s s" % conv)
+        print_table(results)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
