@@ -628,10 +628,11 @@ DOCUMENT_FACTS = ("gpufleet_nvidia", "gpufleet_rdma", "gpufleet_gpus", "gpufleet
 NOT_GATHERED = "the play failed on this node before its facts were gathered"
 
 
-def _sglang_facts(name, result, doc):
-    """Put the registered result of a SGLang facts module (``sglang_env`` or ``model_config``) into ``doc``.
+def _registered_facts(name, result, doc):
+    """Put the registered result of a facts module the audit runs on some nodes only (``sglang_env``,
+    ``model_config``, ``serve_state``) into ``doc``.
 
-    Not run (None, skipped): the node has no SGLang to audit and the key stays null. Failed: the reason goes under
+    Not run (None, skipped): the node has nothing of it to audit and the key stays null. Failed: the reason goes under
     ``gather_errors``. ``gpufleet_sglang`` of an environment without the sglang distribution stays null too, so
     the SGLANG_* rules judge only nodes that have SGLang.
     """
@@ -679,9 +680,9 @@ def node_document(host, groups, result, expect=None, sglang=None, model=None, se
     doc["gpufleet_deepep"] = stack.get("deepep")
     doc["gpufleet_sglang"] = doc["gpufleet_model"] = doc["gpufleet_serving"] = None
     if doc["reachable"]:
-        _sglang_facts("gpufleet_sglang", sglang, doc)
-        _sglang_facts("gpufleet_model", model, doc)
-        _sglang_facts("gpufleet_serving", serving, doc)
+        _registered_facts("gpufleet_sglang", sglang, doc)
+        _registered_facts("gpufleet_model", model, doc)
+        _registered_facts("gpufleet_serving", serving, doc)
     return doc
 
 

@@ -5,6 +5,7 @@ router's command line (pure logic for gpufleet.deepep.serve_plan; no I/O)."""
 
 from __future__ import annotations
 
+import re
 import shlex
 
 ROLES = ("prefill", "decode")
@@ -89,6 +90,29 @@ def router_settings(raw):
 
 def unit_name(prefix, role, index, rank):
     return "%s-%s%d-rank%d.service" % (prefix, role, index, rank)
+
+
+def router_unit_name(prefix):
+    return "%s-router.service" % prefix
+
+
+_ENV_LINE_RE = re.compile(r'(?P<name>[A-Za-z_][A-Za-z0-9_]*)=(?:"(?P<quoted>(?:[^"\\]|\\.)*)"|(?P<plain>[^"\s]*))')
+_UNIT_NAME_RE = re.compile(r"(?P<prefix>[A-Za-z0-9_.-]+?)-"
+                           r"(?:(?P<role>prefill|decode)(?P<index>[0-9]+)-rank(?P<rank>[0-9]+)|(?P<router>router))"
+                           r"\.service")
+
+
+def parse_unit_name(name):
+    """The inverse of unit_name / router_unit_name: ``{prefix, role, instance, index, rank}``, or None for a name
+    sglang_serve does not write."""
+    match = _UNIT_NAME_RE.fullmatch(name)
+    if not match:
+        return None
+    if match.group("router"):
+        return {"prefix": match.group("prefix"), "role": "router", "instance": "router", "index": 0, "rank": 0}
+    return {"prefix": match.group("prefix"), "role": match.group("role"),
+            "instance": "%s%s" % (match.group("role"), match.group("index")), "index": int(match.group("index")),
+            "rank": int(match.group("rank"))}
 
 
 def build_instances(role, group_hosts, settings):
@@ -248,9 +272,31 @@ def env_file_text(env):
     """A systemd EnvironmentFile: NAME="value" lines, values quoted for systemd (backslash, quote escaped)."""
     lines = ["# Written by gpufleet.deepep (sglang_serve); systemd EnvironmentFile syntax"]
     for name in sorted(env):
+        if "\n" in str(env[name]) or "\r" in str(env[name]):
+            raise ServeError("environment %s=%r: a value is one line (systemd reads an EnvironmentFile line by line)"
+                             % (name, env[name]))
         value = str(env[name]).replace("\\", "\\\\").replace('"', '\\"')
         lines.append('%s="%s"' % (name, value))
     return "\n".join(lines) + "\n"
+
+
+def parse_env_file(text, path="<env file>"):
+    """``NAME="value"`` lines of a systemd EnvironmentFile (comments and blank lines skipped) -> dict."""
+    env = {}
+    for number, line in enumerate(text.splitlines(), 1):
+        line = line.strip()
+        if not line or line.startswith("#"):
+            continue
+        match = _ENV_LINE_RE.fullmatch(line)
+        if not match:
+            raise ServeError("%s:%d: expected NAME=\"value\", got %r" % (path, number, line[:120]))
+        value = match.group("quoted")
+        if value is not None:
+            value = re.sub(r"\\(.)", r"\1", value)
+        else:
+            value = match.group("plain")
+        env[match.group("name")] = value
+    return env
 
 
 def unit_text(description, argv, env_files, start_timeout, restart_sec, after=(), memlock=True):
@@ -329,7 +375,7 @@ def plan(topology, host, model=None, python="/usr/bin/python3", model_path="", p
     router_units = []
     if router and host in [h["name"] for h in router_hosts]:
         argv = router_argv(router, router_venv, instances)
-        name = "%s-router.service" % prefix
+        name = router_unit_name(prefix)
         env = {"RUST_LOG": "info"}
         env_path = "%s/%s.env" % (config_dir, name[:-len(".service")])
         router_units.append({"name": name, "kind": "router", "role": "router", "instance": "router", "rank": 0,

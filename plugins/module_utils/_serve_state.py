@@ -15,35 +15,15 @@ import urllib.error
 
 from ansible.module_utils.urls import open_url
 
-__all__ = ["ServeStateError", "parse_env_file", "parse_show", "unit_facts", "router_facts", "gather"]
+from ansible_collections.gpufleet.deepep.plugins.module_utils._serve import ServeError, parse_env_file, parse_unit_name
 
-_UNIT_RE = re.compile(r"(?P<prefix>[A-Za-z0-9_.-]+?)-(?:(?P<role>prefill|decode)(?P<index>[0-9]+)-rank(?P<rank>[0-9]+)"
-                      r"|(?P<router>router))")
-_ENV_LINE_RE = re.compile(r'(?P<name>[A-Za-z_][A-Za-z0-9_]*)=(?:"(?P<quoted>(?:[^"\\]|\\.)*)"|(?P<plain>[^"\s]*))')
+__all__ = ["ServeStateError", "parse_show", "unit_facts", "router_facts", "gather"]
+
 SHOW_PROPERTIES = ("LoadState", "ActiveState", "SubState", "MainPID", "NRestarts", "UnitFileState")
 
 
 class ServeStateError(ValueError):
     """A file or an answer this module reads is not in the form it expects; the message names it."""
-
-
-def parse_env_file(text, path="<env file>"):
-    """``NAME="value"`` lines of a systemd EnvironmentFile (comments and blank lines skipped) -> dict."""
-    env = {}
-    for number, line in enumerate(text.splitlines(), 1):
-        line = line.strip()
-        if not line or line.startswith("#"):
-            continue
-        match = _ENV_LINE_RE.fullmatch(line)
-        if not match:
-            raise ServeStateError("%s:%d: expected NAME=\"value\", got %r" % (path, number, line[:120]))
-        value = match.group("quoted")
-        if value is not None:
-            value = re.sub(r"\\(.)", r"\1", value)
-        else:
-            value = match.group("plain")
-        env[match.group("name")] = value
-    return env
 
 
 def parse_show(text, unit):
@@ -76,21 +56,16 @@ def unit_facts(config_dir, prefix, show, read_text):
     for name in names:
         if not name.endswith(".env") or name == "secrets.env":
             continue
-        stem = name[:-len(".env")]
-        match = _UNIT_RE.fullmatch(stem)
-        if not match or match.group("prefix") != prefix:
+        unit = name[:-len(".env")] + ".service"
+        parsed = parse_unit_name(unit)
+        if not parsed or parsed["prefix"] != prefix:
             continue
-        unit = stem + ".service"
-        entry = {"unit": unit, "env_file": os.path.join(config_dir, name),
-                 "role": "router" if match.group("router") else match.group("role"),
-                 "instance": ("router" if match.group("router")
-                              else "%s%s" % (match.group("role"), match.group("index"))),
-                 "rank": 0 if match.group("router") else int(match.group("rank")),
-                 "sglang_version": None, "error": None}
+        entry = {"unit": unit, "env_file": os.path.join(config_dir, name), "role": parsed["role"],
+                 "instance": parsed["instance"], "rank": parsed["rank"], "sglang_version": None, "error": None}
         try:
             env = parse_env_file(read_text(entry["env_file"]), entry["env_file"])
             entry["sglang_version"] = env.get("GPUFLEET_SGLANG_VERSION")
-        except (OSError, ServeStateError) as exc:
+        except (OSError, ServeError) as exc:
             entry["error"] = str(exc)
         rc, out, err = show(unit)
         if rc != 0:

@@ -109,3 +109,21 @@ def test_every_instance_names_its_members_units_and_its_peers_for_a_rolling_upda
     assert decode1["units"] == [{"host": "d-2", "name": "sglang-decode1-rank0.service"}]
     # the lone prefill instance has no peer (its restart interrupts serving); each decode instance has one
     assert (prefill["peers"], decode0["peers"], decode1["peers"]) == (0, 1, 1)
+
+
+def test_unit_names_parse_back_to_their_instance_and_rank():
+    assert _serve.parse_unit_name(_serve.unit_name("sglang", "decode", 1, 0)) == {
+        "prefix": "sglang", "role": "decode", "instance": "decode1", "index": 1, "rank": 0}
+    assert _serve.parse_unit_name(_serve.unit_name("my-site", "prefill", 0, 3))["rank"] == 3
+    assert _serve.parse_unit_name(_serve.router_unit_name("sglang"))["role"] == "router"
+    assert _serve.parse_unit_name("sglang-decode1-rank0.env") is None
+    assert _serve.parse_unit_name("sglang-worker0-rank0.service") is None
+
+
+def test_an_environment_value_on_two_lines_is_refused_naming_it():
+    with pytest.raises(_serve.ServeError, match=r"environment A='x\\ny': a value is one line"):
+        _serve.env_file_text({"A": "x\ny"})
+    # an instance's environment setting: the plan refuses before any file is written (serve_plan fails with it)
+    with pytest.raises(_serve.ServeError, match=r"environment NCCL_DEBUG='INFO\\nX=1'"):
+        _serve.plan(topo(decode={"port": 30001, "tp": 3, "environment": {"NCCL_DEBUG": "INFO\nX=1"}}), "d-1",
+                    model=SMOLLM, python="/v/bin/python", model_path="/m")

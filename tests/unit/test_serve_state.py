@@ -39,13 +39,13 @@ def _config_dir(tmp_path, version="0.5.23"):
 
 def test_env_file_round_trips_what_sglang_serve_writes():
     env = {"A": 'say "hi"', "B": "back\\slash", "C": "x y"}
-    assert _serve_state.parse_env_file(_serve.env_file_text(env)) == env
+    assert _serve.parse_env_file(_serve.env_file_text(env)) == env
 
 
 @pytest.mark.parametrize("line", ["A", "1A=x", 'A="open', "A=two words"])
 def test_a_malformed_env_line_is_named(line):
-    with pytest.raises(_serve_state.ServeStateError, match=r"/e\.env:1: expected NAME=\"value\""):
-        _serve_state.parse_env_file(line + "\n", "/e.env")
+    with pytest.raises(_serve.ServeError, match=r"/e\.env:1: expected NAME=\"value\""):
+        _serve.parse_env_file(line + "\n", "/e.env")
 
 
 def test_units_of_the_prefix_with_state_version_instance_and_rank(tmp_path):
