@@ -32,6 +32,15 @@ ENGINE_ENVIRONMENT = {
 }
 
 
+# What a service's PATH ends with (a unit starts with none of a login shell's variables).
+SYSTEM_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+# The variables that name the NIC of torch.distributed's Gloo, NCCL's bootstrap sockets and SGLang's local IP
+# (runbook 002 sets all three to the fabric NIC); the plan sets the unset ones to the NIC of the node's address.
+NIC_VARIABLES = ("GLOO_SOCKET_IFNAME", "NCCL_SOCKET_IFNAME", "SGLANG_LOCAL_IP_NIC")
+_IPV4_RE = re.compile(r"\d{1,3}(?:\.\d{1,3}){3}")
+_EXPORT_RE = re.compile(r"export\s+(?P<name>[A-Za-z_][A-Za-z0-9_]*)=(?P<value>.*)")
+
+
 class ServeError(ValueError):
     """A topology or setting the plan cannot honour."""
 
@@ -268,6 +277,151 @@ def router_argv(router, venv, instances):
     return argv
 
 
+def _shell_word(text, name, where):
+    """The literal value of one shell word as the env scripts write it (single quotes, double quotes, plain
+    characters, and ``${NAME:+:${NAME}}``, the caller's own value appended, which is left out): ``(value, appends)``.
+    Anything else that would expand (another ``$``, a backquote, a second word) is refused: a unit cannot run a
+    shell."""
+    marker = "${%s:+:${%s}}" % (name, name)
+    out = []
+    appends = False
+    i = 0
+    quote = None
+    while i < len(text):
+        char = text[i]
+        if quote is None and char == "'":
+            end = text.find("'", i + 1)
+            if end < 0:
+                raise ServeError("%s: unterminated single quote in %s" % (where, name))
+            out.append(text[i + 1:end])
+            i = end + 1
+            continue
+        if text.startswith(marker, i):
+            appends = True
+            i += len(marker)
+            continue
+        if char == '"':
+            quote = None if quote else '"'
+            i += 1
+            continue
+        if char == "\\" and i + 1 < len(text):
+            out.append(text[i + 1])
+            i += 2
+            continue
+        if char in "$`" or (quote is None and char in " \t;&|<>()"):
+            raise ServeError("%s: %s=%s is not a literal value (it would expand %r in a shell); a unit's "
+                             "environment file takes literal values only" % (where, name, text, text[i:i + 20]))
+        out.append(char)
+        i += 1
+    if quote:
+        raise ServeError("%s: unterminated double quote in %s" % (where, name))
+    return "".join(out), appends
+
+
+def parse_env_script(text, base=None, path="<env script>"):
+    """The environment a service gets from sourcing ``text`` (the env script of env_script, SGLang's of the sglang
+    role) after ``base``: ``export NAME=value`` lines in order; a value that appends the caller's own
+    (``"${NAME:+:${NAME}}"``) is joined to the earlier script's, and PATH to the system's. Other lines are
+    skipped."""
+    env = dict(base or {})
+    for number, raw in enumerate(text.splitlines(), 1):
+        line = raw.strip()
+        if not line.startswith("export"):
+            continue
+        match = _EXPORT_RE.fullmatch(line)
+        if not match:
+            raise ServeError("%s:%d: expected export NAME=value, got %r" % (path, number, line[:120]))
+        name = match.group("name")
+        value, appends = _shell_word(match.group("value"), name, "%s:%d" % (path, number))
+        if appends:
+            earlier = env.get(name) or (SYSTEM_PATH if name == "PATH" else "")
+            value = "%s:%s" % (value, earlier) if earlier and value else (value or earlier)
+        env[name] = value
+    return env
+
+
+def _iface_matches(spec, name, exact):
+    """Whether interface ``name`` is one ``spec`` selects: comma-separated names (Gloo, SGLang: exact), or NCCL's
+    prefixes (``=`` exact, ``^`` excludes)."""
+    items = [item.strip() for item in str(spec).split(",") if item.strip()]
+    if not exact:
+        exclude = spec.startswith("^")
+        if exclude:
+            items[0] = items[0][1:]
+        hit = any((name == item[1:]) if item.startswith("=") else name.startswith(item) for item in items)
+        return not hit if exclude else hit
+    return name in items
+
+
+def node_problems(inst, member, address, node, env, cfg, deepgemm_args, deepgemm_required):
+    """Problems of one instance member's node from its facts (serve_plan state=facts), and the NIC variables the
+    plan decides for it; ``(problems, decided_env, warnings)``."""
+    where = "sglang_%s instance %d (%s)" % (inst["role"], inst["index"], member)
+    problems, warnings, decided = [], [], {}
+    for err in node.get("errors") or []:
+        problems.append("%s: %s" % (where, err))
+    for path in node.get("missing_env_scripts") or []:
+        if cfg["moe_a2a_backend"] == "deepep":
+            problems.append("%s: the env script %s is missing; DeepEP needs its NVSHMEM values in the unit: converge "
+                            "the node with gpufleet.deepep.site (and gpufleet.deepep.sglang) first" % (where, path))
+        else:
+            warnings.append("%s: %s is missing; the units run without its values" % (where, path))
+    if node.get("interfaces_error"):
+        warnings.append("%s: the interfaces could not be read (%s); the NIC rules were skipped"
+                        % (where, node["interfaces_error"]))
+    interfaces = node.get("interfaces")
+    if interfaces is not None and _IPV4_RE.fullmatch(address or ""):
+        usable = [i for i in interfaces if i.get("up") and i.get("ipv4") and i.get("name") != "lo"]
+        own = [i for i in interfaces if address in (i.get("ipv4") or [])]
+        names = ", ".join("%s %s" % (i["name"], "/".join(i["ipv4"])) for i in usable) or "none"
+        if not own:
+            problems.append("%s: the address %s the other nodes reach %s at is on none of its interfaces (%s); set "
+                            "sglang_serve_fabric_address (or ansible_host) of %s to its fabric address"
+                            % (where, address, member, names, member))
+        else:
+            fabric = own[0]["name"]
+            if not own[0].get("up"):
+                problems.append("%s: %s carries %s but is down; bring it up or use another NIC" % (where, fabric,
+                                                                                                  address))
+            for var in NIC_VARIABLES:
+                if var not in env:
+                    decided[var] = fabric
+                    continue
+                exact = var != "NCCL_SOCKET_IFNAME"
+                chosen = [i["name"] for i in usable if _iface_matches(env[var], i["name"], exact)]
+                if not chosen:
+                    problems.append("%s: %s=%s names no interface of %s that is up with an IPv4 address (%s): "
+                                    "Gloo/NCCL fail at init; set it to %s (the NIC of %s) or leave it unset"
+                                    % (where, var, env[var], member, names, fabric, address))
+                elif fabric not in chosen and inst["nnodes"] > 1:
+                    problems.append("%s: %s=%s selects %s, not %s that carries %s: the ranks of a %d-node instance "
+                                    "rendezvous over %s; set it to %s or leave it unset"
+                                    % (where, var, env[var], "/".join(chosen), fabric, address, inst["nnodes"],
+                                       fabric, fabric))
+    if deepgemm_args is not None and deepgemm_required:
+        caches = node.get("deepgemm") or []
+        if not any([str(a) for a in c.get("args") or []] == deepgemm_args for c in caches):
+            have = "; ".join(" ".join(str(a) for a in c.get("args") or []) for c in caches) or "none"
+            problems.append("%s: no DeepGEMM cache on %s for this instance's arguments (%s; cached: %s): without it "
+                            "DeepGEMM JIT-compiles its kernels in warmup and DeepEP times out (runbook 002); run "
+                            "gpufleet.deepep.sglang on %s with sglang_server tp %d, dp %d, enable_dp_attention %s, "
+                            "moe_a2a_backend deepep, deepep_mode %s and these extra_args, or set "
+                            "sglang_serve_deepgemm_required: false"
+                            % (where, member, " ".join(deepgemm_args), have, member, cfg["tp"], cfg["dp"],
+                               str(cfg["dp_attention"]).lower(), cfg["deepep_mode"]))
+    return problems, decided, warnings
+
+
+def deepgemm_args(model_path, cfg):
+    """The arguments of ``python -m sglang.compile_deep_gemm`` for an instance: the sglang role's
+    ``sglang_deepgemm_args`` for the same layout (the marker of a precompiled cache records them)."""
+    args = ["--model-path", model_path, "--tp-size", str(cfg["tp"]), "--dp-size", str(cfg["dp"])]
+    if cfg["dp_attention"]:
+        args.append("--enable-dp-attention")
+    args += ["--moe-a2a-backend", cfg["moe_a2a_backend"], "--deepep-mode", cfg["deepep_mode"]]
+    return args + [str(a) for a in cfg["extra_args"]]
+
+
 def env_file_text(env):
     """A systemd EnvironmentFile: NAME="value" lines, values quoted for systemd (backslash, quote escaped)."""
     lines = ["# Written by gpufleet.deepep (sglang_serve); systemd EnvironmentFile syntax"]
@@ -317,7 +471,7 @@ def unit_text(description, argv, env_files, start_timeout, restart_sec, after=()
 
 def plan(topology, host, model=None, python="/usr/bin/python3", model_path="", prefix="sglang",
          config_dir="/etc/gpufleet/sglang-serve", router_venv="/opt/gpufleet/router", start_timeout=3600,
-         restart_sec=5, debug=False, secrets_env_file="", engine_version=""):
+         restart_sec=5, debug=False, secrets_env_file="", engine_version="", nodes=None, deepgemm_required=True):
     """The whole plan of the fleet, and the units of ``host``.
 
     ``engine_version``: the SGLang installed on ``host`` (its engines' environment files name it, so that an
@@ -325,6 +479,9 @@ def plan(topology, host, model=None, python="/usr/bin/python3", model_path="", p
 
     ``topology``: ``{"prefill": {"hosts": [{"name", "address"}], "settings": {...}}, "decode": {...},
     "router": {"hosts": [...], "settings": {...}}}``.
+
+    ``nodes``: the facts of the engine nodes (serve_plan state=facts) by inventory name: their interfaces, the env
+    scripts' values and the DeepGEMM caches; a node without facts is judged by the topology alone.
     """
     settings = {}
     instances = []
@@ -346,6 +503,24 @@ def plan(topology, host, model=None, python="/usr/bin/python3", model_path="", p
         problems.append("host(s) %s are in both sglang_prefill and sglang_decode; a node serves one role"
                         % ", ".join(dupes))
     problems += preflight(instances, settings, router_hosts, router, model, debug)
+    nodes = nodes or {}
+    warnings = []
+    node_env = {}
+    for inst in instances:
+        cfg = settings[inst["role"]]
+        dg = (deepgemm_args(model_path, cfg) if cfg["moe_a2a_backend"] == "deepep" and (model or {}).get("moe")
+              else None)
+        for member, address in zip(inst["hosts"], inst["addresses"]):
+            node = nodes.get(member)
+            if not node:
+                continue
+            env = dict(node.get("env") or {})
+            env.update({str(k): str(v) for k, v in cfg["environment"].items()})
+            found, decided, warned = node_problems(inst, member, address, node, env, cfg, dg,
+                                                   deepgemm_required)
+            problems += found
+            warnings += warned
+            node_env[member] = dict(node.get("env") or {}, **decided)
     for inst in instances:
         # every member's unit, so that one node (the router's) can restart an instance as one group
         inst["units"] = [{"host": member, "name": unit_name(prefix, inst["role"], inst["index"], rank)}
@@ -361,6 +536,7 @@ def plan(topology, host, model=None, python="/usr/bin/python3", model_path="", p
                 continue
             name = unit_name(prefix, inst["role"], inst["index"], rank)
             env = dict(ENGINE_ENVIRONMENT)
+            env.update(node_env.get(host, {}))
             if engine_version:
                 env["GPUFLEET_SGLANG_VERSION"] = str(engine_version)
             env.update({str(k): str(v) for k, v in cfg["environment"].items()})
@@ -388,6 +564,7 @@ def plan(topology, host, model=None, python="/usr/bin/python3", model_path="", p
     return {
         "instances": instances,
         "problems": problems,
+        "warnings": warnings,
         "units": units + router_units,
         "rank0_of": [i["name"] for i in mine if i["rank0"] == host],
         "instance": mine[0] if mine else None,

@@ -465,9 +465,12 @@ def summarize(records, missing_hosts=None):
     """Summary of verification records, one per node and stage.
 
     A record: ``{host, scope, test, stage, parsed, gate, nic (optional), log (optional), group,
-    rank}``; ``scope`` is the node (intranode) or the node pair/group (internode). ``missing_hosts``:
-    nodes that failed or were unreachable before giving a result (each adds a failed row). Returns
-    ``{passed, rows, failures, counts}``; rows keep the order of the records.
+    rank, figures (optional)}``; ``scope`` is the node (intranode) or the node pair/group (internode).
+    ``figures``: a mapping of name to value a check measured or read (a check that is not a DeepEP
+    run, e.g. serving: ``{router: smg, latency_ms: 84}``), kept in the row in the record's order and
+    shown by :func:`render_markdown`. ``missing_hosts``: nodes that failed or were unreachable before
+    giving a result (each adds a failed row). Returns ``{passed, rows, failures, counts}``; rows keep
+    the order of the records.
     """
     if not isinstance(records, (list, tuple)):
         raise VerifyInputError("records must be a list of verification records; got %s" % type(records).__name__)
@@ -503,6 +506,12 @@ def summarize(records, missing_hosts=None):
             "diagnosis": list(verdict.get("diagnosis") or []),
             "log": record.get("log"),
         }
+        figures = record.get("figures")
+        if figures is not None:
+            if not isinstance(figures, dict):
+                raise VerifyInputError("the figures of a verification record must be a mapping of name to value; "
+                                       "got %r for host %r" % (figures, record.get("host")))
+            row["figures"] = dict(figures)
         if nic is not None:
             row["nic"] = {"passed": bool(nic.get("passed")), "idle": nic.get("idle") or [],
                           "busy": nic.get("busy") or [], "causes": nic.get("causes") or []}
@@ -538,28 +547,70 @@ def _cell(text):
     return str(text).replace("|", "\\|").replace("\n", " ")
 
 
+def _fmt_figure(value):
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    if isinstance(value, (list, tuple)):
+        return ",".join(_fmt(v) for v in value) or "-"
+    if isinstance(value, dict):
+        return ",".join("%s:%s" % (k, _fmt(v)) for k, v in value.items()) or "-"
+    return _fmt(value)
+
+
+def _figures_text(row):
+    figures = row.get("figures")
+    if not figures:
+        return "-"
+    return ", ".join("%s=%s" % (name, _fmt_figure(value)) for name, value in figures.items())
+
+
+def _has_deepep_data(row):
+    gbps = row.get("gbps") or {}
+    return bool(row.get("cases") or row.get("nic") is not None or row.get("generation")
+                or any(value is not None for value in gbps.values()))
+
+
 def render_markdown(summary, title=None):
-    """A Markdown table of :func:`summarize`'s result, followed by the failures and their diagnosis."""
+    """A Markdown table of :func:`summarize`'s result, followed by the failures and their diagnosis.
+
+    Without figures in any row, the DeepEP table (cases, GB/s per path, NICs). When rows carry
+    ``figures`` (even empty ones) and none carries DeepEP data (a serving check, say), a compact
+    table: node, scope, check, figures, result. Both kinds together: the DeepEP table with a figures
+    column.
+    """
     if not isinstance(summary, dict) or "rows" not in summary:
         raise VerifyInputError("expected the result of verify_summary (a mapping with 'rows')")
+    rows = summary["rows"]
+    with_figures = any("figures" in row for row in rows)
+    compact = with_figures and not any(_has_deepep_data(row) for row in rows)
     lines = []
     if title:
         lines += ["# " + _cell(title), ""]
-    header = ["node / pair", "test", "cases"] + [label for dummy, label in _COLUMNS] + ["NICs", "result"]
+    if compact:
+        header = ["node", "scope", "check", "figures", "result"]
+    else:
+        header = ["node / pair", "test", "cases"] + [label for dummy, label in _COLUMNS] + ["NICs"] \
+            + (["figures"] if with_figures else []) + ["result"]
     lines.append("| " + " | ".join(header) + " |")
     lines.append("|" + "|".join(" --- " for dummy in header) + "|")
-    for row in summary["rows"]:
+    for row in rows:
+        test = row.get("test") or "-"
+        if row.get("stage") and row["stage"] != "test":
+            test = "%s (%s)" % (test, row["stage"])
+        result = "PASS" if row["passed"] else row["status"].upper()
+        if compact:
+            cells = [row.get("host") or "-", row.get("scope") or row.get("host") or "-", test, _figures_text(row),
+                     result]
+            lines.append("| " + " | ".join(_cell(c) for c in cells) + " |")
+            continue
         cases = row.get("cases") or {}
         case_text = "%s/%s" % (cases.get("passed", 0), (cases.get("passed") or 0) + (cases.get("failed") or 0)) \
             if cases else "-"
         nic = row.get("nic")
         nic_text = "-" if nic is None else ("ok" if nic["passed"] else "idle: " + (", ".join(nic["idle"]) or "all"))
-        test = row.get("test") or "-"
-        if row.get("stage") and row["stage"] != "test":
-            test = "%s (%s)" % (test, row["stage"])
         cells = [row.get("scope") or row.get("host") or "-", test, case_text]
-        cells += [_fmt(row["gbps"].get(metric)) for metric, dummy in _COLUMNS]
-        cells += [nic_text, ("PASS" if row["passed"] else row["status"].upper())]
+        cells += [_fmt((row.get("gbps") or {}).get(metric)) for metric, dummy in _COLUMNS]
+        cells += [nic_text] + ([_figures_text(row)] if with_figures else []) + [result]
         lines.append("| " + " | ".join(_cell(c) for c in cells) + " |")
     counts = summary.get("counts") or {}
     lines += ["", "%s of %s passed." % (counts.get("passed", 0), counts.get("total", 0))]

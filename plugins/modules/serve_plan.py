@@ -21,8 +21,48 @@ description:
     (from O(model), the facts of M(gpufleet.deepep.model_config)), each instance's dist-init address its own rank 0
     (never another instance's or the other role's node), a group's host count a multiple of nnodes, bootstrap ports
     apart from the server ports, a router present in PD mode, and the runbook's C(--mini-lb) only with O(debug).
-  - Pure computation from its arguments; reads and writes nothing, so check mode is the same run.
+  - With O(nodes), the facts of the engine nodes, it also refuses per node - an address the other nodes reach it at
+    that is on none of its interfaces, a C(GLOO_SOCKET_IFNAME), C(NCCL_SOCKET_IFNAME) or C(SGLANG_LOCAL_IP_NIC)
+    that names no interface up with an IPv4 address (or, in a multi-node instance, not the one carrying the node's
+    address), an unreadable env script, a missing env script where DeepEP serves, and a MoE instance served with
+    C(--moe-a2a-backend deepep) whose exact DeepGEMM arguments have no precompiled cache on the node. The unset NIC
+    variables are set to the NIC that carries the node's address, and the env scripts' values join the engine
+    units' environment files (so a changed env script restarts, or rolls, the instances).
+  - O(state=plan) is pure computation from its arguments; O(state=facts) reads the node (C(ip -j addr show),
+    bounded by O(timeout), the env scripts and the DeepGEMM markers) and writes nothing. Check mode is the same run.
 options:
+  state:
+    description:
+      - C(plan) plans the fleet; C(facts) reads this node for the plan and returns
+        RV(ansible_facts.gpufleet_serve_node).
+    type: str
+    choices: [plan, facts]
+    default: plan
+  env_scripts:
+    description:
+      - With O(state=facts), the env scripts whose C(export) lines the engine units take, in the order a shell
+        would source them (C(env_script)'s, then the sglang role's). A missing one is reported, not an error.
+    type: list
+    elements: path
+    default: []
+  dg_cache_dir:
+    description: With O(state=facts), the DeepGEMM cache directory the sglang role installs into (its markers).
+    type: path
+    default: /var/cache/sglang/deep_gemm
+  timeout:
+    description: With O(state=facts), the seconds C(ip -j addr show) may take.
+    type: int
+    default: 10
+  nodes:
+    description:
+      - The facts of the engine nodes by inventory name (RV(ansible_facts.gpufleet_serve_node) of each); a node
+        left out is judged by the topology alone.
+    type: dict
+    default: {}
+  deepgemm_required:
+    description: Refuse a MoE instance served through DeepEP without a DeepGEMM cache of its exact arguments.
+    type: bool
+    default: true
   topology:
     description:
       - C(prefill), C(decode) and C(router), each with C(hosts) (list of C(name), C(address) - the inventory name and
@@ -34,11 +74,9 @@ options:
         C(health_check_interval_secs), C(health_check_timeout_secs), C(health_check_endpoint),
         C(worker_startup_timeout_secs), C(prometheus_port), C(mini_lb), C(extra_args).
     type: dict
-    required: true
   host:
-    description: The inventory name of the host whose units to return.
+    description: The inventory name of the host whose units to return (required with O(state=plan)).
     type: str
-    required: true
   model:
     description: The model facts (C(ansible_facts.gpufleet_model) of M(gpufleet.deepep.model_config)); empty skips the heads rule.
     type: dict
@@ -103,6 +141,23 @@ EXAMPLES = r"""
 """
 
 RETURN = r"""
+ansible_facts:
+  description: With O(state=facts), the node's facts for the plan.
+  returned: state is facts
+  type: dict
+  contains:
+    gpufleet_serve_node:
+      description:
+        - C(interfaces) (C(name), C(up), C(ipv4) list; null when C(ip) failed, with C(interfaces_error)), C(env)
+          (the values a unit gets from the env scripts), C(env_scripts) (those read), C(missing_env_scripts),
+          C(deepgemm) (C(file), C(key), C(args) of every cache marker), C(deepgemm_dir), C(errors).
+      type: dict
+      returned: state is facts
+warnings_found:
+  description: Things the plan went on without (a missing env script where DeepEP does not serve, unreadable interfaces).
+  returned: state is plan
+  type: list
+  elements: str
 instances:
   description:
     - Every instance - C(role), C(index), C(name), C(nnodes), C(hosts), C(addresses), C(rank0), C(dist_init_addr),
@@ -146,13 +201,21 @@ from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.common.text.converters import to_native
 
 from ansible_collections.gpufleet.deepep.plugins.module_utils._guard import guarded
+from ansible_collections.gpufleet.deepep.plugins.module_utils._runner import run_bounded
 from ansible_collections.gpufleet.deepep.plugins.module_utils._serve import ServeError, plan
+from ansible_collections.gpufleet.deepep.plugins.module_utils._serve_node import gather_node
 
 
 def _main():
     module = AnsibleModule(argument_spec=dict(
-        topology=dict(type="dict", required=True),
-        host=dict(type="str", required=True),
+        state=dict(type="str", default="plan", choices=["plan", "facts"]),
+        env_scripts=dict(type="list", elements="path", default=[]),
+        dg_cache_dir=dict(type="path", default="/var/cache/sglang/deep_gemm"),
+        timeout=dict(type="int", default=10),
+        nodes=dict(type="dict", default={}),
+        deepgemm_required=dict(type="bool", default=True),
+        topology=dict(type="dict"),
+        host=dict(type="str"),
         model=dict(type="dict", default={}),
         model_path=dict(type="str", default=""),
         python=dict(type="str", default="/usr/bin/python3"),
@@ -164,18 +227,28 @@ def _main():
         restart_sec=dict(type="int", default=5),
         debug=dict(type="bool", default=False),
         engine_version=dict(type="str", default=""),
-    ), supports_check_mode=True)
+    ), required_if=[("state", "plan", ("topology", "host"))], supports_check_mode=True)
     p = module.params
+    if p["state"] == "facts":
+        if p["timeout"] < 1:
+            module.fail_json(msg="timeout is %d; expected a number of seconds, 1 or more" % p["timeout"])
+        facts = gather_node(p["env_scripts"], p["dg_cache_dir"], run_bounded, timeout=p["timeout"])
+        module.exit_json(changed=False, ansible_facts={"gpufleet_serve_node": facts})
     try:
         result = plan(p["topology"], p["host"], model=p["model"], python=p["python"], model_path=p["model_path"],
                       prefix=p["prefix"], config_dir=p["config_dir"], router_venv=p["router_venv"],
                       start_timeout=p["start_timeout"], restart_sec=p["restart_sec"], debug=p["debug"],
-                      secrets_env_file=p["secrets_env_file"], engine_version=p["engine_version"])
+                      secrets_env_file=p["secrets_env_file"], engine_version=p["engine_version"], nodes=p["nodes"],
+                      deepgemm_required=p["deepgemm_required"])
     except ServeError as exc:
         module.fail_json(msg=to_native(exc), problems=[to_native(exc)])
+    warned = result.pop("warnings")
+    for line in warned:
+        module.warn(line)
     if result["problems"]:
-        module.fail_json(msg="serving preflight refused the layout: " + " | ".join(result["problems"]), **result)
-    module.exit_json(changed=False, **result)
+        module.fail_json(msg="serving preflight refused the layout: " + " | ".join(result["problems"]),
+                         warnings_found=warned, **result)
+    module.exit_json(changed=False, warnings_found=warned, **result)
 
 
 def main():
