@@ -381,8 +381,8 @@ def node_problems(inst, member, address, node, env, cfg, deepgemm_args, deepgemm
         else:
             fabric = own[0]["name"]
             if not own[0].get("up"):
-                problems.append("%s: %s carries %s but is down; bring it up or use another NIC" % (where, fabric,
-                                                                                                  address))
+                problems.append("%s: %s carries %s but is down; bring it up or use another NIC"
+                                % (where, fabric, address))
             for var in NIC_VARIABLES:
                 if var not in env:
                     decided[var] = fabric

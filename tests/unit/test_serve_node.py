@@ -34,8 +34,8 @@ UNIFIED = render("roles/env_script/templates/unified-env.sh.j2", env_script_path
                                          ["NVSHMEM_HCA_PREFIX", "mlx5", "prefix"],
                                          ["DEEP_EP_DEVICE_TO_HCA_MAPPING", "0:mlx5_0:1,1:mlx5_3:1", "mapping"],
                                          ["EXTRA", "it's $not expanded", "env_script_extra_env"]],
-                                 "path": ["/usr/local/cuda/bin"], "ld_library_path": ["/opt/nvshmem/lib",
-                                                                                       "/usr/local/cuda/lib64"],
+                                 "path": ["/usr/local/cuda/bin"],
+                                 "ld_library_path": ["/opt/nvshmem/lib", "/usr/local/cuda/lib64"],
                                  "ld_preload": "/opt/nvshmem/lib/libnvshmem_host.so.3", "pythonpath": []})
 SGLANG = render("roles/sglang/templates/sglang-env.sh.j2", ansible_managed="Managed by gpufleet.deepep",
                 inventory_hostname="d1", env_script_path="/opt/deepep/unified-env.sh",
@@ -142,9 +142,8 @@ def test_a_changed_env_script_changes_the_engine_environment_file():
 
 
 def test_instance_environment_wins_over_the_env_script_and_a_set_nic_is_kept():
-    result = _serve.plan(topo(decode={"tp": 8, "port": 30001, "environment": {"NCCL_SOCKET_IFNAME": "=enp0s19",
-                                                                             "NVSHMEM_HCA_PREFIX": "mlx5_1"}}),
-                         "d1", nodes=nodes(d1=node("10.0.0.3", env={"NVSHMEM_HCA_PREFIX": "mlx5"})))
+    environment = {"NCCL_SOCKET_IFNAME": "=enp0s19", "NVSHMEM_HCA_PREFIX": "mlx5_1"}
+    result = _serve.plan(topo(decode={"tp": 8, "port": 30001, "environment": environment}), "d1", nodes=nodes(d1=node("10.0.0.3", env={"NVSHMEM_HCA_PREFIX": "mlx5"})))
     assert result["problems"] == []
     env = result["units"][0]["env"]
     assert env["NCCL_SOCKET_IFNAME"] == "=enp0s19" and env["GLOO_SOCKET_IFNAME"] == "enp0s19"
