@@ -122,6 +122,19 @@ options:
     description: How many lines of the build log a failure reports.
     type: int
     default: 60
+  import_check:
+    description:
+      - When to import the installed DeepEP in O(python) (after O(env_script)) to prove that it loads.
+      - C(changed) skips the import when the installed stamp has the planned key and the extension is the one the
+        stamp records (sha256) - the same bytes, built against the same torch, CUDA, NVSHMEM and NCCL, that
+        imported when they were installed - and imports in every other case; the facts then say C(import_ok) null
+        and why in C(import_skipped). It saves a torch import (seconds of CPU) per node on every converge of an
+        intact node. C(always) imports on every run.
+      - A torch change is found either way - it changes the key, and the import that follows names the ABI
+        mismatch.
+    type: str
+    choices: [always, changed]
+    default: changed
   lock_timeout:
     description:
       - Seconds to wait for another build or install of the same O(artifact_dir) on this node (its lock
@@ -330,11 +343,17 @@ ansible_facts:
           type: str
           sample: /opt/deepep/artifacts/deepep/9d0f.../deep_ep-1.2.1-cp311-cp311-linux_x86_64.whl
         import_ok:
-          description: Whether C(import deep_ep) works in a fresh process (with O(env_script) sourced).
+          description:
+            - Whether C(import deep_ep) works in a fresh process (with O(env_script) sourced); null when the import
+              was skipped (O(import_check=changed) and the installed build is the planned one, see C(import_skipped)).
           type: bool
           sample: true
         import_error:
           description: The import error, or null.
+          type: str
+          sample: null
+        import_skipped:
+          description: Why the import was not repeated this run, or null when it ran.
           type: str
           sample: null
         hca_mapping_support:
@@ -489,6 +508,7 @@ def build_module():
             install=dict(type="bool", default=True),
             log_lines=dict(type="int", default=60),
             lock_timeout=dict(type="int", default=3600),
+            import_check=dict(type="str", default="changed", choices=["always", "changed"]),
         ),
         required_one_of=[("src", "wheel")],
         supports_check_mode=True,
@@ -598,8 +618,9 @@ def _facts(probe, stamp, import_result, generation, hca):
         "key": stamp.get("key"),
         "built_against": stamp.get("built_against") or {},
         "wheel": stamp.get("wheel"),
-        "import_ok": bool(import_result and import_result.get("ok")),
+        "import_ok": None if (import_result or {}).get("skipped") else bool(import_result and import_result.get("ok")),
         "import_error": (import_result or {}).get("error"),
+        "import_skipped": (import_result or {}).get("skipped"),
         "hca_mapping_support": hca,
         "location": probe.get("deep_ep_dir"),
         "python": probe.get("python"),
@@ -816,12 +837,18 @@ class DeepepBuild(object):
         self.installed_stamp = _read_json(os.path.join(probe["deep_ep_dir"], STAMP_NAME)) \
             if probe.get("deep_ep_dir") else None
         ext = _ext_path(probe)
-        self.current_import = builder.import_check() if (probe.get("deep_ep_dir") or ext) else {
-            "ok": False, "error": "deep_ep is not installed"}
         stamp = self.installed_stamp
         self.ext_matches = bool(stamp and ext and os.path.isfile(ext)
                                 and stamp.get("extension_sha256") == file_sha256(ext))
         self.installed_key = (stamp or {}).get("key")
+        if self.p["import_check"] == "changed" and self.ext_matches and self.installed_key == self.key:
+            self.current_import = {"ok": None, "error": None, "skipped": (
+                "the installed build has key %s and the extension its stamp records; it imported when it was "
+                "installed (import_check: always imports on every run)" % short_key(self.key))}
+        elif probe.get("deep_ep_dir") or ext:
+            self.current_import = builder.import_check()
+        else:
+            self.current_import = {"ok": False, "error": "deep_ep is not installed"}
         error = self.current_import.get("error") or ""
         if stamp and not self.current_import.get("ok") and "undefined symbol" in error:
             built_torch = (stamp.get("built_against") or {}).get("torch")
@@ -837,6 +864,11 @@ class DeepepBuild(object):
     def plan(self):
         """None when nothing is to be done; else ``'build'`` (then install) or ``'install'``, with the reason."""
         p, key = self.p, self.key
+        if self.installed_key == key and self.ext_matches and self.current_import.get("skipped"):
+            self.up_to_date = True
+            self.result.update(reason="installed DeepEP has key %s and its recorded extension (not imported again)"
+                               % short_key(key), wheel=self.installed_stamp.get("wheel"))
+            return None
         if self.installed_key == key and self.ext_matches and self.current_import.get("ok"):
             self.up_to_date = True
             self.result.update(reason="installed DeepEP has key %s and imports" % short_key(key),

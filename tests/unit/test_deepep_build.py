@@ -151,7 +151,21 @@ def test_v1_build_install_rerun_and_torch_change(module_runner, tmp_path, nvshme
 
     again = module_runner(deepep_build, args)
     assert not again.failed and not again["changed"] and not again["built"]
-    assert "imports" in again["reason"]
+    # the planned key and the recorded extension: the bytes that imported at install time; no torch import again
+    assert "not imported again" in again["reason"]
+    assert again["ansible_facts"]["gpufleet_deepep"]["import_ok"] is None
+    assert again["ansible_facts"]["gpufleet_deepep"]["import_skipped"].startswith("the installed build has key")
+    imported = module_runner(deepep_build, dict(args, import_check="always"))
+    assert not imported["changed"] and "imports" in imported["reason"]
+    assert imported["ansible_facts"]["gpufleet_deepep"]["import_ok"] is True
+    # an extension that is not the recorded one is imported (and reinstalled), never trusted
+    (ext,) = Path(again["ansible_facts"]["gpufleet_deepep"]["location"]).parent.glob("deep_ep_cpp*.so")
+    ext.write_bytes(ext.read_bytes() + b"\0")
+    drifted = module_runner(deepep_build, args, check_mode=True)
+    assert drifted["changed"] and "extension differs" in drifted["reason"]
+    assert drifted["ansible_facts"]["gpufleet_deepep"]["import_skipped"] is None
+    assert module_runner(deepep_build, args)["installed"]
+    assert "not imported again" in module_runner(deepep_build, args)["reason"]
 
     # torch changes under DeepEP: the import breaks (ABI), the key changes, one rebuild fixes it.
     venv.set_torch("2.12.0+cu130")
