@@ -47,7 +47,11 @@ def v1_built(deepep_v1_src, results_dir, gpu_python):
     second = run_stage("build", results_dir, gpu_python, {"deepep_src": str(deepep_v1_src), "gpu_build_round": 2},
                        label="build-2")
     assert second.returncode == 0, tail(second)
-    return load(results_dir, "build-1.json"), load(results_dir, "build-2.json")
+    # The rerun as it was before import_check: changed (the import of deep_ep and torch on every run), to time both.
+    third = run_stage("build", results_dir, gpu_python, {"deepep_src": str(deepep_v1_src), "gpu_build_round": 3,
+                                                         "gpu_import_check": "always"}, label="build-3-import")
+    assert third.returncode == 0, tail(third)
+    return load(results_dir, "build-1.json"), load(results_dir, "build-2.json"), load(results_dir, "build-3.json")
 
 
 @pytest.fixture(scope="module")
@@ -63,14 +67,18 @@ def v1_hand(v1_built, deepep_v1_src, results_dir, gpu_python):
 
 
 def test_v1_builds_once_and_imports(v1_built, results_dir):
-    first, second = v1_built
+    first, second, imported = v1_built[:3]
     facts = first["ansible_facts"]["gpufleet_deepep"]
     assert first["changed"] is True
     assert facts["generation"] == "v1"
     assert facts["import_ok"] is True
-    # The same inputs again: same key, nothing rebuilt or reinstalled.
+    # The same inputs again: same key, nothing rebuilt or reinstalled, and the build that imported at install time
+    # is not imported again (import_check: changed); with import_check: always it imports on the real GPU node.
     assert second["changed"] is False
     assert second["key"] == first["key"]
+    assert second["ansible_facts"]["gpufleet_deepep"]["import_ok"] is None
+    assert "not imported again" in second["reason"]
+    assert imported["changed"] is False and imported["ansible_facts"]["gpufleet_deepep"]["import_ok"] is True
     node = load(results_dir, "facts.json")
     assert facts["built_against"]["arch_list"] == node["gpus"]["cuda_arch_list"]
 
