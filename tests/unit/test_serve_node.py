@@ -143,7 +143,8 @@ def test_a_changed_env_script_changes_the_engine_environment_file():
 
 def test_instance_environment_wins_over_the_env_script_and_a_set_nic_is_kept():
     environment = {"NCCL_SOCKET_IFNAME": "=enp0s19", "NVSHMEM_HCA_PREFIX": "mlx5_1"}
-    result = _serve.plan(topo(decode={"tp": 8, "port": 30001, "environment": environment}), "d1", nodes=nodes(d1=node("10.0.0.3", env={"NVSHMEM_HCA_PREFIX": "mlx5"})))
+    facts = nodes(d1=node("10.0.0.3", env={"NVSHMEM_HCA_PREFIX": "mlx5"}))
+    result = _serve.plan(topo(decode={"tp": 8, "port": 30001, "environment": environment}), "d1", nodes=facts)
     assert result["problems"] == []
     env = result["units"][0]["env"]
     assert env["NCCL_SOCKET_IFNAME"] == "=enp0s19" and env["GLOO_SOCKET_IFNAME"] == "enp0s19"
