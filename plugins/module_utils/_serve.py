@@ -77,6 +77,7 @@ def instance_settings(raw, where):
         raise ServeError("%s: extra_args must be a list of arguments, got %r" % (where, settings["extra_args"]))
     if not isinstance(settings["environment"], dict):
         raise ServeError("%s: environment must be a mapping NAME: value, got %r" % (where, settings["environment"]))
+    settings["environment"] = dict((str(k), str(v)) for k, v in settings["environment"].items())
     return settings
 
 
@@ -514,8 +515,7 @@ def plan(topology, host, model=None, python="/usr/bin/python3", model_path="", p
             node = nodes.get(member)
             if not node:
                 continue
-            env = dict(node.get("env") or {})
-            env.update({str(k): str(v) for k, v in cfg["environment"].items()})
+            env = dict(node.get("env") or {}, **cfg["environment"])
             found, decided, warned = node_problems(inst, member, address, node, env, cfg, dg,
                                                    deepgemm_required)
             problems += found
@@ -539,7 +539,7 @@ def plan(topology, host, model=None, python="/usr/bin/python3", model_path="", p
             env.update(node_env.get(host, {}))
             if engine_version:
                 env["GPUFLEET_SGLANG_VERSION"] = str(engine_version)
-            env.update({str(k): str(v) for k, v in cfg["environment"].items()})
+            env.update(cfg["environment"])
             env_path = "%s/%s.env" % (config_dir, name[:-len(".service")])
             argv = engine_argv(python, model_path, inst, rank, cfg)
             units.append({"name": name, "kind": "engine", "role": inst["role"], "instance": inst["name"],

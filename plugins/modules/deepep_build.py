@@ -864,15 +864,12 @@ class DeepepBuild(object):
     def plan(self):
         """None when nothing is to be done; else ``'build'`` (then install) or ``'install'``, with the reason."""
         p, key = self.p, self.key
-        if self.installed_key == key and self.ext_matches and self.current_import.get("skipped"):
+        skipped = self.current_import.get("skipped")
+        if self.installed_key == key and self.ext_matches and (skipped or self.current_import.get("ok")):
             self.up_to_date = True
-            self.result.update(reason="installed DeepEP has key %s and its recorded extension (not imported again)"
-                               % short_key(key), wheel=self.installed_stamp.get("wheel"))
-            return None
-        if self.installed_key == key and self.ext_matches and self.current_import.get("ok"):
-            self.up_to_date = True
-            self.result.update(reason="installed DeepEP has key %s and imports" % short_key(key),
-                               wheel=self.installed_stamp.get("wheel"))
+            self.result.update(reason="installed DeepEP has key %s and %s" % (
+                short_key(key), "its recorded extension (not imported again)" if skipped else "imports"),
+                wheel=self.installed_stamp.get("wheel"))
             return None
         if p["wheel"]:
             self.wheel, self.record = p["wheel"], self.wheel_record
