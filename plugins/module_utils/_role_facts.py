@@ -21,6 +21,8 @@ import os
 import re
 import stat
 
+from ansible_collections.gpufleet.deepep.plugins.module_utils._fileio import file_sha256
+from ansible_collections.gpufleet.deepep.plugins.module_utils._site_state import SiteStateError, dpkg_versions
 from ansible_collections.gpufleet.deepep.plugins.module_utils._stack import (
     parse_lsmod,
     parse_proc_modules,
@@ -108,8 +110,42 @@ def describe_path(root, path):
     return out
 
 
-def gather_paths(root, paths):
-    return dict((path, describe_path(root, path)) for path in paths)
+def gather_paths(root, paths, hash_paths=()):
+    """``{path: describe_path()}``; each path of ``hash_paths`` that is a regular file also gets its ``sha256`` (any
+    size: a source tarball is compared with its checksum), null where it is not a regular file or cannot be read."""
+    hashed = set(hash_paths)
+    unknown = sorted(hashed - set(paths))
+    if unknown:
+        raise PathsError("hash_paths: %s not in paths (expected each path to hash listed in paths too)"
+                         % ", ".join(repr(path) for path in unknown))
+    out = {}
+    for path in paths:
+        out[path] = describe_path(root, path)
+        if path in hashed:
+            out[path]["sha256"] = None
+            if out[path]["type"] == "file":
+                try:
+                    out[path]["sha256"] = file_sha256(under(root, path))
+                except (IOError, OSError):
+                    pass
+    return out
+
+
+_PACKAGE_RE = re.compile(r"[a-z0-9][a-z0-9+.-]+(:[a-z0-9-]+)?")
+
+
+def gather_packages(root, names):
+    """``{installed: {name: version or None}, missing: [names not installed]}`` from dpkg's status file (no
+    dpkg-query run: the file is what dpkg-query reads). Names are plain Debian package names."""
+    bad = [name for name in names if not _PACKAGE_RE.fullmatch(name)]
+    if bad:
+        raise PathsError("packages: %s not a Debian package name (expected a plain name such as cmake or libibverbs-dev,"
+                         " without a version or a wildcard)" % ", ".join(repr(name) for name in bad))
+    try:
+        installed = dpkg_versions(list(names), under(root, "/var/lib/dpkg/status"))
+    except SiteStateError as exc:
+        raise PathsError(str(exc))
+    return {"installed": installed, "missing": [name for name in names if installed[name] is None]}
 
 
 def gather_cuda_toolkit(root, home, runner, timeout=60):

@@ -18,6 +18,7 @@ import subprocess
 import threading
 
 from ansible_collections.gpufleet.deepep.plugins.module_utils._buildkey import read_stamp, stamp_path
+from ansible_collections.gpufleet.deepep.plugins.module_utils._fileio import file_sha256
 from ansible_collections.gpufleet.deepep.plugins.module_utils._versions import nvshmem_version_from_header
 from ansible_collections.gpufleet.deepep.plugins.module_utils._hca_mapping import topology_facts
 from ansible_collections.gpufleet.deepep.plugins.module_utils._nvidia import (
@@ -621,11 +622,37 @@ def import_probe_env(env_script, env_present):
     return env, None
 
 
+def unchanged_install(root, package, torch_version):
+    """Why ``import deep_ep`` can be left out: the installed DeepEP is the build deepep_build installed (its
+    extension has the sha256 the build stamp records, and an install that does not import is rolled back) and
+    torch is the version it was built against. None when anything differs or cannot be read (then it imports)."""
+    if not package or not package.get("location") or not torch_version:
+        return None
+    site = package["location"]
+    stamp = read_stamp(under(root, os.path.join(site, "deep_ep"))) or {}
+    recorded = stamp.get("extension_sha256")
+    built_torch = (stamp.get("built_against") or {}).get("torch")
+    if not recorded or built_torch != torch_version:
+        return None
+    # V1: the top-level deep_ep_cpp extension; V2: deep_ep/_C*.so.
+    found = sorted(glob.glob(under(root, os.path.join(site, "deep_ep_cpp*.so"))))
+    found = found or sorted(glob.glob(under(root, os.path.join(site, "deep_ep", "_C*.so"))))
+    if len(found) != 1:
+        return None
+    try:
+        if file_sha256(found[0]) != recorded:
+            return None
+    except (IOError, OSError):
+        return None
+    return ("the installed build has the extension its stamp records and torch %s, the version it was built "
+            "against; it imported when it was installed (import_when: always imports on every run)" % torch_version)
+
+
 def check_import(python, env_script, env_present, runner, timeout):
     """``import deep_ep`` in a fresh process (no shell) with the environment the env script's export lines give,
     read as data (when the script exists)."""
     result = {"checked": True, "ok": False, "env_sourced": bool(env_present), "file": None, "version": None,
-              "error": None, "rc": None}
+              "error": None, "rc": None, "skipped": None}
     env, refusal = import_probe_env(env_script, env_present)
     if refusal:
         result["error"] = refusal
@@ -786,12 +813,14 @@ def gather_stack(root="/", cuda_home="/usr/local/cuda", python="/usr/bin/python3
 
     facts["nvshmem"] = gather_nvshmem_install(root, nvshmem_prefix)
     facts["env_script"] = gather_env_script(root, env_script)
-    if import_check:
+    skipped = unchanged_install(root, facts["deep_ep_package"], facts["torch"]["version"]) \
+        if import_check == "changed" else None
+    if import_check and not skipped:
         facts["deep_ep_import"] = check_import(python, under(root, env_script), facts["env_script"]["present"],
                                                runner, timeout)
     else:
         facts["deep_ep_import"] = {"checked": False, "ok": None, "env_sourced": False, "file": None,
-                                   "version": None, "error": None, "rc": None}
+                                   "version": None, "error": None, "rc": None, "skipped": skipped}
     facts["deepep"] = gather_deepep_install(root, python, facts["deep_ep_package"], facts["deep_ep_import"])
     facts["peermem_loaded"] = loaded["nvidia_peermem"]
     facts["reboot"] = gather_reboot(root, nvidia_reboot_required)
@@ -987,7 +1016,8 @@ def gather_node(gather=("stack",), root="/", sysfs_root="/sys", params_path=DEFA
                       + list(dpkg_packages), 30))
         calls.append((["ldconfig", "-p"], 30))
         env_full = under(root, env_script)
-        if import_check:
+        # With import_check "changed" the import runs after the Python probe, only where the install changed.
+        if import_check is True:
             probe_env, refusal = import_probe_env(env_full, os.path.isfile(env_full))
             if not refusal:
                 calls.append(([python, "-c", IMPORT_PROBE], timeout, probe_env))

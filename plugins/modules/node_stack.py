@@ -47,12 +47,13 @@ options:
         V(initramfs) RV(ansible_facts.gpufleet_initramfs) (whether the image at O(initramfs_path) holds the nvidia
         modules), V(torch) RV(ansible_facts.gpufleet_torch) (the torch of O(python) and the versions of
         O(torch_packages)) and V(hca_mapping) RV(ansible_facts.gpufleet_hca_mapping) (the GPU-NIC mapping of
-        O(env_script) and whether C(deep_ep) applies it).
+        O(env_script) and whether C(deep_ep) applies it) and V(packages) RV(ansible_facts.gpufleet_packages) (the
+        installed versions of the Debian packages of O(packages), from dpkg's status file).
       - A set that cannot be gathered is left out and named in RV(gather_errors); the others are still returned.
     type: list
     elements: str
     choices: [stack, nvidia, rdma, gpus, bundled_nvshmem, modules, paths, cuda_toolkit, imports, symbols, initramfs,
-              torch, hca_mapping]
+              torch, hca_mapping, packages]
     default: [stack]
   paths:
     description:
@@ -60,6 +61,20 @@ options:
         symlink is not followed.
     type: list
     elements: path
+    default: []
+  hash_paths:
+    description:
+      - Paths of O(paths) whose sha256 is read too (whatever their size), as V(sha256) of their entry in
+        RV(ansible_facts.gpufleet_paths). A path not in O(paths) is refused.
+    type: list
+    elements: path
+    default: []
+  packages:
+    description:
+      - For V(packages), Debian package names (plain names, no version or wildcard) whose installed versions are
+        reported.
+    type: list
+    elements: str
     default: []
   import_modules:
     description:
@@ -154,6 +169,17 @@ options:
     description: Run the C(import deep_ep) probe (set false to skip it, for example on nodes without torch).
     type: bool
     default: true
+  import_when:
+    description:
+      - With O(import_check), V(always) imports on every run; V(changed) leaves the import out (and says why in
+        C(deep_ep_import.skipped)) where the installed DeepEP is the build M(gpufleet.deepep.deepep_build)
+        installed, its extension having the sha256 its build stamp records, and torch is the version it was built
+        against. Those bytes imported when they were installed (an install that does not import is rolled back);
+        a changed extension, another torch or a missing stamp still imports. The import costs a torch import (seconds
+        of CPU) per node.
+    type: str
+    choices: [always, changed]
+    default: always
   timeout:
     description: Seconds each Python probe (metadata, import) may take before it counts as failed.
     type: int
@@ -246,11 +272,19 @@ ansible_facts:
       description:
         - With V(paths) in O(gather), each of O(paths) as it is now, by path. V(type) is V(file), V(directory),
           V(link), V(other) or null when absent; V(sha1) is given for regular files up to 16 MiB; V(target) and
-          V(target_exists) for symlinks.
+          V(target_exists) for symlinks; V(sha256) for the paths of O(hash_paths) (null unless a readable regular
+          file).
       returned: when O(gather) holds V(paths)
       type: dict
       sample: {/opt/deepep/unified-env.sh: {exists: true, type: file, mode: "0644", uid: 0, gid: 0,
                sha1: 0a4d55a8d778e5022fab701977c5d840bbc486d0, target: null, target_exists: false}}
+    gpufleet_packages:
+      description:
+        - With V(packages) in O(gather), the installed version of each of O(packages) (V(installed), null when the
+          package is not installed, or only its configuration files are) and the names not installed (V(missing)).
+      returned: when O(gather) holds V(packages)
+      type: dict
+      sample: {installed: {cmake: "3.25.1-1", ninja-build: null}, missing: [ninja-build]}
     gpufleet_cuda_toolkit:
       description:
         - With V(cuda_toolkit) in O(gather), the CUDA toolkit at O(cuda_home), from its C(version.json), else the
@@ -410,9 +444,10 @@ ansible_facts:
               environment script exports, read as data (when the script is present). A script with lines the reader
               does not take (V(env_script.unparsed)) is not tried, and V(error) names the lines.
               V(error) holds the last lines of the failure (for example an C(undefined symbol) after a torch change).
+              V(skipped) says why the import was left out (O(import_when=changed)); V(checked) is then false.
           type: dict
           returned: always
-          sample: {checked: true, ok: false, env_sourced: true, file: null, version: null, rc: 1,
+          sample: {checked: true, ok: false, env_sourced: true, file: null, version: null, rc: 1, skipped: null,
                    error: "ImportError: deep_ep_cpp.so: undefined symbol: _ZNK3c1010TensorImpl15incref_pyobjectEv"}
         deepep:
           description:
@@ -464,6 +499,7 @@ from ansible_collections.gpufleet.deepep.plugins.module_utils._role_facts import
     gather_imports,
     gather_initramfs,
     gather_modules,
+    gather_packages,
     gather_paths,
     gather_symbols,
     gather_torch,
@@ -477,7 +513,7 @@ from ansible_collections.gpufleet.deepep.plugins.module_utils._stack import (
     subprocess_runner,
 )
 
-ROLE_SETS = ("modules", "paths", "cuda_toolkit", "imports", "symbols", "initramfs", "torch", "hca_mapping")
+ROLE_SETS = ("modules", "paths", "cuda_toolkit", "imports", "symbols", "initramfs", "torch", "hca_mapping", "packages")
 
 
 def build_module():
@@ -486,6 +522,8 @@ def build_module():
             gather=dict(type="list", elements="str", choices=list(GATHERABLE) + list(ROLE_SETS),
                         default=["stack"]),
             paths=dict(type="list", elements="path", default=[]),
+            hash_paths=dict(type="list", elements="path", default=[]),
+            packages=dict(type="list", elements="str", default=[]),
             module_names=dict(type="list", elements="str", default=[]),
             initramfs_path=dict(type="path"),
             torch_packages=dict(type="list", elements="str", default=[]),
@@ -505,6 +543,7 @@ def build_module():
             dpkg_packages=dict(type="list", elements="str"),
             nvidia_reboot_required=dict(type="bool"),
             import_check=dict(type="bool", default=True),
+            import_when=dict(type="str", choices=["always", "changed"], default="always"),
             timeout=dict(type="int", default=60),
             root=dict(type="path", default="/"),
         ),
@@ -524,7 +563,9 @@ def _main():
             facts["gpufleet_modules"] = gather_modules(params["root"], subprocess_runner, params["module_names"],
                                                        timeout=params["timeout"])
         if "paths" in wanted:
-            facts["gpufleet_paths"] = gather_paths(params["root"], params["paths"])
+            facts["gpufleet_paths"] = gather_paths(params["root"], params["paths"], params["hash_paths"])
+        if "packages" in wanted:
+            facts["gpufleet_packages"] = gather_packages(params["root"], params["packages"])
         if "cuda_toolkit" in wanted:
             facts["gpufleet_cuda_toolkit"] = gather_cuda_toolkit(params["root"], params["cuda_home"],
                                                                  subprocess_runner, timeout=params["timeout"])
@@ -564,7 +605,8 @@ def _main():
             mlx5dv_symbols=params["mlx5dv_symbols"],
             dpkg_packages=params["dpkg_packages"] or list(DEFAULT_DPKG_PACKAGES),
             nvidia_reboot_required=params["nvidia_reboot_required"],
-            import_check=params["import_check"],
+            import_check="changed" if params["import_check"] and params["import_when"] == "changed"
+            else params["import_check"],
             timeout=params["timeout"],
         )
     except GatherError as exc:

@@ -16,7 +16,8 @@ description:
   - The playbooks run it on the controller (C(delegate_to) C(localhost)) as their first task, so a bad value
     stops the run before any node is touched, instead of crashing inside ansible-core or silently turning a
     check off.
-  - Pure logic; reads and writes nothing.
+  - Pure logic; reads and writes nothing. An action plugin of the same name judges the values in the controller's
+    own process (no module is sent anywhere), so the check costs no round trip wherever the task runs.
 extends_documentation_fragment:
   - gpufleet.deepep.attributes
 options:
@@ -81,24 +82,34 @@ from ansible_collections.gpufleet.deepep.plugins.module_utils._guard import guar
 from ansible_collections.gpufleet.deepep.plugins.module_utils._settings import FORMS, check_settings
 
 
-def _main():
-    module = AnsibleModule(
-        argument_spec=dict(
-            settings=dict(type="list", elements="dict", required=True, options=dict(
-                name=dict(type="str", required=True),
-                value=dict(type="raw"),
-                form=dict(type="str", required=True, choices=sorted(FORMS)),
-                choices=dict(type="list", elements="raw"),
-                table=dict(type="dict"),
-            )),
-        ),
-        supports_check_mode=True,
-    )
-    checked, errors = check_settings(module.params["settings"])
+# Shared with the action plugin of the same name, which judges the values in the controller's process.
+ARGUMENT_SPEC = dict(
+    settings=dict(type="list", elements="dict", required=True, options=dict(
+        name=dict(type="str", required=True),
+        value=dict(type="raw"),
+        form=dict(type="str", required=True, choices=sorted(FORMS)),
+        choices=dict(type="list", elements="raw"),
+        table=dict(type="dict"),
+    )),
+)
+
+
+def judge(settings):
+    """The module's result for ``settings``: ``{changed, settings}``, or ``{failed, msg, errors}``."""
+    checked, errors = check_settings(settings)
     if errors:
-        module.fail_json(msg="%d setting%s refused before any host runs: %s"
-                         % (len(errors), "" if len(errors) == 1 else "s", "; ".join(errors)), errors=errors)
-    module.exit_json(changed=False, settings=checked)
+        return dict(failed=True, changed=False, errors=errors,
+                    msg="%d setting%s refused before any host runs: %s"
+                    % (len(errors), "" if len(errors) == 1 else "s", "; ".join(errors)))
+    return dict(changed=False, settings=checked)
+
+
+def _main():
+    module = AnsibleModule(argument_spec=ARGUMENT_SPEC, supports_check_mode=True)
+    result = judge(module.params["settings"])
+    if result.get("failed"):
+        module.fail_json(**result)
+    module.exit_json(**result)
 
 
 def main():

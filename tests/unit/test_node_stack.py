@@ -342,3 +342,69 @@ def test_module_rejects_bad_timeout(module_runner, tmp_path):
     result = module_runner(node_stack, {"root": str(tmp_path), "timeout": 0})
     assert result.failed
     assert "timeout=0" in result["msg"]
+
+
+# --- import_check "changed" (node_stack import_when=changed): the torch import only where the install changed ----
+
+def _stamped_install(root, torch="2.11.0+cu130", generation="v1"):
+    """The deep_ep install as deepep_build leaves it: the extension and a stamp recording its sha256."""
+    ext = "/site/deep_ep_cpp.cpython-312-x86_64-linux-gnu.so" if generation == "v1" else "/site/deep_ep/_C.cpython-312.so"
+    write(root, ext, "\x7fELF extension bytes")
+    sha = hashlib.sha256((root / ext.lstrip("/")).read_bytes()).hexdigest()
+    stamp = json.loads((root / "site/deep_ep/.gpufleet-build.json").read_text())
+    stamp.update(extension_sha256=sha, generation=generation)
+    stamp["built_against"]["torch"] = torch
+    write(root, "/site/deep_ep/.gpufleet-build.json", json.dumps(stamp))
+    return root / ext.lstrip("/")
+
+
+def _imports(runner):
+    return [c for c in runner.calls if c[0] == ["/opt/torch/.venv/bin/python", "-c", _stack.IMPORT_PROBE]]
+
+
+@pytest.mark.parametrize("generation", ["v1", "v2"])
+def test_changed_skips_the_import_of_the_recorded_build_with_its_torch(node, generation):
+    _stamped_install(node, generation=generation)
+    runner = Runner(answers(import_rc=0, import_out='{"file": "/site/deep_ep/__init__.py", "version": "1.2.1"}'))
+    facts = gather(node, runner, import_check="changed")
+    assert _imports(runner) == []
+    imp = facts["deep_ep_import"]
+    assert imp["checked"] is False and imp["ok"] is None and "torch 2.11.0+cu130" in imp["skipped"]
+    assert facts["deepep"]["import_ok"] is None and facts["deepep"]["installed"] is True
+    # always (import_check True) imports the same install
+    runner = Runner(answers(import_rc=0, import_out='{"file": "/site/deep_ep/__init__.py", "version": "1.2.1"}'))
+    facts = gather(node, runner, import_check=True)
+    assert len(_imports(runner)) == 1 and facts["deep_ep_import"]["ok"] is True
+    assert facts["deep_ep_import"]["skipped"] is None
+
+
+@pytest.mark.parametrize("change", ["extension", "torch", "no record", "no stamp", "two extensions"])
+def test_changed_imports_whatever_differs(node, change):
+    ext = _stamped_install(node)
+    stamp_file = node / "site/deep_ep/.gpufleet-build.json"
+    if change == "extension":
+        ext.write_bytes(ext.read_bytes() + b"patched")
+    elif change == "torch":
+        stamp = json.loads(stamp_file.read_text())
+        stamp["built_against"]["torch"] = "2.9.1+cu129"
+        stamp_file.write_text(json.dumps(stamp))
+    elif change == "no record":
+        stamp = json.loads(stamp_file.read_text())
+        del stamp["extension_sha256"]
+        stamp_file.write_text(json.dumps(stamp))
+    elif change == "no stamp":
+        stamp_file.unlink()
+    elif change == "two extensions":
+        write(node, "/site/deep_ep_cpp.cpython-311-x86_64-linux-gnu.so", "other")
+    runner = Runner(answers())
+    facts = gather(node, runner, import_check="changed")
+    assert len(_imports(runner)) == 1
+    assert facts["deep_ep_import"]["checked"] is True and facts["deep_ep_import"]["ok"] is False
+    assert "undefined symbol" in facts["deep_ep_import"]["error"] and facts["deep_ep_import"]["skipped"] is None
+
+
+def test_never_imports_with_import_check_false(node):
+    runner = Runner(answers())
+    facts = gather(node, runner, import_check=False)
+    assert _imports(runner) == [] and facts["deep_ep_import"]["checked"] is False
+    assert facts["deep_ep_import"]["skipped"] is None

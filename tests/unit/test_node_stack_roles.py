@@ -179,3 +179,93 @@ def test_symbols_bad_values_are_refused(tmp_path):
     assert result.failed and "'include/x.h' is not an absolute path" in result["msg"]
     result = run_module(node_stack, {"gather": ["symbols"], "symbol_files": {"/x.h": "X"}})
     assert result.failed and "must be a list of symbol names" in result["msg"]
+
+
+# The status file as dpkg writes it (paragraphs of a Debian 12 node; libibverbs-dev removed, its configuration kept).
+DPKG_STATUS = """Package: cmake
+Status: install ok installed
+Priority: optional
+Section: devel
+Installed-Size: 29314
+Maintainer: Debian CMake Team <pkg-cmake-team@lists.alioth.debian.org>
+Architecture: amd64
+Multi-Arch: foreign
+Version: 3.25.1-1
+Depends: cmake-data (= 3.25.1-1), procps, libarchive13 (>= 3.3.3), libc6 (>= 2.34)
+Description: cross-platform, open-source make system
+ CMake is used to control the software compilation process using
+ simple platform and compiler independent configuration files.
+
+Package: libibverbs-dev
+Status: deinstall ok config-files
+Priority: optional
+Section: libdevel
+Installed-Size: 1468
+Maintainer: Benjamin Drung <bdrung@ubuntu.com>
+Architecture: amd64
+Multi-Arch: same
+Source: rdma-core
+Version: 44.0-2
+Description: Development files for the libibverbs library
+
+Package: ninja-build
+Status: install ok installed
+Priority: optional
+Section: devel
+Installed-Size: 439
+Maintainer: Felix Geyer <fgeyer@debian.org>
+Architecture: amd64
+Multi-Arch: foreign
+Version: 1.11.1-1
+Depends: libc6 (>= 2.34), libgcc-s1 (>= 3.0), libstdc++6 (>= 11)
+Description: small build system closest in spirit to Make
+"""
+
+
+def test_packages_from_the_dpkg_status_file(tmp_path):
+    _write(tmp_path / "var" / "lib" / "dpkg" / "status", DPKG_STATUS)
+    result = run_module(node_stack, {"gather": ["packages"], "root": str(tmp_path),
+                                     "packages": ["cmake", "ninja-build", "libibverbs-dev", "librdmacm-dev"]},
+                        check_mode=True)
+    assert not result.failed, result
+    assert result["ansible_facts"] == {"gpufleet_packages": {
+        "installed": {"cmake": "3.25.1-1", "ninja-build": "1.11.1-1", "libibverbs-dev": None, "librdmacm-dev": None},
+        "missing": ["libibverbs-dev", "librdmacm-dev"]}}
+    assert result["changed"] is False
+
+
+def test_packages_without_a_dpkg_database_are_all_missing(tmp_path):
+    facts = _role_facts.gather_packages(str(tmp_path), ["cmake"])
+    assert facts == {"installed": {"cmake": None}, "missing": ["cmake"]}
+
+
+def test_package_names_with_a_version_or_wildcard_are_refused(tmp_path):
+    result = run_module(node_stack, {"gather": ["packages"], "root": str(tmp_path),
+                                     "packages": ["cmake", "ninja-build=1.11.1-1", "lib*"]})
+    assert result.failed
+    assert "'ninja-build=1.11.1-1'" in result["msg"] and "'lib*'" in result["msg"] and "plain name" in result["msg"]
+    assert "Traceback" not in result["msg"]
+
+
+def test_hash_paths_give_the_sha256_of_any_size(tmp_path):
+    tarball = tmp_path / "opt" / "deepep" / "src" / "downloads" / "deepep.tar.gz"
+    tarball.parent.mkdir(parents=True)
+    data = os.urandom(1 << 20) * 17  # past the 16 MiB the sha1 of gpufleet_paths stops at
+    tarball.write_bytes(data)
+    paths = ["/opt/deepep/src/downloads/deepep.tar.gz", "/opt/deepep/src/downloads", "/opt/deepep/absent.tar.gz"]
+    result = run_module(node_stack, {"gather": ["paths"], "root": str(tmp_path), "paths": paths,
+                                     "hash_paths": [paths[0], paths[1], paths[2]]}, check_mode=True)
+    assert not result.failed, result
+    got = result["ansible_facts"]["gpufleet_paths"]
+    assert got[paths[0]]["sha256"] == hashlib.sha256(data).hexdigest() and got[paths[0]]["sha1"] is None
+    assert got[paths[1]]["type"] == "directory" and got[paths[1]]["sha256"] is None
+    assert got[paths[2]]["exists"] is False and got[paths[2]]["sha256"] is None
+    # paths not in hash_paths are described as before, with no sha256
+    plain = run_module(node_stack, {"gather": ["paths"], "root": str(tmp_path), "paths": paths[1:2]})
+    assert "sha256" not in plain["ansible_facts"]["gpufleet_paths"][paths[1]]
+
+
+def test_hash_paths_outside_paths_are_refused(tmp_path):
+    result = run_module(node_stack, {"gather": ["paths"], "root": str(tmp_path), "paths": ["/a"],
+                                     "hash_paths": ["/b"]})
+    assert result.failed and "'/b'" in result["msg"] and "not in paths" in result["msg"]

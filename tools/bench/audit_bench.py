@@ -62,7 +62,8 @@ def run_audit(inventory: Path, out_dir: Path, limit: str, tree: Path = REPO) -> 
                ANSIBLE_COLLECTIONS_PATH=str(tree / ".collections"),
                PATH="%s:%s" % (REPO / ".venv" / "bin", os.environ.get("PATH", "")))
     argv = [str(REPO / ".venv" / "bin" / "ansible-playbook"), "-i", str(inventory), "playbooks/audit.yml",
-            "-l", limit, "-e", "audit_output_dir=%s" % out_dir, "-e", "audit_import_check=true"]
+            "-l", limit, "-e", "audit_output_dir=%s" % out_dir, "-e", "audit_import_check=true",
+            "-e", "audit_import_when=always"]
     start = time.monotonic()
     proc = subprocess.run(argv, cwd=tree, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                           check=False)
