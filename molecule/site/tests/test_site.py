@@ -176,3 +176,28 @@ def test_fast_path_runs_no_phase_on_intact_nodes_and_fixes_drift():
     again = run_site()
     assert again.returncode == 0 and recap(again.stdout) == {n: (0, 0) for n in NODES}
     assert again.stdout.count("intact: the node is as its last full converge left it") == 4
+
+
+def test_every_phase_run_downloads_only_what_is_not_the_verified_tarball():
+    """An every-phase run of a converged node skips get_url for a tarball its record says was verified, with the same
+    checksum setting; a tampered tarball, or one without a record, goes through get_url again (and is recorded)."""
+    node = node_host("b200-cluster-3")
+    downloads = "/opt/deepep/src/downloads"
+    tarballs = node.check_output("ls %s/*.tar.gz", downloads).split()
+    deepep = [t for t in tarballs if "deepep" in t][0]
+    nvshmem = [t for t in tarballs if "nvshmem" in t][0]
+    for tarball in (deepep, nvshmem):  # the record of the converge: the tarball's sha256, then the checksum setting
+        lines = node.file(tarball + ".verified").content_string.splitlines()
+        assert lines[0] == node.check_output("sha256sum %s", tarball).split()[0] and lines[1].startswith("sha256:")
+    original = node.check_output("sha256sum %s", deepep).split()[0]
+    node.run_expect([0], "echo tampered >> %s && rm %s.verified", deepep, nvshmem)
+    fixed = run_site("-l", "b200-cluster-3", "-e", "gpufleet_site_fast=false")
+    assert fixed.returncode == 0, fixed.stdout[-4000:]
+    assert recap(fixed.stdout)["b200-cluster-3"] == (1, 0), fixed.stdout[-4000:]  # the tampered tarball, only
+    assert node.check_output("sha256sum %s", deepep).split()[0] == original
+    assert node.file(nvshmem + ".verified").exists  # verified again by get_url (unchanged), recorded again
+    again = run_site("-l", "b200-cluster-3", "-e", "gpufleet_site_fast=false")
+    assert again.returncode == 0 and recap(again.stdout)["b200-cluster-3"] == (0, 0), again.stdout[-4000:]
+    for role in ("deepep", "nvshmem"):  # the download include of each phase is skipped as a whole
+        task = re.search(r"TASK \[gpufleet\.deepep\.%s : Download the tarball\][^\n]*\n(\S+)" % role, again.stdout)
+        assert task and task.group(1) == "skipping:", (role, task and task.group(0))
