@@ -8,9 +8,11 @@ Arguments (all set by roles/audit/tasks/main.yml):
   rules_file       the rule catalogue (YAML on the controller)
   extra_rules      rules added to the catalogue; disabled_rules: ids left out
   hosts            the hosts to report (default: ansible_play_hosts_all)
-  result_var       the registered node_stack result of each host (default audit_r_node)
+  result_var       the registered node_stack result of each host (default audit_r_node); its gpufleet_sglang
+                   (gather: [..., sglang]) is the node's SGLang stack
   expect_var       each host's expectations (default audit_expect)
-  sglang_var       each host's registered sglang_env result, where SGLang is audited (default audit_r_sglang)
+  sglang_var       each host's registered sglang_env result (state facts), for plays that read SGLang in a task of
+                   their own: used where the node_stack result did not gather sglang (default audit_r_sglang)
   model_var        each host's registered model_config result (default audit_r_model)
   serving_var      each host's registered serve_state result, where serving is audited (default audit_r_serving)
   groups           inventory groups for drift (default: the inventory's); skip_groups: never compared

@@ -628,13 +628,18 @@ DOCUMENT_FACTS = ("gpufleet_nvidia", "gpufleet_rdma", "gpufleet_gpus", "gpufleet
 NOT_GATHERED = "the play failed on this node before its facts were gathered"
 
 
+def _sglang_value(value):
+    """``gpufleet_sglang`` of an environment without the sglang distribution is null, so the SGLANG_* rules judge only
+    nodes that have SGLang."""
+    return value if ((value or {}).get("versions") or {}).get("sglang") else None
+
+
 def _registered_facts(name, result, doc):
-    """Put the registered result of a facts module the audit runs on some nodes only (``sglang_env``,
-    ``model_config``, ``serve_state``) into ``doc``.
+    """Put the registered result of a facts module the audit runs on some nodes only (``model_config``,
+    ``serve_state``; ``sglang_env`` where a play reads SGLang in its own task) into ``doc``.
 
     Not run (None, skipped): the node has nothing of it to audit and the key stays null. Failed: the reason goes under
-    ``gather_errors``. ``gpufleet_sglang`` of an environment without the sglang distribution stays null too, so
-    the SGLANG_* rules judge only nodes that have SGLang.
+    ``gather_errors``. ``gpufleet_sglang`` of an environment without the sglang distribution stays null too.
     """
     if not isinstance(result, dict) or not result or result.get("skipped"):
         return
@@ -643,17 +648,18 @@ def _registered_facts(name, result, doc):
         return
     facts = result.get("ansible_facts") if isinstance(result.get("ansible_facts"), dict) else {}
     value = facts.get(name)
-    if name == "gpufleet_sglang" and not ((value or {}).get("versions") or {}).get("sglang"):
-        value = None
-    doc[name] = value
+    doc[name] = _sglang_value(value) if name == "gpufleet_sglang" else value
 
 
 def node_document(host, groups, result, expect=None, sglang=None, model=None, serving=None):
     """One node's facts document from the registered result of ``node_stack`` (``gather`` of every set).
 
-    ``sglang`` and ``model``: the registered results of ``sglang_env`` (state facts) and ``model_config`` on a node
-    the audit reads SGLang on (``gpufleet_sglang``, ``gpufleet_model``; null elsewhere). ``serving``: the registered
-    result of ``serve_state`` on a node of the serving groups (``gpufleet_serving``; null elsewhere).
+    ``gpufleet_sglang``: the ``gpufleet_sglang`` facts of ``result`` where node_stack gathered ``sglang`` (the audit
+    role does on nodes the inventory gives SGLang; a failure to read them is already under its ``gather_errors``).
+    ``sglang``: the registered result of a separate ``sglang_env`` (state facts), used only where ``result`` did not
+    gather ``sglang``. ``model``: the registered result of ``model_config`` on a node the audit reads SGLang on
+    (``gpufleet_model``). ``serving``: the registered result of ``serve_state`` on a node of the serving groups
+    (``gpufleet_serving``). Each is null elsewhere.
 
     ``result`` None or empty: the node never got to the gathering task (reported as not reachable). An
     unreachable result gives ``reachable: false`` with the connection's message; a failed one keeps
@@ -680,7 +686,10 @@ def node_document(host, groups, result, expect=None, sglang=None, model=None, se
     doc["gpufleet_deepep"] = stack.get("deepep")
     doc["gpufleet_sglang"] = doc["gpufleet_model"] = doc["gpufleet_serving"] = None
     if doc["reachable"]:
-        _registered_facts("gpufleet_sglang", sglang, doc)
+        if "gpufleet_sglang" in facts or "gpufleet_sglang" in doc["gather_errors"]:
+            doc["gpufleet_sglang"] = _sglang_value(facts.get("gpufleet_sglang"))
+        else:
+            _registered_facts("gpufleet_sglang", sglang, doc)
         _registered_facts("gpufleet_model", model, doc)
         _registered_facts("gpufleet_serving", serving, doc)
     return doc

@@ -49,6 +49,15 @@ from ansible_collections.gpufleet.deepep.plugins.module_utils._pci import (
     suspect_gpus,
 )
 from ansible_collections.gpufleet.deepep.plugins.module_utils._rdma import collect_rdma
+from ansible_collections.gpufleet.deepep.plugins.module_utils._sglang import (
+    PROBE_SCRIPT as SGLANG_PROBE_SCRIPT,
+    SglangError,
+)
+from ansible_collections.gpufleet.deepep.plugins.module_utils._sglang_facts import (
+    DEFAULT_CUDA_HOME,
+    gather_sglang,
+    resolve_python as resolve_sglang_python,
+)
 from ansible_collections.gpufleet.deepep.plugins.module_utils._versions import (
     cuda_version_from_nvcc,
     nccl_version_from_header,
@@ -67,9 +76,9 @@ MLX5_HEADER = "/usr/include/infiniband/mlx5_api.h"
 REBOOT_FILES = ("/var/run/reboot-required", "/run/reboot-required")
 C_ENV = {"LC_ALL": "C", "LANG": "C", "PYTHONDONTWRITEBYTECODE": "1"}
 # What gather_node can read besides the stack, by facts name (each the facts of one facts module).
-GATHERABLE = ("stack", "nvidia", "rdma", "gpus", "bundled_nvshmem")
+GATHERABLE = ("stack", "nvidia", "rdma", "gpus", "bundled_nvshmem", "sglang")
 FACT_NAMES = {"stack": "gpufleet_stack", "nvidia": "gpufleet_nvidia", "rdma": "gpufleet_rdma",
-              "gpus": "gpufleet_gpus", "bundled_nvshmem": "gpufleet_bundled_nvshmem"}
+              "gpus": "gpufleet_gpus", "bundled_nvshmem": "gpufleet_bundled_nvshmem", "sglang": "gpufleet_sglang"}
 NVIDIA_SMI_QUERY_FIELDS = ["index", "pci.bus_id", "name", "memory.total", "compute_cap", "uuid", "driver_version"]
 SBIN_DIRS = ("/sbin", "/usr/sbin", "/usr/local/sbin")
 
@@ -988,7 +997,9 @@ def gather_node(gather=("stack",), root="/", sysfs_root="/sys", params_path=DEFA
                 cuda_home="/usr/local/cuda", python="/usr/bin/python3", env_script="/opt/deepep/unified-env.sh",
                 gdrcopy_home="/opt/deepep/gdrcopy", nvshmem_prefix="/opt/deepep/nvshmem",
                 mlx5dv_symbols=DEFAULT_MLX5DV_SYMBOLS, dpkg_packages=DEFAULT_DPKG_PACKAGES,
-                nvidia_reboot_required=None, import_check=True, timeout=60, runner=subprocess_runner):
+                nvidia_reboot_required=None, import_check=True, timeout=60, runner=subprocess_runner,
+                sglang_python="python3", sglang_nvshmem_home=None, sglang_cuda_home=DEFAULT_CUDA_HOME,
+                sglang_dg_cache_dir=None, sglang_constraint_file=None):
     """Every facts set named in ``gather`` (see :data:`GATHERABLE`) in one pass over the node.
 
     Returns ``(facts, errors)``: facts by facts name (``gpufleet_stack``, ``gpufleet_nvidia``, ...) and, by the
@@ -996,6 +1007,10 @@ def gather_node(gather=("stack",), root="/", sysfs_root="/sys", params_path=DEFA
     dpkg-query, ldconfig, the Python probe, the import probe, nvidia-smi) start together. ``nvidia_smi``: the
     path of nvidia-smi, or None to search PATH (as gpu_topology does). The pending reboot of the stack counts
     the ``reboot_required`` of the ``gpufleet_nvidia`` facts when those are gathered too.
+
+    ``sglang``: ``gpufleet_sglang`` as gpufleet.deepep.sglang_env reads it with ``state=facts`` for the interpreter
+    ``sglang_python`` (its probe starts with the others), the ``sglang_*`` arguments being that module's options of
+    the same names; its ``/proc`` reads are under ``root``.
     """
     unknown = [name for name in gather if name not in GATHERABLE]
     if unknown:
@@ -1010,6 +1025,14 @@ def gather_node(gather=("stack",), root="/", sysfs_root="/sys", params_path=DEFA
             wanted.discard("gpus")
         smi = nvidia_smi if nvidia_smi is not None else find_executable("nvidia-smi")
     calls = []
+    sglang_resolved = None
+    if "sglang" in wanted:
+        try:
+            sglang_resolved = resolve_sglang_python(sglang_python, find_executable)
+            calls.append(([sglang_resolved, "-c", SGLANG_PROBE_SCRIPT], timeout))
+        except SglangError as exc:
+            errors["gpufleet_sglang"] = str(exc)
+            wanted.discard("sglang")
     if "stack" in wanted:
         calls.append(([under(root, os.path.join(cuda_home, "bin", "nvcc")), "--version"], 30))
         calls.append((["dpkg-query", "-W", "-f", "${Package}\\t${Version}\\t${db:Status-Status}\\n"]
@@ -1031,7 +1054,7 @@ def gather_node(gather=("stack",), root="/", sysfs_root="/sys", params_path=DEFA
     def attempt(name, function):
         try:
             facts[FACT_NAMES[name]] = function()
-        except GatherError as exc:
+        except (GatherError, SglangError) as exc:
             errors[FACT_NAMES[name]] = str(exc)
         except Exception as exc:  # one broken reader must not hide the other facts of the node
             errors[FACT_NAMES[name]] = "%s: %s" % (type(exc).__name__, exc)
@@ -1073,5 +1096,9 @@ def gather_node(gather=("stack",), root="/", sysfs_root="/sys", params_path=DEFA
             nvshmem_prefix=nvshmem_prefix, mlx5dv_symbols=mlx5dv_symbols, dpkg_packages=dpkg_packages,
             nvidia_reboot_required=reboot, import_check=import_check, timeout=timeout, runner=prefetch,
             python_probe=py))
+    if "sglang" in wanted:
+        attempt("sglang", lambda: gather_sglang(
+            sglang_resolved, prefetch, timeout, nvshmem_home=sglang_nvshmem_home, cuda_home=sglang_cuda_home,
+            dg_cache_dir=sglang_dg_cache_dir, constraint_file=sglang_constraint_file, sysfs_root=root)[0])
     prefetch.join()
     return facts, errors

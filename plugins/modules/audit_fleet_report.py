@@ -53,7 +53,12 @@ options:
     type: list
     elements: str
   result_var:
-    description: The variable that holds each host's registered M(gpufleet.deepep.node_stack) result.
+    description:
+      - The variable that holds each host's registered M(gpufleet.deepep.node_stack) result.
+      - Where that call gathered V(sglang) (O(gpufleet.deepep.node_stack#module:gather)), as the audit role does on
+        nodes the inventory gives SGLang, its C(gpufleet_sglang) becomes the facts document's C(gpufleet_sglang)
+        (null where the environment has no sglang distribution; a failure to read it is named under
+        C(gather_errors)).
     type: str
     default: audit_r_node
   expect_var:
@@ -62,9 +67,11 @@ options:
     default: audit_expect
   sglang_var:
     description:
-      - The variable that holds each host's registered M(gpufleet.deepep.sglang_env) result (C(state=facts)) on nodes
-        where SGLang is audited; it becomes the facts document's C(gpufleet_sglang) (null where the module did not
-        run or the environment has no sglang distribution; a failure is named under C(gather_errors)).
+      - The variable that holds each host's registered M(gpufleet.deepep.sglang_env) result (C(state=facts)), for a
+        play that reads SGLang in a task of its own; used only on hosts whose O(result_var) did not gather
+        V(sglang). It becomes the facts document's C(gpufleet_sglang) (null where the module did not run or the
+        environment has no sglang distribution; a failure is named under C(gather_errors)).
+      - The audit role no longer registers it (its M(gpufleet.deepep.node_stack) call gathers V(sglang)).
     type: str
     default: audit_r_sglang
   model_var:

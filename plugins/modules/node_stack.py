@@ -26,7 +26,9 @@ description:
   - With O(gather) it also returns, in the same call, the facts of M(gpufleet.deepep.nvidia_params) (read only,
     as with no setting asked), M(gpufleet.deepep.rdma_devices), M(gpufleet.deepep.gpu_topology) and
     M(gpufleet.deepep.pytorch_bundled_nvshmem) (O(gpufleet.deepep.pytorch_bundled_nvshmem#module:state=report)),
-    computed by the same code those modules use. The audit gathers a whole node this way in one round trip.
+    computed by the same code those modules use, and with V(sglang) the facts of M(gpufleet.deepep.sglang_env)
+    with O(gpufleet.deepep.sglang_env#module:state=facts) (read only) for O(sglang_python). The audit gathers a whole
+    node this way in one round trip.
 author: gpufleet.deepep maintainers (@gpufleet)
 extends_documentation_fragment:
   - gpufleet.deepep.attributes
@@ -36,8 +38,8 @@ options:
     description:
       - The facts sets to gather. V(stack) is RV(ansible_facts.gpufleet_stack); V(nvidia) is
         RV(ansible_facts.gpufleet_nvidia), V(rdma) RV(ansible_facts.gpufleet_rdma), V(gpus)
-        RV(ansible_facts.gpufleet_gpus) and V(bundled_nvshmem) RV(ansible_facts.gpufleet_bundled_nvshmem), each in
-        the shape of the module that owns it.
+        RV(ansible_facts.gpufleet_gpus), V(bundled_nvshmem) RV(ansible_facts.gpufleet_bundled_nvshmem) and
+        V(sglang) RV(ansible_facts.gpufleet_sglang), each in the shape of the module that owns it.
       - The small sets the phase roles decide from, each cheap to read on its own, are V(modules)
         RV(ansible_facts.gpufleet_modules) (loaded kernel modules), V(paths)
         RV(ansible_facts.gpufleet_paths) (what each of O(paths) is now), V(cuda_toolkit)
@@ -52,8 +54,8 @@ options:
       - A set that cannot be gathered is left out and named in RV(gather_errors); the others are still returned.
     type: list
     elements: str
-    choices: [stack, nvidia, rdma, gpus, bundled_nvshmem, modules, paths, cuda_toolkit, imports, symbols, initramfs,
-              torch, hca_mapping, packages]
+    choices: [stack, nvidia, rdma, gpus, bundled_nvshmem, sglang, modules, paths, cuda_toolkit, imports, symbols,
+              initramfs, torch, hca_mapping, packages]
     default: [stack]
   paths:
     description:
@@ -180,14 +182,37 @@ options:
     type: str
     choices: [always, changed]
     default: always
+  sglang_python:
+    description:
+      - For V(sglang), the interpreter of the torch environment SGLang runs in (an absolute path or a name on
+        C(PATH)), as O(gpufleet.deepep.sglang_env#module:python). Unset, O(python).
+    type: str
+  sglang_nvshmem_home:
+    description:
+      - For V(sglang), the IBGDA NVSHMEM build DeepEP runs on, as O(gpufleet.deepep.sglang_env#module:nvshmem_home)
+        (RV(gpufleet.deepep.sglang_env#module:ansible_facts.gpufleet_sglang.nvshmem_ok) is null
+        without it). O(cuda_home) is the toolkit whose
+        C(lib64) joins
+        RV(gpufleet.deepep.sglang_env#module:ansible_facts.gpufleet_sglang.ld_library_path).
+    type: path
+  sglang_dg_cache_dir:
+    description:
+      - For V(sglang), the DeepGEMM cache directory, as O(gpufleet.deepep.sglang_env#module:dg_cache_dir).
+    type: path
+  sglang_constraint_file:
+    description:
+      - For V(sglang), the pip constraints file whose pins are reported, as
+        O(gpufleet.deepep.sglang_env#module:constraint_file); unset, the environment's default one.
+    type: path
   timeout:
-    description: Seconds each Python probe (metadata, import) may take before it counts as failed.
+    description: Seconds each Python probe (metadata, import, the SGLang probe) may take before it counts as failed.
     type: int
     default: 60
   root:
     description:
       - The directory that stands for C(/) when reading files (fixture trees in tests). Commands still run
-        on the node itself.
+        on the node itself. For V(sglang) only its C(/proc) reads are under it (as
+        O(gpufleet.deepep.sglang_env#module:sysfs_root)); the environment's own paths are read as they are.
     type: path
     default: /
 notes:
@@ -208,7 +233,9 @@ EXAMPLES = r"""
 
 - name: Gather everything the audit judges in one call (read-only)
   gpufleet.deepep.node_stack:
-    gather: [stack, nvidia, rdma, gpus, bundled_nvshmem]
+    gather: [stack, nvidia, rdma, gpus, bundled_nvshmem, sglang]
+    sglang_python: /opt/torch/.venv/bin/python
+    sglang_nvshmem_home: /opt/deepep/nvshmem
   check_mode: true
   register: node
 
@@ -260,6 +287,20 @@ ansible_facts:
       returned: when O(gather) holds V(bundled_nvshmem)
       type: dict
       sample: {bundled_would_win: false, mismatch: false, preload: /opt/deepep/nvshmem/lib/libnvshmem_host.so.3}
+    gpufleet_sglang:
+      description:
+        - With V(sglang) in O(gather), the SGLang stack of O(sglang_python) exactly as
+          M(gpufleet.deepep.sglang_env) returns it with C(state=facts), computed by the same code - the versions,
+          C(deep_ep), C(ld_library_path), C(libraries), C(nvshmem_ok), C(transfer), C(deepgemm_cache), the
+          constraints file's C(holds) and what C(moved). See
+          RV(gpufleet.deepep.sglang_env#module:ansible_facts.gpufleet_sglang) for every key.
+      returned: when O(gather) holds V(sglang) and the interpreter reported its packages
+      type: dict
+      sample: {python: /opt/torch/.venv/bin/python, virtualenv: true,
+               versions: {sglang: 0.5.8, kernel_package: sgl-kernel, kernel: 0.3.21, torch: 2.9.1+cu129,
+                          nccl: 2.28.3, deep_ep: 1.2.1},
+               torch_cuda: "12.9", nvshmem_ok: true, holds: {torch: 2.9.1+cu129, deep-ep: 1.2.1},
+               constraint_file: /opt/torch/.venv/gpufleet-constraints.txt, moved: []}
     gpufleet_modules:
       description:
         - With V(modules) in O(gather), the loaded kernel modules (V(loaded), sorted), where the list came from
@@ -544,6 +585,10 @@ def build_module():
             nvidia_reboot_required=dict(type="bool"),
             import_check=dict(type="bool", default=True),
             import_when=dict(type="str", choices=["always", "changed"], default="always"),
+            sglang_python=dict(type="str"),
+            sglang_nvshmem_home=dict(type="path"),
+            sglang_dg_cache_dir=dict(type="path"),
+            sglang_constraint_file=dict(type="path"),
             timeout=dict(type="int", default=60),
             root=dict(type="path", default="/"),
         ),
@@ -608,6 +653,11 @@ def _main():
             import_check="changed" if params["import_check"] and params["import_when"] == "changed"
             else params["import_check"],
             timeout=params["timeout"],
+            sglang_python=params["sglang_python"] or params["python"],
+            sglang_nvshmem_home=params["sglang_nvshmem_home"],
+            sglang_cuda_home=params["cuda_home"],
+            sglang_dg_cache_dir=params["sglang_dg_cache_dir"],
+            sglang_constraint_file=params["sglang_constraint_file"],
         )
     except GatherError as exc:
         module.fail_json(msg=str(exc), gather_errors={})

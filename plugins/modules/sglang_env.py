@@ -306,29 +306,27 @@ from ansible_collections.gpufleet.deepep.plugins.module_utils._nccl import (
     pip_conf_text,
 )
 from ansible_collections.gpufleet.deepep.plugins.module_utils._sglang import (
-    PROBE_SCRIPT,
     REQUIRES_SCRIPT,
     SglangError,
     check_wheelhouse,
     deep_ep_state,
-    dmabuf_capable,
     kernel_package_for,
     moved,
     nixl_package_for,
     normalize,
-    nvidia_lib_dirs,
-    parse_probe,
     read_sha256sums,
-    resolve_library,
-    torch_cuda,
     transfer_engine_check,
 )
-
-NCCL_PROJECTS = ("nvidia-nccl-cu13", "nvidia-nccl-cu12", "nvidia-nccl")
-CUDNN_PROJECTS = ("nvidia-cudnn-cu13", "nvidia-cudnn-cu12")
-CUSPARSELT_PROJECTS = ("nvidia-cusparselt-cu13", "nvidia-cusparselt-cu12")
-NIXL_PROJECTS = ("nixl-cu13", "nixl-cu12", "nixl")
-MOONCAKE_PROJECTS = ("mooncake-transfer-engine", "mooncake-transfer-engine-cuda13", "mooncake-transfer-engine-non-cuda")
+from ansible_collections.gpufleet.deepep.plugins.module_utils._sglang_facts import (
+    SglangProbeError,
+    constraint_lines,
+    facts_of,
+    gather_sglang,
+    probe as read_probe,
+    probe_versions,
+    read_text,
+    resolve_python,
+)
 
 
 class StepFailed(Exception):
@@ -392,162 +390,46 @@ class SglangEnv(object):
             argv.append("--break-system-packages")
         return argv + [project]
 
-    # --- reading ---------------------------------------------------------------------------------
+    # --- reading (the shared read-only facts of module_utils._sglang_facts) -------------------------
 
-    def resolve_python(self):
-        python = self.p["python"]
-        if not python or not python.strip():
-            raise StepFailed("python %r is empty; expected an interpreter path such as /opt/torch/.venv/bin/python"
-                             % (python,))
-        if os.path.isabs(python):
-            if not (os.path.isfile(python) and os.access(python, os.X_OK)):
-                raise StepFailed("python %r is not an executable file; expected the interpreter of the torch "
-                                 "environment, such as /opt/torch/.venv/bin/python" % (python,))
-            return python
-        found = self.module.get_bin_path(python)
-        if not found:
-            raise StepFailed("python %r was not found on PATH; give the interpreter's absolute path" % (python,))
-        return found
+    def _probe_runner(self, argv, timeout=None, env=None):
+        """The runner of the shared readers: this module's bounded run, not recorded, rc returned."""
+        return self.run(argv, check=False, record=False)
+
+    @staticmethod
+    def _read(function, *args, **kwargs):
+        """A reader of module_utils._sglang_facts, its SglangError raised as this module's StepFailed."""
+        try:
+            return function(*args, **kwargs)
+        except SglangProbeError as exc:
+            raise StepFailed(str(exc), stderr=exc.stderr)
+        except SglangError as exc:
+            raise StepFailed(str(exc))
 
     def probe(self):
-        rc, out, err = self.run([self.python, "-c", PROBE_SCRIPT], check=False, record=False)
-        if rc != 0:
-            raise StepFailed("python %s failed to report its packages (rc=%d)" % (self.python, rc), stderr=err[-2000:])
-        try:
-            return parse_probe(out)
-        except SglangError as exc:
-            raise StepFailed("python %s: %s" % (self.python, exc))
+        return self._read(read_probe, self.python, self._probe_runner, self.p["timeout"])
 
-    def _proc(self, path):
-        try:
-            with open(os.path.join(self.p["sysfs_root"], path.lstrip("/"))) as handle:
-                return handle.read()
-        except (IOError, OSError):
-            return ""
-
-    def transfer_facts(self):
-        modules = self._proc("/proc/modules")
-        version = self._proc("/proc/driver/nvidia/version")
-        release = (self._proc("/proc/sys/kernel/osrelease").strip() or os.uname()[2])
-        peermem = any(line.split(" ", 1)[0] == "nvidia_peermem" for line in modules.splitlines())
-        open_km = "Open Kernel Module" in version
-        return {"peermem_loaded": peermem, "open_kernel_module": open_km, "kernel": release,
-                "dmabuf": dmabuf_capable(release, open_km)}
-
-    def facts_of(self, probe):
-        dists = probe.get("dists") or {}
-
-        def ver(*projects):
-            for project in projects:
-                if project in dists:
-                    return project, dists[project].get("version")
-            return None, None
-
-        prefix = probe.get("prefix") or ""
-        sites = []
-        candidates = [probe.get("purelib"), probe.get("platlib")]
-        candidates += [s for s in probe.get("sys_path") or [] if s.endswith(("site-packages", "dist-packages"))]
-        for p in candidates:
-            if p and p not in sites and os.path.isdir(p):
-                sites.append(p)
-        sglang_v = ver("sglang")[1]
-        kernel_pkg = None
-        if sglang_v:
-            try:
-                kernel_pkg = kernel_package_for(sglang_v)
-            except SglangError:
-                kernel_pkg = None
-        if kernel_pkg is None:
-            kernel_pkg = "sglang-kernel" if "sglang-kernel" in dists else "sgl-kernel"
-        nccl_pkg, nccl_v = ver(*NCCL_PROJECTS)
-        nixl_pkg, nixl_v = ver(*NIXL_PROJECTS[:2])
-        if nixl_pkg is None:
-            nixl_pkg, nixl_v = ver("nixl")
-        mooncake_pkg, mooncake_v = ver(*MOONCAKE_PROJECTS)
-        torch_v = ver("torch")[1]
-        tcuda = torch_cuda(torch_v, probe.get("torch_version_py"))
-        nvidia = nvidia_lib_dirs(sites)
-        nvshmem_home = self.p["nvshmem_home"]
-        ld = []
-        if nvshmem_home:
-            ld.append(os.path.join(nvshmem_home, "lib"))
-        if self.p["cuda_home"]:
-            ld.append(os.path.join(self.p["cuda_home"], "lib64"))
-        if probe.get("torch_lib"):
-            ld.append(probe["torch_lib"])
-        ld += [d for d in nvidia if d not in ld]
-        pip_nvshmem = [os.path.join(s, "nvidia", "nvshmem", "lib") for s in sites
-                       if os.path.isdir(os.path.join(s, "nvidia", "nvshmem", "lib"))]
-        nvshmem_lib = resolve_library("libnvshmem_host.so.3", ld + pip_nvshmem)
-        nvshmem_ok = None
-        if nvshmem_home:
-            nvshmem_ok = bool(nvshmem_lib) and os.path.dirname(nvshmem_lib) == os.path.join(nvshmem_home, "lib")
-        deep_ep = deep_ep_state(probe)
-        return {
-            "python": self.python, "python_version": probe.get("python_version"), "prefix": prefix,
-            "virtualenv": bool(prefix) and os.path.isfile(os.path.join(prefix, "pyvenv.cfg")),
-            "site_packages": sites,
-            "versions": {
-                "sglang": sglang_v, "kernel_package": kernel_pkg, "kernel": ver(kernel_pkg)[1],
-                "sgl_kernel": ver("sgl-kernel")[1], "sglang_kernel": ver("sglang-kernel")[1],
-                "flashinfer": ver("flashinfer-python", "flashinfer")[1], "torch": torch_v,
-                "nccl": nccl_v, "nccl_package": nccl_pkg, "cudnn": ver(*CUDNN_PROJECTS)[1],
-                "cusparselt": ver(*CUSPARSELT_PROJECTS)[1], "nixl": nixl_v, "nixl_package": nixl_pkg,
-                "mooncake": mooncake_v, "mooncake_package": mooncake_pkg, "sgl_deep_ep": ver("sgl-deep-ep")[1],
-                "deep_ep": ver("deep-ep")[1], "deep_gemm": ver("sgl-deep-gemm", "deep-gemm")[1],
-                "typing_extensions": ver("typing-extensions")[1],
-            },
-            "torch_cuda": tcuda,
-            "torch_cuda_major": int(tcuda.split(".", 1)[0]) if tcuda else None,
-            "nixl_cuda_major": int(nixl_pkg[-2:]) if nixl_pkg in ("nixl-cu12", "nixl-cu13") else None,
-            "deep_ep": deep_ep,
-            "nvidia_lib_dirs": nvidia,
-            "pip_nvshmem_lib_dirs": pip_nvshmem,
-            "ld_library_path": ld,
-            "libraries": {"libcudnn.so.9": resolve_library("libcudnn.so.9", ld),
-                          "libcusparseLt.so.0": resolve_library("libcusparseLt.so.0", ld),
-                          "libnvshmem_host.so.3": nvshmem_lib},
-            "nvshmem_ok": nvshmem_ok,
-            "debian_owned": sorted(k for k, d in dists.items() if not d.get("has_record")
-                                   or (d.get("installer") or "").lower() == "debian"),
-            "transfer": self.transfer,
-            "deepgemm_cache": self.deepgemm_cache(),
-            "holds": {}, "constraint_file": None, "moved": [],
-        }
-
-    def deepgemm_cache(self):
-        """``{dir, files}`` of the DeepGEMM cache (``<dg_cache_dir>/cache``), null without dg_cache_dir."""
-        base = self.p["dg_cache_dir"]
-        if not base:
-            return None
-        cache = os.path.join(base, "cache")
-        count = 0
-        for _current, _dirs, names in os.walk(cache):
-            count += len(names)
-        return {"dir": base, "files": count}
+    def facts_of(self, probe_result):
+        return facts_of(probe_result, self.python, self.transfer, nvshmem_home=self.p["nvshmem_home"],
+                        cuda_home=self.p["cuda_home"], dg_cache_dir=self.p["dg_cache_dir"])
 
     # --- the run ---------------------------------------------------------------------------------
 
     def main(self):
-        self.python = self.resolve_python()
-        self.transfer = self.transfer_facts()
+        self.python = self._read(resolve_python, self.p["python"], self.module.get_bin_path)
+        facts, probe_result = self._read(
+            gather_sglang, self.python, self._probe_runner, self.p["timeout"], nvshmem_home=self.p["nvshmem_home"],
+            cuda_home=self.p["cuda_home"], dg_cache_dir=self.p["dg_cache_dir"],
+            constraint_file=self.p["constraint_file"], sysfs_root=self.p["sysfs_root"],
+            held=self.p["state"] == "facts")
+        self.transfer = facts["transfer"]
         self.wheelhouse = self.p["wheelhouse"]
-        probe = self.probe()
-        facts = self.facts_of(probe)
         self.result["ansible_facts"]["gpufleet_sglang"] = facts
-        prefix = facts["prefix"]
-        self.constraint_file = self.p["constraint_file"] or (
-            os.path.join(prefix, "gpufleet-constraints.txt") if facts["virtualenv"]
-            else "/etc/gpufleet/pip-constraints.txt")
-        facts["constraint_file"] = self.constraint_file
+        self.constraint_file = facts["constraint_file"]
         if self.p["state"] == "facts":
-            # What the constraints file holds, and what is not as held (a later unconstrained install).
-            holds = self._constraint_lines()
-            facts["holds"] = holds
-            facts["moved"] = moved(None, self._versions(probe), holds,
-                                   facts["deep_ep"] if "deep-ep" in holds else None)
+            # What the constraints file holds, and what is not as held (a later unconstrained install): read above.
             return self.result
-        self.present(probe, facts)
+        self.present(probe_result, facts)
         return self.result
 
     def wanted_holds(self, facts, probe):
@@ -557,7 +439,7 @@ class SglangEnv(object):
             version = "" if version is None else str(version)
             if not version:
                 version = (probe.get("dists") or {}).get(project, {}).get("version") or ""
-                existing = self._constraint_lines().get(project)
+                existing = constraint_lines(self.constraint_file).get(project)
                 version = existing or version
             if not version:
                 raise StepFailed("hold %s has no version and %s is not installed in %s; give its version, e.g. "
@@ -566,7 +448,7 @@ class SglangEnv(object):
         bundled = self.p["use_bundled_deepep"]
         if self.p["hold_deep_ep"] and not bundled:
             de = facts["deep_ep"]
-            version = self._constraint_lines().get("deep-ep") or de.get("version")
+            version = constraint_lines(self.constraint_file).get("deep-ep") or de.get("version")
             if (not version or not (de.get("stamp_key") or self._stamp_before)) and self.module.check_mode:
                 # A check run before the site's deepep phase installed DeepEP: predict, do not fail.
                 self.result["reasons"].append("deep_ep will be held once the deepep role installed the collection's "
@@ -578,16 +460,6 @@ class SglangEnv(object):
                                  % (self.python, "; ".join(de.get("reasons") or ["deep_ep not installed"])))
             holds["deep-ep"] = version
         return holds
-
-    def _constraint_lines(self):
-        out = {}
-        text = _read(self.constraint_file) or ""
-        for line in text.splitlines():
-            line = line.split("#", 1)[0].strip()
-            if "==" in line:
-                name, _sep, version = line.partition("==")
-                out[normalize(name.strip())] = version.strip()
-        return out
 
     def present(self, probe, facts):
         p = self.p
@@ -601,7 +473,7 @@ class SglangEnv(object):
             checksums = p["wheelhouse_checksums"]
             if checksums is None:
                 sums = os.path.join(self.wheelhouse, "SHA256SUMS")
-                text = _read(sums)
+                text = read_text(sums)
                 if text is None:
                     raise StepFailed("wheelhouse %s has no SHA256SUMS and wheelhouse_checksums is unset; give the "
                                      "sha256 of every wheel" % self.wheelhouse)
@@ -645,7 +517,7 @@ class SglangEnv(object):
         versions = facts["versions"]
         todo = []
         held_deep_ep = facts["deep_ep"] if "deep-ep" in holds else None
-        moved_now = moved(None, self._versions(probe), holds, held_deep_ep, bundled)
+        moved_now = moved(None, probe_versions(probe), holds, held_deep_ep, bundled)
         if moved_now:
             todo.append("repair: %s" % "; ".join(moved_now))
         if not bundled and versions["sgl_deep_ep"]:
@@ -664,15 +536,15 @@ class SglangEnv(object):
         if engine == "nixl" and versions["nixl_package"] == "nixl":
             todo.append("the nixl meta package is installed (it pulls both CUDA builds): replacing it with %s"
                         % engine_pkg)
-        new_constraints = _read(self.constraint_file)
+        new_constraints = read_text(self.constraint_file)
         for project, version in sorted(holds.items()):
             new_constraints = constraint_text(new_constraints, project, version)
-        if new_constraints != _read(self.constraint_file):
+        if new_constraints != read_text(self.constraint_file):
             todo.append("constraints %s hold %s" % (self.constraint_file,
                                                     ", ".join("%s==%s" % kv for kv in sorted(holds.items()))))
         pip_conf = self.p["pip_config_file"] or os.path.join(prefix_or_root(facts), "pip.conf")
         pin_conf = facts["virtualenv"] or bool(self.p["pip_config_file"])
-        conf_before = _read(pip_conf)
+        conf_before = read_text(pip_conf)
         if pin_conf and self.constraint_file not in pip_conf_constraints(conf_before):
             todo.append("%s names the constraints file" % pip_conf)
         todo = self.result["reasons"] + todo
@@ -710,7 +582,7 @@ class SglangEnv(object):
                 self.install_checked(kept, "the requirements of sglang %s" % p["version"])
         if p["kernel_version"]:
             self.run(self.pip("--no-deps", "--force-reinstall", "%s==%s" % (kernel_pkg, p["kernel_version"])))
-        if engine == "nixl" and self._versions(self.probe()).get("nixl"):
+        if engine == "nixl" and probe_versions(self.probe()).get("nixl"):
             self.run(self.pip_uninstall("nixl"))
         if engine_pkg:
             spec = engine_pkg + (("==" + p["transfer_engine_version"]) if p["transfer_engine_version"] else "")
@@ -718,7 +590,7 @@ class SglangEnv(object):
         # Prove the pins held; repair once, then fail naming what moved.
         after = self.probe()
         after_facts = self.facts_of(after)
-        left = moved(self._versions(probe), self._versions(after), holds,
+        left = moved(probe_versions(probe), probe_versions(after), holds,
                      after_facts["deep_ep"] if "deep-ep" in holds else None, bundled)
         if left:
             if not p["repair"]:
@@ -726,7 +598,7 @@ class SglangEnv(object):
             self.repair(after, after_facts, holds, bundled)
             after = self.probe()
             after_facts = self.facts_of(after)
-            left = moved(self._versions(probe), self._versions(after), holds,
+            left = moved(probe_versions(probe), probe_versions(after), holds,
                          after_facts["deep_ep"] if "deep-ep" in holds else None, bundled)
         after_facts.update(holds=holds, constraint_file=self.constraint_file, moved=left)
         self.result["ansible_facts"]["gpufleet_sglang"] = after_facts
@@ -736,10 +608,6 @@ class SglangEnv(object):
             raise StepFailed("libnvshmem_host.so.3 does not resolve to %s/lib (found %s): DeepEP would load another "
                              "NVSHMEM than its IBGDA build; rerun the nvshmem role"
                              % (p["nvshmem_home"], after_facts["libraries"]["libnvshmem_host.so.3"]))
-
-    @staticmethod
-    def _versions(probe):
-        return dict((k, d.get("version")) for k, d in (probe.get("dists") or {}).items())
 
     @staticmethod
     def _split(reqs, exclude):
@@ -777,7 +645,7 @@ class SglangEnv(object):
             raise
 
     def repair(self, probe, facts, holds, bundled):
-        versions = self._versions(probe)
+        versions = probe_versions(probe)
         done = []
         if not bundled and versions.get("sgl-deep-ep"):
             self.run(self.pip_uninstall("sgl-deep-ep"))
@@ -834,14 +702,6 @@ class SglangEnv(object):
 
 def prefix_or_root(facts):
     return facts.get("prefix") or "/"
-
-
-def _read(path):
-    try:
-        with open(path) as handle:
-            return handle.read()
-    except (IOError, OSError):
-        return None
 
 
 def _main():

@@ -104,9 +104,11 @@ def test_check_mode_writes_the_report_and_says_so(play, tmp_path):
     assert json.loads((out / "fleet.json").read_text())["meta"]["check_mode"] is True
 
 
-def test_sglang_facts_reach_the_rules(tmp_path):
-    """A node the audit read SGLang on (registered sglang_env and model_config results) is judged by the SGLANG_*
-    rules; a node where those tasks were skipped is not."""
+@pytest.mark.parametrize("where", ["node_stack", "sglang_var"])
+def test_sglang_facts_reach_the_rules(tmp_path, where):
+    """A node the audit read SGLang on is judged by the SGLANG_* rules; a node where SGLang was not read is not.
+    ``node_stack``: the audit role's one call gathered ``sglang`` (its gpufleet_sglang in the node_stack result);
+    ``sglang_var``: a separately registered sglang_env result (audit_r_sglang), for plays that still run one."""
     sglang_doc = json.loads(json.dumps(__import__("test_sglang_rules").GOOD))
     node = node_stack_result(HEALTHY)
     results = tmp_path / "results"
@@ -115,6 +117,18 @@ def test_sglang_facts_reach_the_rules(tmp_path):
     # The DeepEP of HEALTHY was built against NCCL 2.27.3 (fixture); SGLang holds 2.28.3: the warning fires.
     (results / "sglang.json").write_text(json.dumps({"changed": False, "ansible_facts": {
         "gpufleet_sglang": sglang_doc["gpufleet_sglang"]}}))
+    with_sglang = copy.deepcopy(node)
+    with_sglang["ansible_facts"]["gpufleet_sglang"] = sglang_doc["gpufleet_sglang"]
+    (results / "node_sglang.json").write_text(json.dumps(with_sglang))
+    if where == "node_stack":
+        registered = {
+            "audit_r_node": "{{ lookup('ansible.builtin.file', '%s/' ~ ('node_sglang.json' if inventory_hostname == "
+                            "'s1' else 'node.json')) | from_json }}" % results}
+    else:
+        registered = {
+            "audit_r_node": "{{ lookup('ansible.builtin.file', '%s/node.json') | from_json }}" % results,
+            "audit_r_sglang": "{{ (lookup('ansible.builtin.file', '%s/sglang.json') | from_json)"
+                              " if inventory_hostname == 's1' else {'skipped': true, 'changed': false} }}" % results}
     (results / "model.json").write_text(json.dumps({"changed": False, "ansible_facts": {
         "gpufleet_model": dict(sglang_doc["gpufleet_model"], num_attention_heads=9)}}))
     inventory = tmp_path / "hosts.yml"
@@ -125,14 +139,11 @@ def test_sglang_facts_reach_the_rules(tmp_path):
     playbook.write_text(yaml.safe_dump([{
         "name": "Report registered results", "hosts": "cluster", "gather_facts": False,
         "tasks": [
-            {"name": "Registered results", "ansible.builtin.set_fact": {
-                "audit_r_node": "{{ lookup('ansible.builtin.file', '%s/node.json') | from_json }}" % results,
-                "audit_r_sglang": "{{ (lookup('ansible.builtin.file', '%s/sglang.json') | from_json)"
-                                  " if inventory_hostname == 's1' else {'skipped': true, 'changed': false} }}" % results,
+            {"name": "Registered results", "ansible.builtin.set_fact": dict(registered, **{
                 "audit_r_model": "{{ (lookup('ansible.builtin.file', '%s/model.json') | from_json)"
                                  " if inventory_hostname == 's1' else {'skipped': true, 'changed': false} }}" % results,
                 "audit_expect": {"hca_prefix": "mlx5", "sglang": "{{ %s if inventory_hostname == 's1' else none }}"
-                                 % json.dumps(expect)}}},
+                                 % json.dumps(expect)}})},
             {"name": "Report", "gpufleet.deepep.audit_fleet_report": {
                 "rules_file": str(RULES), "output_dir": str(tmp_path / "run")},
              "run_once": True, "delegate_to": "localhost"},
@@ -149,3 +160,6 @@ def test_sglang_facts_reach_the_rules(tmp_path):
     assert s1["SGLANG_NCCL_NOT_DEEPEP_BUILD"]["evidence"]["sglang_env"] == "2.28.3"
     assert fleet["nodes"]["s2"]["findings"] == []
     assert fleet["nodes"]["s2"]["facts"]["gpufleet_sglang"] is None
+    assert fleet["nodes"]["s1"]["facts"]["gpufleet_sglang"] == sglang_doc["gpufleet_sglang"]
+    assert fleet["nodes"]["s1"]["facts"]["gather_errors"] == {}
+    assert "SGLANG_NCCL_NOT_DEEPEP_BUILD" in (tmp_path / "run" / "fleet.md").read_text()
