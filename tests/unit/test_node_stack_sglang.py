@@ -11,12 +11,19 @@ import threading
 
 import yaml
 
-from test_sglang_env import args, base_env, env, no_host_pip_config, wheels  # noqa: F401 (fixtures)
+import test_sglang_env
+from test_sglang_env import args
 from unit_helpers import REPO, run_module
 
 from ansible_collections.gpufleet.deepep.plugins.module_utils import _sglang, _sglang_facts, _stack
 from ansible_collections.gpufleet.deepep.plugins.module_utils._audit import node_document
 from ansible_collections.gpufleet.deepep.plugins.modules import node_stack, sglang_env
+
+# The fixtures of test_sglang_env (a virtualenv with the fixture wheels): the same nodes for both modules.
+base_env = test_sglang_env.base_env
+env = test_sglang_env.env
+no_host_pip_config = test_sglang_env.no_host_pip_config
+wheels = test_sglang_env.wheels
 
 
 def node_stack_args(env, **extra):

@@ -58,7 +58,7 @@ def play(tmp_path):
 
 @pytest.mark.parametrize("check", [False, True])
 def test_good_values_pass_normalised_without_any_module(play, check):
-    result, _ = play(SETTINGS, *(["--check"] if check else []))
+    result = play(SETTINGS, *(["--check"] if check else []))[0]
     expected = play_settings.judge([dict(s, choices=None, table=None) for s in SETTINGS])
     assert result.get("failed") is not True
     assert result["changed"] is False
@@ -70,7 +70,7 @@ def test_good_values_pass_normalised_without_any_module(play, check):
 def test_bad_values_are_refused_as_the_module_refuses_them(play):
     bad = SETTINGS + [{"name": "gpufleet_reboot_throttle", "value": "-1", "form": "count"},
                       {"name": "env_script_gid_index", "value": "300", "form": "gid_index"}]
-    result, _ = play(bad)
+    result = play(bad)[0]
     expected = play_settings.judge([dict(s, choices=None, table=None) for s in bad])
     assert result["failed"] is True and expected["failed"] is True
     assert result["msg"] == expected["msg"] and result["errors"] == expected["errors"]
