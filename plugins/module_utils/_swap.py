@@ -6,12 +6,15 @@
 kept as ``<prefix>.previous`` for rollback. ``replace_tree`` replaces a directory the same way without keeping the
 old one (build artifacts). ``PrefixLock`` is the per-prefix build lock (``.<name>.lock`` beside the prefix, fcntl): a second build of
 one prefix waits for the first (bounded) or refuses, and never touches the first one's staging directory.
+``repair_leftovers`` and ``staged_build`` are the clean-up and the staged build of the prefix build modules
+(NVSHMEM, make), which end a failure as the module's ``Failed``.
 
 Standard library only, Python 3.8+ (this file runs on the managed nodes).
 """
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import errno
 import os
@@ -20,9 +23,11 @@ import shutil
 
 from ansible_collections.gpufleet.deepep.plugins.module_utils._buildkey import BuildError, short_key
 from ansible_collections.gpufleet.deepep.plugins.module_utils._lock import FileLock, LockError, LockTimeout, prefix_lock_path
+from ansible_collections.gpufleet.deepep.plugins.module_utils._runner import Failed, log_tail, StepFailed
 
 __all__ = ["staging_path", "previous_path", "stale_staging_dirs", "clean_stale_staging", "recover_interrupted_swap",
-           "swap_in", "rollback", "replace_tree", "PrefixLock", "build_lock", "repair_beside", "LOCK_TIMEOUT"]
+           "swap_in", "rollback", "replace_tree", "PrefixLock", "build_lock", "repair_beside", "repair_leftovers",
+           "staged_build", "LOCK_TIMEOUT"]
 
 # How long a second build of one prefix waits for the first by default (an NVSHMEM or DeepEP build takes minutes
 # to tens of minutes on a real node).
@@ -101,6 +106,41 @@ def repair_beside(prefix, check_mode=False):
         return stale_staging_dirs(prefix), recovered
     recovered = recover_interrupted_swap(prefix)
     return clean_stale_staging(prefix), recovered
+
+
+def repair_leftovers(prefix, check_mode=False):
+    """:func:`repair_beside` for a build module: ``(cleaned, recovered)``, or Failed naming the prefix."""
+    try:
+        return repair_beside(prefix, check_mode)
+    except (OSError, BuildError) as exc:
+        raise Failed("cannot clean up beside %s: %s" % (prefix, exc))
+
+
+@contextlib.contextmanager
+def staged_build(prefix, staging, runner, result, header, log_lines, failure, errors=()):
+    """The staging directory of a build module's build, around the code that builds into it and swaps it in.
+
+    Creates the parent of ``prefix`` and ``staging``, starts the build log ``<staging>/build.log`` (the
+    CommandLog ``runner`` writes to it, ``result['log']`` names it) with ``header``, and gives its path. A
+    StepFailed, or an OSError, BuildError or one of ``errors`` raised inside ends as Failed with the message
+    ``failure(text, step)`` (``text`` the step's message or the error, ``step`` whether a step failed), the
+    step's ``rc`` and ``cmd``, and the last ``log_lines`` lines of the log; the install at ``prefix`` is
+    unchanged. Once the code inside has swapped its build in, the staging directory is removed.
+    """
+    log_path = os.path.join(staging, "build.log")
+    try:
+        if not os.path.isdir(os.path.dirname(prefix)):
+            os.makedirs(os.path.dirname(prefix), 0o755)
+        os.makedirs(staging, 0o755)
+        runner.log_path = log_path
+        result["log"] = log_path
+        runner.log(header)
+        yield log_path
+    except StepFailed as exc:
+        raise Failed(failure(exc.msg, True), rc=exc.rc, cmd=exc.cmd, log_tail=log_tail(log_path, log_lines))
+    except (OSError, IOError, BuildError) + tuple(errors) as exc:
+        raise Failed(failure(exc, False), log_tail=log_tail(log_path, log_lines))
+    shutil.rmtree(staging, ignore_errors=True)
 
 
 _RENAME_EXCHANGE = 2

@@ -250,11 +250,12 @@ from ansible_collections.gpufleet.deepep.plugins.module_utils._buildkey import (
     stamp_diff,
     write_stamp,
 )
-from ansible_collections.gpufleet.deepep.plugins.module_utils._runner import CommandLog, Failed, finish, log_tail, StepFailed
+from ansible_collections.gpufleet.deepep.plugins.module_utils._runner import CommandLog, Failed, finish, StepFailed
 from ansible_collections.gpufleet.deepep.plugins.module_utils._swap import (
     build_lock,
     previous_path,
-    repair_beside,
+    repair_leftovers,
+    staged_build,
     staging_path,
     swap_in,
 )
@@ -362,10 +363,7 @@ class MakeBuild(object):
 
     def repair_leftovers(self):
         """What a killed run left beside the prefix (only reported in check mode)."""
-        try:
-            self.result["cleaned"], self.result["recovered"] = repair_beside(self.prefix, self.module.check_mode)
-        except (OSError, BuildError) as exc:
-            raise Failed("cannot clean up beside %s: %s" % (self.prefix, exc))
+        self.result["cleaned"], self.result["recovered"] = repair_leftovers(self.prefix, self.module.check_mode)
 
     def observe_install(self):
         present = os.path.isdir(self.prefix)
@@ -423,23 +421,11 @@ class MakeBuild(object):
     def apply(self):
         """Build the key and swap it in; the build at the prefix stays on any failure."""
         p, prefix = self.p, self.prefix
-        log_path = os.path.join(self.staging, "build.log")
-        try:
-            if not os.path.isdir(os.path.dirname(prefix)):
-                os.makedirs(os.path.dirname(prefix), 0o755)
-            os.makedirs(self.staging, 0o755)
-            self.runner.log_path = log_path
-            self.result["log"] = log_path
-            self.runner.log("# gpufleet.deepep.make_build %s %s key %s\n# inputs %s\n"
-                            % (_now(), p["kind"], self.key, json.dumps(self.inputs, sort_keys=True)))
+        header = "# gpufleet.deepep.make_build %s %s key %s\n# inputs %s\n" % (
+            _now(), p["kind"], self.key, json.dumps(self.inputs, sort_keys=True))
+        with staged_build(prefix, self.staging, self.runner, self.result, header, p["log_lines"],
+                          lambda text, step: "%s build failed: %s (the build at %s is unchanged)" % (p["kind"], text, prefix)):
             swap = self.build()
-        except StepFailed as exc:
-            raise Failed("%s build failed: %s (the build at %s is unchanged)" % (p["kind"], exc.msg, prefix),
-                         rc=exc.rc, cmd=exc.cmd, log_tail=log_tail(log_path, p["log_lines"]))
-        except (OSError, IOError, BuildError) as exc:
-            raise Failed("%s build failed: %s (the build at %s is unchanged)" % (p["kind"], exc, prefix),
-                         log_tail=log_tail(log_path, p["log_lines"]))
-        shutil.rmtree(self.staging, ignore_errors=True)
         self.result.update(built=True, previous=swap["previous"], log=os.path.join(prefix, LOG_NAME))
 
     def facts(self, predicted=False):

@@ -337,11 +337,12 @@ from ansible_collections.gpufleet.deepep.plugins.module_utils._nvshmem import (
     nvshmem_cmake_args,
     parse_nvshmem_info,
 )
-from ansible_collections.gpufleet.deepep.plugins.module_utils._runner import CommandLog, Failed, finish, log_tail, StepFailed
+from ansible_collections.gpufleet.deepep.plugins.module_utils._runner import CommandLog, Failed, finish, StepFailed
 from ansible_collections.gpufleet.deepep.plugins.module_utils._swap import (
     build_lock,
     previous_path,
-    repair_beside,
+    repair_leftovers,
+    staged_build,
     staging_path,
     swap_in,
 )
@@ -623,10 +624,7 @@ class NvshmemBuild(object):
 
     def repair_leftovers(self):
         """What a killed run left beside the prefix (only reported in check mode)."""
-        try:
-            self.result["cleaned"], self.result["recovered"] = repair_beside(self.prefix, self.module.check_mode)
-        except (OSError, BuildError) as exc:
-            raise Failed("cannot clean up beside %s: %s" % (self.prefix, exc))
+        self.result["cleaned"], self.result["recovered"] = repair_leftovers(self.prefix, self.module.check_mode)
 
     def observe_install(self):
         prefix = self.prefix
@@ -727,23 +725,14 @@ class NvshmemBuild(object):
     def apply(self, action):
         """Install the key (from its packed install or by building); the old install stays on any failure."""
         prefix, p = self.prefix, self.p
-        log_path = os.path.join(self.staging, "build.log")
-        try:
-            if not os.path.isdir(os.path.dirname(prefix)):
-                os.makedirs(os.path.dirname(prefix), 0o755)
-            os.makedirs(self.staging, 0o755)
-            self.runner.log_path = log_path
-            self.result["log"] = log_path
-            self.runner.log("# gpufleet.deepep.nvshmem_build %s key %s\n# inputs %s\n"
-                            % (_now(), self.key, json.dumps(self.inputs)))
+        header = "# gpufleet.deepep.nvshmem_build %s key %s\n# inputs %s\n" % (_now(), self.key, json.dumps(self.inputs))
+
+        def failure(text, step):
+            return "%s (the install at %s is unchanged)" % (text if step else "build of NVSHMEM failed: %s" % text, prefix)
+
+        with staged_build(prefix, self.staging, self.runner, self.result, header, p["log_lines"], failure,
+                          errors=(EOFError, tarfile.TarError, ArchError)) as log_path:
             swap = self.install_artifact() if action == "artifact" else self.build(log_path)
-        except StepFailed as exc:
-            raise Failed(exc.msg + " (the install at %s is unchanged)" % prefix, rc=exc.rc, cmd=exc.cmd,
-                         log_tail=log_tail(log_path, p["log_lines"]))
-        except (OSError, IOError, EOFError, BuildError, tarfile.TarError, ArchError) as exc:
-            raise Failed("build of NVSHMEM failed: %s (the install at %s is unchanged)" % (exc, prefix),
-                         log_tail=log_tail(log_path, p["log_lines"]))
-        shutil.rmtree(self.staging, ignore_errors=True)
         if action == "artifact":
             self.result.update(built=False, installed_from="artifact", previous=swap["previous"], log=None)
             return

@@ -22,6 +22,8 @@ from pathlib import Path
 
 import pytest
 
+from unit_helpers import first_build_holding_the_lock
+
 from ansible_collections.gpufleet.deepep.plugins.modules import deepep_build
 from ansible_collections.gpufleet.deepep.plugins.module_utils import _buildkey as bk
 
@@ -460,13 +462,7 @@ def test_a_second_build_of_one_artifact_dir_refuses_and_leaves_the_first_ones_st
     staging = tmp_path / "artifacts" / ".staging-0123abcd"
     ready = tmp_path / "first.ready"
     # The first build: another process that holds the lock beside the artifact directory and builds in its staging.
-    first = subprocess.Popen([sys.executable, "-c", (
-        "import os, sys\nsys.path.insert(0, sys.argv[1])\n"
-        "from ansible_collections.gpufleet.deepep.plugins.module_utils._swap import PrefixLock\n"
-        "with PrefixLock(sys.argv[2], timeout=0):\n"
-        "    os.makedirs(sys.argv[3]); open(sys.argv[4], 'w').close(); sys.stdin.read()\n"),
-        str(REPO / ".collections"), args["artifact_dir"], str(staging), str(ready)], stdin=subprocess.PIPE)
-    try:
+    with first_build_holding_the_lock(args["artifact_dir"], staging, ready) as first:
         _wait_for(ready, first, "the first build's lock")
         second = module_runner(deepep_build, args)
         assert second.failed and not second["built"] and not second["installed"]
@@ -476,7 +472,4 @@ def test_a_second_build_of_one_artifact_dir_refuses_and_leaves_the_first_ones_st
         # A plan (check mode) takes no lock.
         plan = module_runner(deepep_build, args, check_mode=True)
         assert not plan.failed and plan["would_build"]
-    finally:
-        first.stdin.close()
-        first.wait(timeout=60)
     assert first.returncode == 0

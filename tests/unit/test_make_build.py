@@ -11,6 +11,8 @@ from pathlib import Path
 
 import pytest
 
+from unit_helpers import siblings as _siblings
+
 from ansible_collections.gpufleet.deepep.plugins.modules import make_build
 from ansible_collections.gpufleet.deepep.plugins.module_utils import _arch
 from ansible_collections.gpufleet.deepep.plugins.module_utils import _buildkey as bk
@@ -36,11 +38,6 @@ def _args(tmp_path, kind, **extra):
         args["cuda_arch_list"] = "9.0;10.0+PTX"
     args.update(extra)
     return args
-
-
-def _siblings(prefix):
-    parent, base = os.path.split(prefix)
-    return sorted(n for n in os.listdir(parent) if n.startswith(base))
 
 
 def _tree_snapshot(path):

@@ -10,12 +10,13 @@ import json
 import os
 import shutil
 import subprocess
-import sys
 import tarfile
 import time
 from pathlib import Path
 
 import pytest
+
+from unit_helpers import first_build_holding_the_lock, siblings as _siblings
 
 from ansible_collections.gpufleet.deepep.plugins.modules import nvshmem_build
 from ansible_collections.gpufleet.deepep.plugins.module_utils import _buildkey as bk
@@ -42,9 +43,21 @@ def _args(prefix, **extra):
     return args
 
 
-def _siblings(prefix):
-    parent, base = os.path.split(prefix)
-    return sorted(n for n in os.listdir(parent) if n.startswith(base))
+def _fixture_tarball(tmp_path):
+    """The fixture source packed as ``nvshmem-fixture.tar.gz``, and its sha256."""
+    tarball = tmp_path / "nvshmem-fixture.tar.gz"
+    with tarfile.open(tarball, "w:gz") as archive:
+        archive.add(str(FIXTURE), arcname="nvshmem-fixture")
+    return tarball, hashlib.sha256(tarball.read_bytes()).hexdigest()
+
+
+def _build_and_pack(module_runner, prefix, tmp_path):
+    """A build from the fixture tarball, packed into ``tmp_path/artifacts``: the tarball's sha256, the store and
+    the module's result."""
+    tarball, digest = _fixture_tarball(tmp_path)
+    store = tmp_path / "artifacts"
+    return digest, store, module_runner(nvshmem_build, _args(prefix, src=str(tarball), sha256=digest,
+                                                             artifact_dir=str(store)))
 
 
 def test_build_verify_and_idempotence(module_runner, prefix):
@@ -187,10 +200,7 @@ def test_broken_install_with_the_same_key_is_rebuilt(module_runner, prefix):
 
 
 def test_tarball_source_and_checksum(module_runner, prefix, tmp_path):
-    tarball = tmp_path / "nvshmem-fixture.tar.gz"
-    with tarfile.open(tarball, "w:gz") as archive:
-        archive.add(str(FIXTURE), arcname="nvshmem-fixture")
-    digest = hashlib.sha256(tarball.read_bytes()).hexdigest()
+    tarball, digest = _fixture_tarball(tmp_path)
     wrong = module_runner(nvshmem_build, _args(prefix, src=str(tarball), sha256="0" * 64))
     assert wrong.failed and digest in wrong["msg"] and "0" * 64 in wrong["msg"]
     assert not os.path.exists(os.path.dirname(prefix))
@@ -237,12 +247,7 @@ def test_fixture_refuses_a_missing_cuda_compiler(tmp_path):
 
 
 def test_build_once_then_install_the_packed_build(module_runner, prefix, tmp_path):
-    tarball = tmp_path / "nvshmem-fixture.tar.gz"
-    with tarfile.open(tarball, "w:gz") as archive:
-        archive.add(str(FIXTURE), arcname="nvshmem-fixture")
-    digest = hashlib.sha256(tarball.read_bytes()).hexdigest()
-    store = tmp_path / "artifacts"
-    built = module_runner(nvshmem_build, _args(prefix, src=str(tarball), sha256=digest, artifact_dir=str(store)))
+    digest, store, built = _build_and_pack(module_runner, prefix, tmp_path)
     assert built["built"] and built["installed_from"] == "build"
     assert built["artifact"] == str(store / ("nvshmem-%s.tar.gz" % built["key"]))
     record = json.loads((store / ("nvshmem-%s.json" % built["key"])).read_text())
@@ -270,12 +275,7 @@ def test_build_once_then_install_the_packed_build(module_runner, prefix, tmp_pat
 
 @pytest.mark.parametrize("damage", ["truncated", "tampered", "record without checksum"])
 def test_a_damaged_packed_install_is_refused_by_name(module_runner, prefix, tmp_path, damage):
-    tarball = tmp_path / "nvshmem-fixture.tar.gz"
-    with tarfile.open(tarball, "w:gz") as archive:
-        archive.add(str(FIXTURE), arcname="nvshmem-fixture")
-    digest = hashlib.sha256(tarball.read_bytes()).hexdigest()
-    store = tmp_path / "artifacts"
-    built = module_runner(nvshmem_build, _args(prefix, src=str(tarball), sha256=digest, artifact_dir=str(store)))
+    digest, store, built = _build_and_pack(module_runner, prefix, tmp_path)
     assert built["built"]
     packed, record = store / ("nvshmem-%s.tar.gz" % built["key"]), store / ("nvshmem-%s.json" % built["key"])
     if damage == "truncated":
@@ -302,13 +302,7 @@ def test_a_damaged_packed_install_is_refused_by_name(module_runner, prefix, tmp_
 def test_a_second_build_of_one_prefix_refuses_and_leaves_the_first_ones_staging(module_runner, prefix, tmp_path):
     staging = prefix + ".staging-0123abcd"
     ready = tmp_path / "first.ready"
-    first = subprocess.Popen([sys.executable, "-c", (
-        "import os, sys\nsys.path.insert(0, sys.argv[1])\n"
-        "from ansible_collections.gpufleet.deepep.plugins.module_utils._swap import PrefixLock\n"
-        "with PrefixLock(sys.argv[2], timeout=0):\n"
-        "    os.makedirs(sys.argv[3]); open(sys.argv[4], 'w').close(); sys.stdin.read()\n"),
-        str(REPO / ".collections"), prefix, staging, str(ready)], stdin=subprocess.PIPE)
-    try:
+    with first_build_holding_the_lock(prefix, staging, ready) as first:
         for dummy in range(600):  # bounded: at most about 60 s for the first build to take its lock
             if ready.exists() or first.poll() is not None:
                 break
@@ -319,9 +313,6 @@ def test_a_second_build_of_one_prefix_refuses_and_leaves_the_first_ones_staging(
         assert "another NVSHMEM build of %s is running" % prefix in second["msg"]
         assert "pid %d" % first.pid in second["msg"] and "lock_timeout" in second["msg"]
         assert os.path.isdir(staging) and not os.path.exists(prefix)
-    finally:
-        first.stdin.close()
-        first.wait(timeout=60)
     # The first run ended: the next one takes the lock, removes what that run left, and builds.
     third = module_runner(nvshmem_build, _args(prefix, lock_timeout=0))
     assert not third.failed and third["built"] and third["cleaned"] == [staging]

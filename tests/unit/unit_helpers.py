@@ -12,6 +12,8 @@ from __future__ import annotations
 import contextlib
 import io
 import json
+import os
+import subprocess
 import sys
 from pathlib import Path
 
@@ -81,3 +83,31 @@ def render_sysfs_tree(tmp_path: Path, profile="gcp_b200", name: str = "sys", **k
     root = tmp_path / name
     fakehw.render_sysfs(prof, root, **kwargs)
     return root
+
+
+def siblings(prefix):
+    """The names beside ``prefix`` (a path) that begin with its name: the prefix, its staging and previous trees."""
+    parent, base = os.path.split(prefix)
+    return sorted(n for n in os.listdir(parent) if n.startswith(base))
+
+
+# The first of two builds of one prefix: it holds the prefix's build lock, makes its staging directory, says so
+# with a file and waits until its stdin closes.
+_FIRST_BUILD = (
+    "import os, sys\nsys.path.insert(0, sys.argv[1])\n"
+    "from ansible_collections.gpufleet.deepep.plugins.module_utils._swap import PrefixLock\n"
+    "with PrefixLock(sys.argv[2], timeout=0):\n"
+    "    os.makedirs(sys.argv[3]); open(sys.argv[4], 'w').close(); sys.stdin.read()\n")
+
+
+@contextlib.contextmanager
+def first_build_holding_the_lock(prefix, staging, ready):
+    """Another process (the first build) holds the build lock of ``prefix`` while the block runs and has made
+    ``staging``; it creates ``ready`` once it has both (wait for that), and ends with the block. Gives its Popen."""
+    first = subprocess.Popen([sys.executable, "-c", _FIRST_BUILD, str(COLLECTIONS), str(prefix), str(staging),
+                              str(ready)], stdin=subprocess.PIPE)
+    try:
+        yield first
+    finally:
+        first.stdin.close()
+        first.wait(timeout=60)
