@@ -14,14 +14,13 @@ import json
 import os
 
 from ansible_collections.gpufleet.deepep.plugins.module_utils._hca_mapping import topology_facts
+from ansible_collections.gpufleet.deepep.plugins.module_utils._modprobe import DEFAULT_MODPROBE_DIRS, scan_modprobe
 from ansible_collections.gpufleet.deepep.plugins.module_utils._nodeio import read_text
-from ansible_collections.gpufleet.deepep.plugins.module_utils._nvidia import (
-    DEFAULT_MODPROBE_DIRS,
+from ansible_collections.gpufleet.deepep.plugins.module_utils._nvidia import reboot_check
+from ansible_collections.gpufleet.deepep.plugins.module_utils._nvidia_params import (
     DEFAULT_PARAMS_PATH,
     DEFAULT_VERSION_PATH,
     live_facts,
-    reboot_check,
-    scan_modprobe,
 )
 from ansible_collections.gpufleet.deepep.plugins.module_utils._nvshmem_discovery import (
     DiscoveryError,

@@ -44,6 +44,7 @@ from ansible_collections.gpufleet.deepep.plugins.module_utils._installs import (
     gather_nvshmem_install,
     unchanged_install,
 )
+from ansible_collections.gpufleet.deepep.plugins.module_utils._modprobe import DEFAULT_MODPROBE_DIRS
 from ansible_collections.gpufleet.deepep.plugins.module_utils._node_probes import (
     LIB_DIRS,
     MLX5_HEADER,
@@ -73,8 +74,7 @@ from ansible_collections.gpufleet.deepep.plugins.module_utils._node_probes impor
     torch_facts,
 )
 from ansible_collections.gpufleet.deepep.plugins.module_utils._nodeio import read_text, sha256_file, under
-from ansible_collections.gpufleet.deepep.plugins.module_utils._nvidia import (
-    DEFAULT_MODPROBE_DIRS,
+from ansible_collections.gpufleet.deepep.plugins.module_utils._nvidia_params import (
     DEFAULT_PARAMS_PATH,
     DEFAULT_VERSION_PATH,
 )

@@ -529,8 +529,8 @@ from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.gpufleet.deepep.plugins.module_utils._fact_sets import GatherError
 from ansible_collections.gpufleet.deepep.plugins.module_utils._guard import guarded
-from ansible_collections.gpufleet.deepep.plugins.module_utils._nvidia import (
-    DEFAULT_MODPROBE_DIRS,
+from ansible_collections.gpufleet.deepep.plugins.module_utils._modprobe import DEFAULT_MODPROBE_DIRS
+from ansible_collections.gpufleet.deepep.plugins.module_utils._nvidia_params import (
     DEFAULT_PARAMS_PATH,
     DEFAULT_VERSION_PATH,
 )
