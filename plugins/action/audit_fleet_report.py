@@ -34,13 +34,9 @@ from ansible.errors import AnsibleActionFail
 from ansible.module_utils.common.text.converters import to_native
 from ansible.plugins.action import ActionBase
 
-from ansible_collections.gpufleet.deepep.plugins.module_utils._audit import (
-    DEFAULT_DRIFT_SKIP_GROUPS,
-    AuditError,
-    audit_fleet,
-    node_document,
-    plain_data,
-)
+from ansible_collections.gpufleet.deepep.plugins.module_utils._audit import DEFAULT_DRIFT_SKIP_GROUPS, audit_fleet
+from ansible_collections.gpufleet.deepep.plugins.module_utils._audit_document import node_document, plain_data
+from ansible_collections.gpufleet.deepep.plugins.module_utils._audit_expr import AuditError
 from ansible_collections.gpufleet.deepep.plugins.module_utils._fileio import write_atomic
 from ansible_collections.gpufleet.deepep.plugins.module_utils._report import render
 

@@ -15,11 +15,11 @@ from ansible.errors import AnsibleFilterError
 from ansible_collections.gpufleet.deepep.plugins.plugin_utils._filter_guard import guard_filters
 from ansible_collections.gpufleet.deepep.plugins.module_utils._audit import (
     DEFAULT_DRIFT_SKIP_GROUPS,
-    AuditError,
     audit_fleet as _audit_fleet,
     evaluate_rules,
-    plain_data,
 )
+from ansible_collections.gpufleet.deepep.plugins.module_utils._audit_document import plain_data
+from ansible_collections.gpufleet.deepep.plugins.module_utils._audit_expr import AuditError
 from ansible_collections.gpufleet.deepep.plugins.module_utils._report import render
 
 

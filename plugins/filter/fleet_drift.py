@@ -13,9 +13,9 @@ from ansible.errors import AnsibleFilterError
 from ansible_collections.gpufleet.deepep.plugins.plugin_utils._filter_guard import guard_filters
 from ansible_collections.gpufleet.deepep.plugins.module_utils._audit import (
     DEFAULT_DRIFT_SKIP_GROUPS,
-    AuditError,
     fleet_drift as _fleet_drift,
 )
+from ansible_collections.gpufleet.deepep.plugins.module_utils._audit_expr import AuditError
 
 
 def _plain(value):

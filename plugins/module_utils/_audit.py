@@ -13,28 +13,11 @@ over one node's facts document::
      "gpufleet_stack": {...}}
 
 A rule fires when its ``condition`` evaluates to a true value in the jmespath sense (not null, not
-false, not an empty string/list/object). Besides the standard jmespath functions the conditions may use:
-
-``version_cmp(a, b)``
-    -1, 0 or 1 comparing two version strings numerically (``2.28.9`` < ``2.30.4``, ``2.11.0+cu130`` ==
-    ``2.11.0``); null when either side is missing or has no number.
-``arch_covers(built, needed)``
-    true when every arch of ``needed`` is in ``built`` (lists or strings such as ``9.0;10.0``, ``9.0a``,
-    ``90``, ``sm_90``); null when either side is missing.
-``arch_list(value)``
-    the normalised arch list (``["9.0", "10.0"]``) of a list or string; null when missing.
-``to_int(value)``
-    the integer of a number or a decimal string; null otherwise (``to_number`` also accepts floats).
-``mod(a, b)``, ``int_div(a, b)``
-    ``a % b`` and ``a // b`` of integers (or decimal strings); null when either is missing or ``b`` is 0
-    (layout rules: attention heads divisible by the attention TP size, TP by the node count).
-``without_prefix(strings, prefix)``
-    the strings of a list that do not start with ``prefix`` (``[]`` when the list is missing; every
-    string when the prefix is null or empty is not wanted, so then ``[]``).
-``unique(list)``
-    the list without repeated values, first occurrence kept (``[]`` when missing).
-``difference(a, b)``
-    the values of list ``a`` that are not in list ``b``, in order (``[]`` when ``a`` is missing).
+false, not an empty string/list/object). The conditions may use the audit's own jmespath functions besides the
+standard ones (``version_cmp``, ``arch_covers``, ``arch_list``, ``to_int``, ``mod``, ``int_div``,
+``without_prefix``, ``unique``, ``difference``): they and the jmespath evaluation are in ``_audit_expr``, whose
+names are re-exported here (see ``__all__``) for the callers that import them from here, as are those of
+``_audit_document`` (one node's facts document, built from the registered node_stack result).
 
 One engine judges more than the audit: a rule's ``when`` names the contexts it applies in (``audit``, the
 default, and ``preflight``, the checks of the preflight role before anything is installed). A rule with
@@ -46,25 +29,39 @@ be a mapping) gives each finding a ``message`` naming the values it found.
 from __future__ import annotations
 
 import re
-import traceback
 
-from ansible_collections.gpufleet.deepep.plugins.module_utils._versions import (
-    VersionError,
-    compare_versions,
+from ansible_collections.gpufleet.deepep.plugins.module_utils._audit_document import DOCUMENT_FACTS, NOT_GATHERED, node_document, plain_data
+from ansible_collections.gpufleet.deepep.plugins.module_utils._audit_expr import (
+    HAS_JMESPATH,
+    JMESPATH_IMPORT_ERROR,
+    AuditError,
+    arch_covers,
+    compile_expression,
+    difference,
+    int_div,
+    int_mod,
+    normalize_arch_list,
+    parse_version,
+    search,
+    truthy,
+    unique,
+    version_cmp,
+    without_prefix,
 )
 
-try:
-    import jmespath
-    from jmespath import functions as _jp_functions
-
-    HAS_JMESPATH = True
-    JMESPATH_IMPORT_ERROR = None
-except ImportError:  # pragma: no cover - exercised only without jmespath
-    jmespath = None
-    _jp_functions = None
-    HAS_JMESPATH = False
-    JMESPATH_IMPORT_ERROR = traceback.format_exc()
-
+__all__ = [
+    # this file: the rules engine, drift, the fleet
+    "SEVERITIES", "SEVERITY_RANK", "RULE_KEYS_REQUIRED", "RULE_KEYS_OPTIONAL", "CONTEXTS", "RULE_ID_RE",
+    "DRIFT_KEYS_REQUIRED", "DRIFT_KEYS_OPTIONAL", "DEFAULT_DRIFT_SKIP_GROUPS", "validate_rules", "applies",
+    "validate_drift", "evaluate_rules", "severity_counts", "node_status", "fleet_drift", "key_facts",
+    "split_catalogue", "audit_fleet",
+    # re-exported from _audit_document
+    "DOCUMENT_FACTS", "NOT_GATHERED", "node_document", "plain_data",
+    # re-exported from _audit_expr
+    "HAS_JMESPATH", "JMESPATH_IMPORT_ERROR", "AuditError", "parse_version", "version_cmp",
+    "normalize_arch_list", "arch_covers", "without_prefix", "int_mod", "int_div", "unique", "difference",
+    "compile_expression", "search", "truthy",
+]
 
 SEVERITIES = ("critical", "warning", "info")
 SEVERITY_RANK = {"critical": 0, "warning": 1, "info": 2}
@@ -76,233 +73,6 @@ DRIFT_KEYS_REQUIRED = ("name", "path")
 DRIFT_KEYS_OPTIONAL = ("expand", "description")
 # Inventory groups never compared for drift: everything is in them, nothing says they are alike.
 DEFAULT_DRIFT_SKIP_GROUPS = ("all", "ungrouped")
-
-_VERSION_RE = re.compile(r"(\d+(?:\.\d+)*)")
-_ARCH_RE = re.compile(r"^(?:sm_|compute_)?(\d+)(?:\.(\d+))?([a-z]?)(?:\+ptx)?$", re.IGNORECASE)
-
-
-class AuditError(Exception):
-    """A rule, a drift entry or a facts document is malformed; the message names it."""
-
-
-def parse_version(value):
-    """Return the numeric tuple of a version string (``"2.11.0+cu130"`` -> ``(2, 11, 0)``) or None."""
-    if value is None or isinstance(value, bool):
-        return None
-    if isinstance(value, (int, float)):
-        value = str(value)
-    if not isinstance(value, str):
-        return None
-    match = _VERSION_RE.search(value)
-    if not match:
-        return None
-    return tuple(int(part) for part in match.group(1).split("."))
-
-
-def version_cmp(left, right):
-    """Compare two version strings: -1, 0, 1, or None when either is not a version.
-
-    Uses the collection's version rules (``_versions.compare_versions``: pre-releases sort before the
-    release, ``+cu130`` labels are ignored); values they reject are compared by their leading numbers.
-    """
-    if left is None or right is None or isinstance(left, bool) or isinstance(right, bool):
-        return None
-    try:
-        return compare_versions(left, right)
-    except VersionError:
-        pass
-    a, b = parse_version(left), parse_version(right)
-    if a is None or b is None:
-        return None
-    width = max(len(a), len(b))
-    a = a + (0,) * (width - len(a))
-    b = b + (0,) * (width - len(b))
-    return (a > b) - (a < b)
-
-
-def normalize_arch_list(value):
-    """Return the sorted arch list ``["9.0", "10.0"]`` of a list or string, or None when missing.
-
-    Accepts ``9.0``, ``9.0a``, ``90``, ``sm_90``, ``10.0+PTX``, separated by ``;``, ``,`` or spaces.
-    Unknown tokens are kept verbatim so a comparison with them fails visibly.
-    """
-    if value is None or value == "" or value == []:
-        return None
-    if isinstance(value, (int, float)) and not isinstance(value, bool):
-        value = str(value)
-    if isinstance(value, str):
-        tokens = re.split(r"[;,\s]+", value.strip())
-    elif isinstance(value, (list, tuple)):
-        tokens = []
-        for item in value:
-            tokens.extend(re.split(r"[;,\s]+", str(item).strip()))
-    else:
-        return None
-    out = set()
-    for token in tokens:
-        if not token:
-            continue
-        match = _ARCH_RE.fullmatch(token)
-        if not match:
-            out.add(token)
-            continue
-        major, minor = match.group(1), match.group(2)
-        if minor is None:
-            # "90" / "sm_100": the last digit is the minor version.
-            if len(major) < 2:
-                out.add(token)
-                continue
-            major, minor = major[:-1], major[-1]
-        out.add("%d.%d" % (int(major), int(minor)))
-    if not out:
-        return None
-    return sorted(out, key=lambda a: parse_version(a) or (999,))
-
-
-def arch_covers(built, needed):
-    """True when every arch in ``needed`` is in ``built``; None when either is missing."""
-    have, want = normalize_arch_list(built), normalize_arch_list(needed)
-    if have is None or want is None:
-        return None
-    return set(want).issubset(have)
-
-
-def _to_int(value):
-    if isinstance(value, bool):
-        return None
-    if isinstance(value, int):
-        return value
-    if isinstance(value, float) and value.is_integer():
-        return int(value)
-    if isinstance(value, str) and re.fullmatch(r"-?\d+", value.strip()):
-        return int(value)
-    return None
-
-
-def without_prefix(strings, prefix):
-    if not isinstance(strings, list) or not isinstance(prefix, str) or not prefix:
-        return []
-    return [s for s in strings if isinstance(s, str) and not s.startswith(prefix)]
-
-
-def int_mod(left, right):
-    """``left % right`` of two integers (or decimal strings); null when either is missing or ``right`` is 0."""
-    a, b = _to_int(left), _to_int(right)
-    if a is None or not b:
-        return None
-    return a % b
-
-
-def int_div(left, right):
-    """``left // right`` of two integers (or decimal strings); null when either is missing or ``right`` is 0."""
-    a, b = _to_int(left), _to_int(right)
-    if a is None or not b:
-        return None
-    return a // b
-
-
-def unique(values):
-    if not isinstance(values, list):
-        return []
-    out = []
-    for value in values:
-        if value not in out:
-            out.append(value)
-    return out
-
-
-def difference(left, right):
-    if not isinstance(left, list):
-        return []
-    right = right if isinstance(right, list) else []
-    return [value for value in left if value not in right]
-
-
-if HAS_JMESPATH:
-
-    class _AuditFunctions(_jp_functions.Functions):
-        """Extra jmespath functions available to rule conditions."""
-
-        @_jp_functions.signature({"types": []}, {"types": []})
-        def _func_version_cmp(self, left, right):
-            return version_cmp(left, right)
-
-        @_jp_functions.signature({"types": []}, {"types": []})
-        def _func_arch_covers(self, built, needed):
-            return arch_covers(built, needed)
-
-        @_jp_functions.signature({"types": []})
-        def _func_arch_list(self, value):
-            return normalize_arch_list(value)
-
-        @_jp_functions.signature({"types": []})
-        def _func_to_int(self, value):
-            return _to_int(value)
-
-        @_jp_functions.signature({"types": []}, {"types": []})
-        def _func_without_prefix(self, strings, prefix):
-            return without_prefix(strings, prefix)
-
-        @_jp_functions.signature({"types": []}, {"types": []})
-        def _func_mod(self, left, right):
-            return int_mod(left, right)
-
-        @_jp_functions.signature({"types": []}, {"types": []})
-        def _func_int_div(self, left, right):
-            return int_div(left, right)
-
-        @_jp_functions.signature({"types": []})
-        def _func_unique(self, values):
-            return unique(values)
-
-        @_jp_functions.signature({"types": []}, {"types": []})
-        def _func_difference(self, left, right):
-            return difference(left, right)
-
-    _OPTIONS = jmespath.Options(custom_functions=_AuditFunctions())
-else:  # pragma: no cover
-    _OPTIONS = None
-
-
-def _require_jmespath():
-    if not HAS_JMESPATH:
-        raise AuditError("the audit needs the Python library jmespath on the controller: %s" % JMESPATH_IMPORT_ERROR)
-
-
-_COMPILED = {}
-
-
-def compile_expression(expression, where):
-    """Compile (and cache) a jmespath expression; errors name the rule or drift entry."""
-    _require_jmespath()
-    if not isinstance(expression, str) or not expression.strip():
-        raise AuditError("%s: expected a non-empty jmespath expression string, got %r" % (where, expression))
-    cached = _COMPILED.get(expression)
-    if cached is None:
-        try:
-            cached = jmespath.compile(expression)
-        except jmespath.exceptions.JMESPathError as exc:
-            raise AuditError("%s: invalid jmespath expression %r: %s" % (where, expression, exc))
-        _COMPILED[expression] = cached
-    return cached
-
-
-def search(expression, document, where="expression"):
-    """Evaluate a jmespath expression (with the audit functions) over a document."""
-    compiled = compile_expression(expression, where)
-    try:
-        return compiled.search(document, options=_OPTIONS)
-    except jmespath.exceptions.JMESPathError as exc:
-        raise AuditError("%s: evaluating %r failed: %s" % (where, expression, exc))
-
-
-def truthy(value):
-    """jmespath's notion of truth: false, null, empty strings, lists and objects are false."""
-    if value is None or value is False:
-        return False
-    if isinstance(value, (str, list, dict)) and not value:
-        return False
-    return True
 
 
 def validate_rules(rules):
@@ -621,86 +391,3 @@ def audit_fleet(documents, catalogue, groups=None, skip_groups=DEFAULT_DRIFT_SKI
         "rules": [{"id": r["id"], "title": r["title"], "severity": r["severity"], "source": r["source"]}
                   for r in rules],
     }
-
-
-# Facts of the node_stack result that go into the facts document as they are.
-DOCUMENT_FACTS = ("gpufleet_nvidia", "gpufleet_rdma", "gpufleet_gpus", "gpufleet_bundled_nvshmem", "gpufleet_stack")
-NOT_GATHERED = "the play failed on this node before its facts were gathered"
-
-
-def _sglang_value(value):
-    """``gpufleet_sglang`` of an environment without the sglang distribution is null, so the SGLANG_* rules judge only
-    nodes that have SGLang."""
-    return value if ((value or {}).get("versions") or {}).get("sglang") else None
-
-
-def _registered_facts(name, result, doc):
-    """Put the registered result of a facts module the audit runs on some nodes only (``model_config``,
-    ``serve_state``; ``sglang_env`` where a play reads SGLang in its own task) into ``doc``.
-
-    Not run (None, skipped): the node has nothing of it to audit and the key stays null. Failed: the reason goes under
-    ``gather_errors``. ``gpufleet_sglang`` of an environment without the sglang distribution stays null too.
-    """
-    if not isinstance(result, dict) or not result or result.get("skipped"):
-        return
-    if result.get("failed") or result.get("unreachable"):
-        doc["gather_errors"][name] = result.get("msg") or "failed"
-        return
-    facts = result.get("ansible_facts") if isinstance(result.get("ansible_facts"), dict) else {}
-    value = facts.get(name)
-    doc[name] = _sglang_value(value) if name == "gpufleet_sglang" else value
-
-
-def node_document(host, groups, result, expect=None, sglang=None, model=None, serving=None):
-    """One node's facts document from the registered result of ``node_stack`` (``gather`` of every set).
-
-    ``gpufleet_sglang``: the ``gpufleet_sglang`` facts of ``result`` where node_stack gathered ``sglang`` (the audit
-    role does on nodes the inventory gives SGLang; a failure to read them is already under its ``gather_errors``).
-    ``sglang``: the registered result of a separate ``sglang_env`` (state facts), used only where ``result`` did not
-    gather ``sglang``. ``model``: the registered result of ``model_config`` on a node the audit reads SGLang on
-    (``gpufleet_model``). ``serving``: the registered result of ``serve_state`` on a node of the serving groups
-    (``gpufleet_serving``). Each is null elsewhere.
-
-    ``result`` None or empty: the node never got to the gathering task (reported as not reachable). An
-    unreachable result gives ``reachable: false`` with the connection's message; a failed one keeps
-    ``reachable: true`` and names the failure under ``gather_errors.node_stack``. ``gpufleet_nvshmem`` and
-    ``gpufleet_deepep`` are the stack's ``nvshmem`` and ``deepep`` (the shapes of the build modules' facts).
-    """
-    result = result if isinstance(result, dict) else {}
-    doc = {"host": host, "groups": list(groups or []), "reachable": True, "unreachable_reason": None,
-           "expect": dict(expect or {}), "gather_errors": {}}
-    if not result:
-        doc.update(reachable=False, unreachable_reason=NOT_GATHERED)
-    elif result.get("unreachable"):
-        doc.update(reachable=False, unreachable_reason=result.get("msg") or "unreachable")
-    facts = result.get("ansible_facts") if isinstance(result.get("ansible_facts"), dict) else {}
-    if doc["reachable"]:
-        errors = dict(result.get("gather_errors") or {})
-        if result.get("failed") or result.get("skipped"):
-            errors["node_stack"] = result.get("msg") or ("skipped" if result.get("skipped") else "failed")
-        doc["gather_errors"] = errors
-    for name in DOCUMENT_FACTS:
-        doc[name] = facts.get(name) if doc["reachable"] else None
-    stack = doc["gpufleet_stack"] if isinstance(doc["gpufleet_stack"], dict) else {}
-    doc["gpufleet_nvshmem"] = stack.get("nvshmem")
-    doc["gpufleet_deepep"] = stack.get("deepep")
-    doc["gpufleet_sglang"] = doc["gpufleet_model"] = doc["gpufleet_serving"] = None
-    if doc["reachable"]:
-        if "gpufleet_sglang" in facts or "gpufleet_sglang" in doc["gather_errors"]:
-            doc["gpufleet_sglang"] = _sglang_value(facts.get("gpufleet_sglang"))
-        else:
-            _registered_facts("gpufleet_sglang", sglang, doc)
-        _registered_facts("gpufleet_model", model, doc)
-        _registered_facts("gpufleet_serving", serving, doc)
-    return doc
-
-
-def plain_data(value):
-    """Ansible's lazy containers and tagged strings -> plain dict/list/str (for jmespath, json and yaml)."""
-    if isinstance(value, dict):
-        return dict((str(k), plain_data(v)) for k, v in value.items())
-    if isinstance(value, (list, tuple)):
-        return [plain_data(v) for v in value]
-    if isinstance(value, str):
-        return str(value)
-    return value

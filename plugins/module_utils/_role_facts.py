@@ -22,14 +22,9 @@ import re
 import stat
 
 from ansible_collections.gpufleet.deepep.plugins.module_utils._fileio import file_sha256
+from ansible_collections.gpufleet.deepep.plugins.module_utils._node_probes import parse_lsmod, parse_proc_modules, scan_header_symbols
+from ansible_collections.gpufleet.deepep.plugins.module_utils._nodeio import read_text, under
 from ansible_collections.gpufleet.deepep.plugins.module_utils._site_state import SiteStateError, dpkg_versions
-from ansible_collections.gpufleet.deepep.plugins.module_utils._stack import (
-    parse_lsmod,
-    parse_proc_modules,
-    read_text,
-    scan_header_symbols,
-    under,
-)
 
 HASH_LIMIT = 16 * 1024 * 1024
 _RELEASE_RE = re.compile(r"release ([0-9]+\.[0-9]+)")

@@ -527,9 +527,10 @@ ansible_facts:
 
 from ansible.module_utils.basic import AnsibleModule
 
+from ansible_collections.gpufleet.deepep.plugins.module_utils._fact_sets import GatherError
 from ansible_collections.gpufleet.deepep.plugins.module_utils._guard import guarded
-from ansible_collections.gpufleet.deepep.plugins.module_utils._nvidia import (
-    DEFAULT_MODPROBE_DIRS,
+from ansible_collections.gpufleet.deepep.plugins.module_utils._modprobe import DEFAULT_MODPROBE_DIRS
+from ansible_collections.gpufleet.deepep.plugins.module_utils._nvidia_params import (
     DEFAULT_PARAMS_PATH,
     DEFAULT_VERSION_PATH,
 )
@@ -549,7 +550,6 @@ from ansible_collections.gpufleet.deepep.plugins.module_utils._stack import (
     DEFAULT_DPKG_PACKAGES,
     DEFAULT_MLX5DV_SYMBOLS,
     GATHERABLE,
-    GatherError,
     gather_node,
     subprocess_runner,
 )

@@ -418,21 +418,22 @@ from ansible.module_utils.common.text.converters import to_native
 
 from ansible_collections.gpufleet.deepep.plugins.module_utils._guard import guarded
 from ansible_collections.gpufleet.deepep.plugins.module_utils._fileio import write_atomic
+from ansible_collections.gpufleet.deepep.plugins.module_utils._modprobe import DEFAULT_MODPROBE_DIRS, scan_modprobe
 from ansible_collections.gpufleet.deepep.plugins.module_utils._nvidia import (
     DEFAULT_CONF_PATH,
-    DEFAULT_MODPROBE_DIRS,
-    DEFAULT_PARAMS_PATH,
-    DEFAULT_VERSION_PATH,
     NvidiaParamError,
     check_request,
-    live_facts,
     managed_settings,
     reboot_check,
     render_file,
     render_line,
-    scan_modprobe,
     validate_driver_options,
     validate_registry_dwords,
+)
+from ansible_collections.gpufleet.deepep.plugins.module_utils._nvidia_params import (
+    DEFAULT_PARAMS_PATH,
+    DEFAULT_VERSION_PATH,
+    live_facts,
 )
 
 FILE_MODE = 0o644

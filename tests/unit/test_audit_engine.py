@@ -12,7 +12,7 @@ import yaml
 
 from unit_helpers import FIXTURES, REPO
 
-from ansible_collections.gpufleet.deepep.plugins.module_utils import _audit
+from ansible_collections.gpufleet.deepep.plugins.module_utils import _audit_expr
 from ansible_collections.gpufleet.deepep.plugins.module_utils._audit import (
     AuditError,
     arch_covers,
@@ -303,8 +303,8 @@ def test_filters():
 
 
 def test_jmespath_missing_is_reported(monkeypatch):
-    monkeypatch.setattr(_audit, "HAS_JMESPATH", False)
-    monkeypatch.setattr(_audit, "_COMPILED", {})
+    monkeypatch.setattr(_audit_expr, "HAS_JMESPATH", False)
+    monkeypatch.setattr(_audit_expr, "_COMPILED", {})
     with pytest.raises(AuditError, match="needs the Python library jmespath"):
         validate_rules([RULE])
 

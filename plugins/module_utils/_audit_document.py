@@ -1,0 +1,94 @@
+# Copyright: (c) 2026, gpufleet.deepep contributors
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
+"""One node's facts document for the audit: built from the registered result of ``node_stack`` (and, on some
+nodes, of ``sglang_env``, ``model_config`` and ``serve_state``), and Ansible's values made plain data for
+jmespath, JSON and YAML. The rules engine (``_audit``) judges these documents.
+
+Pure controller-side logic (no Ansible objects).
+"""
+
+from __future__ import annotations
+
+__all__ = ["DOCUMENT_FACTS", "NOT_GATHERED", "node_document", "plain_data"]
+
+# Facts of the node_stack result that go into the facts document as they are.
+DOCUMENT_FACTS = ("gpufleet_nvidia", "gpufleet_rdma", "gpufleet_gpus", "gpufleet_bundled_nvshmem", "gpufleet_stack")
+NOT_GATHERED = "the play failed on this node before its facts were gathered"
+
+
+def _sglang_value(value):
+    """``gpufleet_sglang`` of an environment without the sglang distribution is null, so the SGLANG_* rules judge only
+    nodes that have SGLang."""
+    return value if ((value or {}).get("versions") or {}).get("sglang") else None
+
+
+def _registered_facts(name, result, doc):
+    """Put the registered result of a facts module the audit runs on some nodes only (``model_config``,
+    ``serve_state``; ``sglang_env`` where a play reads SGLang in its own task) into ``doc``.
+
+    Not run (None, skipped): the node has nothing of it to audit and the key stays null. Failed: the reason goes under
+    ``gather_errors``. ``gpufleet_sglang`` of an environment without the sglang distribution stays null too.
+    """
+    if not isinstance(result, dict) or not result or result.get("skipped"):
+        return
+    if result.get("failed") or result.get("unreachable"):
+        doc["gather_errors"][name] = result.get("msg") or "failed"
+        return
+    facts = result.get("ansible_facts") if isinstance(result.get("ansible_facts"), dict) else {}
+    value = facts.get(name)
+    doc[name] = _sglang_value(value) if name == "gpufleet_sglang" else value
+
+
+def node_document(host, groups, result, expect=None, sglang=None, model=None, serving=None):
+    """One node's facts document from the registered result of ``node_stack`` (``gather`` of every set).
+
+    ``gpufleet_sglang``: the ``gpufleet_sglang`` facts of ``result`` where node_stack gathered ``sglang`` (the audit
+    role does on nodes the inventory gives SGLang; a failure to read them is already under its ``gather_errors``).
+    ``sglang``: the registered result of a separate ``sglang_env`` (state facts), used only where ``result`` did not
+    gather ``sglang``. ``model``: the registered result of ``model_config`` on a node the audit reads SGLang on
+    (``gpufleet_model``). ``serving``: the registered result of ``serve_state`` on a node of the serving groups
+    (``gpufleet_serving``). Each is null elsewhere.
+
+    ``result`` None or empty: the node never got to the gathering task (reported as not reachable). An
+    unreachable result gives ``reachable: false`` with the connection's message; a failed one keeps
+    ``reachable: true`` and names the failure under ``gather_errors.node_stack``. ``gpufleet_nvshmem`` and
+    ``gpufleet_deepep`` are the stack's ``nvshmem`` and ``deepep`` (the shapes of the build modules' facts).
+    """
+    result = result if isinstance(result, dict) else {}
+    doc = {"host": host, "groups": list(groups or []), "reachable": True, "unreachable_reason": None,
+           "expect": dict(expect or {}), "gather_errors": {}}
+    if not result:
+        doc.update(reachable=False, unreachable_reason=NOT_GATHERED)
+    elif result.get("unreachable"):
+        doc.update(reachable=False, unreachable_reason=result.get("msg") or "unreachable")
+    facts = result.get("ansible_facts") if isinstance(result.get("ansible_facts"), dict) else {}
+    if doc["reachable"]:
+        errors = dict(result.get("gather_errors") or {})
+        if result.get("failed") or result.get("skipped"):
+            errors["node_stack"] = result.get("msg") or ("skipped" if result.get("skipped") else "failed")
+        doc["gather_errors"] = errors
+    for name in DOCUMENT_FACTS:
+        doc[name] = facts.get(name) if doc["reachable"] else None
+    stack = doc["gpufleet_stack"] if isinstance(doc["gpufleet_stack"], dict) else {}
+    doc["gpufleet_nvshmem"] = stack.get("nvshmem")
+    doc["gpufleet_deepep"] = stack.get("deepep")
+    doc["gpufleet_sglang"] = doc["gpufleet_model"] = doc["gpufleet_serving"] = None
+    if doc["reachable"]:
+        if "gpufleet_sglang" in facts or "gpufleet_sglang" in doc["gather_errors"]:
+            doc["gpufleet_sglang"] = _sglang_value(facts.get("gpufleet_sglang"))
+        else:
+            _registered_facts("gpufleet_sglang", sglang, doc)
+        _registered_facts("gpufleet_model", model, doc)
+        _registered_facts("gpufleet_serving", serving, doc)
+    return doc
+
+
+def plain_data(value):
+    """Ansible's lazy containers and tagged strings -> plain dict/list/str (for jmespath, json and yaml)."""
+    if isinstance(value, dict):
+        return dict((str(k), plain_data(v)) for k, v in value.items())
+    if isinstance(value, (list, tuple)):
+        return [plain_data(v) for v in value]
+    if isinstance(value, str):
+        return str(value)
+    return value

@@ -1,0 +1,45 @@
+# Copyright: (c) 2026, gpufleet.deepep contributors
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
+"""Reading a node for the node_stack gatherers: a node path resolved under a ``root`` directory (``/`` on a node, a
+fixture tree in tests), a file's text or sha256 (None when it cannot be read), the tail of a command's output.
+
+Standard library only, Python 3.8+ (this file runs on the managed nodes).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+
+__all__ = ["under", "read_text", "sha256_file"]
+
+
+def under(root, path):
+    """``path`` (absolute, as on the node) resolved under ``root``."""
+    if not root or root == "/":
+        return path
+    return os.path.join(root, path.lstrip("/"))
+
+
+def read_text(path, limit=4 * 1024 * 1024):
+    try:
+        with open(path, "rb") as handle:
+            return handle.read(limit).decode("utf-8", "replace")
+    except (IOError, OSError):
+        return None
+
+
+def sha256_file(path):
+    digest = hashlib.sha256()
+    try:
+        with open(path, "rb") as handle:
+            for block in iter(lambda: handle.read(1 << 16), b""):
+                digest.update(block)
+    except (IOError, OSError):
+        return None
+    return digest.hexdigest()
+
+
+def _tail(text, lines=5):
+    text = (text or "").strip()
+    return "\n".join(text.splitlines()[-lines:]) if text else ""
