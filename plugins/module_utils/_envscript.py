@@ -4,6 +4,11 @@
 a shell would, every other line refused by name (conditionals, commands, command substitution). The audit's
 ``env_script`` facts and the environment of the ``import deep_ep`` probe come from here.
 
+Serving reads the same scripts with its own reader (``_serve_units.parse_env_script``), on purpose: a unit's
+EnvironmentFile takes literal values only, so that reader refuses every ``$`` expansion but the append form
+``"${NAME:+:${NAME}}"`` (raising on the first such line, where this one expands ``$NAME``, ``${NAME:-w}``... and
+collects the lines it does not take), ends PATH with a service's system PATH, and skips non-``export`` lines.
+
 Standard library only, Python 3.8+ (this file runs on the managed nodes).
 """
 

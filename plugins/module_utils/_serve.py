@@ -1,12 +1,44 @@
 # Copyright: (c) 2026, gpufleet.deepep contributors
 # GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
-"""SGLang prefill/decode serving: instances from the inventory topology, preflight rules, unit files and the
-router's command line (pure logic for gpufleet.deepep.serve_plan; no I/O)."""
+"""SGLang prefill/decode serving: instances from the inventory topology, their settings checked, preflight rules,
+the engines' and the router's command lines, and the plan that puts them together (pure logic for
+gpufleet.deepep.serve_plan; no I/O).
+
+The unit files (names, service text, EnvironmentFile, the env scripts read into unit values, ``ServeError``) are in
+``_serve_units``, the rules of one engine node from its facts in ``_serve_rules``; their names are re-exported here
+(see ``__all__``) for the callers that import them from here.
+"""
 
 from __future__ import annotations
 
-import re
-import shlex
+from ansible_collections.gpufleet.deepep.plugins.module_utils._serve_rules import (
+    NIC_VARIABLES,
+    deepgemm_args,
+    node_problems,
+)
+from ansible_collections.gpufleet.deepep.plugins.module_utils._serve_units import (
+    SYSTEM_PATH,
+    ServeError,
+    env_file_text,
+    parse_env_file,
+    parse_env_script,
+    parse_unit_name,
+    router_unit_name,
+    unit_name,
+    unit_text,
+)
+
+__all__ = [
+    # this file: topology, settings, preflight, command lines, the plan
+    "ROLES", "ROUTERS", "POLICIES", "TRANSFER_BACKENDS", "DEEPEP_MODES", "INSTANCE_DEFAULTS", "ROUTER_DEFAULTS",
+    "ENGINE_ENVIRONMENT", "instance_settings", "router_settings", "build_instances", "preflight", "engine_argv",
+    "router_argv", "plan",
+    # re-exported from _serve_units
+    "ServeError", "SYSTEM_PATH", "unit_name", "router_unit_name", "parse_unit_name", "parse_env_script",
+    "env_file_text", "parse_env_file", "unit_text",
+    # re-exported from _serve_rules
+    "NIC_VARIABLES", "node_problems", "deepgemm_args",
+]
 
 ROLES = ("prefill", "decode")
 ROUTERS = ("smg", "sglang-router")
@@ -30,19 +62,6 @@ ENGINE_ENVIRONMENT = {
     "SGLANG_DISAGGREGATION_WAITING_TIMEOUT": "100000",
     "PYTHONUNBUFFERED": "1",
 }
-
-
-# What a service's PATH ends with (a unit starts with none of a login shell's variables).
-SYSTEM_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
-# The variables that name the NIC of torch.distributed's Gloo, NCCL's bootstrap sockets and SGLang's local IP
-# (runbook 002 sets all three to the fabric NIC); the plan sets the unset ones to the NIC of the node's address.
-NIC_VARIABLES = ("GLOO_SOCKET_IFNAME", "NCCL_SOCKET_IFNAME", "SGLANG_LOCAL_IP_NIC")
-_IPV4_RE = re.compile(r"\d{1,3}(?:\.\d{1,3}){3}")
-_EXPORT_RE = re.compile(r"export\s+(?P<name>[A-Za-z_][A-Za-z0-9_]*)=(?P<value>.*)")
-
-
-class ServeError(ValueError):
-    """A topology or setting the plan cannot honour."""
 
 
 def _int(settings, key, where):
@@ -96,33 +115,6 @@ def router_settings(raw):
     if settings["policy"] not in POLICIES:
         raise ServeError("router: policy %r; expected one of %s" % (settings["policy"], ", ".join(POLICIES)))
     return settings
-
-
-def unit_name(prefix, role, index, rank):
-    return "%s-%s%d-rank%d.service" % (prefix, role, index, rank)
-
-
-def router_unit_name(prefix):
-    return "%s-router.service" % prefix
-
-
-_ENV_LINE_RE = re.compile(r'(?P<name>[A-Za-z_][A-Za-z0-9_]*)=(?:"(?P<quoted>(?:[^"\\]|\\.)*)"|(?P<plain>[^"\s]*))')
-_UNIT_NAME_RE = re.compile(r"(?P<prefix>[A-Za-z0-9_.-]+?)-"
-                           r"(?:(?P<role>prefill|decode)(?P<index>[0-9]+)-rank(?P<rank>[0-9]+)|(?P<router>router))"
-                           r"\.service")
-
-
-def parse_unit_name(name):
-    """The inverse of unit_name / router_unit_name: ``{prefix, role, instance, index, rank}``, or None for a name
-    sglang_serve does not write."""
-    match = _UNIT_NAME_RE.fullmatch(name)
-    if not match:
-        return None
-    if match.group("router"):
-        return {"prefix": match.group("prefix"), "role": "router", "instance": "router", "index": 0, "rank": 0}
-    return {"prefix": match.group("prefix"), "role": match.group("role"),
-            "instance": "%s%s" % (match.group("role"), match.group("index")), "index": int(match.group("index")),
-            "rank": int(match.group("rank"))}
 
 
 def build_instances(role, group_hosts, settings):
@@ -276,198 +268,6 @@ def router_argv(router, venv, instances):
              "--prometheus-port", str(router["prometheus_port"])]
     argv += [str(a) for a in router["extra_args"]]
     return argv
-
-
-def _shell_word(text, name, where):
-    """The literal value of one shell word as the env scripts write it (single quotes, double quotes, plain
-    characters, and ``${NAME:+:${NAME}}``, the caller's own value appended, which is left out): ``(value, appends)``.
-    Anything else that would expand (another ``$``, a backquote, a second word) is refused: a unit cannot run a
-    shell."""
-    marker = "${%s:+:${%s}}" % (name, name)
-    out = []
-    appends = False
-    i = 0
-    quote = None
-    while i < len(text):
-        char = text[i]
-        if quote is None and char == "'":
-            end = text.find("'", i + 1)
-            if end < 0:
-                raise ServeError("%s: unterminated single quote in %s" % (where, name))
-            out.append(text[i + 1:end])
-            i = end + 1
-            continue
-        if text.startswith(marker, i):
-            appends = True
-            i += len(marker)
-            continue
-        if char == '"':
-            quote = None if quote else '"'
-            i += 1
-            continue
-        if char == "\\" and i + 1 < len(text):
-            out.append(text[i + 1])
-            i += 2
-            continue
-        if char in "$`" or (quote is None and char in " \t;&|<>()"):
-            raise ServeError("%s: %s=%s is not a literal value (it would expand %r in a shell); a unit's "
-                             "environment file takes literal values only" % (where, name, text, text[i:i + 20]))
-        out.append(char)
-        i += 1
-    if quote:
-        raise ServeError("%s: unterminated double quote in %s" % (where, name))
-    return "".join(out), appends
-
-
-def parse_env_script(text, base=None, path="<env script>"):
-    """The environment a service gets from sourcing ``text`` (the env script of env_script, SGLang's of the sglang
-    role) after ``base``: ``export NAME=value`` lines in order; a value that appends the caller's own
-    (``"${NAME:+:${NAME}}"``) is joined to the earlier script's, and PATH to the system's. Other lines are
-    skipped."""
-    env = dict(base or {})
-    for number, raw in enumerate(text.splitlines(), 1):
-        line = raw.strip()
-        if not line.startswith("export"):
-            continue
-        match = _EXPORT_RE.fullmatch(line)
-        if not match:
-            raise ServeError("%s:%d: expected export NAME=value, got %r" % (path, number, line[:120]))
-        name = match.group("name")
-        value, appends = _shell_word(match.group("value"), name, "%s:%d" % (path, number))
-        if appends:
-            earlier = env.get(name) or (SYSTEM_PATH if name == "PATH" else "")
-            value = "%s:%s" % (value, earlier) if earlier and value else (value or earlier)
-        env[name] = value
-    return env
-
-
-def _iface_matches(spec, name, exact):
-    """Whether interface ``name`` is one ``spec`` selects: comma-separated names (Gloo, SGLang: exact), or NCCL's
-    prefixes (``=`` exact, ``^`` excludes)."""
-    items = [item.strip() for item in str(spec).split(",") if item.strip()]
-    if not exact:
-        exclude = spec.startswith("^")
-        if exclude:
-            items[0] = items[0][1:]
-        hit = any((name == item[1:]) if item.startswith("=") else name.startswith(item) for item in items)
-        return not hit if exclude else hit
-    return name in items
-
-
-def node_problems(inst, member, address, node, env, cfg, deepgemm_args, deepgemm_required):
-    """Problems of one instance member's node from its facts (serve_plan state=facts), and the NIC variables the
-    plan decides for it; ``(problems, decided_env, warnings)``."""
-    where = "sglang_%s instance %d (%s)" % (inst["role"], inst["index"], member)
-    problems, warnings, decided = [], [], {}
-    for err in node.get("errors") or []:
-        problems.append("%s: %s" % (where, err))
-    for path in node.get("missing_env_scripts") or []:
-        if cfg["moe_a2a_backend"] == "deepep":
-            problems.append("%s: the env script %s is missing; DeepEP needs its NVSHMEM values in the unit: converge "
-                            "the node with gpufleet.deepep.site (and gpufleet.deepep.sglang) first" % (where, path))
-        else:
-            warnings.append("%s: %s is missing; the units run without its values" % (where, path))
-    if node.get("interfaces_error"):
-        warnings.append("%s: the interfaces could not be read (%s); the NIC rules were skipped"
-                        % (where, node["interfaces_error"]))
-    interfaces = node.get("interfaces")
-    if interfaces is not None and _IPV4_RE.fullmatch(address or ""):
-        usable = [i for i in interfaces if i.get("up") and i.get("ipv4") and i.get("name") != "lo"]
-        own = [i for i in interfaces if address in (i.get("ipv4") or [])]
-        names = ", ".join("%s %s" % (i["name"], "/".join(i["ipv4"])) for i in usable) or "none"
-        if not own:
-            problems.append("%s: the address %s the other nodes reach %s at is on none of its interfaces (%s); set "
-                            "sglang_serve_fabric_address (or ansible_host) of %s to its fabric address"
-                            % (where, address, member, names, member))
-        else:
-            fabric = own[0]["name"]
-            if not own[0].get("up"):
-                problems.append("%s: %s carries %s but is down; bring it up or use another NIC"
-                                % (where, fabric, address))
-            for var in NIC_VARIABLES:
-                if var not in env:
-                    decided[var] = fabric
-                    continue
-                exact = var != "NCCL_SOCKET_IFNAME"
-                chosen = [i["name"] for i in usable if _iface_matches(env[var], i["name"], exact)]
-                if not chosen:
-                    problems.append("%s: %s=%s names no interface of %s that is up with an IPv4 address (%s): "
-                                    "Gloo/NCCL fail at init; set it to %s (the NIC of %s) or leave it unset"
-                                    % (where, var, env[var], member, names, fabric, address))
-                elif fabric not in chosen and inst["nnodes"] > 1:
-                    problems.append("%s: %s=%s selects %s, not %s that carries %s: the ranks of a %d-node instance "
-                                    "rendezvous over %s; set it to %s or leave it unset"
-                                    % (where, var, env[var], "/".join(chosen), fabric, address, inst["nnodes"],
-                                       fabric, fabric))
-    if deepgemm_args is not None and deepgemm_required:
-        caches = node.get("deepgemm") or []
-        if not any([str(a) for a in c.get("args") or []] == deepgemm_args for c in caches):
-            have = "; ".join(" ".join(str(a) for a in c.get("args") or []) for c in caches) or "none"
-            problems.append("%s: no DeepGEMM cache on %s for this instance's arguments (%s; cached: %s): without it "
-                            "DeepGEMM JIT-compiles its kernels in warmup and DeepEP times out (runbook 002); run "
-                            "gpufleet.deepep.sglang on %s with sglang_server tp %d, dp %d, enable_dp_attention %s, "
-                            "moe_a2a_backend deepep, deepep_mode %s and these extra_args, or set "
-                            "sglang_serve_deepgemm_required: false"
-                            % (where, member, " ".join(deepgemm_args), have, member, cfg["tp"], cfg["dp"],
-                               str(cfg["dp_attention"]).lower(), cfg["deepep_mode"]))
-    return problems, decided, warnings
-
-
-def deepgemm_args(model_path, cfg):
-    """The arguments of ``python -m sglang.compile_deep_gemm`` for an instance: the sglang role's
-    ``sglang_deepgemm_args`` for the same layout (the marker of a precompiled cache records them)."""
-    args = ["--model-path", model_path, "--tp-size", str(cfg["tp"]), "--dp-size", str(cfg["dp"])]
-    if cfg["dp_attention"]:
-        args.append("--enable-dp-attention")
-    args += ["--moe-a2a-backend", cfg["moe_a2a_backend"], "--deepep-mode", cfg["deepep_mode"]]
-    return args + [str(a) for a in cfg["extra_args"]]
-
-
-def env_file_text(env):
-    """A systemd EnvironmentFile: NAME="value" lines, values quoted for systemd (backslash, quote escaped)."""
-    lines = ["# Written by gpufleet.deepep (sglang_serve); systemd EnvironmentFile syntax"]
-    for name in sorted(env):
-        if "\n" in str(env[name]) or "\r" in str(env[name]):
-            raise ServeError("environment %s=%r: a value is one line (systemd reads an EnvironmentFile line by line)"
-                             % (name, env[name]))
-        value = str(env[name]).replace("\\", "\\\\").replace('"', '\\"')
-        lines.append('%s="%s"' % (name, value))
-    return "\n".join(lines) + "\n"
-
-
-def parse_env_file(text, path="<env file>"):
-    """``NAME="value"`` lines of a systemd EnvironmentFile (comments and blank lines skipped) -> dict."""
-    env = {}
-    for number, line in enumerate(text.splitlines(), 1):
-        line = line.strip()
-        if not line or line.startswith("#"):
-            continue
-        match = _ENV_LINE_RE.fullmatch(line)
-        if not match:
-            raise ServeError("%s:%d: expected NAME=\"value\", got %r" % (path, number, line[:120]))
-        value = match.group("quoted")
-        if value is not None:
-            value = re.sub(r"\\(.)", r"\1", value)
-        else:
-            value = match.group("plain")
-        env[match.group("name")] = value
-    return env
-
-
-def unit_text(description, argv, env_files, start_timeout, restart_sec, after=(), memlock=True):
-    """A systemd service: the argv quoted for ExecStart, the env files, Restart=on-failure, a long start timeout."""
-    lines = ["# Written by gpufleet.deepep (sglang_serve)", "[Unit]", "Description=%s" % description,
-             "After=network-online.target %s" % " ".join(after) if after else "After=network-online.target",
-             "StartLimitIntervalSec=600", "StartLimitBurst=20", "", "[Service]", "Type=simple"]
-    for path in env_files:
-        lines.append("EnvironmentFile=%s" % path)
-    lines.append("ExecStart=%s" % " ".join(shlex.quote(a) for a in argv))
-    if memlock:
-        lines.append("LimitMEMLOCK=infinity")
-    lines += ["LimitNOFILE=1048576", "TimeoutStartSec=%d" % start_timeout, "TimeoutStopSec=60",
-              "Restart=on-failure", "RestartSec=%d" % restart_sec, "KillMode=control-group", "",
-              "[Install]", "WantedBy=multi-user.target"]
-    return "\n".join(lines) + "\n"
 
 
 def plan(topology, host, model=None, python="/usr/bin/python3", model_path="", prefix="sglang",
