@@ -4,7 +4,7 @@
 """Filters of the fleet verification (roles verify_intranode and verify_internode).
 
 Each filter is documented in ``<filter name>.yml`` beside this file. The logic lives in
-``plugins/module_utils/_verify.py``; the master address is checked here with netaddr, on the controller.
+``plugins/module_utils/_verify*.py``; the master address is checked here with netaddr, on the controller.
 """
 
 from __future__ import annotations
@@ -12,17 +12,15 @@ from __future__ import annotations
 from ansible.errors import AnsibleFilterError
 
 from ansible_collections.gpufleet.deepep.plugins.plugin_utils._filter_guard import guard_filters
-from ansible_collections.gpufleet.deepep.plugins.module_utils._verify import (
+from ansible_collections.gpufleet.deepep.plugins.module_utils._verify import fabric_interface, internode_plan
+from ansible_collections.gpufleet.deepep.plugins.module_utils._verify_gate import (
     VerifyInputError,
     connectivity,
-    fabric_interface,
     gate,
-    internode_plan,
-    nic_traffic,
-    render_markdown,
     select_thresholds,
-    summarize,
 )
+from ansible_collections.gpufleet.deepep.plugins.module_utils._verify_summary import render_markdown, summarize
+from ansible_collections.gpufleet.deepep.plugins.module_utils._verify_traffic import nic_traffic
 
 try:
     import netaddr

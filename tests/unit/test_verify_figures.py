@@ -14,6 +14,7 @@ from ansible.errors import AnsibleFilterError
 
 from ansible_collections.gpufleet.deepep.plugins.filter import verify_helpers as vf
 from ansible_collections.gpufleet.deepep.plugins.module_utils import _verify as v
+from ansible_collections.gpufleet.deepep.plugins.module_utils import _verify_summary
 from ansible_collections.gpufleet.deepep.plugins.module_utils._bandwidth import parse_output
 
 from unit_helpers import CAPTURED
@@ -92,7 +93,7 @@ def test_markdown_of_deepep_and_figures_adds_a_column():
     ({"prefill": 1, "decode": 2}, "prefill:1,decode:2"), ("a|b", "a|b"),
 ])
 def test_figure_values(value, text):
-    assert v._fmt_figure(value) == text
+    assert _verify_summary._fmt_figure(value) == text
 
 
 def test_figure_cells_escape_pipes():

@@ -1,0 +1,195 @@
+# Copyright: (c) 2026, gpufleet.deepep contributors
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
+
+"""The verification summary: the records of every node and stage as rows, failures and counts (``summarize``),
+and their Markdown table with the failures and their diagnosis (``render_markdown``).
+
+Pure logic, standard library only, Python 3.8+.
+"""
+
+from __future__ import annotations
+
+from ansible_collections.gpufleet.deepep.plugins.module_utils._verify_gate import (
+    VerifyInputError,
+    _metric,
+)
+
+__all__ = ["summarize", "render_markdown"]
+
+
+# ------------------------------------------------------------------------------------------ summary
+_COLUMNS = (
+    ("dispatch_bf16_nvl_gbps", "BF16 disp NVL"),
+    ("dispatch_bf16_rdma_gbps", "BF16 disp RDMA"),
+    ("dispatch_fp8_nvl_gbps", "FP8 disp NVL"),
+    ("dispatch_fp8_rdma_gbps", "FP8 disp RDMA"),
+    ("combine_nvl_gbps", "comb NVL"),
+    ("combine_rdma_gbps", "comb RDMA"),
+)
+
+
+def summarize(records, missing_hosts=None):
+    """Summary of verification records, one per node and stage.
+
+    A record: ``{host, scope, test, stage, parsed, gate, nic (optional), log (optional), group,
+    rank, figures (optional)}``; ``scope`` is the node (intranode) or the node pair/group (internode).
+    ``figures``: a mapping of name to value a check measured or read (a check that is not a DeepEP
+    run, e.g. serving: ``{router: smg, latency_ms: 84}``), kept in the row in the record's order and
+    shown by :func:`render_markdown`. ``missing_hosts``: nodes that failed or were unreachable before
+    giving a result (each adds a failed row). Returns ``{passed, rows, failures, counts}``; rows keep
+    the order of the records.
+    """
+    if not isinstance(records, (list, tuple)):
+        raise VerifyInputError("records must be a list of verification records; got %s" % type(records).__name__)
+    if missing_hosts is not None and not isinstance(missing_hosts, (list, tuple)):
+        raise VerifyInputError("missing_hosts must be a list of host names; got %r" % (missing_hosts,))
+    records = list(records) + [
+        {"host": host, "scope": host, "stage": "node", "test": None, "parsed": {},
+         "gate": {"passed": False, "status": "error", "diagnosis": [],
+                  "reasons": ["the node failed or was unreachable before it gave a result (see the play output)"]}}
+        for host in (missing_hosts or [])]
+    rows, failures = [], []
+    for record in records:
+        if not record:
+            continue
+        if not isinstance(record, dict):
+            raise VerifyInputError("a verification record must be a mapping; got %r" % (record,))
+        parsed = record.get("parsed") or {}
+        verdict = record.get("gate") or {}
+        nic = record.get("nic")
+        row = {
+            "host": record.get("host"),
+            "scope": record.get("scope") or record.get("host"),
+            "group": record.get("group"),
+            "rank": record.get("rank"),
+            "stage": record.get("stage") or "test",
+            "test": record.get("test") or parsed.get("test"),
+            "generation": parsed.get("generation"),
+            "cases": parsed.get("cases"),
+            "gbps": dict((metric, _metric(parsed, metric)) for metric, dummy in _COLUMNS),
+            "status": verdict.get("status", "pass" if verdict.get("passed") else "fail"),
+            "passed": bool(verdict.get("passed")),
+            "reasons": list(verdict.get("reasons") or []),
+            "diagnosis": list(verdict.get("diagnosis") or []),
+            "log": record.get("log"),
+        }
+        figures = record.get("figures")
+        if figures is not None:
+            if not isinstance(figures, dict):
+                raise VerifyInputError("the figures of a verification record must be a mapping of name to value; "
+                                       "got %r for host %r" % (figures, record.get("host")))
+            row["figures"] = dict(figures)
+        if nic is not None:
+            row["nic"] = {"passed": bool(nic.get("passed")), "idle": nic.get("idle") or [],
+                          "busy": nic.get("busy") or [], "causes": nic.get("causes") or []}
+            if not nic.get("passed"):
+                row["passed"] = False
+                if row["status"] == "pass":
+                    row["status"] = "fail"
+                row["reasons"].append("NIC traffic check failed: idle %s" % (", ".join(nic.get("idle") or [])
+                                                                             or "(no active NIC)"))
+                for cause in nic.get("causes") or []:
+                    duplicate = "signature" in cause and any("signature" in d for d in row["diagnosis"])
+                    if cause not in row["diagnosis"] and not duplicate:
+                        row["diagnosis"].append(cause)
+        rows.append(row)
+        if not row["passed"]:
+            failures.append({"host": row["host"], "scope": row["scope"], "test": row["test"],
+                             "stage": row["stage"], "status": row["status"], "reasons": row["reasons"],
+                             "diagnosis": row["diagnosis"]})
+    counts = {"total": len(rows), "passed": sum(1 for r in rows if r["passed"]),
+              "failed": sum(1 for r in rows if not r["passed"])}
+    return {"passed": bool(rows) and not failures, "rows": rows, "failures": failures, "counts": counts}
+
+
+def _fmt(value):
+    if value is None:
+        return "-"
+    if isinstance(value, float):
+        return ("%.2f" % value).rstrip("0").rstrip(".")
+    return str(value)
+
+
+def _cell(text):
+    return str(text).replace("|", "\\|").replace("\n", " ")
+
+
+def _fmt_figure(value):
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    if isinstance(value, (list, tuple)):
+        return ",".join(_fmt(v) for v in value) or "-"
+    if isinstance(value, dict):
+        return ",".join("%s:%s" % (k, _fmt(v)) for k, v in value.items()) or "-"
+    return _fmt(value)
+
+
+def _figures_text(row):
+    figures = row.get("figures")
+    if not figures:
+        return "-"
+    return ", ".join("%s=%s" % (name, _fmt_figure(value)) for name, value in figures.items())
+
+
+def _has_deepep_data(row):
+    gbps = row.get("gbps") or {}
+    return bool(row.get("cases") or row.get("nic") is not None or row.get("generation")
+                or any(value is not None for value in gbps.values()))
+
+
+def render_markdown(summary, title=None):
+    """A Markdown table of :func:`summarize`'s result, followed by the failures and their diagnosis.
+
+    Without figures in any row, the DeepEP table (cases, GB/s per path, NICs). When rows carry
+    ``figures`` (even empty ones) and none carries DeepEP data (a serving check, say), a compact
+    table: node, scope, check, figures, result. Both kinds together: the DeepEP table with a figures
+    column.
+    """
+    if not isinstance(summary, dict) or "rows" not in summary:
+        raise VerifyInputError("expected the result of verify_summary (a mapping with 'rows')")
+    rows = summary["rows"]
+    with_figures = any("figures" in row for row in rows)
+    compact = with_figures and not any(_has_deepep_data(row) for row in rows)
+    lines = []
+    if title:
+        lines += ["# " + _cell(title), ""]
+    if compact:
+        header = ["node", "scope", "check", "figures", "result"]
+    else:
+        header = ["node / pair", "test", "cases"] + [label for dummy, label in _COLUMNS] + ["NICs"] \
+            + (["figures"] if with_figures else []) + ["result"]
+    lines.append("| " + " | ".join(header) + " |")
+    lines.append("|" + "|".join(" --- " for dummy in header) + "|")
+    for row in rows:
+        test = row.get("test") or "-"
+        if row.get("stage") and row["stage"] != "test":
+            test = "%s (%s)" % (test, row["stage"])
+        result = "PASS" if row["passed"] else row["status"].upper()
+        if compact:
+            cells = [row.get("host") or "-", row.get("scope") or row.get("host") or "-", test, _figures_text(row),
+                     result]
+            lines.append("| " + " | ".join(_cell(c) for c in cells) + " |")
+            continue
+        cases = row.get("cases") or {}
+        case_text = "%s/%s" % (cases.get("passed", 0), (cases.get("passed") or 0) + (cases.get("failed") or 0)) \
+            if cases else "-"
+        nic = row.get("nic")
+        nic_text = "-" if nic is None else ("ok" if nic["passed"] else "idle: " + (", ".join(nic["idle"]) or "all"))
+        cells = [row.get("scope") or row.get("host") or "-", test, case_text]
+        cells += [_fmt((row.get("gbps") or {}).get(metric)) for metric, dummy in _COLUMNS]
+        cells += [nic_text] + ([_figures_text(row)] if with_figures else []) + [result]
+        lines.append("| " + " | ".join(_cell(c) for c in cells) + " |")
+    counts = summary.get("counts") or {}
+    lines += ["", "%s of %s passed." % (counts.get("passed", 0), counts.get("total", 0))]
+    if summary.get("failures"):
+        lines += ["", "## Failures", ""]
+        for failure in summary["failures"]:
+            where = failure["scope"]
+            if failure["scope"] != failure["host"]:
+                where = "%s on %s" % (failure["scope"], failure["host"])
+            reasons = "; ".join(failure["reasons"]) or "no reason recorded"
+            fields = (_cell(where), _cell(failure["test"] or "-"), failure["status"], _cell(reasons))
+            lines.append("- **%s** %s (%s): %s" % fields)
+            for text in failure["diagnosis"]:
+                lines.append("  - %s" % _cell(text))
+    return "\n".join(lines) + "\n"

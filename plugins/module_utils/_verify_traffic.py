@@ -1,0 +1,138 @@
+# Copyright: (c) 2026, gpufleet.deepep contributors
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
+
+"""The NIC traffic of an internode run (runbook 001, "PR #466 effect"): the ``gpufleet_rdma`` counters before and
+after the run compared per ACTIVE port, and why a NIC stayed idle (no GPU-NIC mapping, a DeepEP without the
+mapping support, the one-NIC bandwidth signature).
+
+Pure logic, standard library only, Python 3.8+.
+"""
+
+from __future__ import annotations
+
+import re
+
+from ansible_collections.gpufleet.deepep.plugins.module_utils._verify_gate import (
+    UNMAPPED_SIGNATURE_GBPS,
+    UNMAPPED_SIGNATURE_TOLERANCE,
+    VerifyInputError,
+)
+
+__all__ = ["nic_traffic"]
+
+
+# ------------------------------------------------------------------------------------------ NIC traffic
+def _active_ports(rdma):
+    """{device: {port: counters}} of the ACTIVE ports in a gpufleet_rdma fact."""
+    if not isinstance(rdma, dict):
+        raise VerifyInputError("RDMA facts must be the gpufleet_rdma mapping (devices with ports); got %s"
+                               % type(rdma).__name__)
+    if isinstance(rdma.get("gpufleet_rdma"), dict):
+        rdma = rdma["gpufleet_rdma"]
+    devices = rdma.get("devices")
+    if not isinstance(devices, list):
+        raise VerifyInputError("RDMA facts have no 'devices' list (gpufleet.deepep.rdma_devices facts expected)")
+    ports = {}
+    for device in devices:
+        if not isinstance(device, dict) or not device.get("name"):
+            continue
+        for port in device.get("ports") or []:
+            if isinstance(port, dict) and port.get("active"):
+                ports.setdefault(device["name"], {})[port.get("port", 1)] = port.get("counters") or {}
+    return ports
+
+
+def _parse_mapping(mapping):
+    """``0:mlx5_0:1,1:mlx5_1:1`` -> {gpu: hca}; tolerant (the strict parser is the hca_mapping filter)."""
+    table = {}
+    if not mapping or not isinstance(mapping, str):
+        return table
+    for item in mapping.split(","):
+        parts = item.strip().split(":")
+        if len(parts) >= 2 and parts[0].strip().isdigit():
+            table[int(parts[0])] = parts[1].strip()
+    return table
+
+
+def nic_traffic(before, after, min_bytes=1048576, rdma_gbps=None, mapping=None, mapping_supported=None,
+                signature_gbps=UNMAPPED_SIGNATURE_GBPS, tolerance_gbps=UNMAPPED_SIGNATURE_TOLERANCE):
+    """Judge the NIC counters around an internode run (runbook 001, "PR #466 effect").
+
+    ``before``/``after``: ``gpufleet_rdma`` facts. Every ACTIVE NIC port must have sent at least
+    ``min_bytes`` (``port_xmit_data`` counts 4-byte words). ``rdma_gbps``: the run's RDMA figure,
+    ``mapping``: the DEEP_EP_DEVICE_TO_HCA_MAPPING the test ran with ("" or None when unset),
+    ``mapping_supported``: whether the installed DeepEP applies it (None when unknown). Returns
+    ``{passed, nics, busy, idle, causes, signature}``.
+    """
+    if isinstance(min_bytes, bool) or not isinstance(min_bytes, int) or min_bytes < 1:
+        raise VerifyInputError("min_bytes must be a positive integer; got %r" % (min_bytes,))
+    ports_before = _active_ports(before)
+    ports_after = _active_ports(after)
+    nics = []
+    for name in _natural_sorted(ports_after):
+        sent = 0
+        counted = False
+        for port, counters in sorted(ports_after[name].items()):
+            new = counters.get("port_xmit_data")
+            old = (ports_before.get(name) or {}).get(port, {}).get("port_xmit_data")
+            if new is None or old is None:
+                continue
+            counted = True
+            sent += max(0, int(new) - int(old)) * 4
+        nics.append({"name": name, "bytes": sent if counted else None,
+                     "busy": counted and sent >= min_bytes})
+    busy = [n["name"] for n in nics if n["busy"]]
+    idle = [n["name"] for n in nics if not n["busy"]]
+    causes = []
+    table = _parse_mapping(mapping)
+    mapped = set(table.values())
+    signature = rdma_gbps is not None and abs(float(rdma_gbps) - signature_gbps) <= tolerance_gbps
+    if not nics:
+        causes.append("no ACTIVE RDMA port on this node: nothing to check (port down, or no RDMA device)")
+    elif any(n["bytes"] is None for n in nics):
+        causes.append("no port_xmit_data counter on %s"
+                      % ", ".join(n["name"] for n in nics if n["bytes"] is None))
+    if idle and nics:
+        first_only = busy == [nics[0]["name"]] or (len(busy) == 1 and len(nics) > 1)
+        if not busy:
+            causes.append("no NIC carried traffic: the internode run did not reach RDMA (it failed or hung "
+                          "before dispatch, or NVSHMEM did not use the IBGDA transport)")
+        elif not table:
+            causes.append("DEEP_EP_DEVICE_TO_HCA_MAPPING is not set in the test's environment (not applied by "
+                          "the env script): every GPU used %s; %s stayed idle (runbook 001 problem 3)"
+                          % (", ".join(busy), ", ".join(idle)))
+        elif mapping_supported is False:
+            causes.append("DeepEP is built without the GPU-NIC mapping support (PR #466): it ignores "
+                          "DEEP_EP_DEVICE_TO_HCA_MAPPING, so %s stayed idle; rebuild DeepEP with PR #466"
+                          % ", ".join(idle))
+        else:
+            unmapped = [n for n in idle if n not in mapped]
+            ignored = [n for n in idle if n in mapped]
+            if unmapped:
+                causes.append("no GPU is mapped to %s in DEEP_EP_DEVICE_TO_HCA_MAPPING=%s"
+                              % (", ".join(unmapped), mapping))
+            if ignored:
+                if first_only:
+                    causes.append("DEEP_EP_DEVICE_TO_HCA_MAPPING lists %s but they carried no traffic: the "
+                                  "mapping was not applied (DeepEP built without the PR #466 mapping support, "
+                                  "or the variable did not reach the test processes)" % ", ".join(ignored))
+                else:
+                    causes.append("%s carried no traffic although DEEP_EP_DEVICE_TO_HCA_MAPPING maps GPUs to "
+                                  "them (port or link problem on those NICs, or GPUs left out of the run)"
+                                  % ", ".join(ignored))
+    if signature:
+        causes.append("measured RDMA bandwidth %s GB/s is the ~%s GB/s signature of every GPU using one NIC "
+                      "(mlx5_0, the first HCA): the GPU-NIC mapping of DeepEP PR #466 is not in effect (runbook 001 "
+                      "problem 3)"
+                      % (rdma_gbps, signature_gbps))
+    passed = bool(nics) and not idle
+    return {"passed": passed, "nics": nics, "busy": busy, "idle": idle, "causes": causes,
+            "signature": signature, "mapping": mapping or "", "mapping_supported": mapping_supported}
+
+
+def _natural_key(name):
+    return [int(part) if part.isdigit() else part for part in re.split(r"(\d+)", str(name))]
+
+
+def _natural_sorted(names):
+    return sorted(names, key=_natural_key)
