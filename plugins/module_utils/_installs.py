@@ -16,8 +16,7 @@ import os
 
 from ansible_collections.gpufleet.deepep.plugins.module_utils._buildkey import read_stamp, stamp_path
 from ansible_collections.gpufleet.deepep.plugins.module_utils._envscript import import_probe_env
-from ansible_collections.gpufleet.deepep.plugins.module_utils._fileio import file_sha256
-from ansible_collections.gpufleet.deepep.plugins.module_utils._nodeio import _tail, read_text, under
+from ansible_collections.gpufleet.deepep.plugins.module_utils._nodeio import _tail, read_text, sha256_file, under
 from ansible_collections.gpufleet.deepep.plugins.module_utils._versions import nvshmem_version_from_header
 
 __all__ = ["IMPORT_PROBE", "unchanged_install", "check_import", "gather_nvshmem_install", "gather_deepep_install"]
@@ -45,10 +44,7 @@ def unchanged_install(root, package, torch_version):
     found = found or sorted(glob.glob(under(root, os.path.join(site, "deep_ep", "_C*.so"))))
     if len(found) != 1:
         return None
-    try:
-        if file_sha256(found[0]) != recorded:
-            return None
-    except (IOError, OSError):
+    if sha256_file(found[0]) != recorded:
         return None
     return ("the installed build has the extension its stamp records and torch %s, the version it was built "
             "against; it imported when it was installed (import_when: always imports on every run)" % torch_version)

@@ -8,8 +8,9 @@ Standard library only, Python 3.8+ (this file runs on the managed nodes).
 
 from __future__ import annotations
 
-import hashlib
 import os
+
+from ansible_collections.gpufleet.deepep.plugins.module_utils._fileio import file_sha256
 
 __all__ = ["under", "read_text", "sha256_file"]
 
@@ -30,14 +31,11 @@ def read_text(path, limit=4 * 1024 * 1024):
 
 
 def sha256_file(path):
-    digest = hashlib.sha256()
+    """:func:`_fileio.file_sha256` of ``path``, or None when it cannot be read."""
     try:
-        with open(path, "rb") as handle:
-            for block in iter(lambda: handle.read(1 << 16), b""):
-                digest.update(block)
+        return file_sha256(path)
     except (IOError, OSError):
         return None
-    return digest.hexdigest()
 
 
 def _tail(text, lines=5):

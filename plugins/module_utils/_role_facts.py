@@ -21,9 +21,8 @@ import os
 import re
 import stat
 
-from ansible_collections.gpufleet.deepep.plugins.module_utils._fileio import file_sha256
 from ansible_collections.gpufleet.deepep.plugins.module_utils._node_probes import parse_lsmod, parse_proc_modules, scan_header_symbols
-from ansible_collections.gpufleet.deepep.plugins.module_utils._nodeio import read_text, under
+from ansible_collections.gpufleet.deepep.plugins.module_utils._nodeio import read_text, sha256_file, under
 from ansible_collections.gpufleet.deepep.plugins.module_utils._site_state import SiteStateError, dpkg_versions
 
 HASH_LIMIT = 16 * 1024 * 1024
@@ -117,12 +116,7 @@ def gather_paths(root, paths, hash_paths=()):
     for path in paths:
         out[path] = describe_path(root, path)
         if path in hashed:
-            out[path]["sha256"] = None
-            if out[path]["type"] == "file":
-                try:
-                    out[path]["sha256"] = file_sha256(under(root, path))
-                except (IOError, OSError):
-                    pass
+            out[path]["sha256"] = sha256_file(under(root, path)) if out[path]["type"] == "file" else None
     return out
 
 

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import os
 
+from ansible_collections.gpufleet.deepep.plugins.module_utils._fileio import read_text
 from ansible_collections.gpufleet.deepep.plugins.module_utils._sglang import (
     PROBE_SCRIPT,
     SglangError,
@@ -40,7 +41,6 @@ __all__ = [
     "deepgemm_cache",
     "facts_of",
     "default_constraint_file",
-    "read_text",
     "constraint_lines",
     "held_state",
     "gather_sglang",
@@ -219,15 +219,6 @@ def default_constraint_file(facts):
     if facts["virtualenv"]:
         return os.path.join(facts["prefix"], "gpufleet-constraints.txt")
     return SYSTEM_CONSTRAINT_FILE
-
-
-def read_text(path):
-    """The file's text, None when it cannot be read."""
-    try:
-        with open(path) as handle:
-            return handle.read()
-    except (IOError, OSError):
-        return None
 
 
 def constraint_lines(constraint_file):

@@ -298,6 +298,7 @@ import tempfile
 from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.common.text.converters import to_native
 
+from ansible_collections.gpufleet.deepep.plugins.module_utils._fileio import read_text
 from ansible_collections.gpufleet.deepep.plugins.module_utils._guard import guarded
 from ansible_collections.gpufleet.deepep.plugins.module_utils._runner import run_bounded
 from ansible_collections.gpufleet.deepep.plugins.module_utils._nccl import (
@@ -324,7 +325,6 @@ from ansible_collections.gpufleet.deepep.plugins.module_utils._sglang_facts impo
     gather_sglang,
     probe as read_probe,
     probe_versions,
-    read_text,
     resolve_python,
 )
 
