@@ -34,11 +34,13 @@ from ansible.errors import AnsibleActionFail
 from ansible.module_utils.common.text.converters import to_native
 from ansible.plugins.action import ActionBase
 
-from ansible_collections.gpufleet.deepep.plugins.module_utils._audit import DEFAULT_DRIFT_SKIP_GROUPS, audit_fleet
-from ansible_collections.gpufleet.deepep.plugins.module_utils._audit_document import node_document, plain_data
-from ansible_collections.gpufleet.deepep.plugins.module_utils._audit_expr import AuditError
+from ansible_collections.gpufleet.deepep.plugins.plugin_utils._audit.engine import (
+    DEFAULT_DRIFT_SKIP_GROUPS, audit_fleet
+)
+from ansible_collections.gpufleet.deepep.plugins.plugin_utils._audit.document import node_document, plain_data
+from ansible_collections.gpufleet.deepep.plugins.plugin_utils._audit.expr import AuditError
 from ansible_collections.gpufleet.deepep.plugins.module_utils._fileio import write_atomic
-from ansible_collections.gpufleet.deepep.plugins.module_utils._report import render
+from ansible_collections.gpufleet.deepep.plugins.plugin_utils._audit.report import render
 
 REPORT_FILES = (("fleet.json", "json"), ("fleet.md", "md"), ("fleet.html", "html"))
 ARGS = frozenset(("rules_file", "extra_rules", "disabled_rules", "hosts", "result_var", "expect_var", "sglang_var",

@@ -5,7 +5,7 @@
 
 ``audit_findings`` (one node), ``audit_fleet`` (every node, drift, summary) and ``audit_report``
 (Markdown/HTML/JSON of a fleet document). Each is documented in ``<filter name>.yml`` beside this file;
-the logic lives in ``plugins/module_utils/_audit.py`` and ``_report.py``.
+the logic lives in ``plugins/plugin_utils/_audit/engine.py`` and ``plugin_utils/_audit/report.py``.
 """
 
 from __future__ import annotations
@@ -13,14 +13,14 @@ from __future__ import annotations
 from ansible.errors import AnsibleFilterError
 
 from ansible_collections.gpufleet.deepep.plugins.plugin_utils._filter_guard import guard_filters
-from ansible_collections.gpufleet.deepep.plugins.module_utils._audit import (
+from ansible_collections.gpufleet.deepep.plugins.plugin_utils._audit.engine import (
     DEFAULT_DRIFT_SKIP_GROUPS,
     audit_fleet as _audit_fleet,
     evaluate_rules,
 )
-from ansible_collections.gpufleet.deepep.plugins.module_utils._audit_document import plain_data
-from ansible_collections.gpufleet.deepep.plugins.module_utils._audit_expr import AuditError
-from ansible_collections.gpufleet.deepep.plugins.module_utils._report import render
+from ansible_collections.gpufleet.deepep.plugins.plugin_utils._audit.document import plain_data
+from ansible_collections.gpufleet.deepep.plugins.plugin_utils._audit.expr import AuditError
+from ansible_collections.gpufleet.deepep.plugins.plugin_utils._audit.report import render
 
 
 _plain = plain_data

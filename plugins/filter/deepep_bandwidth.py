@@ -11,7 +11,7 @@ from __future__ import annotations
 from ansible.errors import AnsibleFilterError
 
 from ansible_collections.gpufleet.deepep.plugins.plugin_utils._filter_guard import guard_filters
-from ansible_collections.gpufleet.deepep.plugins.module_utils._bandwidth import (
+from ansible_collections.gpufleet.deepep.plugins.plugin_utils._verify.bandwidth import (
     BandwidthInputError,
     parse_output,
 )

@@ -3,7 +3,7 @@
 
 """Filter ``fleet_drift``: the facts that differ between nodes of the same inventory group.
 
-Documented in ``fleet_drift.yml`` beside this file; the logic lives in ``plugins/module_utils/_audit.py``.
+Documented in ``fleet_drift.yml`` beside this file; the logic lives in ``plugins/plugin_utils/_audit/engine.py``.
 """
 
 from __future__ import annotations
@@ -11,11 +11,11 @@ from __future__ import annotations
 from ansible.errors import AnsibleFilterError
 
 from ansible_collections.gpufleet.deepep.plugins.plugin_utils._filter_guard import guard_filters
-from ansible_collections.gpufleet.deepep.plugins.module_utils._audit import (
+from ansible_collections.gpufleet.deepep.plugins.plugin_utils._audit.engine import (
     DEFAULT_DRIFT_SKIP_GROUPS,
     fleet_drift as _fleet_drift,
 )
-from ansible_collections.gpufleet.deepep.plugins.module_utils._audit_expr import AuditError
+from ansible_collections.gpufleet.deepep.plugins.plugin_utils._audit.expr import AuditError
 
 
 def _plain(value):

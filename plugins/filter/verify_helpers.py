@@ -12,15 +12,17 @@ from __future__ import annotations
 from ansible.errors import AnsibleFilterError
 
 from ansible_collections.gpufleet.deepep.plugins.plugin_utils._filter_guard import guard_filters
-from ansible_collections.gpufleet.deepep.plugins.module_utils._verify import fabric_interface, internode_plan
-from ansible_collections.gpufleet.deepep.plugins.module_utils._verify_gate import (
+from ansible_collections.gpufleet.deepep.plugins.plugin_utils._verify.plan import fabric_interface, internode_plan
+from ansible_collections.gpufleet.deepep.plugins.module_utils._thresholds import (
     VerifyInputError,
-    connectivity,
-    gate,
     select_thresholds,
 )
-from ansible_collections.gpufleet.deepep.plugins.module_utils._verify_summary import render_markdown, summarize
-from ansible_collections.gpufleet.deepep.plugins.module_utils._verify_traffic import nic_traffic
+from ansible_collections.gpufleet.deepep.plugins.plugin_utils._verify.gate import (
+    connectivity,
+    gate,
+)
+from ansible_collections.gpufleet.deepep.plugins.plugin_utils._verify.summary import render_markdown, summarize
+from ansible_collections.gpufleet.deepep.plugins.plugin_utils._verify.traffic import nic_traffic
 
 try:
     import netaddr

@@ -16,8 +16,8 @@ import sys
 __all__ = ["guarded", "unexpected_message", "RecordShapeError", "check_record"]
 
 # Exceptions ansible-test's import and validate-modules sanity tests raise from AnsibleModule() on purpose.
-_TOOLING_STOPS = frozenset(("ImporterAnsibleModuleException", "AnsibleModuleCallError", "AnsibleModuleNotInitialized",
-                            "AnsibleModuleImportError"))
+TOOLING_STOPS = frozenset(("ImporterAnsibleModuleException", "AnsibleModuleCallError", "AnsibleModuleNotInitialized",
+                           "AnsibleModuleImportError"))
 _SECRET_RE = re.compile(r"(?i)(pass|secret|token|key_data|private)")
 
 
@@ -60,7 +60,7 @@ def guarded(module_name, body):
     try:
         body()
     except Exception as exc:  # pylint: disable=broad-except
-        if type(exc).__name__ in _TOOLING_STOPS:
+        if type(exc).__name__ in TOOLING_STOPS:
             raise  # ansible-test stops a module this way to read its argument spec: not a failure of the module
         sys.stdout.write(json.dumps({"failed": True, "changed": False, "msg": unexpected_message(module_name, exc)}))
         sys.stdout.write("\n")

@@ -12,7 +12,7 @@ from __future__ import annotations
 import os
 import subprocess
 
-from ansible_collections.gpufleet.deepep.plugins.module_utils._guard import _TOOLING_STOPS, unexpected_message
+from ansible_collections.gpufleet.deepep.plugins.module_utils._guard import TOOLING_STOPS, unexpected_message
 
 __all__ = ["StepFailed", "Failed", "CommandLog", "run_bounded", "log_tail", "finish", "DEFAULT_TIMEOUT"]
 
@@ -121,7 +121,7 @@ def finish(module, job, fact_name):
         module.fail_json(msg=exc.msg, **job.result)
     except Exception as exc:  # pylint: disable=broad-except
         # the last resort (_guard): no traceback reaches the user; what the job recorded so far is kept
-        if type(exc).__name__ in _TOOLING_STOPS:
+        if type(exc).__name__ in TOOLING_STOPS:
             raise
         module.fail_json(msg=unexpected_message(fact_name, exc), **job.result)
     module.exit_json(ansible_facts={fact_name: facts}, **job.result)

@@ -10,7 +10,7 @@ from __future__ import annotations
 import re
 
 from ansible_collections.gpufleet.deepep.plugins.module_utils._hca_mapping import HcaMappingError, parse_hca_mapping
-from ansible_collections.gpufleet.deepep.plugins.module_utils._verify_gate import VerifyInputError, select_thresholds
+from ansible_collections.gpufleet.deepep.plugins.module_utils._thresholds import VerifyInputError, select_thresholds
 
 __all__ = ["FORMS", "SettingError", "check_setting", "check_settings"]
 

@@ -391,7 +391,7 @@ from ansible_collections.gpufleet.deepep.plugins.module_utils._buildkey import (
     STAMP_NAME,
     write_stamp,
 )
-from ansible_collections.gpufleet.deepep.plugins.module_utils._deepep import (
+from ansible_collections.gpufleet.deepep.plugins.module_utils._comm.deepep import (
     deepep_build_env,
     deepep_preflight,
     deepep_version_from_tree,
@@ -404,7 +404,7 @@ from ansible_collections.gpufleet.deepep.plugins.module_utils._fileio import (
     read_text as _read,
     write_json_file,
 )
-from ansible_collections.gpufleet.deepep.plugins.module_utils._nvshmem import parse_nvshmem_info
+from ansible_collections.gpufleet.deepep.plugins.module_utils._comm.nvshmem import parse_nvshmem_info
 from ansible_collections.gpufleet.deepep.plugins.module_utils._runner import CommandLog, Failed, finish, log_tail, StepFailed
 from ansible_collections.gpufleet.deepep.plugins.module_utils._swap import build_lock, replace_tree
 from ansible_collections.gpufleet.deepep.plugins.module_utils._versions import (
@@ -414,7 +414,7 @@ from ansible_collections.gpufleet.deepep.plugins.module_utils._versions import (
     nvshmem_version_from_header,
     pip_package_version,
 )
-from ansible_collections.gpufleet.deepep.plugins.module_utils._wheel import (
+from ansible_collections.gpufleet.deepep.plugins.module_utils._comm.wheel import (
     journal_path,
     recover as recover_install,
     stale_stages,

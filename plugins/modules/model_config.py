@@ -104,7 +104,7 @@ from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.common.text.converters import to_native
 
 from ansible_collections.gpufleet.deepep.plugins.module_utils._guard import guarded
-from ansible_collections.gpufleet.deepep.plugins.module_utils._sglang import SglangError, is_hub_id, model_facts
+from ansible_collections.gpufleet.deepep.plugins.module_utils._serve.sglang import SglangError, is_hub_id, model_facts
 
 
 def _main():

@@ -352,7 +352,7 @@ from ansible_collections.gpufleet.deepep.plugins.module_utils._fileio import (
     write_atomic,
 )
 from ansible_collections.gpufleet.deepep.plugins.module_utils._runner import CommandLog, StepFailed
-from ansible_collections.gpufleet.deepep.plugins.module_utils._nccl import (
+from ansible_collections.gpufleet.deepep.plugins.module_utils._comm.nccl import (
     BACKUP_MANIFEST,
     BACKUP_NAME,
     LIB_NAME,
@@ -377,7 +377,7 @@ from ansible_collections.gpufleet.deepep.plugins.module_utils._nccl import (
     torch_version_in,
     build_dir_files,
 )
-from ansible_collections.gpufleet.deepep.plugins.module_utils._nvshmem_discovery import (
+from ansible_collections.gpufleet.deepep.plugins.module_utils._comm.nvshmem_discovery import (
     PROBE_SCRIPT,
     DiscoveryError,
     ordered_site_packages,

@@ -527,14 +527,14 @@ ansible_facts:
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.gpufleet.deepep.plugins.module_utils._fact_sets import GatherError
+from ansible_collections.gpufleet.deepep.plugins.module_utils._node.fact_sets import GatherError
 from ansible_collections.gpufleet.deepep.plugins.module_utils._guard import guarded
-from ansible_collections.gpufleet.deepep.plugins.module_utils._modprobe import DEFAULT_MODPROBE_DIRS
-from ansible_collections.gpufleet.deepep.plugins.module_utils._nvidia_params import (
+from ansible_collections.gpufleet.deepep.plugins.module_utils._nvidia.modprobe import DEFAULT_MODPROBE_DIRS
+from ansible_collections.gpufleet.deepep.plugins.module_utils._nvidia.params import (
     DEFAULT_PARAMS_PATH,
     DEFAULT_VERSION_PATH,
 )
-from ansible_collections.gpufleet.deepep.plugins.module_utils._role_facts import (
+from ansible_collections.gpufleet.deepep.plugins.module_utils._node.role_facts import (
     PathsError,
     gather_cuda_toolkit,
     gather_hca_mapping,
@@ -546,7 +546,7 @@ from ansible_collections.gpufleet.deepep.plugins.module_utils._role_facts import
     gather_symbols,
     gather_torch,
 )
-from ansible_collections.gpufleet.deepep.plugins.module_utils._stack import (
+from ansible_collections.gpufleet.deepep.plugins.module_utils._node.stack import (
     DEFAULT_DPKG_PACKAGES,
     DEFAULT_MLX5DV_SYMBOLS,
     GATHERABLE,

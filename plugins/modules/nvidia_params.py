@@ -418,8 +418,10 @@ from ansible.module_utils.common.text.converters import to_native
 
 from ansible_collections.gpufleet.deepep.plugins.module_utils._guard import guarded
 from ansible_collections.gpufleet.deepep.plugins.module_utils._fileio import write_atomic
-from ansible_collections.gpufleet.deepep.plugins.module_utils._modprobe import DEFAULT_MODPROBE_DIRS, scan_modprobe
-from ansible_collections.gpufleet.deepep.plugins.module_utils._nvidia import (
+from ansible_collections.gpufleet.deepep.plugins.module_utils._nvidia.modprobe import (
+    DEFAULT_MODPROBE_DIRS, scan_modprobe
+)
+from ansible_collections.gpufleet.deepep.plugins.module_utils._nvidia.request import (
     DEFAULT_CONF_PATH,
     NvidiaParamError,
     check_request,
@@ -430,7 +432,7 @@ from ansible_collections.gpufleet.deepep.plugins.module_utils._nvidia import (
     validate_driver_options,
     validate_registry_dwords,
 )
-from ansible_collections.gpufleet.deepep.plugins.module_utils._nvidia_params import (
+from ansible_collections.gpufleet.deepep.plugins.module_utils._nvidia.params import (
     DEFAULT_PARAMS_PATH,
     DEFAULT_VERSION_PATH,
     live_facts,

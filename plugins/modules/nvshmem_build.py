@@ -332,7 +332,7 @@ from ansible_collections.gpufleet.deepep.plugins.module_utils._buildkey import (
     write_stamp,
 )
 from ansible_collections.gpufleet.deepep.plugins.module_utils._fileio import file_sha256, write_json_file
-from ansible_collections.gpufleet.deepep.plugins.module_utils._nvshmem import (
+from ansible_collections.gpufleet.deepep.plugins.module_utils._comm.nvshmem import (
     apply_ah_attr_fix,
     nvshmem_cmake_args,
     parse_nvshmem_info,

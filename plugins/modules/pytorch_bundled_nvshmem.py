@@ -285,7 +285,7 @@ from ansible.module_utils.common.text.converters import to_native
 from ansible_collections.gpufleet.deepep.plugins.module_utils._guard import guarded
 from ansible_collections.gpufleet.deepep.plugins.module_utils._runner import run_bounded
 from ansible_collections.gpufleet.deepep.plugins.module_utils._fileio import copy_atomic, CopyMismatch
-from ansible_collections.gpufleet.deepep.plugins.module_utils._nvshmem_discovery import (
+from ansible_collections.gpufleet.deepep.plugins.module_utils._comm.nvshmem_discovery import (
     PROBE_SCRIPT,
     DiscoveryError,
     bundled_would_win,

@@ -202,9 +202,9 @@ from ansible.module_utils.common.text.converters import to_native
 
 from ansible_collections.gpufleet.deepep.plugins.module_utils._guard import guarded
 from ansible_collections.gpufleet.deepep.plugins.module_utils._runner import run_bounded
-from ansible_collections.gpufleet.deepep.plugins.module_utils._serve import plan
-from ansible_collections.gpufleet.deepep.plugins.module_utils._serve_node import gather_node
-from ansible_collections.gpufleet.deepep.plugins.module_utils._serve_units import ServeError
+from ansible_collections.gpufleet.deepep.plugins.module_utils._serve.plan import plan
+from ansible_collections.gpufleet.deepep.plugins.module_utils._serve.node import gather_node
+from ansible_collections.gpufleet.deepep.plugins.module_utils._serve.units import ServeError
 
 
 def _main():

@@ -82,7 +82,7 @@ from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.gpufleet.deepep.plugins.module_utils._guard import guarded
 from ansible_collections.gpufleet.deepep.plugins.module_utils._runner import run_bounded
-from ansible_collections.gpufleet.deepep.plugins.module_utils._serve_state import SHOW_PROPERTIES, gather
+from ansible_collections.gpufleet.deepep.plugins.module_utils._serve.state import SHOW_PROPERTIES, gather
 
 
 def _read_text(path):

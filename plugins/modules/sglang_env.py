@@ -301,12 +301,12 @@ from ansible.module_utils.common.text.converters import to_native
 from ansible_collections.gpufleet.deepep.plugins.module_utils._fileio import read_text
 from ansible_collections.gpufleet.deepep.plugins.module_utils._guard import guarded
 from ansible_collections.gpufleet.deepep.plugins.module_utils._runner import run_bounded
-from ansible_collections.gpufleet.deepep.plugins.module_utils._nccl import (
+from ansible_collections.gpufleet.deepep.plugins.module_utils._comm.nccl import (
     constraint_text,
     pip_conf_constraints,
     pip_conf_text,
 )
-from ansible_collections.gpufleet.deepep.plugins.module_utils._sglang import (
+from ansible_collections.gpufleet.deepep.plugins.module_utils._serve.sglang import (
     REQUIRES_SCRIPT,
     SglangError,
     check_wheelhouse,
@@ -318,7 +318,7 @@ from ansible_collections.gpufleet.deepep.plugins.module_utils._sglang import (
     read_sha256sums,
     transfer_engine_check,
 )
-from ansible_collections.gpufleet.deepep.plugins.module_utils._sglang_facts import (
+from ansible_collections.gpufleet.deepep.plugins.module_utils._serve.sglang_facts import (
     SglangProbeError,
     constraint_lines,
     facts_of,

@@ -135,7 +135,7 @@ import re
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.gpufleet.deepep.plugins.module_utils import _site_state as ss
+from ansible_collections.gpufleet.deepep.plugins.module_utils._node import site_state as ss
 from ansible_collections.gpufleet.deepep.plugins.module_utils._guard import guarded
 
 KEY_RE = re.compile(r"^[0-9A-Za-z._-]{1,128}$")

@@ -95,7 +95,7 @@ def gpu_name() -> str:
 def intranode_thresholds() -> dict:
     """The verify_intranode role's own gate for this node's GPU family (its defaults, chosen as the role does)."""
     import yaml
-    from ansible_collections.gpufleet.deepep.plugins.module_utils._verify import select_thresholds
+    from ansible_collections.gpufleet.deepep.plugins.module_utils._thresholds import select_thresholds
 
     defaults = yaml.safe_load((REPO / "roles" / "verify_intranode" / "defaults" / "main.yml").read_text())
     chosen = select_thresholds(defaults["verify_intranode_thresholds"], profile=gpu_name())

@@ -93,7 +93,7 @@ def hand_env(tree: Path) -> dict:
 def run_hand_test(tree: Path, results: Path, python: str, test: str, processes: int, label: str,
                   generation: str = "v1", timeout: int = 900) -> dict:
     """Run one DeepEP test with the hand build; returns ``{rc, stdout, stderr, parsed}`` (also written as JSON)."""
-    from ansible_collections.gpufleet.deepep.plugins.module_utils._bandwidth import parse_output
+    from ansible_collections.gpufleet.deepep.plugins.plugin_utils._verify.bandwidth import parse_output
 
     start = time.monotonic()
     try:

@@ -86,7 +86,7 @@ def test_v1_builds_once_and_imports(v1_built, results_dir):
 def test_v1_intranode_passes_the_family_gate_and_matches_the_hand_build(v1_built, v1_hand, deepep_v1_src,
                                                                         results_dir, gpu_python, intranode_gpus,
                                                                         intranode_thresholds, hand_ratio):
-    from ansible_collections.gpufleet.deepep.plugins.module_utils._verify import gate
+    from ansible_collections.gpufleet.deepep.plugins.plugin_utils._verify.gate import gate
 
     proc = run_stage("intranode", results_dir, gpu_python, {"deepep_src": str(deepep_v1_src)})
     assert proc.returncode == 0, tail(proc)

@@ -69,7 +69,7 @@ def test_v2_builds_against_the_pinned_nccl_and_imports(v2_built):
 
 def test_v2_legacy_intranode_passes_the_family_gate(v2_built, deepep_v2_src, results_dir, gpu_python,
                                                     intranode_gpus, intranode_thresholds):
-    from ansible_collections.gpufleet.deepep.plugins.module_utils._verify import gate
+    from ansible_collections.gpufleet.deepep.plugins.plugin_utils._verify.gate import gate
 
     proc = run_stage("v2_legacy_intranode", results_dir, gpu_python, {"deepep_v2_src": str(deepep_v2_src)})
     assert proc.returncode == 0, tail(proc)
@@ -93,7 +93,7 @@ V2_ELASTIC_CRASH = ("DeepEP V2 tests/elastic/test_ep.py dies (SIGSEGV) with NVLi
 
 def test_v2_elastic(v2_built, deepep_v2_src, results_dir, gpu_python, intranode_gpus, intranode_thresholds):
     """Runs under a timeout; a crash is the known failure (xfail with its reason), a finished run is gated."""
-    from ansible_collections.gpufleet.deepep.plugins.module_utils._verify import gate
+    from ansible_collections.gpufleet.deepep.plugins.plugin_utils._verify.gate import gate
 
     proc = run_stage("v2_elastic", results_dir, gpu_python, {"deepep_v2_src": str(deepep_v2_src)})
     assert proc.returncode == 0, tail(proc)

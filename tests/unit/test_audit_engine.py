@@ -12,19 +12,21 @@ import yaml
 
 from unit_helpers import FIXTURES, REPO
 
-from ansible_collections.gpufleet.deepep.plugins.module_utils import _audit_expr
-from ansible_collections.gpufleet.deepep.plugins.module_utils._audit import (
+from ansible_collections.gpufleet.deepep.plugins.plugin_utils._audit import expr as _audit_expr
+from ansible_collections.gpufleet.deepep.plugins.plugin_utils._audit.expr import (
     AuditError,
     arch_covers,
+    normalize_arch_list,
+    search,
+    version_cmp,
+)
+from ansible_collections.gpufleet.deepep.plugins.plugin_utils._audit.engine import (
     audit_fleet,
     evaluate_rules,
     fleet_drift,
     node_status,
-    normalize_arch_list,
-    search,
     validate_drift,
     validate_rules,
-    version_cmp,
 )
 
 CATALOGUE = yaml.safe_load((REPO / "roles" / "audit" / "files" / "rules.yml").read_text())

@@ -12,7 +12,7 @@ import yaml
 
 from unit_helpers import FIXTURES, REPO
 
-from ansible_collections.gpufleet.deepep.plugins.module_utils._audit import evaluate_rules, validate_rules
+from ansible_collections.gpufleet.deepep.plugins.plugin_utils._audit.engine import evaluate_rules, validate_rules
 
 CATALOGUE = yaml.safe_load((REPO / "roles" / "audit" / "files" / "rules.yml").read_text())
 HEALTHY = json.loads((FIXTURES / "audit" / "healthy_node.json").read_text())

@@ -22,7 +22,10 @@ from ansible_collections.gpufleet.deepep.plugins.filter import hca_mapping as hc
 from ansible_collections.gpufleet.deepep.plugins.filter import verify_helpers
 from ansible_collections.gpufleet.deepep.plugins.filter import version_helpers
 from ansible_collections.gpufleet.deepep.plugins.plugin_utils._filter_guard import guard_filters
-from ansible_collections.gpufleet.deepep.plugins.module_utils import _guard, _nvidia, _settings, _stack
+from ansible_collections.gpufleet.deepep.plugins.module_utils import _guard
+from ansible_collections.gpufleet.deepep.plugins.module_utils._node import envscript as _envscript
+from ansible_collections.gpufleet.deepep.plugins.module_utils._nvidia import params as _nvidia_params
+from ansible_collections.gpufleet.deepep.plugins.module_utils import _settings
 from ansible_collections.gpufleet.deepep.plugins.modules import (
     gpu_topology,
     model_config,
@@ -399,7 +402,7 @@ ENV_BAD = ["[ -d /x ] && export A=1", "export A=1; reboot", "export A=$(id -u)",
 
 @pytest.mark.parametrize("line", ENV_BAD)
 def test_env_script_lines_a_shell_would_interpret_are_refused_naming_them(line):
-    exports, raw, env, errors = _stack.read_env_script("export OK=1\n" + line + "\n")
+    exports, raw, env, errors = _envscript.read_env_script("export OK=1\n" + line + "\n")
     assert exports.get("OK") == "1"
     assert len(errors) == 1 and errors[0].startswith("line 2 %r" % line.strip()), errors
 
@@ -407,12 +410,12 @@ def test_env_script_lines_a_shell_would_interpret_are_refused_naming_them(line):
 @pytest.mark.parametrize("text", [os.urandom(64).decode("latin-1"), "\x00\x01\x02", "hello world\n", "\ufffd\ufffd",
                                   "Name: value\nrandom junk line\n", ""])
 def test_random_bytes_in_the_params_file_are_not_a_loaded_driver(text):
-    live = _nvidia.live_facts(text, None)
+    live = _nvidia_params.live_facts(text, None)
     assert live["driver_loaded"] is False and live["params_unreadable"]
 
 
 def test_real_params_file_is_a_loaded_driver(captured_dir):
-    live = _nvidia.live_facts((captured_dir / "proc_driver_nvidia_params").read_text(), None)
+    live = _nvidia_params.live_facts((captured_dir / "proc_driver_nvidia_params").read_text(), None)
     assert live["driver_loaded"] is True and live["params_unreadable"] is None
 
 

@@ -11,7 +11,7 @@ import pytest
 from ansible.errors import AnsibleFilterError
 
 from ansible_collections.gpufleet.deepep.plugins.filter.deepep_bandwidth import FilterModule, deepep_bandwidth
-from ansible_collections.gpufleet.deepep.plugins.module_utils._bandwidth import (
+from ansible_collections.gpufleet.deepep.plugins.plugin_utils._verify.bandwidth import (
     BandwidthInputError,
     normalize_test,
     parse_output,

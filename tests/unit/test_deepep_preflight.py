@@ -1,7 +1,7 @@
 # Copyright: (c) 2026, gpufleet.deepep contributors
 # GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
 
-"""Tests of plugins/module_utils/_deepep.py: DeepEP tree detection, the preflight and the build environment."""
+"""Tests of plugins/module_utils/_comm/deepep.py: DeepEP tree detection, the preflight and the build environment."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from ansible_collections.gpufleet.deepep.plugins.module_utils import _deepep as dp
+from ansible_collections.gpufleet.deepep.plugins.module_utils._comm import deepep as dp
 
 from tools.fleetsim import mirror
 

@@ -21,7 +21,7 @@ import pytest
 
 from unit_helpers import REPO, run_module
 
-from ansible_collections.gpufleet.deepep.plugins.module_utils import _nccl
+from ansible_collections.gpufleet.deepep.plugins.module_utils._comm import nccl as _nccl
 from ansible_collections.gpufleet.deepep.plugins.modules import nccl_env
 from tools.fleetsim.mirror import build_fixture_wheels
 

@@ -10,8 +10,11 @@ import os
 
 import pytest
 
-from ansible_collections.gpufleet.deepep.plugins.module_utils import _stack
+from ansible_collections.gpufleet.deepep.plugins.module_utils._node import stack as _stack
 from ansible_collections.gpufleet.deepep.plugins.modules import node_stack
+from ansible_collections.gpufleet.deepep.plugins.module_utils._node import envscript as _envscript
+from ansible_collections.gpufleet.deepep.plugins.module_utils._node import installs as _installs
+from ansible_collections.gpufleet.deepep.plugins.module_utils._node import probes as _node_probes
 
 NVCC_13 = """nvcc: NVIDIA (R) Cuda compiler driver
 Copyright (c) 2005-2025 NVIDIA Corporation
@@ -133,7 +136,7 @@ def answers(import_rc=1, import_out="", import_err="ImportError: undefined symbo
                              "doca-ofed\t3.2.1-0\tinstalled\ngdrcopy\t2.5\tconfig-files\n",
                           "dpkg-query: no packages found matching doca-roce\n")),
         (["ldconfig", "-p"], (0, LDCONFIG, "")),
-        (["/opt/torch/.venv/bin/python", "-c", _stack.IMPORT_PROBE], (import_rc, import_out, import_err)),
+        (["/opt/torch/.venv/bin/python", "-c", _installs.IMPORT_PROBE], (import_rc, import_out, import_err)),
         (["/opt/torch/.venv/bin/python", "-c"], (0, "noise\n" + json.dumps(PROBE_OUT) + "\n", "")),
     ]
 
@@ -147,33 +150,33 @@ def gather(root, runner, **kw):
 # --- parsers --------------------------------------------------------------------------------------------
 
 def test_parse_nvcc_version():
-    assert _stack.parse_nvcc_version(NVCC_13) == ("13.0", "13.0.88")
-    assert _stack.parse_nvcc_version("garbage") == (None, None)
+    assert _node_probes.parse_nvcc_version(NVCC_13) == ("13.0", "13.0.88")
+    assert _node_probes.parse_nvcc_version("garbage") == (None, None)
 
 
 def test_parse_dpkg_query_keeps_installed_only():
     out = "rdma-core\t50.0-2build2\tinstalled\ngdrcopy\t2.5\tconfig-files\nbroken line\n"
-    assert _stack.parse_dpkg_query(out) == {"rdma-core": "50.0-2build2"}
+    assert _node_probes.parse_dpkg_query(out) == {"rdma-core": "50.0-2build2"}
 
 
 def test_parse_ldconfig():
-    libs = _stack.parse_ldconfig(LDCONFIG)
+    libs = _node_probes.parse_ldconfig(LDCONFIG)
     assert libs["libcuda.so.1"] == ["/usr/lib/x86_64-linux-gnu/libcuda.so.1"]
     assert "libcuda.so" not in libs
 
 
 def test_parse_modules_and_lsmod():
-    assert _stack.parse_proc_modules("a 1 0 - Live 0x0\nb 2 0 - Live 0x0\n") == {"a", "b"}
-    assert _stack.parse_lsmod("Module                  Size  Used by\nnvidia 1 0\n") == {"nvidia"}
+    assert _node_probes.parse_proc_modules("a 1 0 - Live 0x0\nb 2 0 - Live 0x0\n") == {"a", "b"}
+    assert _node_probes.parse_lsmod("Module                  Size  Used by\nnvidia 1 0\n") == {"nvidia"}
 
 
 def test_parse_nccl_header():
-    assert _stack.parse_nccl_header("#define NCCL_MAJOR 2\n#define NCCL_MINOR 28\n#define NCCL_PATCH 9\n") == "2.28.9"
-    assert _stack.parse_nccl_header(None) is None
+    assert _node_probes.parse_nccl_header("#define NCCL_MAJOR 2\n#define NCCL_MINOR 28\n#define NCCL_PATCH 9\n") == "2.28.9"
+    assert _node_probes.parse_nccl_header(None) is None
 
 
 def test_parse_env_script():
-    exports, raw = _stack.parse_env_script(ENV_SCRIPT)
+    exports, raw = _envscript.parse_env_script(ENV_SCRIPT)
     assert exports["LD_LIBRARY_PATH"] == "/opt/deepep/nvshmem/lib:/usr/local/cuda/lib64:"
     assert exports["LD_PRELOAD"] == "/opt/deepep/nvshmem/lib/libnvshmem_host.so.3"
     assert exports["NVSHMEM_REMOTE_TRANSPORT"] == "ibgda"
@@ -185,26 +188,26 @@ def test_parse_env_script():
     assert exports["QUOTED"] == "a b"
     assert raw["LD_PRELOAD"] == '"${NVSHMEM_HOME}/lib/libnvshmem_host.so.3"'
     assert exports["PATH"] == "/usr/local/cuda/bin"     # nothing inherited: the facts start from an empty environment
-    dummy, dummy2, env, errors = _stack.read_env_script(ENV_SCRIPT, base={"PATH": "/usr/bin", "HOME": "/root"})
+    dummy, dummy2, env, errors = _envscript.read_env_script(ENV_SCRIPT, base={"PATH": "/usr/bin", "HOME": "/root"})
     assert errors == []
     assert env["PATH"] == "/usr/local/cuda/bin:/usr/bin" and env["HOME"] == "/root"
 
 
 def test_read_env_script_refuses_shell_lines_naming_them():
-    exports, raw, env, errors = _stack.read_env_script(SHELL_LINES)
+    exports, raw, env, errors = _envscript.read_env_script(SHELL_LINES)
     assert exports == {} and len(errors) == 8
     for number, (error, line) in enumerate(zip(errors, SHELL_LINES.splitlines()), 1):
         assert error.startswith("line %d %r" % (number, line))
 
 
 def test_parse_env_script_single_quotes_do_not_expand():
-    exports, raw = _stack.parse_env_script("export A=1\nexport B='${A}'\nexport C=\"x${A}y\"\nexport D=${MISSING:-dflt}\n")
+    exports, raw = _envscript.parse_env_script("export A=1\nexport B='${A}'\nexport C=\"x${A}y\"\nexport D=${MISSING:-dflt}\n")
     assert exports == {"A": "1", "B": "${A}", "C": "x1y", "D": "dflt"}
     assert raw["B"] == "'${A}'"
 
 
 def test_parse_os_release():
-    info = _stack.parse_os_release('ID=debian\nVERSION_ID="12"\nPRETTY_NAME="Debian GNU/Linux 12 (bookworm)"\n')
+    info = _node_probes.parse_os_release('ID=debian\nVERSION_ID="12"\nPRETTY_NAME="Debian GNU/Linux 12 (bookworm)"\n')
     assert info["id"] == "debian" and info["version_id"] == "12"
 
 
@@ -250,7 +253,7 @@ def test_gather_configured_node(node):
     assert facts["errors"] == {}
     # The import probe never runs the env script: no shell, the interpreter itself, with the exports read as data.
     assert not [c for c in runner.calls if c[0][0] in ("bash", "sh")]
-    probe = [c for c in runner.calls if c[0] == ["/opt/torch/.venv/bin/python", "-c", _stack.IMPORT_PROBE]][0]
+    probe = [c for c in runner.calls if c[0] == ["/opt/torch/.venv/bin/python", "-c", _installs.IMPORT_PROBE]][0]
     assert probe[1] == 60
     assert runner.envs[-1]["NVSHMEM_IB_GID_INDEX"] == "3" and runner.envs[-1]["FOO"] == "bar"
 
@@ -263,7 +266,7 @@ def test_import_probe_refused_for_a_script_with_shell_lines(node):
     assert "not plain NAME=value exports" in facts["deep_ep_import"]["error"]
     assert "line 16 '[ -d /lssd/huggingface ]" in facts["deep_ep_import"]["error"]
     assert len(facts["env_script"]["unparsed"]) == 8
-    assert not [c for c in runner.calls if _stack.IMPORT_PROBE in c[0]]
+    assert not [c for c in runner.calls if _installs.IMPORT_PROBE in c[0]]
 
 
 def test_gather_import_ok_and_timeout(node):
@@ -359,7 +362,7 @@ def _stamped_install(root, torch="2.11.0+cu130", generation="v1"):
 
 
 def _imports(runner):
-    return [c for c in runner.calls if c[0] == ["/opt/torch/.venv/bin/python", "-c", _stack.IMPORT_PROBE]]
+    return [c for c in runner.calls if c[0] == ["/opt/torch/.venv/bin/python", "-c", _installs.IMPORT_PROBE]]
 
 
 @pytest.mark.parametrize("generation", ["v1", "v2"])

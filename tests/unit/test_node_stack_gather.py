@@ -17,8 +17,9 @@ import pytest
 from test_pytorch_bundled_nvshmem import make_custom, make_site
 from unit_helpers import CAPTURED, render_sysfs_tree
 
-from ansible_collections.gpufleet.deepep.plugins.module_utils import _stack
-from ansible_collections.gpufleet.deepep.plugins.module_utils._audit import NOT_GATHERED, node_document
+from ansible_collections.gpufleet.deepep.plugins.module_utils._node import probes as _node_probes
+from ansible_collections.gpufleet.deepep.plugins.module_utils._node import stack as _stack
+from ansible_collections.gpufleet.deepep.plugins.plugin_utils._audit.document import NOT_GATHERED, node_document
 from ansible_collections.gpufleet.deepep.plugins.modules import (
     gpu_topology,
     node_stack,
@@ -168,7 +169,7 @@ def test_a_runner_that_raises_is_an_error_result():
 
 
 def test_python_probe_reports_packages_and_site_layout_in_one_run():
-    py = _stack.gather_python(sys.executable, _stack.subprocess_runner, 60)
+    py = _node_probes.gather_python(sys.executable, _stack.subprocess_runner, 60)
     assert py["ok"] is True, py["error"]
     assert py["site"]["executable"] and isinstance(py["site"]["sys_path"], list)
     assert py["site_error"] is None

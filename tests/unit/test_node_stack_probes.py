@@ -11,7 +11,7 @@ import sys
 
 from unit_helpers import run_module
 
-from ansible_collections.gpufleet.deepep.plugins.module_utils import _role_facts
+from ansible_collections.gpufleet.deepep.plugins.module_utils._node import role_facts as _role_facts
 from ansible_collections.gpufleet.deepep.plugins.modules import node_stack
 
 LSINITRAMFS = """usr/lib/modules/6.8.0-31-generic/kernel/drivers/net/ethernet/mellanox/mlx5/core/mlx5_core.ko.zst
@@ -137,7 +137,7 @@ def test_torch_bad_requirement_is_refused():
 
 
 def _stack_runner():
-    from ansible_collections.gpufleet.deepep.plugins.module_utils._stack import subprocess_runner
+    from ansible_collections.gpufleet.deepep.plugins.module_utils._node.stack import subprocess_runner
     return subprocess_runner
 
 

@@ -12,7 +12,7 @@ import sys
 
 from unit_helpers import run_module
 
-from ansible_collections.gpufleet.deepep.plugins.module_utils import _role_facts
+from ansible_collections.gpufleet.deepep.plugins.module_utils._node import role_facts as _role_facts
 from ansible_collections.gpufleet.deepep.plugins.modules import node_stack
 
 

@@ -15,8 +15,10 @@ import test_sglang_env
 from test_sglang_env import args
 from unit_helpers import REPO, run_module
 
-from ansible_collections.gpufleet.deepep.plugins.module_utils import _sglang, _sglang_facts, _stack
-from ansible_collections.gpufleet.deepep.plugins.module_utils._audit import node_document
+from ansible_collections.gpufleet.deepep.plugins.module_utils._serve import sglang as _sglang
+from ansible_collections.gpufleet.deepep.plugins.module_utils._serve import sglang_facts as _sglang_facts
+from ansible_collections.gpufleet.deepep.plugins.module_utils._node import stack as _stack
+from ansible_collections.gpufleet.deepep.plugins.plugin_utils._audit.document import node_document
 from ansible_collections.gpufleet.deepep.plugins.modules import node_stack, sglang_env
 
 # The fixtures of test_sglang_env (a virtualenv with the fixture wheels): the same nodes for both modules.

@@ -1,12 +1,14 @@
 # Copyright: (c) 2026, gpufleet.deepep contributors
 # GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
-"""Parsers and decisions of module_utils/_nvidia.py (no Ansible needed)."""
+"""Parsers and decisions of module_utils/_nvidia/request.py (no Ansible needed)."""
 
 from __future__ import annotations
 
 import pytest
 
-from ansible_collections.gpufleet.deepep.plugins.module_utils import _nvidia as nv
+from ansible_collections.gpufleet.deepep.plugins.module_utils._nvidia import request as nv
+from ansible_collections.gpufleet.deepep.plugins.module_utils._nvidia import modprobe as _modprobe
+from ansible_collections.gpufleet.deepep.plugins.module_utils._nvidia import params as _nvidia_params
 
 PROPRIETARY_VERSION = (
     "NVRM version: NVIDIA UNIX x86_64 Kernel Module  550.54.15  Tue Mar  5 22:23:56 UTC 2024\n"
@@ -19,7 +21,7 @@ PROPRIETARY_VERSION = (
 
 def test_captured_params_every_line_typed(captured_dir):
     text = (captured_dir / "proc_driver_nvidia_params").read_text()
-    params = nv.parse_params(text)
+    params = _nvidia_params.parse_params(text)
     lines = [line for line in text.splitlines() if line.strip()]
     assert len(params) == len(lines) == 42
     for line in lines:
@@ -38,8 +40,8 @@ def test_captured_params_every_line_typed(captured_dir):
 
 
 def test_captured_live_facts(captured_dir):
-    facts = nv.live_facts((captured_dir / "proc_driver_nvidia_params").read_text(),
-                          (captured_dir / "proc_driver_nvidia_version").read_text())
+    facts = _nvidia_params.live_facts((captured_dir / "proc_driver_nvidia_params").read_text(),
+                                      (captured_dir / "proc_driver_nvidia_version").read_text())
     assert facts["driver_loaded"] is True
     assert facts["driver_version"] == "580.159.04"
     assert facts["driver_open_kernel_module"] is True
@@ -50,14 +52,14 @@ def test_captured_live_facts(captured_dir):
 
 
 def test_version_proprietary_and_missing():
-    parsed = nv.parse_version(PROPRIETARY_VERSION)
+    parsed = _nvidia_params.parse_version(PROPRIETARY_VERSION)
     assert parsed["version"] == "550.54.15"
     assert parsed["open_kernel_module"] is False
-    assert nv.parse_version("") == {"version": None, "open_kernel_module": None, "line": None}
+    assert _nvidia_params.parse_version("") == {"version": None, "open_kernel_module": None, "line": None}
 
 
 def test_driver_not_loaded():
-    facts = nv.live_facts(None, None)
+    facts = _nvidia_params.live_facts(None, None)
     assert facts["driver_loaded"] is False
     assert facts["params"] == {} and facts["registry_dwords"] == {}
     assert facts["driver_version"] is None
@@ -78,7 +80,7 @@ def test_driver_not_loaded():
     (None, {}),
 ])
 def test_registry_dwords_forms(raw, expected):
-    dwords, ignored = nv.parse_registry_dwords(raw)
+    dwords, ignored = _nvidia_params.parse_registry_dwords(raw)
     assert dwords == expected
     assert ignored == []
 
@@ -92,32 +94,32 @@ def test_registry_dwords_forms(raw, expected):
     ("A=0x100000000", "A=0x100000000"),
 ])
 def test_registry_dwords_pieces_the_driver_skips(raw, entry):
-    dwords, ignored = nv.parse_registry_dwords("PeerMappingOverride=1;" + raw)
+    dwords, ignored = _nvidia_params.parse_registry_dwords("PeerMappingOverride=1;" + raw)
     assert dwords["PeerMappingOverride"] == 1 or raw.startswith("PeerMappingOverride")
     assert [i["entry"] for i in ignored] == [entry]
 
 
 def test_params_registry_dwords_line_forms():
     text = 'EnableStreamMemOPs: 1\nRegistryDwords: "PeerMappingOverride=0x1"\n'
-    facts = nv.live_facts(text, None)
+    facts = _nvidia_params.live_facts(text, None)
     assert facts["registry_dwords"] == {"PeerMappingOverride": 1}
     assert facts["peer_mapping_override_active"] is True
     assert facts["stream_memops_enabled"] is True
 
 
 def test_params_bare_peer_mapping_override_line():
-    facts = nv.live_facts('PeerMappingOverride: 1\nRegistryDwords: ""\n', None)
+    facts = _nvidia_params.live_facts('PeerMappingOverride: 1\nRegistryDwords: ""\n', None)
     assert facts["params"]["PeerMappingOverride"] == 1
     assert facts["registry_dwords"] == {}
     assert facts["peer_mapping_override_active"] is True
-    assert nv.live_facts("PeerMappingOverride: 0\n", None)["peer_mapping_override_active"] is False
+    assert _nvidia_params.live_facts("PeerMappingOverride: 0\n", None)["peer_mapping_override_active"] is False
 
 
 # --- modprobe files --------------------------------------------------------------------------
 
 
 def _opts(text):
-    return [(e["name"], e["value"]) for e in nv.parse_modprobe_options(text)]
+    return [(e["name"], e["value"]) for e in _modprobe.parse_modprobe_options(text)]
 
 
 def test_modprobe_deepep_form():
@@ -128,8 +130,8 @@ def test_modprobe_deepep_form():
 def test_modprobe_unquoted_registry_dwords_of_runbook_001():
     assert _opts("options nvidia NVreg_RegistryDwords=PeerMappingOverride=0x1\n") == [
         ("NVreg_RegistryDwords", "PeerMappingOverride=0x1")]
-    merged = nv.merge([dict(e, path="/etc/modprobe.d/nvidia-peermapping.conf") for e in
-                       nv.parse_modprobe_options("options nvidia NVreg_RegistryDwords=PeerMappingOverride=0x1\n")])
+    merged = _modprobe.merge([dict(e, path="/etc/modprobe.d/nvidia-peermapping.conf") for e in
+                              _modprobe.parse_modprobe_options("options nvidia NVreg_RegistryDwords=PeerMappingOverride=0x1\n")])
     assert merged["registry_dwords"] == {"PeerMappingOverride": 1}
     assert merged["ineffective"] == []
 
@@ -146,23 +148,23 @@ def test_modprobe_comments_continuations_and_other_modules():
         "    NVreg_RegistryDwords=\"PeerMappingOverride=1;\"\n"
         "options\tnvidia\tNVreg_DeviceFileMode=0666\n"
     )
-    entries = nv.parse_modprobe_options(text)
+    entries = _modprobe.parse_modprobe_options(text)
     assert [(e["name"], e["value"], e["line"]) for e in entries] == [
         ("NVreg_EnableStreamMemOPs", "1", 7),
         ("NVreg_RegistryDwords", "PeerMappingOverride=1;", 7),
         ("NVreg_DeviceFileMode", "0666", 9),
     ]
-    assert nv.typed_option_value("NVreg_DeviceFileMode", "0666") == 438
+    assert _modprobe.typed_option_value("NVreg_DeviceFileMode", "0666") == 438
 
 
 def test_kernel_arg_splitting_quotes():
-    assert nv.split_kernel_args('NVreg_RmMsg="a b c" "NVreg_TemporaryFilePath=/var/tmp x" bare') == [
+    assert _modprobe.split_kernel_args('NVreg_RmMsg="a b c" "NVreg_TemporaryFilePath=/var/tmp x" bare') == [
         ("NVreg_RmMsg", "a b c"), ("NVreg_TemporaryFilePath", "/var/tmp x"), ("bare", None)]
 
 
 def test_bare_peer_mapping_override_of_runbook_000_is_ineffective():
-    entries = nv.parse_modprobe_options("options nvidia NVreg_PeerMappingOverride=1\n")
-    merged = nv.merge([dict(e, path="/etc/modprobe.d/nvidia-peermem.conf") for e in entries])
+    entries = _modprobe.parse_modprobe_options("options nvidia NVreg_PeerMappingOverride=1\n")
+    merged = _modprobe.merge([dict(e, path="/etc/modprobe.d/nvidia-peermem.conf") for e in entries])
     assert merged["registry_dwords"] == {} and merged["driver_options"] == {}
     (item,) = merged["ineffective"]
     assert item["status"] == "registry_key"
@@ -185,14 +187,14 @@ def test_bare_peer_mapping_override_of_runbook_000_is_ineffective():
     ("NVreg_EnableStreamMemOPs", None, "invalid"),
 ])
 def test_classify_option(name, value, status):
-    got, reason, _fix = nv.classify_option(name, value)
+    got, reason, _fix = _modprobe.classify_option(name, value)
     assert got == status
     assert (reason is None) == (status == "ok")
 
 
 def test_classify_uses_live_params_for_unlisted_names():
-    assert nv.classify_option("NVreg_BrandNewKnob", "1", {"BrandNewKnob": 0})[0] == "ok"
-    assert nv.classify_option("NVreg_BrandNewKnob", "1", {})[0] == "unknown"
+    assert _modprobe.classify_option("NVreg_BrandNewKnob", "1", {"BrandNewKnob": 0})[0] == "ok"
+    assert _modprobe.classify_option("NVreg_BrandNewKnob", "1", {})[0] == "unknown"
 
 
 def test_file_order_etc_hides_lib_and_names_sort_across_dirs():
@@ -202,7 +204,7 @@ def test_file_order_etc_hides_lib_and_names_sort_across_dirs():
         "/run/modprobe.d": ["b.conf"],
         "/lib/modprobe.d": ["nvidia.conf", "a.conf", "zzz.conf"],
     }
-    read, shadowed = nv.order_config_files(dirs, listings)
+    read, shadowed = _modprobe.order_config_files(dirs, listings)
     assert read == ["/lib/modprobe.d/a.conf", "/run/modprobe.d/b.conf", "/etc/modprobe.d/nvidia.conf",
                     "/etc/modprobe.d/zz-local.conf", "/lib/modprobe.d/zzz.conf"]
     assert shadowed == [("/lib/modprobe.d/nvidia.conf", "/etc/modprobe.d/nvidia.conf")]
@@ -221,7 +223,7 @@ def test_scan_last_file_name_wins_whatever_the_directory(tmp_path):
         "etc/gpufleet-nvidia.conf": 'options nvidia NVreg_RegistryDwords="PeerMappingOverride=1;"\n',
         "lib/nvidia-peermapping.conf": 'options nvidia NVreg_RegistryDwords="PeerMappingOverride=0;"\n',
     })
-    view = nv.scan_modprobe(dirs)
+    view = _modprobe.scan_modprobe(dirs)
     assert view["registry_dwords"] == {"PeerMappingOverride": 0}
     assert view["sources"]["NVreg_RegistryDwords"] == str(tmp_path / "lib/nvidia-peermapping.conf")
     (conflict,) = view["conflicts"]
@@ -236,7 +238,7 @@ def test_scan_same_name_in_etc_overrides_lib(tmp_path):
         "etc/nvidia.conf": "options nvidia NVreg_EnableStreamMemOPs=1\n",
         "lib/nvidia.conf": "options nvidia NVreg_EnableStreamMemOPs=0\n",
     })
-    view = nv.scan_modprobe(dirs)
+    view = _modprobe.scan_modprobe(dirs)
     assert view["driver_options"] == {"EnableStreamMemOPs": 1}
     assert view["conflicts"] == []
     by_path = dict((f["path"], f) for f in view["config_files"])
@@ -249,7 +251,7 @@ def test_scan_equal_values_in_two_forms_do_not_conflict(tmp_path):
         "etc/gpufleet-nvidia.conf": 'options nvidia NVreg_RegistryDwords="PeerMappingOverride=1;"\n',
         "etc/nvidia-peermapping.conf": "options nvidia NVreg_RegistryDwords=PeerMappingOverride=0x1\n",
     })
-    view = nv.scan_modprobe(dirs)
+    view = _modprobe.scan_modprobe(dirs)
     assert view["conflicts"] == []
     assert view["registry_dwords"] == {"PeerMappingOverride": 1}
 
@@ -257,13 +259,13 @@ def test_scan_equal_values_in_two_forms_do_not_conflict(tmp_path):
 def test_scan_planned_content_overrides_disk(tmp_path):
     dirs = _tree(tmp_path, {"etc/other.conf": "options nvidia NVreg_EnableStreamMemOPs=0\n"})
     planned = str(tmp_path / "etc/gpufleet-nvidia.conf")
-    view = nv.scan_modprobe(dirs, overrides={planned: "options nvidia NVreg_EnableStreamMemOPs=1\n"})
+    view = _modprobe.scan_modprobe(dirs, overrides={planned: "options nvidia NVreg_EnableStreamMemOPs=1\n"})
     assert view["driver_options"] == {"EnableStreamMemOPs": 0}  # other.conf sorts after gpufleet-nvidia.conf
     assert nv.check_request(view, planned, {"EnableStreamMemOPs": 1}, {}) == [{
         "parameter": "NVreg_EnableStreamMemOPs", "asked": 1, "honoured_value": 0,
         "honoured_path": str(tmp_path / "etc/other.conf")}]
     assert view["conflicts"][0]["defeats_request"] is True
-    removed = nv.scan_modprobe(dirs, overrides={str(tmp_path / "etc/other.conf"): None})
+    removed = _modprobe.scan_modprobe(dirs, overrides={str(tmp_path / "etc/other.conf"): None})
     assert removed["config_files"] == [] and removed["driver_options"] == {}
 
 
@@ -371,7 +373,7 @@ def _persistent(driver_options=None, dwords=None):
      {"driver_options": {"EnableStreamMemOPs": 0}, "registry_dwords": {"PeerMappingOverride": 1}}, False),
 ])
 def test_reboot_matrix(params_text, persistent, removed, expected):
-    live = nv.live_facts(params_text, None)
+    live = _nvidia_params.live_facts(params_text, None)
     required, reasons, unverified = nv.reboot_check(live, persistent, removed)
     assert required is expected
     assert bool(reasons) is expected
@@ -379,7 +381,7 @@ def test_reboot_matrix(params_text, persistent, removed, expected):
 
 
 def test_reboot_check_does_not_loop_on_options_the_params_file_does_not_list():
-    live = nv.live_facts('EnableStreamMemOPs: 1\nRegistryDwords: ""\n', None)
+    live = _nvidia_params.live_facts('EnableStreamMemOPs: 1\nRegistryDwords: ""\n', None)
     required, reasons, unverified = nv.reboot_check(
         live, _persistent({"EnableStreamMemOPs": 1, "EnableNonblockingOpen": 0}))
     assert (required, reasons, unverified) == (False, [], ["EnableNonblockingOpen"])

@@ -1,7 +1,7 @@
 # Copyright: (c) 2026, gpufleet.deepep contributors
 # GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
 
-"""Tests of plugins/module_utils/_nvshmem.py: nvshmem-info output, the version header, the RoCE ibv_ah_attr fix
+"""Tests of plugins/module_utils/_comm/nvshmem.py: nvshmem-info output, the version header, the RoCE ibv_ah_attr fix
 and the CMake arguments."""
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from ansible_collections.gpufleet.deepep.plugins.module_utils import _buildkey as bk
-from ansible_collections.gpufleet.deepep.plugins.module_utils import _nvshmem as nv
+from ansible_collections.gpufleet.deepep.plugins.module_utils._comm import nvshmem as nv
 from ansible_collections.gpufleet.deepep.plugins.module_utils import _versions as ver
 
 REPO = Path(__file__).resolve().parents[2]

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from ansible_collections.gpufleet.deepep.plugins.module_utils import _nvshmem_discovery as disc
+from ansible_collections.gpufleet.deepep.plugins.module_utils._comm import nvshmem_discovery as disc
 from ansible_collections.gpufleet.deepep.plugins.modules import pytorch_bundled_nvshmem as mod
 
 BUNDLED_HOST = b"\x7fELF bundled libnvshmem_host 3.4.5"

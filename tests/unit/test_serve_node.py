@@ -1,7 +1,7 @@
 # Copyright: (c) 2026, gpufleet.deepep contributors
 # GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
-"""Serving preflight from the engine nodes' facts (serve_plan state=facts, plugins/module_utils/_serve_node.py) and
-the plan's per-node rules and environment (plugins/module_utils/_serve.py): the env scripts' values in the units,
+"""Serving preflight from the engine nodes' facts (serve_plan state=facts, plugins/module_utils/_serve/node.py) and
+the plan's per-node rules and environment (plugins/module_utils/_serve/plan.py): the env scripts' values in the units,
 the NIC of Gloo/NCCL/SGLang from the node's interfaces, the DeepGEMM cache of an instance's exact arguments."""
 import json
 import shlex
@@ -10,7 +10,10 @@ from pathlib import Path
 import jinja2
 import pytest
 
-from ansible_collections.gpufleet.deepep.plugins.module_utils import _serve, _serve_node
+from ansible_collections.gpufleet.deepep.plugins.module_utils._serve import plan as _serve
+from ansible_collections.gpufleet.deepep.plugins.module_utils._serve import node as _serve_node
+from ansible_collections.gpufleet.deepep.plugins.module_utils._serve import rules as _serve_rules
+from ansible_collections.gpufleet.deepep.plugins.module_utils._serve import units as _serve_units
 
 REPO = Path(__file__).resolve().parents[2]
 IP_ADDR = (REPO / "tests/fixtures/serve/ip-addr-debian12.json").read_text()
@@ -47,11 +50,11 @@ SGLANG = render("roles/sglang/templates/sglang-env.sh.j2", ansible_managed="Mana
 
 
 def test_env_scripts_as_written_by_the_roles_become_unit_values_in_source_order():
-    env = _serve.parse_env_script(SGLANG, _serve.parse_env_script(UNIFIED))
+    env = _serve_units.parse_env_script(SGLANG, _serve_units.parse_env_script(UNIFIED))
     assert env["NVSHMEM_IB_ENABLE_IBGDA"] == "1"
     assert env["DEEP_EP_DEVICE_TO_HCA_MAPPING"] == "0:mlx5_0:1,1:mlx5_3:1"
     assert env["EXTRA"] == "it's $not expanded"  # single-quoted by the role: literal
-    assert env["PATH"] == "/usr/local/cuda/bin:" + _serve.SYSTEM_PATH  # a unit has no login PATH to append to
+    assert env["PATH"] == "/usr/local/cuda/bin:" + _serve_units.SYSTEM_PATH  # a unit has no login PATH to append to
     # sglang-env.sh is sourced second and prepends its own directories to the env script's
     assert env["LD_LIBRARY_PATH"] == ("/opt/nvshmem/lib:/opt/sglang-venv/nvidia/cublas/lib:"
                                       "/opt/nvshmem/lib:/usr/local/cuda/lib64")
@@ -59,14 +62,14 @@ def test_env_scripts_as_written_by_the_roles_become_unit_values_in_source_order(
     assert env["SGLANG_DG_CACHE_DIR"] == "/var/cache/sglang/deep_gemm" and env["HF_HUB_OFFLINE"] == "1"
     assert env["SGLANG_DEEPEP_NUM_MAX_DISPATCH_TOKENS_PER_RANK"] == "1024"
     # and the unit's environment file reads back the same values
-    assert _serve.parse_env_file(_serve.env_file_text(env)) == env
+    assert _serve_units.parse_env_file(_serve_units.env_file_text(env)) == env
 
 
 @pytest.mark.parametrize("line", ["export A=$HOME/x", "export A=\"${B}\"", "export A=`date`", "export A=a b",
                                   "export A='open", "export A=\"x${A:+:${A}}\"; rm -rf /"])
 def test_a_value_a_shell_would_expand_is_refused_naming_it(line):
-    with pytest.raises(_serve.ServeError, match=r"env.sh:2: .*A"):
-        _serve.parse_env_script("# x\n" + line + "\n", path="env.sh")
+    with pytest.raises(_serve_units.ServeError, match=r"env.sh:2: .*A"):
+        _serve_units.parse_env_script("# x\n" + line + "\n", path="env.sh")
 
 
 def test_ip_addr_capture_parsed():
@@ -75,7 +78,7 @@ def test_ip_addr_capture_parsed():
     assert by_name["eth0"] == {"name": "eth0", "up": True, "ipv4": ["192.0.2.2"]}  # IPv6 left out
     assert by_name["ifb0"] == {"name": "ifb0", "up": False, "ipv4": []}
     assert by_name["fsim0"]["ipv4"] == ["10.213.0.1"]
-    with pytest.raises(_serve.ServeError, match="no JSON"):
+    with pytest.raises(_serve_units.ServeError, match="no JSON"):
         _serve_node.parse_ip_addr("Object \"addr\" is unknown")
 
 
@@ -211,7 +214,7 @@ def test_deepgemm_cache_of_the_exact_arguments_is_required_for_a_deepep_moe_inst
 def test_deepgemm_args_match_what_the_sglang_role_precompiles():
     """The sglang role's sglang_deepgemm_args for the same layout (roles/sglang/defaults/main.yml)."""
     cfg = _serve.instance_settings(deepep_decode(), "sglang_decode")
-    assert _serve.deepgemm_args("/m/DeepSeek-V3", cfg) == DG_ARGS
+    assert _serve_rules.deepgemm_args("/m/DeepSeek-V3", cfg) == DG_ARGS
     defaults = (REPO / "roles/sglang/defaults/main.yml").read_text()
     for flag in ("'--model-path'", "'--tp-size'", "'--dp-size'", "'--enable-dp-attention'", "'--moe-a2a-backend'",
                  "'--deepep-mode'"):

@@ -1,11 +1,12 @@
 # Copyright: (c) 2026, gpufleet.deepep contributors
 # GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
-"""gpufleet.deepep.serve_plan's logic (plugins/module_utils/_serve.py): instances, preflight, units, router."""
+"""gpufleet.deepep.serve_plan's logic (plugins/module_utils/_serve/plan.py): instances, preflight, units, router."""
 import shlex
 
 import pytest
 
-from ansible_collections.gpufleet.deepep.plugins.module_utils import _serve
+from ansible_collections.gpufleet.deepep.plugins.module_utils._serve import plan as _serve
+from ansible_collections.gpufleet.deepep.plugins.module_utils._serve import units as _serve_units
 
 SMOLLM = {"path": "/opt/models/smollm2-135m", "num_attention_heads": 9, "moe": False}
 
@@ -86,16 +87,16 @@ def test_router_missing_mini_lb_and_group_sizes():
     problems = _serve.plan(topo(router={"mini_lb": True}), "r-1")["problems"]
     assert any("mini_lb is the runbook's debug-only" in p for p in problems)
     assert _serve.plan(topo(router={"mini_lb": True}), "r-1", debug=True)["problems"] == []
-    with pytest.raises(_serve.ServeError, match="not a multiple of nnodes 2"):
+    with pytest.raises(_serve_units.ServeError, match="not a multiple of nnodes 2"):
         _serve.plan(topo(nprefill=3), "p-1")
-    with pytest.raises(_serve.ServeError, match="unknown setting"):
+    with pytest.raises(_serve_units.ServeError, match="unknown setting"):
         _serve.plan(topo(prefill={"tensor_parallel": 2}), "p-1")
-    with pytest.raises(_serve.ServeError, match="kind 'vllm'"):
+    with pytest.raises(_serve_units.ServeError, match="kind 'vllm'"):
         _serve.plan(topo(router={"kind": "vllm"}), "r-1")
 
 
 def test_env_file_is_systemd_syntax():
-    text = _serve.env_file_text({"B": 'say "hi"', "A": "x y"})
+    text = _serve_units.env_file_text({"B": 'say "hi"', "A": "x y"})
     assert text.splitlines()[1:] == ['A="x y"', 'B="say \\"hi\\""']
 
 
@@ -112,18 +113,18 @@ def test_every_instance_names_its_members_units_and_its_peers_for_a_rolling_upda
 
 
 def test_unit_names_parse_back_to_their_instance_and_rank():
-    assert _serve.parse_unit_name(_serve.unit_name("sglang", "decode", 1, 0)) == {
+    assert _serve_units.parse_unit_name(_serve_units.unit_name("sglang", "decode", 1, 0)) == {
         "prefix": "sglang", "role": "decode", "instance": "decode1", "index": 1, "rank": 0}
-    assert _serve.parse_unit_name(_serve.unit_name("my-site", "prefill", 0, 3))["rank"] == 3
-    assert _serve.parse_unit_name(_serve.router_unit_name("sglang"))["role"] == "router"
-    assert _serve.parse_unit_name("sglang-decode1-rank0.env") is None
-    assert _serve.parse_unit_name("sglang-worker0-rank0.service") is None
+    assert _serve_units.parse_unit_name(_serve_units.unit_name("my-site", "prefill", 0, 3))["rank"] == 3
+    assert _serve_units.parse_unit_name(_serve_units.router_unit_name("sglang"))["role"] == "router"
+    assert _serve_units.parse_unit_name("sglang-decode1-rank0.env") is None
+    assert _serve_units.parse_unit_name("sglang-worker0-rank0.service") is None
 
 
 def test_an_environment_value_on_two_lines_is_refused_naming_it():
-    with pytest.raises(_serve.ServeError, match=r"environment A='x\\ny': a value is one line"):
-        _serve.env_file_text({"A": "x\ny"})
+    with pytest.raises(_serve_units.ServeError, match=r"environment A='x\\ny': a value is one line"):
+        _serve_units.env_file_text({"A": "x\ny"})
     # an instance's environment setting: the plan refuses before any file is written (serve_plan fails with it)
-    with pytest.raises(_serve.ServeError, match=r"environment NCCL_DEBUG='INFO\\nX=1'"):
+    with pytest.raises(_serve_units.ServeError, match=r"environment NCCL_DEBUG='INFO\\nX=1'"):
         _serve.plan(topo(decode={"port": 30001, "tp": 3, "environment": {"NCCL_DEBUG": "INFO\nX=1"}}), "d-1",
                     model=SMOLLM, python="/v/bin/python", model_path="/m")

@@ -1,6 +1,6 @@
 # Copyright: (c) 2026, gpufleet.deepep contributors
 # GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
-"""gpufleet.deepep.serve_state (plugins/module_utils/_serve_state.py) and the audit's SERVING_* rules: the units
+"""gpufleet.deepep.serve_state (plugins/module_utils/_serve/state.py) and the audit's SERVING_* rules: the units
 sglang_serve wrote, their systemd state and SGLang version, the router's readiness and workers (a real HTTP server
 on loopback answering as the router does), and the findings the audit draws from them."""
 
@@ -15,9 +15,12 @@ import yaml
 
 from unit_helpers import REPO
 
-from ansible_collections.gpufleet.deepep.plugins.module_utils import _serve, _serve_state
-from ansible_collections.gpufleet.deepep.plugins.module_utils._audit import audit_fleet, evaluate_rules, node_document
-from ansible_collections.gpufleet.deepep.plugins.module_utils._report import render_markdown
+from ansible_collections.gpufleet.deepep.plugins.module_utils._serve import plan as _serve
+from ansible_collections.gpufleet.deepep.plugins.module_utils._serve import state as _serve_state
+from ansible_collections.gpufleet.deepep.plugins.plugin_utils._audit.engine import audit_fleet, evaluate_rules
+from ansible_collections.gpufleet.deepep.plugins.plugin_utils._audit.document import node_document
+from ansible_collections.gpufleet.deepep.plugins.plugin_utils._audit.report import render_markdown
+from ansible_collections.gpufleet.deepep.plugins.module_utils._serve import units as _serve_units
 
 CATALOGUE = yaml.safe_load((REPO / "roles" / "audit" / "files" / "rules.yml").read_text())
 
@@ -30,8 +33,8 @@ def _config_dir(tmp_path, version="0.5.23"):
     """The environment files sglang_serve writes (its own writer), plus a secrets file and a stranger's file."""
     env = dict(_serve.ENGINE_ENVIRONMENT, GPUFLEET_SGLANG_VERSION=version)
     for stem in ("sglang-decode0-rank0", "sglang-prefill0-rank1"):
-        (tmp_path / (stem + ".env")).write_text(_serve.env_file_text(env))
-    (tmp_path / "sglang-router.env").write_text(_serve.env_file_text({"RUST_LOG": "info"}))
+        (tmp_path / (stem + ".env")).write_text(_serve_units.env_file_text(env))
+    (tmp_path / "sglang-router.env").write_text(_serve_units.env_file_text({"RUST_LOG": "info"}))
     (tmp_path / "secrets.env").write_text('HF_TOKEN="hf_x"\n')
     (tmp_path / "other-decode0-rank0.env").write_text('A="b"\n')
     return tmp_path
@@ -39,13 +42,13 @@ def _config_dir(tmp_path, version="0.5.23"):
 
 def test_env_file_round_trips_what_sglang_serve_writes():
     env = {"A": 'say "hi"', "B": "back\\slash", "C": "x y"}
-    assert _serve.parse_env_file(_serve.env_file_text(env)) == env
+    assert _serve_units.parse_env_file(_serve_units.env_file_text(env)) == env
 
 
 @pytest.mark.parametrize("line", ["A", "1A=x", 'A="open', "A=two words"])
 def test_a_malformed_env_line_is_named(line):
-    with pytest.raises(_serve.ServeError, match=r"/e\.env:1: expected NAME=\"value\""):
-        _serve.parse_env_file(line + "\n", "/e.env")
+    with pytest.raises(_serve_units.ServeError, match=r"/e\.env:1: expected NAME=\"value\""):
+        _serve_units.parse_env_file(line + "\n", "/e.env")
 
 
 def test_units_of_the_prefix_with_state_version_instance_and_rank(tmp_path):

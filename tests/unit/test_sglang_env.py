@@ -17,7 +17,7 @@ import pytest
 
 from unit_helpers import FIXTURES, REPO, run_module
 
-from ansible_collections.gpufleet.deepep.plugins.module_utils import _sglang
+from ansible_collections.gpufleet.deepep.plugins.module_utils._serve import sglang as _sglang
 from ansible_collections.gpufleet.deepep.plugins.modules import model_config, sglang_env
 from tools.fleetsim.mirror import build_fixture_wheels, fixture_wheel
 

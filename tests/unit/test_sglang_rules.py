@@ -17,7 +17,7 @@ import yaml
 
 from unit_helpers import FIXTURES, REPO
 
-from ansible_collections.gpufleet.deepep.plugins.module_utils._audit import evaluate_rules, validate_rules
+from ansible_collections.gpufleet.deepep.plugins.plugin_utils._audit.engine import evaluate_rules, validate_rules
 
 CATALOGUE = yaml.safe_load((REPO / "roles" / "audit" / "files" / "rules.yml").read_text())
 RULES = {r["id"]: r for r in validate_rules(CATALOGUE) if r["id"].startswith("SGLANG_")}

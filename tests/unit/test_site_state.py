@@ -11,7 +11,7 @@ import pytest
 
 from unit_helpers import CAPTURED, run_module
 
-from ansible_collections.gpufleet.deepep.plugins.module_utils import _site_state as ss
+from ansible_collections.gpufleet.deepep.plugins.module_utils._node import site_state as ss
 from ansible_collections.gpufleet.deepep.plugins.modules import site_state
 
 KEY = "a" * 64

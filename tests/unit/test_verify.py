@@ -1,6 +1,6 @@
 # Copyright: (c) 2026, gpufleet.deepep contributors
 # GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
-"""Unit tests of the fleet verification logic (_verify.py and the verify_* filters)."""
+"""Unit tests of the fleet verification logic (plugin_utils/_verify/plan.py and the verify_* filters)."""
 
 from __future__ import annotations
 
@@ -10,8 +10,12 @@ import pytest
 from ansible.errors import AnsibleFilterError
 
 from ansible_collections.gpufleet.deepep.plugins.filter import verify_helpers as vf
-from ansible_collections.gpufleet.deepep.plugins.module_utils import _verify as v
-from ansible_collections.gpufleet.deepep.plugins.module_utils._bandwidth import parse_output
+from ansible_collections.gpufleet.deepep.plugins.plugin_utils._verify import plan as v
+from ansible_collections.gpufleet.deepep.plugins.plugin_utils._verify.bandwidth import parse_output
+from ansible_collections.gpufleet.deepep.plugins.module_utils import _thresholds
+from ansible_collections.gpufleet.deepep.plugins.plugin_utils._verify import gate as _verify_gate
+from ansible_collections.gpufleet.deepep.plugins.plugin_utils._verify import summary as _verify_summary
+from ansible_collections.gpufleet.deepep.plugins.plugin_utils._verify import traffic as _verify_traffic
 
 from unit_helpers import CAPTURED, FIXTURES
 
@@ -44,7 +48,7 @@ def test_plan_accepts_comma_string_and_limits_to_play_hosts():
     ([], None, "groups must be"),
 ])
 def test_plan_errors_name_the_problem(groups, masters, msg):
-    with pytest.raises(v.VerifyInputError, match=msg):
+    with pytest.raises(_thresholds.VerifyInputError, match=msg):
         v.internode_plan(groups, GROUPS, masters=masters)
 
 
@@ -106,7 +110,7 @@ TABLE = {"default": {"dispatch_bf16_nvl_gbps": 100, "combine_nvl_gbps": 100},
     ("a100", "default", 100, 100), (None, "default", 100, 100),
 ])
 def test_select_thresholds(profile, matched, bf16, combine):
-    got = v.select_thresholds(TABLE, profile)
+    got = _thresholds.select_thresholds(TABLE, profile)
     assert got["matched"] == matched
     assert got["thresholds"]["dispatch_bf16_nvl_gbps"] == bf16 and got["thresholds"]["combine_nvl_gbps"] == combine
 
@@ -115,8 +119,8 @@ def test_select_thresholds(profile, matched, bf16, combine):
                                        ({"x": {"combine_nvl_gbps": "fast"}}, "non-negative number"),
                                        ({}, "mapping of profile")])
 def test_select_thresholds_rejects(table, msg):
-    with pytest.raises(v.VerifyInputError, match=msg):
-        v.select_thresholds(table, "x")
+    with pytest.raises(_thresholds.VerifyInputError, match=msg):
+        _thresholds.select_thresholds(table, "x")
 
 
 def _captured_intranode():
@@ -124,14 +128,14 @@ def _captured_intranode():
 
 
 def test_gate_passes_the_measured_h200_run():
-    verdict = v.gate(_captured_intranode(), v.select_thresholds(TABLE, "h200"))
+    verdict = _verify_gate.gate(_captured_intranode(), _thresholds.select_thresholds(TABLE, "h200"))
     assert verdict["passed"] and verdict["status"] == "pass"
     assert {c["metric"]: c["value"] for c in verdict["checks"]} == {"dispatch_bf16_nvl_gbps": 340.61,
                                                                     "combine_nvl_gbps": 293.21}
 
 
 def test_gate_fails_below_threshold_and_names_metric():
-    verdict = v.gate(_captured_intranode(), {"dispatch_bf16_nvl_gbps": 380, "dispatch_fp8_nvl_gbps": None})
+    verdict = _verify_gate.gate(_captured_intranode(), {"dispatch_bf16_nvl_gbps": 380, "dispatch_fp8_nvl_gbps": None})
     assert not verdict["passed"] and verdict["status"] == "fail"
     assert "dispatch_bf16_nvl_gbps 340.61 GB/s is below the gate of 380 GB/s" in verdict["reasons"]
     assert len(verdict["checks"]) == 1
@@ -140,11 +144,11 @@ def test_gate_fails_below_threshold_and_names_metric():
 def test_gate_timeout_reports_dispatch_cpu_diagnosis():
     text = (FIXTURES / "deepep_output" / "v1_test_internode_timeout_dispatch_cpu.txt").read_text()
     parsed = parse_output(text, test="internode")
-    verdict = v.gate(parsed, {"dispatch_bf16_rdma_gbps": 45}, rc=1)
+    verdict = _verify_gate.gate(parsed, {"dispatch_bf16_rdma_gbps": 45}, rc=1)
     assert verdict["status"] == "error" and not verdict["passed"]
     assert any("NVSHMEM without IBGDA" in d or "without IBGDA" in d for d in verdict["diagnosis"])
-    hung = v.gate(parse_output("[config] num_tokens=2048\n", test="internode"), {}, rc=124, timed_out=True,
-                  timeout_s=60)
+    hung = _verify_gate.gate(parse_output("[config] num_tokens=2048\n", test="internode"), {}, rc=124, timed_out=True,
+                             timeout_s=60)
     assert hung["status"] == "timeout" and "within 60s" in hung["reasons"][0]
     assert "ranks out of step" in hung["diagnosis"][0] and "NVSHMEM_IBGDA_NIC_HANDLER=gpu" in hung["diagnosis"][0]
 
@@ -152,19 +156,19 @@ def test_gate_timeout_reports_dispatch_cpu_diagnosis():
 def test_gate_unmapped_signature():
     text = (FIXTURES / "deepep_output" / "v1_test_internode_b200_2node_node0.txt").read_text()
     parsed = parse_output(text, test="internode")
-    assert v.gate(parsed, {"dispatch_bf16_rdma_gbps": 45})["passed"]
+    assert _verify_gate.gate(parsed, {"dispatch_bf16_rdma_gbps": 45})["passed"]
     slow = copy.deepcopy(parsed)
     slow["dispatch"]["bf16"]["rdma_gbps"] = 6.47
-    verdict = v.gate(slow, {"dispatch_bf16_rdma_gbps": 45})
+    verdict = _verify_gate.gate(slow, {"dispatch_bf16_rdma_gbps": 45})
     assert not verdict["passed"] and "signature of every GPU using one NIC (mlx5_0" in verdict["diagnosis"][0]
     slow["combine"]["rdma_gbps"] = 6.5
-    assert len(v.gate(slow, {"dispatch_bf16_rdma_gbps": 45, "combine_rdma_gbps": 45})["diagnosis"]) == 1
+    assert len(_verify_gate.gate(slow, {"dispatch_bf16_rdma_gbps": 45, "combine_rdma_gbps": 45})["diagnosis"]) == 1
 
 
 def test_gate_counts_failed_cases_and_incomplete_output():
     parsed = parse_output("[testing] Running with BF16, without top-k (async=False, previous=False) ... failed\n",
                           test="intranode")
-    verdict = v.gate(parsed, {})
+    verdict = _verify_gate.gate(parsed, {})
     assert not verdict["passed"] and any("1 of 1 test cases failed" in r for r in verdict["reasons"])
 
 
@@ -187,7 +191,7 @@ WORDS = (256 << 20) // 4
 
 
 def test_nic_traffic_all_busy_passes():
-    got = v.nic_traffic(rdma([0] * 8), rdma([WORDS] * 8), rdma_gbps=81.0, mapping=MAP8, mapping_supported=True)
+    got = _verify_traffic.nic_traffic(rdma([0] * 8), rdma([WORDS] * 8), rdma_gbps=81.0, mapping=MAP8, mapping_supported=True)
     assert got["passed"] and got["idle"] == [] and len(got["busy"]) == 8 and got["causes"] == []
     assert got["nics"][0]["bytes"] == 256 << 20
 
@@ -195,31 +199,31 @@ def test_nic_traffic_all_busy_passes():
 def test_nic_traffic_one_idle_named():
     after = [WORDS] * 8
     after[5] = 10
-    got = v.nic_traffic(rdma([0] * 8), rdma(after), mapping=MAP8, mapping_supported=True)
+    got = _verify_traffic.nic_traffic(rdma([0] * 8), rdma(after), mapping=MAP8, mapping_supported=True)
     assert not got["passed"] and got["idle"] == ["mlx5_5"]
     assert "mlx5_5 carried no traffic although DEEP_EP_DEVICE_TO_HCA_MAPPING maps GPUs to them" in got["causes"][0]
 
 
 def test_nic_traffic_all_on_mlx5_0_without_mapping():
-    got = v.nic_traffic(rdma([0] * 8), rdma([WORDS * 8] + [0] * 7), rdma_gbps=6.44, mapping="")
+    got = _verify_traffic.nic_traffic(rdma([0] * 8), rdma([WORDS * 8] + [0] * 7), rdma_gbps=6.44, mapping="")
     assert not got["passed"] and got["busy"] == ["mlx5_0"] and len(got["idle"]) == 7
     assert "DEEP_EP_DEVICE_TO_HCA_MAPPING is not set" in got["causes"][0]
     assert got["signature"] and "~6.5 GB/s signature" in got["causes"][-1]
 
 
 def test_nic_traffic_all_on_mlx5_0_without_mapping_support():
-    got = v.nic_traffic(rdma([0] * 8), rdma([WORDS * 8] + [0] * 7), mapping=MAP8, mapping_supported=False)
+    got = _verify_traffic.nic_traffic(rdma([0] * 8), rdma([WORDS * 8] + [0] * 7), mapping=MAP8, mapping_supported=False)
     assert "built without the GPU-NIC mapping support (PR #466)" in got["causes"][0]
-    unknown = v.nic_traffic(rdma([0] * 8), rdma([WORDS * 8] + [0] * 7), mapping=MAP8)
+    unknown = _verify_traffic.nic_traffic(rdma([0] * 8), rdma([WORDS * 8] + [0] * 7), mapping=MAP8)
     assert "the mapping was not applied" in unknown["causes"][0]
 
 
 def test_nic_traffic_skips_down_ports_and_flags_no_traffic():
-    got = v.nic_traffic(rdma([0] * 8, down=["mlx5_3"]), rdma([WORDS] * 8, down=["mlx5_3"]), mapping=MAP8)
+    got = _verify_traffic.nic_traffic(rdma([0] * 8, down=["mlx5_3"]), rdma([WORDS] * 8, down=["mlx5_3"]), mapping=MAP8)
     assert got["passed"] and "mlx5_3" not in [n["name"] for n in got["nics"]]
-    none = v.nic_traffic(rdma([0] * 2), rdma([0] * 2))
+    none = _verify_traffic.nic_traffic(rdma([0] * 2), rdma([0] * 2))
     assert not none["passed"] and "no NIC carried traffic" in none["causes"][0]
-    empty = v.nic_traffic({"devices": []}, {"devices": []})
+    empty = _verify_traffic.nic_traffic({"devices": []}, {"devices": []})
     assert not empty["passed"] and "no ACTIVE RDMA port" in empty["causes"][0]
 
 
@@ -233,14 +237,14 @@ def test_nic_traffic_rejects_bad_input():
 # ------------------------------------------------------------------------------------------ connectivity
 def test_connectivity():
     ok = "[Rank 0] DeepEP buffer created!\n[Rank 0] Dispatch layout test PASSED!\n"
-    assert v.connectivity(ok)["passed"]
-    bad = v.connectivity("[Rank 1] ERROR: Unable to create ah\n", rc=1)
+    assert _verify_gate.connectivity(ok)["passed"]
+    bad = _verify_gate.connectivity("[Rank 1] ERROR: Unable to create ah\n", rc=1)
     assert bad["status"] == "error" and "rank 1: Unable to create ah" in bad["reasons"]
     assert "no DeepEP buffer was created" in bad["diagnosis"][0]
-    nonv = v.connectivity("[Rank 0] ERROR: DeepEP was built without NVSHMEM: internode and low-latency modes are "
-                          "disabled\n", rc=1)
+    nonv = _verify_gate.connectivity("[Rank 0] ERROR: DeepEP was built without NVSHMEM: internode and low-latency modes are "
+                                     "disabled\n", rc=1)
     assert "rebuild it with NVSHMEM_DIR" in nonv["diagnosis"][0]
-    hung = v.connectivity("[Rank 0] Starting\n", rc=124, timed_out=True, timeout_s=30)
+    hung = _verify_gate.connectivity("[Rank 0] Starting\n", rc=124, timed_out=True, timeout_s=30)
     assert hung["status"] == "timeout"
 
 
@@ -248,10 +252,10 @@ def test_connectivity():
 def test_summary_rows_and_markdown():
     parsed = _captured_intranode()
     good = {"host": "n1", "scope": "n1", "stage": "intranode", "test": "tests/test_intranode.py", "parsed": parsed,
-            "gate": v.gate(parsed, {"dispatch_bf16_nvl_gbps": 300})}
-    nic = v.nic_traffic(rdma([0] * 8), rdma([WORDS * 8] + [0] * 7), rdma_gbps=6.5, mapping="")
+            "gate": _verify_gate.gate(parsed, {"dispatch_bf16_nvl_gbps": 300})}
+    nic = _verify_traffic.nic_traffic(rdma([0] * 8), rdma([WORDS * 8] + [0] * 7), rdma_gbps=6.5, mapping="")
     bad = {"host": "n2", "scope": "n2 (rank 1 of g: n1 + n2)", "stage": "internode", "test": "tests/test_internode.py",
-           "parsed": parsed, "gate": v.gate(parsed, {}), "nic": nic}
+           "parsed": parsed, "gate": _verify_gate.gate(parsed, {}), "nic": nic}
     summary = vf.verify_summary([good, bad, None])
     assert not summary["passed"] and summary["counts"] == {"total": 2, "passed": 1, "failed": 1}
     assert summary["rows"][0]["gbps"]["dispatch_bf16_nvl_gbps"] == 340.61
@@ -268,10 +272,10 @@ def test_summary_rows_and_markdown():
 
 def test_summary_all_pass_and_errors():
     parsed = _captured_intranode()
-    summary = v.summarize([{"host": "n1", "parsed": parsed, "gate": v.gate(parsed, {})}])
-    assert summary["passed"] and "## Failures" not in v.render_markdown(summary)
-    assert not v.summarize([])["passed"]
-    lost = v.summarize([{"host": "n1", "parsed": parsed, "gate": v.gate(parsed, {})}], missing_hosts=["n9"])
+    summary = _verify_summary.summarize([{"host": "n1", "parsed": parsed, "gate": _verify_gate.gate(parsed, {})}])
+    assert summary["passed"] and "## Failures" not in _verify_summary.render_markdown(summary)
+    assert not _verify_summary.summarize([])["passed"]
+    lost = _verify_summary.summarize([{"host": "n1", "parsed": parsed, "gate": _verify_gate.gate(parsed, {})}], missing_hosts=["n9"])
     assert not lost["passed"] and lost["failures"][0]["host"] == "n9" and "unreachable" in lost["failures"][0]["reasons"][0]
     with pytest.raises(AnsibleFilterError, match="expected the result of verify_summary"):
         vf.verify_summary_markdown({})

@@ -13,9 +13,9 @@ import pytest
 from ansible.errors import AnsibleFilterError
 
 from ansible_collections.gpufleet.deepep.plugins.filter import verify_helpers as vf
-from ansible_collections.gpufleet.deepep.plugins.module_utils import _verify as v
-from ansible_collections.gpufleet.deepep.plugins.module_utils import _verify_summary
-from ansible_collections.gpufleet.deepep.plugins.module_utils._bandwidth import parse_output
+from ansible_collections.gpufleet.deepep.plugins.plugin_utils._verify import summary as _verify_summary
+from ansible_collections.gpufleet.deepep.plugins.plugin_utils._verify.bandwidth import parse_output
+from ansible_collections.gpufleet.deepep.plugins.plugin_utils._verify import gate as _verify_gate
 
 from unit_helpers import CAPTURED
 
@@ -52,7 +52,7 @@ def test_summary_keeps_figures_in_record_order():
 
 def test_summary_rows_without_figures_keep_their_shape():
     parsed = parse_output((CAPTURED / "deepep_v1_test_intranode_2gpu.txt").read_text(), test="intranode")
-    summary = v.summarize([{"host": "n1", "parsed": parsed, "gate": v.gate(parsed, {})}])
+    summary = _verify_summary.summarize([{"host": "n1", "parsed": parsed, "gate": _verify_gate.gate(parsed, {})}])
     assert "figures" not in summary["rows"][0]
 
 
@@ -78,14 +78,14 @@ def test_markdown_of_serving_checks_is_the_compact_table():
 def test_markdown_of_deepep_and_figures_adds_a_column():
     parsed = parse_output((CAPTURED / "deepep_v1_test_intranode_2gpu.txt").read_text(), test="intranode")
     deepep = {"host": "n1", "scope": "n1", "stage": "intranode", "test": "tests/test_intranode.py", "parsed": parsed,
-              "gate": v.gate(parsed, {})}
-    text = v.render_markdown(v.summarize([deepep] + _serving_records()[:1]))
+              "gate": _verify_gate.gate(parsed, {})}
+    text = _verify_summary.render_markdown(_verify_summary.summarize([deepep] + _serving_records()[:1]))
     header = text.splitlines()[0]
     assert header.startswith("| node / pair | test | cases | BF16 disp NVL") and header.endswith("| NICs | figures | result |")
     assert "| n1 | tests/test_intranode.py (intranode) | 24/24 | 340.61 |" in text
     assert "| - | router=smg, status=200 | PASS |" in text
     # Without figures the DeepEP table is as it was: no figures column.
-    assert "figures" not in v.render_markdown(v.summarize([deepep]))
+    assert "figures" not in _verify_summary.render_markdown(_verify_summary.summarize([deepep]))
 
 
 @pytest.mark.parametrize("value,text", [
@@ -98,7 +98,7 @@ def test_figure_values(value, text):
 
 def test_figure_cells_escape_pipes():
     records = [{"host": "r", "test": "chat", "gate": _gate(True), "figures": {"answer": "a|b"}}]
-    assert "| answer=a\\|b | PASS |" in v.render_markdown(v.summarize(records))
+    assert "| answer=a\\|b | PASS |" in _verify_summary.render_markdown(_verify_summary.summarize(records))
 
 
 def test_figures_must_be_a_mapping():

@@ -1,7 +1,7 @@
 # Copyright: (c) 2026, gpufleet.deepep contributors
 # GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
 
-"""Tests of plugins/module_utils/_wheel.py: a wheel install into site-packages that a failed check or a kill at any
+"""Tests of plugins/module_utils/_comm/wheel.py: a wheel install into site-packages that a failed check or a kill at any
 rename rolls back. The wheel's unpacked files are put in the stage by hand (pip's part is tested with real wheels
 in test_deepep_build.py); the import is checked in a fresh interpreter with the site directory on its path."""
 
@@ -14,7 +14,7 @@ import sys
 
 import pytest
 
-from ansible_collections.gpufleet.deepep.plugins.module_utils import _wheel as wh
+from ansible_collections.gpufleet.deepep.plugins.module_utils._comm import wheel as wh
 
 
 def _dist(site, version, with_ext=True):

@@ -2,7 +2,7 @@
 # GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
 """One node's facts document for the audit: built from the registered result of ``node_stack`` (and, on some
 nodes, of ``sglang_env``, ``model_config`` and ``serve_state``), and Ansible's values made plain data for
-jmespath, JSON and YAML. The rules engine (``_audit``) judges these documents.
+jmespath, JSON and YAML. The rules engine (``plugin_utils/_audit/engine``) judges these documents.
 
 Pure controller-side logic (no Ansible objects).
 """

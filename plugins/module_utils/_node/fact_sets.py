@@ -14,15 +14,17 @@ import json
 import os
 
 from ansible_collections.gpufleet.deepep.plugins.module_utils._hca_mapping import topology_facts
-from ansible_collections.gpufleet.deepep.plugins.module_utils._modprobe import DEFAULT_MODPROBE_DIRS, scan_modprobe
-from ansible_collections.gpufleet.deepep.plugins.module_utils._nodeio import read_text
-from ansible_collections.gpufleet.deepep.plugins.module_utils._nvidia import reboot_check
-from ansible_collections.gpufleet.deepep.plugins.module_utils._nvidia_params import (
+from ansible_collections.gpufleet.deepep.plugins.module_utils._nvidia.modprobe import (
+    DEFAULT_MODPROBE_DIRS, scan_modprobe
+)
+from ansible_collections.gpufleet.deepep.plugins.module_utils._node.nodeio import read_text
+from ansible_collections.gpufleet.deepep.plugins.module_utils._nvidia.request import reboot_check
+from ansible_collections.gpufleet.deepep.plugins.module_utils._nvidia.params import (
     DEFAULT_PARAMS_PATH,
     DEFAULT_VERSION_PATH,
     live_facts,
 )
-from ansible_collections.gpufleet.deepep.plugins.module_utils._nvshmem_discovery import (
+from ansible_collections.gpufleet.deepep.plugins.module_utils._comm.nvshmem_discovery import (
     DiscoveryError,
     bundled_would_win,
     describe_custom,
@@ -70,7 +72,7 @@ def gather_nvidia(params_path=DEFAULT_PARAMS_PATH, version_path=DEFAULT_VERSION_
     return facts
 
 
-def _check_sysfs(sysfs_root):
+def check_sysfs(sysfs_root):
     if not os.path.isdir(sysfs_root):
         raise GatherError("sysfs_root %r is not a directory (expected the path of /sys or of a tree shaped like "
                           "it)" % (sysfs_root,))
@@ -78,7 +80,7 @@ def _check_sysfs(sysfs_root):
 
 def gather_gpus(sysfs_root, rdma, nvidia_smi, runner, timeout=60):
     """``gpufleet_gpus`` as gpufleet.deepep.gpu_topology reports it, reusing the ``gpufleet_rdma`` facts."""
-    _check_sysfs(sysfs_root)
+    check_sysfs(sysfs_root)
     gpus = list_gpus(sysfs_root)
     unreadable = suspect_gpus(sysfs_root)
     info = {"path": nvidia_smi, "used": False, "rc": None, "stdout": "", "stderr": ""}

@@ -15,8 +15,10 @@ import json
 import os
 import re
 
-from ansible_collections.gpufleet.deepep.plugins.module_utils._nodeio import _tail, read_text, under
-from ansible_collections.gpufleet.deepep.plugins.module_utils._nvshmem_discovery import PROBE_SCRIPT as SITE_PROBE_SCRIPT
+from ansible_collections.gpufleet.deepep.plugins.module_utils._node.nodeio import output_tail, read_text, under
+from ansible_collections.gpufleet.deepep.plugins.module_utils._comm.nvshmem_discovery import (
+    PROBE_SCRIPT as SITE_PROBE_SCRIPT
+)
 from ansible_collections.gpufleet.deepep.plugins.module_utils._versions import cuda_version_from_nvcc, nccl_version_from_header
 
 __all__ = ["WATCHED_KERNEL_MODULES", "LIB_DIRS", "MLX5_HEADER", "REBOOT_FILES", "PYTHON_PROBE", "parse_os_release",
@@ -125,11 +127,11 @@ def gather_cuda(root, cuda_home, runner):
         return result
     rc, out, err = runner([under(root, nvcc), "--version"], timeout=30, env=None)
     if rc != 0:
-        result["error"] = "nvcc --version failed (rc=%s): %s" % (rc, _tail(err or out, 2))
+        result["error"] = "nvcc --version failed (rc=%s): %s" % (rc, output_tail(err or out, 2))
         return result
     result["release"], result["version"] = parse_nvcc_version(out)
     if result["release"] is None:
-        result["error"] = "unrecognised nvcc --version output: %s" % _tail(out, 2)
+        result["error"] = "unrecognised nvcc --version output: %s" % output_tail(out, 2)
     return result
 
 
@@ -153,7 +155,7 @@ def gather_packages(packages, runner):
     rc, out, err = runner(argv, timeout=30, env=None)
     # rc 1 only says that some of the asked packages are unknown; the known ones are still printed.
     if rc not in (0, 1) and not out:
-        return {}, "dpkg-query failed (rc=%s): %s" % (rc, _tail(err, 2))
+        return {}, "dpkg-query failed (rc=%s): %s" % (rc, output_tail(err, 2))
     return parse_dpkg_query(out), None
 
 
@@ -223,7 +225,7 @@ def gather_ldcache(runner):
     if rc != 0:
         rc, out, err = runner(["/sbin/ldconfig", "-p"], timeout=30, env=None)
     if rc != 0:
-        return {}, "ldconfig -p failed (rc=%s): %s" % (rc, _tail(err, 2))
+        return {}, "ldconfig -p failed (rc=%s): %s" % (rc, output_tail(err, 2))
     return parse_ldconfig(out), None
 
 
@@ -292,25 +294,25 @@ def gather_python(python, runner, timeout):
               "site_error": None}
     rc, out, err = runner([python, "-c", PYTHON_PROBE], timeout=timeout, env=None)
     if rc != 0:
-        result["error"] = "%s failed (rc=%s): %s" % (python, rc, _tail(err or out, 3))
+        result["error"] = "%s failed (rc=%s): %s" % (python, rc, output_tail(err or out, 3))
         return result
     try:
         data = json.loads(out.strip().splitlines()[-1])
     except (ValueError, IndexError):
-        result["error"] = "%s printed no JSON: %s" % (python, _tail(out, 2))
+        result["error"] = "%s printed no JSON: %s" % (python, output_tail(out, 2))
         return result
     result.update(ok=True, python_version=data.get("python_version"), packages=data.get("packages") or [],
                   site=data.get("site"), site_error=data.get("site_error"))
     return result
 
 
-def _package(packages, pattern):
+def find_packages(packages, pattern):
     regex = re.compile(pattern, re.IGNORECASE)
     return [p for p in packages if regex.match(p.get("name") or "")]
 
 
 def torch_facts(py):
-    found = _package(py["packages"], r"^torch$")
+    found = find_packages(py["packages"], r"^torch$")
     version = found[0]["version"] if found else None
     cuda = None
     if version and "+cu" in version:
@@ -321,7 +323,7 @@ def torch_facts(py):
 
 
 def nccl_facts(root, py, cuda_home, ldcache):
-    pip = sorted(_package(py["packages"], r"^nvidia-nccl-cu\d+$"), key=lambda p: p["name"])
+    pip = sorted(find_packages(py["packages"], r"^nvidia-nccl-cu\d+$"), key=lambda p: p["name"])
     headers = (os.path.join(cuda_home, "include", "nccl.h"), "/usr/include/nccl.h", "/usr/local/include/nccl.h")
     system_header, system_version = None, None
     for header in headers:

@@ -14,9 +14,10 @@ import re
 
 from ansible_collections.gpufleet.deepep.plugins.module_utils._arch import parse_cmake_arch_list
 from ansible_collections.gpufleet.deepep.plugins.module_utils._buildkey import BuildError
-from ansible_collections.gpufleet.deepep.plugins.module_utils._versions import nvshmem_version_from_header
 
-__all__ = ["nvshmem_version_from_header", "parse_nvshmem_info", "apply_ah_attr_fix", "nvshmem_cmake_args"]
+__all__ = [
+    "parse_nvshmem_info", "apply_ah_attr_fix", "nvshmem_cmake_args",
+]
 
 
 _INFO_VERSION_RE = re.compile(r"^\s*NVSHMEM v(\d+(?:\.\d+)+)", re.MULTILINE)

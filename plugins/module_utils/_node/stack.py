@@ -2,17 +2,16 @@
 # GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
 """Read-only gathering of a node for the audit (module gpufleet.deepep.node_stack): the orchestration.
 
-``gather_stack`` assembles ``gpufleet_stack`` from the node probes (``_node_probes``: OS, CUDA, packages,
-libraries, kernel modules, Python packages, reboot), the env script read as data (``_envscript``) and what the
-builds installed (``_installs``: NVSHMEM, DeepEP, the import probe). ``gather_node`` reads every facts set a node
+``gather_stack`` assembles ``gpufleet_stack`` from the node probes (``_node/probes``: OS, CUDA, packages,
+libraries, kernel modules, Python packages, reboot), the env script read as data (``_node/envscript``) and what the
+builds installed (``_node/installs``: NVSHMEM, DeepEP, the import probe). ``gather_node`` reads every facts set a node
 is asked for in one pass (``gpufleet_stack``, ``gpufleet_nvidia``, ``gpufleet_rdma``, ``gpufleet_gpus``,
-``gpufleet_bundled_nvshmem``, ``gpufleet_sglang``; the set readers are in ``_fact_sets``), its commands started
+``gpufleet_bundled_nvshmem``, ``gpufleet_sglang``; the set readers are in ``_node/fact_sets``), its commands started
 together by a ``PrefetchRunner``.
 
 Everything here reads files or runs read-only commands; nothing writes. Paths are resolved under a
 ``root`` directory (``/`` on a node, a fixture tree in tests) and commands go through a ``runner``
 callable ``runner(argv, timeout, env) -> (rc, stdout, stderr)`` so tests can drive every branch.
-The names of the probe modules are re-exported here (see ``__all__``) for the callers that import them from here.
 """
 
 from __future__ import annotations
@@ -21,37 +20,29 @@ import os
 import subprocess
 import threading
 
-from ansible_collections.gpufleet.deepep.plugins.module_utils._envscript import (
-    EnvLineError,
+from ansible_collections.gpufleet.deepep.plugins.module_utils._node.envscript import (
     gather_env_script,
     import_probe_env,
-    parse_env_script,
-    read_env_script,
 )
-from ansible_collections.gpufleet.deepep.plugins.module_utils._fact_sets import (
-    NVIDIA_SMI_QUERY_FIELDS,
+from ansible_collections.gpufleet.deepep.plugins.module_utils._node.fact_sets import (
     GatherError,
-    _check_sysfs,
+    check_sysfs,
     gather_bundled_nvshmem,
     gather_gpus,
     gather_nvidia,
     nvidia_smi_query_argv,
 )
-from ansible_collections.gpufleet.deepep.plugins.module_utils._installs import (
+from ansible_collections.gpufleet.deepep.plugins.module_utils._node.installs import (
     IMPORT_PROBE,
     check_import,
     gather_deepep_install,
     gather_nvshmem_install,
     unchanged_install,
 )
-from ansible_collections.gpufleet.deepep.plugins.module_utils._modprobe import DEFAULT_MODPROBE_DIRS
-from ansible_collections.gpufleet.deepep.plugins.module_utils._node_probes import (
-    LIB_DIRS,
-    MLX5_HEADER,
+from ansible_collections.gpufleet.deepep.plugins.module_utils._nvidia.modprobe import DEFAULT_MODPROBE_DIRS
+from ansible_collections.gpufleet.deepep.plugins.module_utils._node.probes import (
     PYTHON_PROBE,
-    REBOOT_FILES,
-    WATCHED_KERNEL_MODULES,
-    _package,
+    find_packages,
     gather_cuda,
     gather_gdrcopy,
     gather_kernel_modules,
@@ -63,52 +54,28 @@ from ansible_collections.gpufleet.deepep.plugins.module_utils._node_probes impor
     gather_rdma_core,
     gather_reboot,
     nccl_facts,
-    parse_dpkg_query,
-    parse_ldconfig,
-    parse_lsmod,
-    parse_nccl_header,
-    parse_nvcc_version,
-    parse_os_release,
-    parse_proc_modules,
-    scan_header_symbols,
     torch_facts,
 )
-from ansible_collections.gpufleet.deepep.plugins.module_utils._nodeio import read_text, sha256_file, under
-from ansible_collections.gpufleet.deepep.plugins.module_utils._nvidia_params import (
+from ansible_collections.gpufleet.deepep.plugins.module_utils._node.nodeio import under
+from ansible_collections.gpufleet.deepep.plugins.module_utils._nvidia.params import (
     DEFAULT_PARAMS_PATH,
     DEFAULT_VERSION_PATH,
 )
 from ansible_collections.gpufleet.deepep.plugins.module_utils._pci import list_gpus
 from ansible_collections.gpufleet.deepep.plugins.module_utils._rdma import collect_rdma
-from ansible_collections.gpufleet.deepep.plugins.module_utils._sglang import (
+from ansible_collections.gpufleet.deepep.plugins.module_utils._serve.sglang import (
     PROBE_SCRIPT as SGLANG_PROBE_SCRIPT,
     SglangError,
 )
-from ansible_collections.gpufleet.deepep.plugins.module_utils._sglang_facts import (
+from ansible_collections.gpufleet.deepep.plugins.module_utils._serve.sglang_facts import (
     DEFAULT_CUDA_HOME,
     gather_sglang,
     resolve_python as resolve_sglang_python,
 )
 
 __all__ = [
-    # this file: the orchestration
-    "DEFAULT_MLX5DV_SYMBOLS", "DEFAULT_DPKG_PACKAGES", "C_ENV", "GATHERABLE", "FACT_NAMES",
-    "SBIN_DIRS", "subprocess_runner", "gather_stack", "PrefetchRunner", "find_executable", "gather_node",
-    # re-exported from _fact_sets
-    "NVIDIA_SMI_QUERY_FIELDS", "GatherError", "gather_nvidia", "gather_gpus", "nvidia_smi_query_argv",
-    "gather_bundled_nvshmem",
-    # re-exported from _nodeio
-    "under", "read_text", "sha256_file",
-    # re-exported from _node_probes
-    "WATCHED_KERNEL_MODULES", "LIB_DIRS", "MLX5_HEADER", "REBOOT_FILES", "PYTHON_PROBE", "parse_os_release", "gather_os",
-    "parse_nvcc_version", "gather_cuda", "parse_dpkg_query", "gather_packages", "scan_header_symbols",
-    "gather_rdma_core", "parse_ldconfig", "gather_ldcache", "gather_libcuda", "gather_gdrcopy", "parse_proc_modules",
-    "parse_lsmod", "gather_kernel_modules", "parse_nccl_header", "gather_python", "torch_facts", "nccl_facts",
-    "gather_reboot",
-    # re-exported from _envscript
-    "EnvLineError", "read_env_script", "parse_env_script", "gather_env_script", "import_probe_env",
-    # re-exported from _installs
-    "IMPORT_PROBE", "unchanged_install", "check_import", "gather_nvshmem_install", "gather_deepep_install",
+    "DEFAULT_MLX5DV_SYMBOLS", "DEFAULT_DPKG_PACKAGES", "C_ENV", "GATHERABLE", "FACT_NAMES", "SBIN_DIRS",
+    "subprocess_runner", "gather_stack", "PrefetchRunner", "find_executable", "gather_node",
 ]
 
 DEFAULT_MLX5DV_SYMBOLS = ("MLX5DV_REG_DMABUF_ACCESS_DATA_DIRECT",)
@@ -180,7 +147,7 @@ def gather_stack(root="/", cuda_home="/usr/local/cuda", python="/usr/bin/python3
     facts["python"] = {"path": python, "version": py["python_version"], "ok": py["ok"]}
     facts["torch"] = torch_facts(py)
     facts["nccl"] = nccl_facts(root, py, cuda_home, ldcache)
-    deep_ep = _package(py["packages"], r"^deep[-_]ep$")
+    deep_ep = find_packages(py["packages"], r"^deep[-_]ep$")
     facts["deep_ep_package"] = deep_ep[0] if deep_ep else None
 
     facts["nvshmem"] = gather_nvshmem_install(root, nvshmem_prefix)
@@ -328,7 +295,7 @@ def gather_node(gather=("stack",), root="/", sysfs_root="/sys", params_path=DEFA
     rdma, rdma_error = None, None
     if wanted & set(("rdma", "gpus")):
         try:
-            _check_sysfs(sysfs_root)
+            check_sysfs(sysfs_root)
             rdma = collect_rdma(sysfs_root)
         except GatherError as exc:
             rdma_error = str(exc)

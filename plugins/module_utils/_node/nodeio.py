@@ -38,6 +38,6 @@ def sha256_file(path):
         return None
 
 
-def _tail(text, lines=5):
+def output_tail(text, lines=5):
     text = (text or "").strip()
     return "\n".join(text.splitlines()[-lines:]) if text else ""

@@ -5,8 +5,7 @@
 ``options nvidia`` line the collection manages rendered, the request checked against the merged modprobe
 configuration, and whether the live driver needs a reboot to match it.
 
-The driver's live parameters are in ``_nvidia_params``, the modprobe configuration in ``_modprobe``; their names
-are re-exported here (see ``__all__``) for the callers that import them from here. No Ansible import is needed
+The driver's live parameters are in ``params``, the modprobe configuration in ``modprobe``. No Ansible import is needed
 to use it (it runs on the target, Python 3.8+, stdlib only).
 """
 
@@ -14,55 +13,27 @@ from __future__ import annotations
 
 import re
 
-from ansible_collections.gpufleet.deepep.plugins.module_utils._modprobe import (
-    DEFAULT_MODPROBE_DIRS,
-    classify_option,
-    join_continuations,
+from ansible_collections.gpufleet.deepep.plugins.module_utils._nvidia.modprobe import (
     merge,
-    order_config_files,
-    param_key,
     parse_modprobe_options,
-    scan_modprobe,
-    split_kernel_args,
-    typed_option_value,
 )
-from ansible_collections.gpufleet.deepep.plugins.module_utils._nvidia_params import (
+from ansible_collections.gpufleet.deepep.plugins.module_utils._nvidia.params import (
     DEFAULT_PARAMS_PATH,
-    DEFAULT_VERSION_PATH,
     KNOWN_DEFAULTS,
     KNOWN_INT_PARAMS,
-    KNOWN_OTHER_PARAMS,
     KNOWN_STRING_PARAMS,
     MODULE_NAME,
-    PEER_MAPPING_OVERRIDE,
     PREFIX,
     REGISTRY_DWORDS,
     REGISTRY_ONLY_KEYS,
-    STREAM_MEMOPS,
     UINT32_MAX,
     live_dword,
-    live_facts,
-    params_problem,
-    parse_c_uint,
-    parse_param_value,
-    parse_params,
-    parse_registry_dwords,
-    parse_version,
 )
 
 __all__ = [
-    # this file: the request
     "DEFAULT_CONF_PATH", "DWORD_NAME_RE", "OPTION_NAME_RE", "MANAGED_HEADER", "NvidiaParamError",
     "validate_registry_dwords", "validate_driver_options", "render_dwords", "render_line", "render_file",
     "check_request", "reboot_check", "managed_settings",
-    # re-exported from _nvidia_params
-    "DEFAULT_PARAMS_PATH", "DEFAULT_VERSION_PATH", "MODULE_NAME", "PREFIX", "REGISTRY_DWORDS",
-    "PEER_MAPPING_OVERRIDE", "STREAM_MEMOPS", "KNOWN_INT_PARAMS", "KNOWN_STRING_PARAMS", "KNOWN_OTHER_PARAMS",
-    "KNOWN_DEFAULTS", "REGISTRY_ONLY_KEYS", "UINT32_MAX", "parse_c_uint", "parse_param_value", "parse_params",
-    "params_problem", "parse_registry_dwords", "parse_version", "live_dword", "live_facts",
-    # re-exported from _modprobe
-    "DEFAULT_MODPROBE_DIRS", "join_continuations", "split_kernel_args", "parse_modprobe_options", "param_key",
-    "classify_option", "typed_option_value", "order_config_files", "scan_modprobe", "merge",
 ]
 
 DEFAULT_CONF_PATH = "/etc/modprobe.d/gpufleet-nvidia.conf"

@@ -15,9 +15,8 @@ over one node's facts document::
 A rule fires when its ``condition`` evaluates to a true value in the jmespath sense (not null, not
 false, not an empty string/list/object). The conditions may use the audit's own jmespath functions besides the
 standard ones (``version_cmp``, ``arch_covers``, ``arch_list``, ``to_int``, ``mod``, ``int_div``,
-``without_prefix``, ``unique``, ``difference``): they and the jmespath evaluation are in ``_audit_expr``, whose
-names are re-exported here (see ``__all__``) for the callers that import them from here, as are those of
-``_audit_document`` (one node's facts document, built from the registered node_stack result).
+``without_prefix``, ``unique``, ``difference``): they and the jmespath evaluation are in ``expr``; one node's facts document, built from the
+registered node_stack result, is made in ``document``.
 
 One engine judges more than the audit: a rule's ``when`` names the contexts it applies in (``audit``, the
 default, and ``preflight``, the checks of the preflight role before anything is installed). A rule with
@@ -30,37 +29,18 @@ from __future__ import annotations
 
 import re
 
-from ansible_collections.gpufleet.deepep.plugins.module_utils._audit_document import DOCUMENT_FACTS, NOT_GATHERED, node_document, plain_data
-from ansible_collections.gpufleet.deepep.plugins.module_utils._audit_expr import (
-    HAS_JMESPATH,
-    JMESPATH_IMPORT_ERROR,
+from ansible_collections.gpufleet.deepep.plugins.plugin_utils._audit.expr import (
     AuditError,
-    arch_covers,
     compile_expression,
-    difference,
-    int_div,
-    int_mod,
-    normalize_arch_list,
-    parse_version,
     search,
     truthy,
-    unique,
-    version_cmp,
-    without_prefix,
 )
 
 __all__ = [
-    # this file: the rules engine, drift, the fleet
     "SEVERITIES", "SEVERITY_RANK", "RULE_KEYS_REQUIRED", "RULE_KEYS_OPTIONAL", "CONTEXTS", "RULE_ID_RE",
     "DRIFT_KEYS_REQUIRED", "DRIFT_KEYS_OPTIONAL", "DEFAULT_DRIFT_SKIP_GROUPS", "validate_rules", "applies",
     "validate_drift", "evaluate_rules", "severity_counts", "node_status", "fleet_drift", "key_facts",
     "split_catalogue", "audit_fleet",
-    # re-exported from _audit_document
-    "DOCUMENT_FACTS", "NOT_GATHERED", "node_document", "plain_data",
-    # re-exported from _audit_expr
-    "HAS_JMESPATH", "JMESPATH_IMPORT_ERROR", "AuditError", "parse_version", "version_cmp",
-    "normalize_arch_list", "arch_covers", "without_prefix", "int_mod", "int_div", "unique", "difference",
-    "compile_expression", "search", "truthy",
 ]
 
 SEVERITIES = ("critical", "warning", "info")

@@ -21,9 +21,11 @@ import os
 import re
 import stat
 
-from ansible_collections.gpufleet.deepep.plugins.module_utils._node_probes import parse_lsmod, parse_proc_modules, scan_header_symbols
-from ansible_collections.gpufleet.deepep.plugins.module_utils._nodeio import read_text, sha256_file, under
-from ansible_collections.gpufleet.deepep.plugins.module_utils._site_state import SiteStateError, dpkg_versions
+from ansible_collections.gpufleet.deepep.plugins.module_utils._node.probes import (
+    parse_lsmod, parse_proc_modules, scan_header_symbols
+)
+from ansible_collections.gpufleet.deepep.plugins.module_utils._node.nodeio import read_text, sha256_file, under
+from ansible_collections.gpufleet.deepep.plugins.module_utils._node.site_state import SiteStateError, dpkg_versions
 
 HASH_LIMIT = 16 * 1024 * 1024
 _RELEASE_RE = re.compile(r"release ([0-9]+\.[0-9]+)")

@@ -1,10 +1,9 @@
 # Copyright: (c) 2026, gpufleet.deepep contributors
 # GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
 
-"""The verdict of one verification run: bandwidth thresholds per profile (``select_thresholds``), the gate of one
-parsed ``deepep_bandwidth`` run (``gate``), and runbook 000's quick connectivity test (``connectivity``); the
-threshold metrics, the hang diagnosis of runbook 001, the ~6.5 GB/s signature of an unmapped GPU-NIC layout, and
-``VerifyInputError``, the error of the verification's logic.
+"""The verdict of one verification run: the gate of one parsed ``deepep_bandwidth`` run (``gate``) against the
+thresholds ``module_utils/_thresholds.py`` selects, and runbook 000's quick connectivity test (``connectivity``);
+the hang diagnosis of runbook 001 and the ~6.5 GB/s signature of an unmapped GPU-NIC layout.
 
 Pure logic, standard library only, Python 3.8+.
 """
@@ -13,20 +12,7 @@ from __future__ import annotations
 
 import re
 
-__all__ = [
-    "VerifyInputError", "select_thresholds", "gate", "connectivity", "METRICS", "HANG_DIAGNOSIS",
-    "UNMAPPED_SIGNATURE_GBPS", "UNMAPPED_SIGNATURE_TOLERANCE",
-]
-
-# Threshold keys: where each one is read in the deepep_bandwidth result.
-METRICS = {
-    "dispatch_bf16_nvl_gbps": ("dispatch", "bf16", "nvl_gbps"),
-    "dispatch_bf16_rdma_gbps": ("dispatch", "bf16", "rdma_gbps"),
-    "dispatch_fp8_nvl_gbps": ("dispatch", "fp8", "nvl_gbps"),
-    "dispatch_fp8_rdma_gbps": ("dispatch", "fp8", "rdma_gbps"),
-    "combine_nvl_gbps": ("combine", "nvl_gbps"),
-    "combine_rdma_gbps": ("combine", "rdma_gbps"),
-}
+from ansible_collections.gpufleet.deepep.plugins.module_utils._thresholds import METRICS, VerifyInputError
 
 # Runbook 001 problem 3: every GPU on mlx5_0 (no GPU-NIC mapping) gives about 6.5 GB/s RDMA.
 UNMAPPED_SIGNATURE_GBPS = 6.5
@@ -45,55 +31,8 @@ HANG_DIAGNOSIS = [
 ]
 
 
-class VerifyInputError(ValueError):
-    """An argument is not what the verification expects; the message names it and the expected form."""
-
-
-# ------------------------------------------------------------------------------------------ thresholds and gate
-def select_thresholds(table, profile=None):
-    """The thresholds of ``profile`` from ``table`` (profile -> {metric: min GB/s or null}).
-
-    Exact name first, then the first table key found as a ``_``/``-`` separated token of the profile
-    name (``gcp_b200`` and ``b200_cuda13`` take ``b200``), then ``default``. Values of ``default`` fill
-    what the chosen entry leaves out. Returns ``{profile, matched, thresholds}``.
-    """
-    if not isinstance(table, dict) or not table:
-        raise VerifyInputError("thresholds must be a mapping of profile name to {metric: GB/s}; got %r" % (table,))
-    for name, entry in table.items():
-        if not isinstance(entry, dict):
-            raise VerifyInputError("thresholds[%r] must be a mapping of metric to GB/s; got %r" % (name, entry))
-        for metric, value in entry.items():
-            if metric not in METRICS:
-                raise VerifyInputError("thresholds[%r] has unknown metric %r; expected some of %s"
-                                       % (name, metric, ", ".join(sorted(METRICS))))
-            if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0):
-                raise VerifyInputError("thresholds[%r][%r] must be a non-negative number of GB/s or null; got %r"
-                                       % (name, metric, value))
-    matched = None
-    if profile and profile in table:
-        matched = profile
-    elif profile:
-        tokens = [t for t in re.split(r"[_\-.\s]+", str(profile).lower()) if t]
-        for key in table:
-            if key != "default" and str(key).lower() in tokens:
-                matched = key
-                break
-    if profile is not None and not isinstance(profile, str):
-        raise VerifyInputError("profile %r is not a string; expected a profile name out of %s"
-                               % (profile, ", ".join(sorted(map(str, table)))))
-    if matched is None and "default" not in table:
-        raise VerifyInputError("profile %r matches no entry of the thresholds table and it has no 'default' entry, so "
-                               "no gate would apply; expected one of the known profiles %s (or a name with one of "
-                               "them as a '_'/'-' token), or add a 'default' entry"
-                               % (profile, ", ".join(sorted(map(str, table)))))
-    thresholds = dict(table.get("default") or {})
-    if matched is not None:
-        thresholds.update(table[matched])
-    return {"profile": profile, "matched": matched or ("default" if "default" in table else None),
-            "thresholds": thresholds}
-
-
-def _metric(parsed, metric):
+# ------------------------------------------------------------------------------------------------------- the gate
+def metric_value(parsed, metric):
     value = parsed
     for key in METRICS[metric]:
         if not isinstance(value, dict):
@@ -152,7 +91,7 @@ def gate(parsed, thresholds, rc=0, timed_out=False, timeout_s=None, stage="test"
         if metric not in METRICS:
             raise VerifyInputError("unknown threshold metric %r; expected some of %s"
                                    % (metric, ", ".join(sorted(METRICS))))
-        value = _metric(parsed, metric)
+        value = metric_value(parsed, metric)
         ok = value is not None and float(value) >= float(minimum)
         checks.append({"metric": metric, "value": value, "min": minimum, "passed": ok})
         if not ok:

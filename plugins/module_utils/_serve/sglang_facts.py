@@ -16,7 +16,7 @@ from __future__ import annotations
 import os
 
 from ansible_collections.gpufleet.deepep.plugins.module_utils._fileio import read_text
-from ansible_collections.gpufleet.deepep.plugins.module_utils._sglang import (
+from ansible_collections.gpufleet.deepep.plugins.module_utils._serve.sglang import (
     PROBE_SCRIPT,
     SglangError,
     deep_ep_state,

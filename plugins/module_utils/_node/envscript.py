@@ -17,7 +17,7 @@ from __future__ import annotations
 import os
 import re
 
-from ansible_collections.gpufleet.deepep.plugins.module_utils._nodeio import read_text, sha256_file, under
+from ansible_collections.gpufleet.deepep.plugins.module_utils._node.nodeio import read_text, sha256_file, under
 
 __all__ = ["EnvLineError", "read_env_script", "parse_env_script", "gather_env_script", "import_probe_env"]
 

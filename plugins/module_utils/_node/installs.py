@@ -15,8 +15,8 @@ import json
 import os
 
 from ansible_collections.gpufleet.deepep.plugins.module_utils._buildkey import read_stamp, stamp_path
-from ansible_collections.gpufleet.deepep.plugins.module_utils._envscript import import_probe_env
-from ansible_collections.gpufleet.deepep.plugins.module_utils._nodeio import _tail, read_text, sha256_file, under
+from ansible_collections.gpufleet.deepep.plugins.module_utils._node.envscript import import_probe_env
+from ansible_collections.gpufleet.deepep.plugins.module_utils._node.nodeio import output_tail, read_text, sha256_file, under
 from ansible_collections.gpufleet.deepep.plugins.module_utils._versions import nvshmem_version_from_header
 
 __all__ = ["IMPORT_PROBE", "unchanged_install", "check_import", "gather_nvshmem_install", "gather_deepep_install"]
@@ -62,7 +62,7 @@ def check_import(python, env_script, env_present, runner, timeout):
     rc, out, err = runner([python, "-c", IMPORT_PROBE], timeout=timeout, env=env)
     result["rc"] = rc
     if rc != 0:
-        reason = "timed out after %ss" % timeout if rc == 124 else _tail(err or out, 3)
+        reason = "timed out after %ss" % timeout if rc == 124 else output_tail(err or out, 3)
         result["error"] = reason or "exit status %s" % rc
         return result
     try:

@@ -13,7 +13,7 @@ import glob
 import json
 import os
 
-from ansible_collections.gpufleet.deepep.plugins.module_utils._serve_units import ServeError, parse_env_script
+from ansible_collections.gpufleet.deepep.plugins.module_utils._serve.units import ServeError, parse_env_script
 
 __all__ = ["parse_ip_addr", "read_deepgemm_markers", "gather_node"]
 

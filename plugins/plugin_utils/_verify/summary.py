@@ -9,10 +9,8 @@ Pure logic, standard library only, Python 3.8+.
 
 from __future__ import annotations
 
-from ansible_collections.gpufleet.deepep.plugins.module_utils._verify_gate import (
-    VerifyInputError,
-    _metric,
-)
+from ansible_collections.gpufleet.deepep.plugins.module_utils._thresholds import VerifyInputError
+from ansible_collections.gpufleet.deepep.plugins.plugin_utils._verify.gate import metric_value
 
 __all__ = ["summarize", "render_markdown"]
 
@@ -66,7 +64,7 @@ def summarize(records, missing_hosts=None):
             "test": record.get("test") or parsed.get("test"),
             "generation": parsed.get("generation"),
             "cases": parsed.get("cases"),
-            "gbps": dict((metric, _metric(parsed, metric)) for metric, dummy in _COLUMNS),
+            "gbps": dict((metric, metric_value(parsed, metric)) for metric, dummy in _COLUMNS),
             "status": verdict.get("status", "pass" if verdict.get("passed") else "fail"),
             "passed": bool(verdict.get("passed")),
             "reasons": list(verdict.get("reasons") or []),

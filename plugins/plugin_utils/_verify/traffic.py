@@ -12,11 +12,11 @@ from __future__ import annotations
 
 import re
 
-from ansible_collections.gpufleet.deepep.plugins.module_utils._verify_gate import (
+from ansible_collections.gpufleet.deepep.plugins.plugin_utils._verify.gate import (
     UNMAPPED_SIGNATURE_GBPS,
     UNMAPPED_SIGNATURE_TOLERANCE,
-    VerifyInputError,
 )
+from ansible_collections.gpufleet.deepep.plugins.module_utils._thresholds import VerifyInputError
 
 __all__ = ["nic_traffic"]
 

@@ -4,10 +4,10 @@
 the EnvironmentFile (written and read back), and the env scripts (env_script's, the sglang role's) read into the
 literal values of a unit's environment; ``ServeError``, the error of serving's logic.
 
-The env scripts are read here, not with ``_envscript``, on purpose: a unit's EnvironmentFile takes literal values
+The env scripts are read here, not with ``_node/envscript``, on purpose: a unit's EnvironmentFile takes literal values
 only, so this reader refuses (with ``ServeError``, naming the file and line) every ``$`` expansion but the one
 append form ``"${NAME:+:${NAME}}"`` that the roles write, ends PATH with a service's system PATH, and skips lines
-that are not ``export``; ``_envscript`` (the audit's facts, the import probe) expands ``$NAME``/``${NAME:-w}``...
+that are not ``export``; ``_node/envscript`` (the audit's facts, the import probe) expands ``$NAME``/``${NAME:-w}``...
 against the values read so far and collects the lines it does not take.
 
 Standard library only, Python 3.8+ (this file runs on the managed nodes).

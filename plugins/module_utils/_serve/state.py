@@ -15,7 +15,9 @@ import urllib.error
 
 from ansible.module_utils.urls import open_url
 
-from ansible_collections.gpufleet.deepep.plugins.module_utils._serve_units import ServeError, parse_env_file, parse_unit_name
+from ansible_collections.gpufleet.deepep.plugins.module_utils._serve.units import (
+    ServeError, parse_env_file, parse_unit_name
+)
 
 __all__ = ["ServeStateError", "parse_show", "unit_facts", "router_facts", "gather"]
 

@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import os
 
-from ansible_collections.gpufleet.deepep.plugins.module_utils._nvidia_params import (
+from ansible_collections.gpufleet.deepep.plugins.module_utils._nvidia.params import (
     DEFAULT_PARAMS_PATH,
     KNOWN_INT_PARAMS,
     KNOWN_OTHER_PARAMS,

@@ -5,9 +5,9 @@
 inventory groups for the internode runs, and the choice of the master's fabric-facing interface with its
 addresses.
 
-The verdict of one run (thresholds, the gate, the connectivity test) is in ``_verify_gate``, the NIC-traffic
-judgement in ``_verify_traffic``, the summary (JSON data and a Markdown table) in ``_verify_summary``; their names
-are re-exported here (see ``__all__``) for the callers that import them from here.
+The verdict of one run (the gate, the connectivity test) is in ``gate``, the thresholds it applies in
+``module_utils/_thresholds``, the NIC-traffic judgement in ``traffic``, the summary (JSON data and a Markdown table)
+in ``summary``.
 
 Pure logic, standard library only, Python 3.8+. The address check itself (netaddr) lives in the
 ``verify_helpers`` filter plugin, on the controller; this file only picks the interface and lists its addresses.
@@ -15,34 +15,10 @@ Pure logic, standard library only, Python 3.8+. The address check itself (netadd
 
 from __future__ import annotations
 
-from ansible_collections.gpufleet.deepep.plugins.module_utils._verify_gate import (
-    HANG_DIAGNOSIS,
-    METRICS,
-    UNMAPPED_SIGNATURE_GBPS,
-    UNMAPPED_SIGNATURE_TOLERANCE,
-    VerifyInputError,
-    connectivity,
-    gate,
-    select_thresholds,
-)
-from ansible_collections.gpufleet.deepep.plugins.module_utils._verify_summary import (
-    render_markdown,
-    summarize,
-)
-from ansible_collections.gpufleet.deepep.plugins.module_utils._verify_traffic import (
-    nic_traffic,
-)
+from ansible_collections.gpufleet.deepep.plugins.module_utils._thresholds import VerifyInputError
 
 __all__ = [
-    # this file: ranks and the master address
     "internode_plan", "fabric_interface",
-    # re-exported from _verify_gate
-    "VerifyInputError", "select_thresholds", "gate", "connectivity", "METRICS", "HANG_DIAGNOSIS",
-    "UNMAPPED_SIGNATURE_GBPS", "UNMAPPED_SIGNATURE_TOLERANCE",
-    # re-exported from _verify_traffic
-    "nic_traffic",
-    # re-exported from _verify_summary
-    "summarize", "render_markdown",
 ]
 
 

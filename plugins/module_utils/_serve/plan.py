@@ -5,39 +5,27 @@ the engines' and the router's command lines, and the plan that puts them togethe
 gpufleet.deepep.serve_plan; no I/O).
 
 The unit files (names, service text, EnvironmentFile, the env scripts read into unit values, ``ServeError``) are in
-``_serve_units``, the rules of one engine node from its facts in ``_serve_rules``; their names are re-exported here
-(see ``__all__``) for the callers that import them from here.
+``units``, the rules of one engine node from its facts in ``rules``.
 """
 
 from __future__ import annotations
 
-from ansible_collections.gpufleet.deepep.plugins.module_utils._serve_rules import (
-    NIC_VARIABLES,
+from ansible_collections.gpufleet.deepep.plugins.module_utils._serve.rules import (
     deepgemm_args,
     node_problems,
 )
-from ansible_collections.gpufleet.deepep.plugins.module_utils._serve_units import (
-    SYSTEM_PATH,
+from ansible_collections.gpufleet.deepep.plugins.module_utils._serve.units import (
     ServeError,
     env_file_text,
-    parse_env_file,
-    parse_env_script,
-    parse_unit_name,
     router_unit_name,
     unit_name,
     unit_text,
 )
 
 __all__ = [
-    # this file: topology, settings, preflight, command lines, the plan
     "ROLES", "ROUTERS", "POLICIES", "TRANSFER_BACKENDS", "DEEPEP_MODES", "INSTANCE_DEFAULTS", "ROUTER_DEFAULTS",
     "ENGINE_ENVIRONMENT", "instance_settings", "router_settings", "build_instances", "preflight", "engine_argv",
     "router_argv", "plan",
-    # re-exported from _serve_units
-    "ServeError", "SYSTEM_PATH", "unit_name", "router_unit_name", "parse_unit_name", "parse_env_script",
-    "env_file_text", "parse_env_file", "unit_text",
-    # re-exported from _serve_rules
-    "NIC_VARIABLES", "node_problems", "deepgemm_args",
 ]
 
 ROLES = ("prefill", "decode")

@@ -1,0 +1,70 @@
+# Copyright: (c) 2026, gpufleet.deepep contributors
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
+
+"""Bandwidth thresholds per profile: the metrics a threshold may name (``METRICS``), the choice of one profile's
+thresholds out of a table (``select_thresholds``) and ``VerifyInputError``, the error of the verification's input.
+
+Shared by the controller's verification gate (plugin_utils/_verify/gate.py) and the settings check that a node-side
+module also runs (``_settings``), so it lives here, where both may import it. Pure logic, standard library only.
+"""
+
+from __future__ import annotations
+
+import re
+
+# Threshold keys: where each one is read in the deepep_bandwidth result.
+METRICS = {
+    "dispatch_bf16_nvl_gbps": ("dispatch", "bf16", "nvl_gbps"),
+    "dispatch_bf16_rdma_gbps": ("dispatch", "bf16", "rdma_gbps"),
+    "dispatch_fp8_nvl_gbps": ("dispatch", "fp8", "nvl_gbps"),
+    "dispatch_fp8_rdma_gbps": ("dispatch", "fp8", "rdma_gbps"),
+    "combine_nvl_gbps": ("combine", "nvl_gbps"),
+    "combine_rdma_gbps": ("combine", "rdma_gbps"),
+}
+
+
+class VerifyInputError(ValueError):
+    """An argument is not what the verification expects; the message names it and the expected form."""
+
+
+def select_thresholds(table, profile=None):
+    """The thresholds of ``profile`` from ``table`` (profile -> {metric: min GB/s or null}).
+
+    Exact name first, then the first table key found as a ``_``/``-`` separated token of the profile
+    name (``gcp_b200`` and ``b200_cuda13`` take ``b200``), then ``default``. Values of ``default`` fill
+    what the chosen entry leaves out. Returns ``{profile, matched, thresholds}``.
+    """
+    if not isinstance(table, dict) or not table:
+        raise VerifyInputError("thresholds must be a mapping of profile name to {metric: GB/s}; got %r" % (table,))
+    for name, entry in table.items():
+        if not isinstance(entry, dict):
+            raise VerifyInputError("thresholds[%r] must be a mapping of metric to GB/s; got %r" % (name, entry))
+        for metric, value in entry.items():
+            if metric not in METRICS:
+                raise VerifyInputError("thresholds[%r] has unknown metric %r; expected some of %s"
+                                       % (name, metric, ", ".join(sorted(METRICS))))
+            if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0):
+                raise VerifyInputError("thresholds[%r][%r] must be a non-negative number of GB/s or null; got %r"
+                                       % (name, metric, value))
+    matched = None
+    if profile and profile in table:
+        matched = profile
+    elif profile:
+        tokens = [t for t in re.split(r"[_\-.\s]+", str(profile).lower()) if t]
+        for key in table:
+            if key != "default" and str(key).lower() in tokens:
+                matched = key
+                break
+    if profile is not None and not isinstance(profile, str):
+        raise VerifyInputError("profile %r is not a string; expected a profile name out of %s"
+                               % (profile, ", ".join(sorted(map(str, table)))))
+    if matched is None and "default" not in table:
+        raise VerifyInputError("profile %r matches no entry of the thresholds table and it has no 'default' entry, so "
+                               "no gate would apply; expected one of the known profiles %s (or a name with one of "
+                               "them as a '_'/'-' token), or add a 'default' entry"
+                               % (profile, ", ".join(sorted(map(str, table)))))
+    thresholds = dict(table.get("default") or {})
+    if matched is not None:
+        thresholds.update(table[matched])
+    return {"profile": profile, "matched": matched or ("default" if "default" in table else None),
+            "thresholds": thresholds}
