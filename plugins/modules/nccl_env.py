@@ -759,7 +759,6 @@ class NcclEnv(object):
         self.record_pin(version)
         self.module.exit_json(**self.result)
 
-
     def diff(self, version, constraint_after, pip_conf_after, files_changed):
         out = []
         if constraint_after != self.constraint_before:

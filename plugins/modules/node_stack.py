@@ -51,8 +51,8 @@ options:
         O(torch_packages)) and V(hca_mapping) RV(ansible_facts.gpufleet_hca_mapping) (the GPU-NIC mapping of
         O(env_script) and whether C(deep_ep) applies it), V(packages) RV(ansible_facts.gpufleet_packages) (the
         installed versions of the Debian packages of O(packages), from dpkg's status file) and V(gdrdrv)
-        RV(ansible_facts.gpufleet_gdrdrv) (the gdrdrv kernel module of the GDRCopy source O(gdrcopy_src): built,
-        its build stamp's key, loaded).
+        RV(ansible_facts.gpufleet_gdrdrv) (the gdrdrv kernel module of the GDRCopy source O(gdrcopy_src), whether
+        it is built and loaded, and its build stamp's key).
       - A set that cannot be gathered is left out and named in RV(gather_errors); the others are still returned.
     type: list
     elements: str
@@ -377,7 +377,7 @@ ansible_facts:
           C(src/gdrdrv/gdrdrv.ko) and V(built) whether that is a regular file; V(stamp_path) is the build stamp the
           C(gdrcopy) role writes beside it (C(.gpufleet-driver.json)), V(stamp) its JSON object (null when absent,
           unreadable or not an object) and V(key) the stamp's build key (null without a string C(key)); V(loaded)
-          whether C(gdrdrv) is among the loaded kernel modules (as RV(ansible_facts.gpufleet_modules.loaded)).
+          whether C(gdrdrv) is among the loaded kernel modules (as V(loaded) of RV(ansible_facts.gpufleet_modules)).
       returned: when O(gather) holds V(gdrdrv)
       type: dict
       sample: {src: /opt/deepep/src/gdrcopy-2.5.1, module_path: /opt/deepep/src/gdrcopy-2.5.1/src/gdrdrv/gdrdrv.ko,
