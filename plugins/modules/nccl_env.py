@@ -640,7 +640,8 @@ class NcclEnv(object):
 
     # --- the run --------------------------------------------------------------------------------
 
-    def run(self):
+    def check_params(self):
+        """The package asked for (or None) into ``project``; the release to pin (None with state=report)."""
         p = self.p
         self.project = None
         if p["package"] is not None:
@@ -648,66 +649,62 @@ class NcclEnv(object):
                 self.project = check_project(p["package"])
             except NcclError as exc:
                 self.fail(to_native(exc))
-        version = None
-        if p["state"] == "present":
-            try:
-                version = check_release(p["version"])
-            except NcclError as exc:
-                self.fail(to_native(exc))
-        self.probe()
-        self.read()
-        if p["state"] == "report":
-            self.module.exit_json(**self.result)
-        if not self.project and p["source"] == "pip":
-            self.fail("no NCCL pip package is installed for %s and the installed torch (%s) names no CUDA version; "
-                      "set package (nvidia-nccl-cu13 for CUDA 13, nvidia-nccl-cu12 for CUDA 12)"
-                      % (self.python, self.facts["torch_version"]))
+        if p["state"] != "present":
+            return None
+        try:
+            return check_release(p["version"])
+        except NcclError as exc:
+            self.fail(to_native(exc))
+        return None
 
-        source = p["source"]
+    def plan(self, version):
+        """Decide what pins ``version``: the install or the copies, the constraints file, the pip configuration and
+        the pin record; sets the result's changed, reasons and backed_up."""
+        source = self.p["source"]
         self.needs_backup = False
         self.plans = []
         self.install_argv = None
         if source == "pip":
             reasons = self.decide_pip(version)
-            carrier = version
+            self.carrier = version
         else:
             reasons = self.decide_build(version)
-            carrier = self.package["version"]
-
-        constraint_after = constraint_text(self.constraint_before, self.project, carrier)
-        constraint_changed = constraint_after != self.constraint_before
-        if constraint_changed:
-            reasons.append("constraints file %s: %s==%s (was %s)" % (
-                self.constraint_file, self.project, carrier, self.facts["constraint_version"] or "no line"))
-        pip_conf_after = self.pip_conf_before
-        if self.pin_pip_config:
-            pip_conf_after = pip_conf_text(self.pip_conf_before, self.constraint_file)
-        pip_conf_changed = pip_conf_after != self.pip_conf_before
-        if pip_conf_changed:
-            reasons.append("pip configuration %s: [install] constraint names %s"
-                           % (self.pip_config_file, self.constraint_file))
-        files_changed = bool(self.install_argv) or any(plan["changed"] for plan in self.plans)
-        record_missing = self.pin is None or self.pin.get("version") != version or self.pin.get("source") != source \
-            or self.pin.get("package_version") != carrier or self.pin.get("constraint_file") != self.constraint_file
-        if record_missing and not files_changed:
+            self.carrier = self.package["version"]
+        reasons.extend(self.plan_config())
+        self.files_changed = bool(self.install_argv) or any(plan["changed"] for plan in self.plans)
+        pin = self.pin or {}
+        record_missing = self.pin is None or pin.get("version") != version or pin.get("source") != source \
+            or pin.get("package_version") != self.carrier or pin.get("constraint_file") != self.constraint_file
+        if record_missing and not self.files_changed:
             reasons.append("record the pin of NCCL %s (%s) in %s"
                            % (version, source, os.path.join(self.package_dir, PIN_NAME)))
-        changed = bool(reasons)
-        self.result["changed"] = changed
+        self.result["changed"] = bool(reasons)
         self.result["reasons"] = reasons
         self.result["backed_up"] = self.needs_backup
+        return bool(reasons)
 
-        if self.module._diff:
-            self.result["diff"] = self.diff(version, constraint_after, pip_conf_after, files_changed)
+    def plan_config(self):
+        """The constraints file and the pip configuration after the run; the reasons they change."""
+        reasons = []
+        self.constraint_after = constraint_text(self.constraint_before, self.project, self.carrier)
+        if self.constraint_after != self.constraint_before:
+            reasons.append("constraints file %s: %s==%s (was %s)" % (
+                self.constraint_file, self.project, self.carrier, self.facts["constraint_version"] or "no line"))
+        self.pip_conf_after = self.pip_conf_before
+        if self.pin_pip_config:
+            self.pip_conf_after = pip_conf_text(self.pip_conf_before, self.constraint_file)
+        if self.pip_conf_after != self.pip_conf_before:
+            reasons.append("pip configuration %s: [install] constraint names %s"
+                           % (self.pip_config_file, self.constraint_file))
+        return reasons
 
-        if not changed or self.module.check_mode:
-            self.module.exit_json(**self.result)
-
+    def apply(self, version):
+        """Write the configuration, install or copy; fails naming what did not work."""
         try:
-            if constraint_changed:
-                self.write_text(self.constraint_file, constraint_after)
-            if pip_conf_changed:
-                self.write_text(self.pip_config_file, pip_conf_after)
+            if self.constraint_after != self.constraint_before:
+                self.write_text(self.constraint_file, self.constraint_after)
+            if self.pip_conf_after != self.pip_conf_before:
+                self.write_text(self.pip_config_file, self.pip_conf_after)
             if self.install_argv:
                 self.runner.run(self.install_argv, env={"PIP_DISABLE_PIP_VERSION_CHECK": "1"}, record=False)
             if self.needs_backup:
@@ -722,7 +719,9 @@ class NcclEnv(object):
         except (IOError, OSError) as exc:
             self.fail("cannot pin NCCL %s in %s: %s" % (version, self.package_dir, to_native(exc)))
 
-        self.verify(version, source)
+    def record_pin(self, version):
+        """After ``verify``: write the pin record (the files' sha256) and re-read the facts."""
+        source = self.p["source"]
         files = {}
         if source == "build":
             files = dict((plan["rel"], plan["after_sha256"]) for plan in self.plans)
@@ -731,7 +730,7 @@ class NcclEnv(object):
                 if os.path.isfile(os.path.join(self.package_dir, rel)):
                     files[rel] = file_sha256(os.path.join(self.package_dir, rel))
         record = pin_record(version, source, self.project, self.package["version"], files,
-                            build_dir=p["build_dir"] if source == "build" else None,
+                            build_dir=self.p["build_dir"] if source == "build" else None,
                             constraint_file=self.constraint_file)
         try:
             self.write_text(os.path.join(self.package_dir, PIN_NAME), json.dumps(record, sort_keys=True, indent=2)
@@ -739,6 +738,25 @@ class NcclEnv(object):
         except (IOError, OSError) as exc:
             self.fail("cannot write the pin record in %s: %s" % (self.package_dir, to_native(exc)))
         self.read()
+
+    def run(self):
+        version = self.check_params()
+        self.probe()
+        self.read()
+        if self.p["state"] == "report":
+            self.module.exit_json(**self.result)
+        if not self.project and self.p["source"] == "pip":
+            self.fail("no NCCL pip package is installed for %s and the installed torch (%s) names no CUDA version; "
+                      "set package (nvidia-nccl-cu13 for CUDA 13, nvidia-nccl-cu12 for CUDA 12)"
+                      % (self.python, self.facts["torch_version"]))
+        changed = self.plan(version)
+        if self.module._diff:
+            self.result["diff"] = self.diff(version, self.constraint_after, self.pip_conf_after, self.files_changed)
+        if not changed or self.module.check_mode:
+            self.module.exit_json(**self.result)
+        self.apply(version)
+        self.verify(version, self.p["source"])
+        self.record_pin(version)
         self.module.exit_json(**self.result)
 
     def diff(self, version, constraint_after, pip_conf_after, files_changed):

@@ -49,13 +49,15 @@ options:
         V(initramfs) RV(ansible_facts.gpufleet_initramfs) (whether the image at O(initramfs_path) holds the nvidia
         modules), V(torch) RV(ansible_facts.gpufleet_torch) (the torch of O(python) and the versions of
         O(torch_packages)) and V(hca_mapping) RV(ansible_facts.gpufleet_hca_mapping) (the GPU-NIC mapping of
-        O(env_script) and whether C(deep_ep) applies it) and V(packages) RV(ansible_facts.gpufleet_packages) (the
-        installed versions of the Debian packages of O(packages), from dpkg's status file).
+        O(env_script) and whether C(deep_ep) applies it), V(packages) RV(ansible_facts.gpufleet_packages) (the
+        installed versions of the Debian packages of O(packages), from dpkg's status file) and V(gdrdrv)
+        RV(ansible_facts.gpufleet_gdrdrv) (the gdrdrv kernel module of the GDRCopy source O(gdrcopy_src), whether
+        it is built and loaded, and its build stamp's key).
       - A set that cannot be gathered is left out and named in RV(gather_errors); the others are still returned.
     type: list
     elements: str
     choices: [stack, nvidia, rdma, gpus, bundled_nvshmem, sglang, modules, paths, cuda_toolkit, imports, symbols,
-              initramfs, torch, hca_mapping, packages]
+              initramfs, torch, hca_mapping, packages, gdrdrv]
     default: [stack]
   paths:
     description:
@@ -146,6 +148,11 @@ options:
     description: Where a GDRCopy library built from source lives (its C(lib) directory is searched too).
     type: path
     default: /opt/deepep/gdrcopy
+  gdrcopy_src:
+    description:
+      - For V(gdrdrv), the GDRCopy source tree (absolute) where C(make driver) builds C(src/gdrdrv/gdrdrv.ko), for
+        example C(/opt/deepep/src/gdrcopy-2.5.1). Required when O(gather) holds V(gdrdrv).
+    type: path
   nvshmem_prefix:
     description: Where M(gpufleet.deepep.nvshmem_build) installs NVSHMEM (its stamp file is read, nothing is run).
     type: path
@@ -364,6 +371,19 @@ ansible_facts:
       type: dict
       returned: when O(gather) holds V(hca_mapping)
       sample: {mapping: "0:mlx5_0,1:mlx5_1", supported: true, import_error: null, env_sourced: true, error: null}
+    gpufleet_gdrdrv:
+      description:
+        - With V(gdrdrv) in O(gather), the gdrdrv kernel module of O(gdrcopy_src). V(module_path) is its
+          C(src/gdrdrv/gdrdrv.ko) and V(built) whether that is a regular file; V(stamp_path) is the build stamp the
+          C(gdrcopy) role writes beside it (C(.gpufleet-driver.json)), V(stamp) its JSON object (null when absent,
+          unreadable or not an object) and V(key) the stamp's build key (null without a string C(key)); V(loaded)
+          whether C(gdrdrv) is among the loaded kernel modules (as V(loaded) of RV(ansible_facts.gpufleet_modules)).
+      returned: when O(gather) holds V(gdrdrv)
+      type: dict
+      sample: {src: /opt/deepep/src/gdrcopy-2.5.1, module_path: /opt/deepep/src/gdrcopy-2.5.1/src/gdrdrv/gdrdrv.ko,
+               built: true, stamp_path: /opt/deepep/src/gdrcopy-2.5.1/src/gdrdrv/.gpufleet-driver.json,
+               stamp: {key: 9d1c0e54f3b7a2c8e6f1d0b4a3c2e1f09d1c0e54f3b7a2c8e6f1d0b4a3c2e1f0, kernel: 6.8.0-1015-gcp},
+               key: 9d1c0e54f3b7a2c8e6f1d0b4a3c2e1f09d1c0e54f3b7a2c8e6f1d0b4a3c2e1f0, loaded: true}
     gpufleet_imports:
       description:
         - With V(imports) in O(gather), whether O(python) imports each of O(import_modules) (V(modules)); V(ok)
@@ -537,6 +557,7 @@ from ansible_collections.gpufleet.deepep.plugins.module_utils._nvidia.params imp
 from ansible_collections.gpufleet.deepep.plugins.module_utils._node.role_facts import (
     PathsError,
     gather_cuda_toolkit,
+    gather_gdrdrv,
     gather_hca_mapping,
     gather_imports,
     gather_initramfs,
@@ -554,7 +575,8 @@ from ansible_collections.gpufleet.deepep.plugins.module_utils._node.stack import
     subprocess_runner,
 )
 
-ROLE_SETS = ("modules", "paths", "cuda_toolkit", "imports", "symbols", "initramfs", "torch", "hca_mapping", "packages")
+ROLE_SETS = ("modules", "paths", "cuda_toolkit", "imports", "symbols", "initramfs", "torch", "hca_mapping", "packages",
+             "gdrdrv")
 
 
 def build_module():
@@ -579,6 +601,7 @@ def build_module():
             python=dict(type="str", default="/usr/bin/python3"),
             env_script=dict(type="path", default="/opt/deepep/unified-env.sh"),
             gdrcopy_home=dict(type="path", default="/opt/deepep/gdrcopy"),
+            gdrcopy_src=dict(type="path"),
             nvshmem_prefix=dict(type="path", default="/opt/deepep/nvshmem"),
             mlx5dv_symbols=dict(type="list", elements="str", default=list(DEFAULT_MLX5DV_SYMBOLS)),
             dpkg_packages=dict(type="list", elements="str"),
@@ -628,6 +651,9 @@ def _main():
         if "hca_mapping" in wanted:
             facts["gpufleet_hca_mapping"] = gather_hca_mapping(params["root"], params["python"], params["env_script"],
                                                                subprocess_runner, timeout=params["timeout"])
+        if "gdrdrv" in wanted:
+            facts["gpufleet_gdrdrv"] = gather_gdrdrv(params["root"], params["gdrcopy_src"], subprocess_runner,
+                                                     timeout=params["timeout"])
     except PathsError as exc:
         module.fail_json(msg=str(exc), gather_errors={})
     stack_sets = [name for name in params["gather"] if name not in ROLE_SETS]

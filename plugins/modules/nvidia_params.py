@@ -523,106 +523,156 @@ def _defeat_message(defeated, conf_path, not_read, written):
             % ("; ".join(parts), "; ".join(fixes), tail))
 
 
-def run(module):
-    p = module.params
-    conf_path = os.path.normpath(p["conf_path"])
-    dirs = [os.path.normpath(d) for d in p["modprobe_dirs"]]
-    state = p["state"]
-    result = dict(changed=False, conf_path=conf_path, line=None, reboot_required=False, reboot_reasons=[],
-                  effective={}, conflicts=[])
+class NvidiaParams(object):
+    """observe (the live driver, the managed file), plan (the file wanted, what modprobe would pass, the reboot
+    check and the facts), apply (write or remove the file); ``run`` ends the module."""
 
-    if not conf_path.endswith(".conf") or os.path.basename(conf_path).startswith("."):
-        module.fail_json(msg="conf_path %r is not a file modprobe reads: expected a path ending in .conf whose "
-                             "name does not start with a dot, e.g. %s" % (p["conf_path"], DEFAULT_CONF_PATH),
-                         **result)
-    if state == "absent" and (p["registry_dwords"] or p["driver_options"]):
-        module.fail_json(msg="state=absent removes %s; registry_dwords and driver_options are not used with it "
-                             "(expected neither, or state=present)" % conf_path, **result)
+    def __init__(self, module):
+        self.module = module
+        self.p = module.params
+        self.conf_path = os.path.normpath(self.p["conf_path"])
+        self.dirs = [os.path.normpath(d) for d in self.p["modprobe_dirs"]]
+        self.state = self.p["state"]
+        self.result = dict(changed=False, conf_path=self.conf_path, line=None, reboot_required=False,
+                           reboot_reasons=[], effective={}, conflicts=[])
 
-    params_text = _read(module, p["params_path"], "params_path")
-    version_text = _read(module, p["version_path"], "version_path")
-    live = live_facts(params_text, version_text)
-    if params_text is not None and live["params_unreadable"]:
-        module.warn("params_path %s is not the params file of a loaded driver (%s): the driver counts as not loaded"
-                    % (p["params_path"], live["params_unreadable"]))
+    def fail(self, msg):
+        self.module.fail_json(msg=msg, **self.result)
 
-    try:
-        dwords = validate_registry_dwords(p["registry_dwords"])
-        options, option_warnings = validate_driver_options(p["driver_options"], live["params"])
-    except NvidiaParamError as exc:
-        module.fail_json(msg=to_native(exc), **result)
-    for warning in option_warnings:
-        module.warn(warning)
+    # --- observe --------------------------------------------------------------------------------
 
-    current = _read(module, conf_path, "conf_path")
-    if state == "absent":
-        desired = None
-    else:
-        line = render_line(options, dwords)
-        result["line"] = line
-        desired = render_file(line) if line is not None else current
+    def check_params(self):
+        conf_path = self.conf_path
+        if not conf_path.endswith(".conf") or os.path.basename(conf_path).startswith("."):
+            self.fail("conf_path %r is not a file modprobe reads: expected a path ending in .conf whose name does "
+                      "not start with a dot, e.g. %s" % (self.p["conf_path"], DEFAULT_CONF_PATH))
+        if self.state == "absent" and (self.p["registry_dwords"] or self.p["driver_options"]):
+            self.fail("state=absent removes %s; registry_dwords and driver_options are not used with it "
+                      "(expected neither, or state=present)" % conf_path)
 
-    persistent = scan_modprobe(dirs, overrides={conf_path: desired}, live_params=live["params"])
-    not_read = None
-    if os.path.dirname(conf_path) not in dirs:
-        not_read = "%s is not in modprobe_dirs (%s), so modprobe never reads it" % (
-            os.path.dirname(conf_path), ", ".join(dirs))
-    else:
-        for entry in persistent["config_files"]:
-            if entry["path"] == conf_path and entry["shadowed_by"]:
-                not_read = "%s hides it: a same-named file in an earlier directory wins" % entry["shadowed_by"]
-    if not_read and desired is not None and result["line"] is not None:
-        module.warn("conf_path %s: %s" % (conf_path, not_read))
+    def observe_live(self):
+        p = self.p
+        params_text = _read(self.module, p["params_path"], "params_path")
+        version_text = _read(self.module, p["version_path"], "version_path")
+        self.live = live_facts(params_text, version_text)
+        if params_text is not None and self.live["params_unreadable"]:
+            self.module.warn("params_path %s is not the params file of a loaded driver (%s): the driver counts as "
+                             "not loaded" % (p["params_path"], self.live["params_unreadable"]))
 
-    defeated = check_request(persistent, conf_path, options, dwords) if state == "present" else []
-    result["effective"] = persistent_view = dict((k, v) for k, v in persistent.items() if k != "config_files")
-    result["conflicts"] = persistent["conflicts"]
-
-    before = managed_settings(current)
-    after = managed_settings(desired)
-    reboot, reasons, unverified = reboot_check(live, persistent, _removed(before, after))
-    for name in unverified:
-        module.warn("%s is set in the persistent config but %s does not list it, so whether it is live cannot "
-                    "be checked; it does not count towards reboot_required" % (name, p["params_path"]))
-    result["reboot_required"] = reboot
-    result["reboot_reasons"] = reasons
-    facts = dict(live)
-    facts["config_files"] = persistent["config_files"]
-    facts["persistent"] = persistent_view
-    facts["reboot_required"] = reboot
-    facts["reboot_reasons"] = reasons
-    result["ansible_facts"] = dict(gpufleet_nvidia=facts)
-
-    if defeated and p["conflicts"] == "fail":
-        module.fail_json(msg=_defeat_message(defeated, conf_path, not_read, written=False), **result)
-
-    for item in persistent["ineffective"]:
-        module.warn("%s line %s: %s%s" % (item["path"], item["line"], item["reason"],
-                                          "; fix: %s" % item["fix"] if item["fix"] else ""))
-    for conflict in persistent["conflicts"]:
-        where = ", ".join("%s (%s)" % (s["path"], s["value"]) for s in conflict["settings"])
-        module.warn("%s is set to different values by %s; the kernel honours the last: %s%s"
-                    % (conflict["parameter"], where, conflict["honoured_path"],
-                       " which defeats what was asked" if conflict["defeats_request"] else ""))
-    if defeated:
-        module.warn(_defeat_message(defeated, conf_path, not_read, written=True))
-
-    changed = current != desired
-    if module._diff:
-        result["diff"] = dict(before=current or "", after=desired or "", before_header=conf_path,
-                              after_header=conf_path)
-    if changed and not module.check_mode:
+    def check_request(self):
+        """The asked registry keys and driver options, validated against the live driver's parameters."""
         try:
-            if desired is None:
-                os.unlink(conf_path)
-            else:
-                _write(module, conf_path, desired)
-        except (IOError, OSError) as exc:
-            module.fail_json(msg="cannot write %s: %s" % (conf_path, to_native(exc)), **result)
-    if result["line"] is not None and (current is not None or not module.check_mode):
-        changed = module.set_mode_if_different(conf_path, FILE_MODE, changed)
-    result["changed"] = changed
-    module.exit_json(**result)
+            self.dwords = validate_registry_dwords(self.p["registry_dwords"])
+            self.options, option_warnings = validate_driver_options(self.p["driver_options"], self.live["params"])
+        except NvidiaParamError as exc:
+            self.fail(to_native(exc))
+        for warning in option_warnings:
+            self.module.warn(warning)
+
+    def observe_conf(self):
+        self.current = _read(self.module, self.conf_path, "conf_path")
+
+    # --- plan -----------------------------------------------------------------------------------
+
+    def plan_file(self):
+        """The content wanted at conf_path (None: no file), and the line asked for."""
+        if self.state == "absent":
+            self.desired = None
+            return
+        line = render_line(self.options, self.dwords)
+        self.result["line"] = line
+        self.desired = render_file(line) if line is not None else self.current
+
+    def plan_persistent(self):
+        """What modprobe would pass after the run, whether it reads conf_path, and what defeats the request."""
+        conf_path, dirs = self.conf_path, self.dirs
+        self.persistent = scan_modprobe(dirs, overrides={conf_path: self.desired}, live_params=self.live["params"])
+        self.not_read = None
+        if os.path.dirname(conf_path) not in dirs:
+            self.not_read = "%s is not in modprobe_dirs (%s), so modprobe never reads it" % (
+                os.path.dirname(conf_path), ", ".join(dirs))
+        else:
+            for entry in self.persistent["config_files"]:
+                if entry["path"] == conf_path and entry["shadowed_by"]:
+                    self.not_read = "%s hides it: a same-named file in an earlier directory wins" % entry["shadowed_by"]
+        if self.not_read and self.desired is not None and self.result["line"] is not None:
+            self.module.warn("conf_path %s: %s" % (conf_path, self.not_read))
+        self.defeated = check_request(self.persistent, conf_path, self.options, self.dwords) \
+            if self.state == "present" else []
+        self.result["effective"] = dict((k, v) for k, v in self.persistent.items() if k != "config_files")
+        self.result["conflicts"] = self.persistent["conflicts"]
+
+    def plan_reboot(self):
+        """Whether a reboot is pending after the run, and the facts."""
+        reboot, reasons, unverified = reboot_check(self.live, self.persistent, _removed(
+            managed_settings(self.current), managed_settings(self.desired)))
+        for name in unverified:
+            self.module.warn("%s is set in the persistent config but %s does not list it, so whether it is live "
+                             "cannot be checked; it does not count towards reboot_required"
+                             % (name, self.p["params_path"]))
+        self.result["reboot_required"] = reboot
+        self.result["reboot_reasons"] = reasons
+        facts = dict(self.live)
+        facts["config_files"] = self.persistent["config_files"]
+        facts["persistent"] = self.result["effective"]
+        facts["reboot_required"] = reboot
+        facts["reboot_reasons"] = reasons
+        self.result["ansible_facts"] = dict(gpufleet_nvidia=facts)
+
+    def judge(self):
+        """Fail on a defeated request (conflicts=fail), else warn about every conflict and ignored option."""
+        persistent, defeated = self.persistent, self.defeated
+        if defeated and self.p["conflicts"] == "fail":
+            self.fail(_defeat_message(defeated, self.conf_path, self.not_read, written=False))
+        for item in persistent["ineffective"]:
+            self.module.warn("%s line %s: %s%s" % (item["path"], item["line"], item["reason"],
+                                                   "; fix: %s" % item["fix"] if item["fix"] else ""))
+        for conflict in persistent["conflicts"]:
+            where = ", ".join("%s (%s)" % (s["path"], s["value"]) for s in conflict["settings"])
+            self.module.warn("%s is set to different values by %s; the kernel honours the last: %s%s"
+                             % (conflict["parameter"], where, conflict["honoured_path"],
+                                " which defeats what was asked" if conflict["defeats_request"] else ""))
+        if defeated:
+            self.module.warn(_defeat_message(defeated, self.conf_path, self.not_read, written=True))
+
+    # --- apply ----------------------------------------------------------------------------------
+
+    def apply(self):
+        """Write (or remove) conf_path when it differs, outside check mode; set its mode; the result's changed."""
+        conf_path, current, desired = self.conf_path, self.current, self.desired
+        changed = current != desired
+        if self.module._diff:
+            self.result["diff"] = dict(before=current or "", after=desired or "", before_header=conf_path,
+                                       after_header=conf_path)
+        if changed and not self.module.check_mode:
+            try:
+                if desired is None:
+                    os.unlink(conf_path)
+                else:
+                    _write(self.module, conf_path, desired)
+            except (IOError, OSError) as exc:
+                self.fail("cannot write %s: %s" % (conf_path, to_native(exc)))
+        if self.result["line"] is not None and (current is not None or not self.module.check_mode):
+            changed = self.module.set_mode_if_different(conf_path, FILE_MODE, changed)
+        self.result["changed"] = changed
+
+    # --- the run --------------------------------------------------------------------------------
+
+    def run(self):
+        self.check_params()
+        self.observe_live()
+        self.check_request()
+        self.observe_conf()
+        self.plan_file()
+        self.plan_persistent()
+        self.plan_reboot()
+        self.judge()
+        self.apply()
+        self.module.exit_json(**self.result)
+
+
+def run(module):
+    NvidiaParams(module).run()
 
 
 def _main():

@@ -383,112 +383,144 @@ def _replace(module, plan):
                          "copying" % (plan["source"], path))
 
 
-def run(module):
-    params = module.params
-    state = params["state"]
-    result = dict(changed=False, ansible_facts=dict(gpufleet_bundled_nvshmem=dict(
-        python=None, python_version=None, site_packages=[], bundled=[], custom=None, mismatch=False,
-        mismatches=[], bundled_would_win=False, preload=None, preload_libs=[], env_script_preloads=None,
-        replaced=[])))
-    facts = _facts(result)
+class BundledNvshmem(object):
+    """observe (the interpreter's site-packages, the bundled and the custom NVSHMEM, the preload), plan (the
+    transports to replace), apply (replace them and re-read), then judge whether the bundled copy would win."""
 
-    prefix = params["nvshmem_prefix"]
-    if not prefix or not os.path.isabs(prefix):
-        module.fail_json(msg="nvshmem_prefix %r must be an absolute path such as /opt/deepep/nvshmem" % (prefix,),
-                         **result)
+    def __init__(self, module):
+        self.module = module
+        self.params = module.params
+        self.state = self.params["state"]
+        self.result = dict(changed=False, ansible_facts=dict(gpufleet_bundled_nvshmem=dict(
+            python=None, python_version=None, site_packages=[], bundled=[], custom=None, mismatch=False,
+            mismatches=[], bundled_would_win=False, preload=None, preload_libs=[], env_script_preloads=None,
+            replaced=[])))
+        self.facts = _facts(self.result)
+        self.plans = []
 
-    # Read
-    site_packages = _discover_site_packages(module, result)
-    facts["site_packages"] = site_packages
-    try:
-        bundled = find_bundled(site_packages)
-        custom = describe_custom(prefix)
-    except (IOError, OSError) as exc:
-        module.fail_json(msg="cannot read NVSHMEM libraries: %s" % to_native(exc), **result)
-    facts["bundled"] = bundled
-    facts["custom"] = custom
+    def fail(self, msg):
+        self.module.fail_json(msg=msg, **self.result)
 
-    gdrcopy_lib = None
-    if params["gdrcopy_home"]:
-        gdrcopy_lib = find_gdrcopy_lib(params["gdrcopy_home"])
-        if gdrcopy_lib is None and state == "preload":
-            module.fail_json(msg="gdrcopy_home %r holds no libgdrapi.so* (looked in it and its lib/ and lib64/); "
-                             "expected a GDRCopy prefix such as /opt/deepep/gdrcopy" % (params["gdrcopy_home"],),
-                             **result)
-    preload = preload_value(custom, gdrcopy_lib)
-    facts["preload"] = preload
-    facts["preload_libs"] = preload.split(":") if preload else []
+    # --- observe --------------------------------------------------------------------------------
 
-    if params["env_script"]:
-        text = None
-        if os.path.isfile(params["env_script"]):
-            try:
-                with open(params["env_script"], "r", encoding="utf-8", errors="replace") as handle:
-                    text = handle.read()
-            except (IOError, OSError) as exc:
-                module.fail_json(msg="cannot read env_script %s: %s" % (params["env_script"], to_native(exc)),
-                                 **result)
-        facts["env_script_preloads"] = env_script_preloads(text if text is not None else "", custom)
+    def check_params(self):
+        prefix = self.params["nvshmem_prefix"]
+        if not prefix or not os.path.isabs(prefix):
+            self.fail("nvshmem_prefix %r must be an absolute path such as /opt/deepep/nvshmem" % (prefix,))
+        self.prefix = prefix
 
-    found_mismatches = mismatches(bundled, custom)
-    facts["mismatches"] = found_mismatches
-    facts["mismatch"] = bool(found_mismatches)
-
-    if state == "preload" and not preload:
-        module.fail_json(msg="no custom NVSHMEM host library under nvshmem_prefix %r (looked for "
-                         "lib/libnvshmem_host.so.3 and lib64/); build it first (gpufleet.deepep.nvshmem_build) "
-                         "or point nvshmem_prefix at it" % (prefix,), **result)
-
-    # Decide
-    plans = []
-    if state == "replace_transport":
+    def observe_nvshmem(self):
+        """Every bundled copy in the interpreter's site-packages, and the custom build."""
+        self.site_packages = _discover_site_packages(self.module, self.result)
+        self.facts["site_packages"] = self.site_packages
         try:
-            plans = plan_replacements(bundled, custom)
-        except DiscoveryError as exc:
-            module.fail_json(msg="%s; build NVSHMEM with IBGDA first (gpufleet.deepep.nvshmem_build) or point "
-                             "nvshmem_prefix at it" % to_native(exc), **result)
-        if not plans:
-            module.warn("no bundled nvshmem_transport_ibgda.so.3 in %s: nothing to replace"
-                        % (", ".join(site_packages) or "the interpreter's site-packages"))
-    changed = any(plan["changed"] for plan in plans)
-    facts["replaced"] = [dict((k, v) for k, v in plan.items() if k != "needs_backup") for plan in plans]
-    if module._diff and state == "replace_transport":
-        result["diff"] = [dict(before="sha256: %s\n" % plan["before_sha256"],
-                               after="sha256: %s\n" % plan["after_sha256"],
-                               before_header=plan["path"], after_header=plan["path"])
-                          for plan in plans if plan["changed"]]
+            self.bundled = find_bundled(self.site_packages)
+            self.custom = describe_custom(self.prefix)
+        except (IOError, OSError) as exc:
+            self.fail("cannot read NVSHMEM libraries: %s" % to_native(exc))
+        self.facts["bundled"] = self.bundled
+        self.facts["custom"] = self.custom
 
-    # Act
-    if changed and not module.check_mode:
-        for plan in plans:
+    def observe_preload(self):
+        """The LD_PRELOAD value (with GDRCopy's library) and whether env_script preloads the custom host library."""
+        params, facts = self.params, self.facts
+        gdrcopy_lib = None
+        if params["gdrcopy_home"]:
+            gdrcopy_lib = find_gdrcopy_lib(params["gdrcopy_home"])
+            if gdrcopy_lib is None and self.state == "preload":
+                self.fail("gdrcopy_home %r holds no libgdrapi.so* (looked in it and its lib/ and lib64/); expected a "
+                          "GDRCopy prefix such as /opt/deepep/gdrcopy" % (params["gdrcopy_home"],))
+        preload = preload_value(self.custom, gdrcopy_lib)
+        facts["preload"] = preload
+        facts["preload_libs"] = preload.split(":") if preload else []
+        if params["env_script"]:
+            text = None
+            if os.path.isfile(params["env_script"]):
+                try:
+                    with open(params["env_script"], "r", encoding="utf-8", errors="replace") as handle:
+                        text = handle.read()
+                except (IOError, OSError) as exc:
+                    self.fail("cannot read env_script %s: %s" % (params["env_script"], to_native(exc)))
+            facts["env_script_preloads"] = env_script_preloads(text if text is not None else "", self.custom)
+
+    def observe_mismatches(self):
+        self.mismatches = mismatches(self.bundled, self.custom)
+        self.facts["mismatches"] = self.mismatches
+        self.facts["mismatch"] = bool(self.mismatches)
+        if self.state == "preload" and not self.facts["preload"]:
+            self.fail("no custom NVSHMEM host library under nvshmem_prefix %r (looked for lib/libnvshmem_host.so.3 "
+                      "and lib64/); build it first (gpufleet.deepep.nvshmem_build) or point nvshmem_prefix at it"
+                      % (self.prefix,))
+
+    # --- plan -----------------------------------------------------------------------------------
+
+    def plan(self):
+        """The transports to replace (state=replace_transport); whether any changes."""
+        if self.state == "replace_transport":
+            try:
+                self.plans = plan_replacements(self.bundled, self.custom)
+            except DiscoveryError as exc:
+                self.fail("%s; build NVSHMEM with IBGDA first (gpufleet.deepep.nvshmem_build) or point "
+                          "nvshmem_prefix at it" % to_native(exc))
+            if not self.plans:
+                self.module.warn("no bundled nvshmem_transport_ibgda.so.3 in %s: nothing to replace"
+                                 % (", ".join(self.site_packages) or "the interpreter's site-packages"))
+        self.changed = any(plan["changed"] for plan in self.plans)
+        self.facts["replaced"] = [dict((k, v) for k, v in plan.items() if k != "needs_backup") for plan in self.plans]
+        if self.module._diff and self.state == "replace_transport":
+            self.result["diff"] = [dict(before="sha256: %s\n" % plan["before_sha256"],
+                                        after="sha256: %s\n" % plan["after_sha256"],
+                                        before_header=plan["path"], after_header=plan["path"])
+                                   for plan in self.plans if plan["changed"]]
+
+    # --- apply ----------------------------------------------------------------------------------
+
+    def apply(self):
+        """Replace the changed transports (outside check mode) and re-read what is there now."""
+        for plan in self.plans:
             if not plan["changed"]:
                 continue
             try:
-                _replace(module, plan)
+                _replace(self.module, plan)
             except (IOError, OSError) as exc:
-                module.fail_json(msg="cannot replace %s with %s: %s" % (plan["path"], plan["source"], to_native(exc)),
-                                 **result)
-        # re-read what is there now
-        bundled = find_bundled(site_packages)
-        facts["bundled"] = bundled
+                self.fail("cannot replace %s with %s: %s" % (plan["path"], plan["source"], to_native(exc)))
+        self.bundled = find_bundled(self.site_packages)
+        self.facts["bundled"] = self.bundled
 
-    judged = bundled
-    if changed and module.check_mode:
-        # judge the state the replacement would leave, without touching the reported facts
-        judged = copy.deepcopy(bundled)
-        after = dict((plan["path"], plan["after_sha256"]) for plan in plans)
-        for entry in judged:
-            for transport in entry["transports"]:
-                if transport["path"] in after:
-                    transport["sha256"] = after[transport["path"]]
-    preloaded = state == "preload" or bool(facts["env_script_preloads"])
-    facts["bundled_would_win"] = bundled_would_win(judged, custom, preloaded=preloaded)
-    if facts["bundled_would_win"] and facts["mismatch"]:
-        for item in found_mismatches:
-            module.warn(item["message"])
+    # --- the run --------------------------------------------------------------------------------
 
-    result["changed"] = changed
-    module.exit_json(**result)
+    def judge(self):
+        """Whether the bundled copy would win after the run (as the replacement would leave it in check mode)."""
+        judged = self.bundled
+        if self.changed and self.module.check_mode:
+            # judge the state the replacement would leave, without touching the reported facts
+            judged = copy.deepcopy(self.bundled)
+            after = dict((plan["path"], plan["after_sha256"]) for plan in self.plans)
+            for entry in judged:
+                for transport in entry["transports"]:
+                    if transport["path"] in after:
+                        transport["sha256"] = after[transport["path"]]
+        preloaded = self.state == "preload" or bool(self.facts["env_script_preloads"])
+        self.facts["bundled_would_win"] = bundled_would_win(judged, self.custom, preloaded=preloaded)
+        if self.facts["bundled_would_win"] and self.facts["mismatch"]:
+            for item in self.mismatches:
+                self.module.warn(item["message"])
+
+    def run(self):
+        self.check_params()
+        self.observe_nvshmem()
+        self.observe_preload()
+        self.observe_mismatches()
+        self.plan()
+        if self.changed and not self.module.check_mode:
+            self.apply()
+        self.judge()
+        self.result["changed"] = self.changed
+        self.module.exit_json(**self.result)
+
+
+def run(module):
+    BundledNvshmem(module).run()
 
 
 def _main():

@@ -269,3 +269,74 @@ def test_hash_paths_outside_paths_are_refused(tmp_path):
     result = run_module(node_stack, {"gather": ["paths"], "root": str(tmp_path), "paths": ["/a"],
                                      "hash_paths": ["/b"]})
     assert result.failed and "'/b'" in result["msg"] and "not in paths" in result["msg"]
+
+
+GDRCOPY_SRC = "/opt/deepep/src/gdrcopy-2.5.1"
+GDRDRV_KEY = hashlib.sha256(b"gdrdrv").hexdigest()
+
+
+def test_gdrdrv_built_stamped_and_loaded(tmp_path):
+    driver = tmp_path / GDRCOPY_SRC.lstrip("/") / "src" / "gdrdrv"
+    _write(driver / "gdrdrv.ko", "\x7fELF kernel module\n")
+    # the stamp as the gdrcopy role writes it (to_nice_json), and /proc/modules of a node with gdrdrv out of tree
+    _write(driver / ".gpufleet-driver.json",
+           '{\n    "kernel": "6.8.0-1015-gcp",\n    "key": "%s"\n}\n' % GDRDRV_KEY)
+    _write(tmp_path / "proc" / "modules",
+           "gdrdrv 24576 0 - Live 0x0000000000000000 (OE)\n"
+           "nvidia_uvm 1892352 0 - Live 0x0000000000000000 (POE)\n"
+           "nvidia 14381056 1 nvidia_uvm, Live 0x0000000000000000 (POE)\n")
+    result = run_module(node_stack, {"gather": ["gdrdrv"], "root": str(tmp_path), "gdrcopy_src": GDRCOPY_SRC + "/"},
+                        check_mode=True)
+    assert not result.failed, result
+    assert set(result["ansible_facts"]) == {"gpufleet_gdrdrv"}
+    assert result["ansible_facts"]["gpufleet_gdrdrv"] == {
+        "src": GDRCOPY_SRC,
+        "module_path": GDRCOPY_SRC + "/src/gdrdrv/gdrdrv.ko",
+        "built": True,
+        "stamp_path": GDRCOPY_SRC + "/src/gdrdrv/.gpufleet-driver.json",
+        "stamp": {"kernel": "6.8.0-1015-gcp", "key": GDRDRV_KEY},
+        "key": GDRDRV_KEY,
+        "loaded": True,
+    }
+    assert result["changed"] is False
+
+
+def test_gdrdrv_unbuilt_unstamped_not_loaded(tmp_path):
+    (tmp_path / GDRCOPY_SRC.lstrip("/") / "src" / "gdrdrv").mkdir(parents=True)
+    _write(tmp_path / "proc" / "modules", "nvidia_peermem 16384 0 - Live 0x0\nnvidia 14381056 1 nvidia_peermem, Live 0x0\n")
+    facts = _role_facts.gather_gdrdrv(str(tmp_path), GDRCOPY_SRC, None)
+    assert facts["built"] is False
+    assert facts["stamp"] is None and facts["key"] is None
+    assert facts["loaded"] is False
+
+
+def test_gdrdrv_malformed_stamps_give_no_key(tmp_path):
+    stamp = tmp_path / GDRCOPY_SRC.lstrip("/") / "src" / "gdrdrv" / ".gpufleet-driver.json"
+    _write(tmp_path / "proc" / "modules", "gdrdrv 24576 0 - Live 0x0\n")
+    for text, want_stamp in (("{not json", None), ('["key"]', None), ('{"key": 7}', {"key": 7}),
+                             ('{"kernel": "6.8.0"}', {"kernel": "6.8.0"})):
+        _write(stamp, text)
+        facts = _role_facts.gather_gdrdrv(str(tmp_path), GDRCOPY_SRC, None)
+        assert facts["stamp"] == want_stamp, text
+        assert facts["key"] is None, text
+        assert facts["loaded"] is True
+
+
+def test_gdrdrv_loaded_from_lsmod_without_proc_modules(tmp_path):
+    calls = []
+
+    def runner(argv, timeout=None, env=None):
+        calls.append((argv, timeout))
+        return 0, "Module                  Size  Used by\ngdrdrv                 24576  0\n", ""
+
+    facts = _role_facts.gather_gdrdrv(str(tmp_path), GDRCOPY_SRC, runner, timeout=9)
+    assert calls == [(["lsmod"], 9)]
+    assert facts["loaded"] is True and facts["built"] is False
+
+
+def test_gdrdrv_needs_an_absolute_source(tmp_path):
+    for bad in (None, "", "gdrcopy-2.5.1"):
+        result = run_module(node_stack, {"gather": ["gdrdrv"], "root": str(tmp_path), "gdrcopy_src": bad})
+        assert result.failed
+        assert "gdrcopy_src %r" % (bad,) in result["msg"]
+        assert "expected the absolute path of a GDRCopy source tree" in result["msg"]

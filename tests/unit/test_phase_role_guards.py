@@ -95,7 +95,8 @@ def _driver_cases(tmp: Path) -> dict[str, dict]:
     }
 
 
-def _case_tasks(name: str, role: str, tasks_from: str, variables: dict, src_dir: str | None) -> dict:
+def _case_tasks(name: str, role: str, tasks_from: str, variables: dict, src_dir: str | None,
+                before: list | None = None) -> dict:
     record = ["'failed': guard_failed", "'msg': guard_msg"]
     after = []
     if src_dir:
@@ -103,12 +104,15 @@ def _case_tasks(name: str, role: str, tasks_from: str, variables: dict, src_dir:
                       "ansible.builtin.slurp": {"src": f"{src_dir}/src/gdrdrv/gdrdrv.ko"},
                       "register": "guard_ko", "failed_when": False})
         record += ["'ko': guard_ko.content | default('') | b64decode",
-                   "'nvidia_src': gdrcopy_driver_state.nvidia_src_dir | default('')"]
+                   "'nvidia_src': gdrcopy_driver_state.nvidia_src_dir | default('')",
+                   "'loaded': gdrcopy_driver_state.loaded | default(none)",
+                   "'error': gdrcopy_driver_state.error | default(none)"]
     return {
         "name": f"Case {name}",
         "block": [
             {"name": "Reset the case",
              "ansible.builtin.set_fact": {"guard_failed": False, "guard_msg": "", "gdrcopy_driver_state": {}}},
+            *(before or []),
             {"name": f"Run {role} {tasks_from}",
              "ansible.builtin.include_role": {"name": f"gpufleet.deepep.{role}", "tasks_from": tasks_from},
              "vars": variables},
@@ -126,8 +130,14 @@ def results(tmp_path_factory) -> dict:
     tmp = tmp_path_factory.mktemp("guards")
     tasks = [_case_tasks(name, role, "trust.yml", variables, None)
              for name, (role, variables) in _trust_cases().items()]
+    driver_cases = _driver_cases(tmp)
     tasks += [_case_tasks(name, "gdrcopy", "driver.yml", variables, variables["gdrcopy_src_dir"])
-              for name, variables in _driver_cases(tmp).items()]
+              for name, variables in driver_cases.items()]
+    # The same build again, its gdrdrv.ko removed: the stamp's key (read by node_stack) matches, so make does not run.
+    again = driver_cases["found_for_driver"]
+    tasks.append(_case_tasks("found_for_driver_again", "gdrcopy", "driver.yml", again, again["gdrcopy_src_dir"],
+                             before=[{"name": "Remove the built gdrdrv.ko", "ansible.builtin.file": {
+                                 "path": again["gdrcopy_src_dir"] + "/src/gdrdrv/gdrdrv.ko", "state": "absent"}}]))
     out = tmp / "results.json"
     tasks.append({"name": "Write the results", "ansible.builtin.copy": {
         "content": "{{ guard_results | to_nice_json }}", "dest": str(out), "mode": "0644"}})
@@ -173,6 +183,20 @@ def test_gdrdrv_uses_the_source_of_the_loaded_driver(results):
     # make driver from the project root: the detection ran (kernel 6.8 defines vm_flags_set).
     assert f"NVIDIA_SRC_DIR={case['nvidia_src']})" in case["ko"]
     assert "for kernel 6.8.0-1015-gcp (HAVE_VM_FLAGS_SET=y," in case["ko"]
+
+
+def test_gdrdrv_state_comes_from_the_gathered_facts(results):
+    case = results["found_for_driver"]
+    # gdrcopy_driver_load is false in these cases and no gdrdrv is loaded here: nothing loaded, no insmod error.
+    assert case["loaded"] is False and case["error"] == ""
+
+
+def test_gdrdrv_with_the_stamped_key_is_not_built_again(results):
+    case = results["found_for_driver_again"]
+    assert case["failed"] is False, case["msg"]
+    assert case["nvidia_src"] == results["found_for_driver"]["nvidia_src"]
+    assert case["ko"] == ""
+    assert case["loaded"] is False and case["error"] == ""
 
 
 def test_gdrdrv_without_a_driver_version_takes_the_first_source(results):

@@ -11,6 +11,7 @@
 - ``initramfs``: whether an initramfs image holds the nvidia kernel modules (``lsinitramfs``, bounded).
 - ``torch``: the torch an interpreter has (package metadata and ``torch/version.py``, torch is not imported).
 - ``hca_mapping``: the GPU-NIC mapping of the environment script and whether ``deep_ep`` applies it.
+- ``gdrdrv``: the gdrdrv kernel module of a GDRCopy source tree (built, its build stamp's key, loaded).
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ import os
 import re
 import stat
 
+from ansible_collections.gpufleet.deepep.plugins.module_utils._fileio import read_json_dict
 from ansible_collections.gpufleet.deepep.plugins.module_utils._node.probes import (
     parse_lsmod, parse_proc_modules, scan_header_symbols
 )
@@ -120,6 +122,30 @@ def gather_paths(root, paths, hash_paths=()):
         if path in hashed:
             out[path]["sha256"] = sha256_file(under(root, path)) if out[path]["type"] == "file" else None
     return out
+
+
+GDRDRV_STAMP = ".gpufleet-driver.json"
+
+
+def gather_gdrdrv(root, src, runner, timeout=30):
+    """The gdrdrv of the GDRCopy source tree ``src`` (``make driver`` builds ``src/gdrdrv/gdrdrv.ko`` there and the
+    gdrcopy role stamps it with ``.gpufleet-driver.json``, a JSON object whose ``key`` names the build): ``{src,
+    module_path, built, stamp_path, stamp, key, loaded}``. ``stamp`` is null when the stamp is absent, unreadable or
+    not a JSON object, ``key`` null when the stamp holds no string ``key``; ``loaded`` is whether ``gdrdrv`` is in the
+    loaded modules (``/proc/modules``, else ``lsmod`` bounded by ``timeout``)."""
+    if not src or not os.path.isabs(src):
+        raise PathsError("gdrcopy_src %r: expected the absolute path of a GDRCopy source tree, such as "
+                         "/opt/deepep/src/gdrcopy-2.5.1" % (src,))
+    src = os.path.normpath(src)
+    driver_dir = os.path.join(src, "src", "gdrdrv")
+    module_path = os.path.join(driver_dir, "gdrdrv.ko")
+    stamp_path = os.path.join(driver_dir, GDRDRV_STAMP)
+    stamp = read_json_dict(under(root, stamp_path))
+    key = stamp.get("key") if stamp else None
+    modules = gather_modules(root, runner, timeout=timeout)
+    return {"src": src, "module_path": module_path, "built": os.path.isfile(under(root, module_path)),
+            "stamp_path": stamp_path, "stamp": stamp, "key": key if isinstance(key, str) else None,
+            "loaded": "gdrdrv" in modules["loaded"]}
 
 
 _PACKAGE_RE = re.compile(r"[a-z0-9][a-z0-9+.-]+(:[a-z0-9-]+)?")

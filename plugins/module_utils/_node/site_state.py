@@ -49,11 +49,6 @@ def is_pattern(path):
     return any(c in path for c in "*?[")
 
 
-def _sha256_of(path, limit):
-    """(sha256 hex, bytes read) of the file, reading at most ``limit + 1`` bytes."""
-    return file_digest(path, limit=limit + 1)
-
-
 def fingerprint_path(path, hash_limit=HASH_LIMIT):
     """The fingerprint of one path (see the module docstring)."""
     try:
@@ -84,7 +79,7 @@ def fingerprint_path(path, hash_limit=HASH_LIMIT):
         if st.st_size > hash_limit:
             return {"kind": "file", "size": st.st_size, "mtime_ns": st.st_mtime_ns}
         try:
-            digest, read = _sha256_of(path, hash_limit)
+            digest, read = file_digest(path, limit=hash_limit + 1)  # one byte more tells a pseudo file that grew
         except OSError as exc:
             return {"kind": "unreadable", "error": exc.strerror or str(exc)}
         if read > hash_limit:  # a pseudo file that reported size 0 but holds more: size of what was read
