@@ -23,7 +23,7 @@ description:
     apart from the server ports, a router present in PD mode, and the runbook's C(--mini-lb) only with O(debug).
   - With O(nodes), the facts of the engine nodes
     (RV(gpufleet.deepep.node_stack#module:ansible_facts.gpufleet_serve_node) of M(gpufleet.deepep.node_stack) with
-    C(gather: [serve_node]) on each), it also refuses per node - an address the other nodes reach it at
+    C(gather=[serve_node]) on each), it also refuses per node - an address the other nodes reach it at
     that is on none of its interfaces, a C(GLOO_SOCKET_IFNAME), C(NCCL_SOCKET_IFNAME) or C(SGLANG_LOCAL_IP_NIC)
     that names no interface up with an IPv4 address (or, in a multi-node instance, not the one carrying the node's
     address), an unreadable env script, a missing env script where DeepEP serves, and a MoE instance served with

@@ -558,8 +558,8 @@ class SglangEnv(object):
         if versions["sglang"] != p["version"]:
             todo.append("sglang %s is installed, %s is wanted" % (versions["sglang"], p["version"]))
         if p["kernel_version"] and versions["kernel"] != p["kernel_version"]:
-            todo.append("%s %s is installed, %s is wanted" % (want["kernel_pkg"], versions["kernel"],
-                                                               p["kernel_version"]))
+            todo.append("%s %s is installed, %s is wanted"
+                        % (want["kernel_pkg"], versions["kernel"], p["kernel_version"]))
         if engine_pkg and (normalize(engine_pkg) != (versions["nixl_package"] if engine == "nixl"
                                                      else versions["mooncake_package"])
                            or (p["transfer_engine_version"] and p["transfer_engine_version"]

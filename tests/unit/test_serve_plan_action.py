@@ -16,7 +16,7 @@ import pytest
 import yaml
 
 from test_serve_node import DSV3, node, nodes, topo
-from unit_helpers import REPO, run_module
+from unit_helpers import REPO
 
 from ansible_collections.gpufleet.deepep.plugins.module_utils import _serve, _serve_node, _stack
 from ansible_collections.gpufleet.deepep.plugins.modules import node_stack, serve_plan
