@@ -4,15 +4,14 @@
 node_stack result, judge the fleet against the rule catalogue, find drift, and write fleet.json, fleet.md and
 fleet.html into the run directory. Runs in the controller process (no module is sent anywhere), once per play.
 
-Arguments (all set by roles/audit/tasks/main.yml):
+Arguments (all set by roles/audit/tasks/main.yml; their spec is ARGUMENT_SPEC of modules/audit_fleet_report.py, checked
+with validate_argument_spec):
   rules_file       the rule catalogue (YAML on the controller)
   extra_rules      rules added to the catalogue; disabled_rules: ids left out
   hosts            the hosts to report (default: ansible_play_hosts_all)
   result_var       the registered node_stack result of each host (default audit_r_node); its gpufleet_sglang
                    (gather: [..., sglang]) is the node's SGLang stack
   expect_var       each host's expectations (default audit_expect)
-  sglang_var       each host's registered sglang_env result (state facts), for plays that read SGLang in a task of
-                   their own: used where the node_stack result did not gather sglang (default audit_r_sglang)
   model_var        each host's registered model_config result (default audit_r_model)
   serving_var      each host's registered serve_state result, where serving is audited (default audit_r_serving)
   groups           inventory groups for drift (default: the inventory's); skip_groups: never compared
@@ -41,10 +40,10 @@ from ansible_collections.gpufleet.deepep.plugins.plugin_utils._audit.document im
 from ansible_collections.gpufleet.deepep.plugins.plugin_utils._audit.expr import AuditError
 from ansible_collections.gpufleet.deepep.plugins.module_utils._fileio import write_atomic
 from ansible_collections.gpufleet.deepep.plugins.plugin_utils._audit.report import render
+from ansible_collections.gpufleet.deepep.plugins.modules.audit_fleet_report import ARGUMENT_SPEC
+from ansible_collections.gpufleet.deepep.plugins.plugin_utils._action_args import validated_args
 
 REPORT_FILES = (("fleet.json", "json"), ("fleet.md", "md"), ("fleet.html", "html"))
-ARGS = frozenset(("rules_file", "extra_rules", "disabled_rules", "hosts", "result_var", "expect_var", "sglang_var",
-                  "model_var", "serving_var", "groups", "skip_groups", "output_dir", "output_root", "latest_link", "meta"))
 
 
 def load_catalogue(path, extra_rules=None, disabled_rules=None):
@@ -72,33 +71,28 @@ def _host_var(hostvars, host, name):
 class ActionModule(ActionBase):
 
     TRANSFERS_FILES = False
+    _VALID_ARGS = frozenset(ARGUMENT_SPEC)
     _requires_connection = False
 
     def run(self, tmp=None, task_vars=None):
         task_vars = task_vars or {}
         result = super(ActionModule, self).run(tmp, task_vars)
-        args = self._task.args
-        unknown = sorted(set(args) - ARGS)
-        if unknown:
-            raise AnsibleActionFail("unknown argument(s) %s; expected some of %s"
-                                    % (", ".join(unknown), ", ".join(sorted(ARGS))))
-        if not args.get("rules_file"):
-            raise AnsibleActionFail("rules_file is required (the path of the rule catalogue)")
+        args = validated_args(self, ARGUMENT_SPEC)
+        if not args["rules_file"]:
+            raise AnsibleActionFail("rules_file=%r: expected the path of the rule catalogue" % (args["rules_file"],))
         catalogue = load_catalogue(args["rules_file"], plain_data(args.get("extra_rules")),
                                    plain_data(args.get("disabled_rules")))
         hosts = plain_data(args.get("hosts") or task_vars.get("ansible_play_hosts_all") or [])
         hostvars = task_vars.get("hostvars") or {}
-        result_var = args.get("result_var") or "audit_r_node"
-        expect_var = args.get("expect_var") or "audit_expect"
-        sglang_var = args.get("sglang_var") or "audit_r_sglang"
-        model_var = args.get("model_var") or "audit_r_model"
-        serving_var = args.get("serving_var") or "audit_r_serving"
+        result_var = args["result_var"] or "audit_r_node"
+        expect_var = args["expect_var"] or "audit_expect"
+        model_var = args["model_var"] or "audit_r_model"
+        serving_var = args["serving_var"] or "audit_r_serving"
         documents = {}
         for host in hosts:
             documents[host] = node_document(host, _host_var(hostvars, host, "group_names"),
                                             _host_var(hostvars, host, result_var),
                                             _host_var(hostvars, host, expect_var),
-                                            sglang=_host_var(hostvars, host, sglang_var),
                                             model=_host_var(hostvars, host, model_var),
                                             serving=_host_var(hostvars, host, serving_var))
         groups = plain_data(args.get("groups") if args.get("groups") is not None else task_vars.get("groups"))

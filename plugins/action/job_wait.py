@@ -2,7 +2,8 @@
 # GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
 """Wait quietly for an async job: poll async_status from the controller's worker until it finished or a bound.
 
-Documented in plugins/modules/job_wait.py.
+Documented in plugins/modules/job_wait.py, whose ARGUMENT_SPEC types the arguments (validate_argument_spec) before
+the job id's form and the bounds are judged here.
 """
 
 from __future__ import annotations
@@ -14,47 +15,38 @@ from ansible.errors import AnsibleActionFail
 from ansible.module_utils.common.text.converters import to_native
 from ansible.plugins.action import ActionBase
 
-ARGS = frozenset(("jid", "timeout", "poll", "cleanup"))
+from ansible_collections.gpufleet.deepep.plugins.modules.job_wait import ARGUMENT_SPEC
+from ansible_collections.gpufleet.deepep.plugins.plugin_utils._action_args import validated_args
+
 JID = re.compile(r"j?[0-9]+\.[0-9]+")
-BOOLS = {True: True, False: False, "true": True, "false": False, "yes": True, "no": False}
 
 
 def _positive_int(name, value):
     if isinstance(value, bool):
         raise AnsibleActionFail("job_wait: %s=%r is not a whole number of seconds (expected e.g. 600)" % (name, value))
-    try:
-        number = int(str(value).strip())
-    except (TypeError, ValueError):
-        raise AnsibleActionFail("job_wait: %s=%r is not a whole number of seconds (expected e.g. 600)" % (name, value))
-    if number < 1:
+    if value < 1:
         raise AnsibleActionFail("job_wait: %s=%r must be at least 1 second" % (name, value))
-    return number
+    return value
 
 
-def validate(args):
-    """(jid, timeout, poll, cleanup) from the task's arguments, or AnsibleActionFail naming the bad one."""
-    unknown = sorted(set(args) - ARGS)
-    if unknown:
-        raise AnsibleActionFail("job_wait: unknown argument(s) %s; expected some of %s"
-                                % (", ".join(unknown), ", ".join(sorted(ARGS))))
-    jid = args.get("jid")
-    if not isinstance(jid, str) or not JID.fullmatch(jid):
+def validate(params):
+    """(jid, timeout, poll, cleanup) from the arguments validate_argument_spec typed (ARGUMENT_SPEC of
+    modules/job_wait.py), or AnsibleActionFail naming the bad one."""
+    jid = params["jid"]
+    if not JID.fullmatch(jid):
         raise AnsibleActionFail("job_wait: jid=%r is not an async job id (expected the ansible_job_id of a task run "
                                 "with async and poll 0, such as j123456789.4242)" % (jid,))
-    timeout = _positive_int("timeout", args.get("timeout"))
-    poll = _positive_int("poll", args.get("poll", 10))
+    timeout = _positive_int("timeout", params["timeout"])
+    poll = _positive_int("poll", params["poll"])
     if poll > timeout:
         raise AnsibleActionFail("job_wait: poll=%s is longer than timeout=%s (expected poll <= timeout)"
                                 % (poll, timeout))
-    cleanup = args.get("cleanup", True)
-    cleanup = BOOLS.get(cleanup.lower() if isinstance(cleanup, str) else cleanup)
-    if cleanup is None:
-        raise AnsibleActionFail("job_wait: cleanup=%r is not a boolean" % (args.get("cleanup"),))
-    return jid, timeout, poll, cleanup
+    return jid, timeout, poll, params["cleanup"]
 
 
 class ActionModule(ActionBase):
 
+    _VALID_ARGS = frozenset(ARGUMENT_SPEC)
     _requires_connection = True
 
     def _status(self, jid, mode, task_vars):
@@ -68,7 +60,7 @@ class ActionModule(ActionBase):
     def run(self, tmp=None, task_vars=None):
         task_vars = task_vars or {}
         result = super(ActionModule, self).run(tmp, task_vars)
-        jid, timeout, poll, cleanup = validate(self._task.args)
+        jid, timeout, poll, cleanup = validate(validated_args(self, ARGUMENT_SPEC))
         if self._play_context.check_mode:
             result.update(skipped=True, finished=False, waited=0, polls=0,
                           msg="check mode: no job was started, so there is none to wait for")

@@ -65,15 +65,6 @@ options:
     description: The variable that holds each host's expectations (the facts document's C(expect)).
     type: str
     default: audit_expect
-  sglang_var:
-    description:
-      - The variable that holds each host's registered M(gpufleet.deepep.sglang_env) result (C(state=facts)), for a
-        play that reads SGLang in a task of its own; used only on hosts whose O(result_var) did not gather
-        V(sglang). It becomes the facts document's C(gpufleet_sglang) (null where the module did not run or the
-        environment has no sglang distribution; a failure is named under C(gather_errors)).
-      - The audit role no longer registers it (its M(gpufleet.deepep.node_stack) call gathers V(sglang)).
-    type: str
-    default: audit_r_sglang
   model_var:
     description: The variable that holds each host's registered M(gpufleet.deepep.model_config) result (the facts
       document's C(gpufleet_model)).
@@ -151,3 +142,22 @@ status:
   type: dict
   sample: {b200-cluster-1: critical, b200-cluster-9: unreachable}
 """
+
+# The options above, validated by the action plugin (plugins/action/audit_fleet_report.py) with
+# validate_argument_spec.
+ARGUMENT_SPEC = dict(
+    rules_file=dict(type="path", required=True),
+    extra_rules=dict(type="list", elements="dict", default=[]),
+    disabled_rules=dict(type="list", elements="str", default=[]),
+    hosts=dict(type="list", elements="str"),
+    result_var=dict(type="str", default="audit_r_node"),
+    expect_var=dict(type="str", default="audit_expect"),
+    model_var=dict(type="str", default="audit_r_model"),
+    serving_var=dict(type="str", default="audit_r_serving"),
+    groups=dict(type="dict"),
+    skip_groups=dict(type="list", elements="str", default=["all", "ungrouped"]),
+    output_dir=dict(type="path"),
+    output_root=dict(type="path"),
+    latest_link=dict(type="bool", default=False),
+    meta=dict(type="dict", default={}),
+)

@@ -29,6 +29,9 @@ description:
     computed by the same code those modules use, and with V(sglang) the facts of M(gpufleet.deepep.sglang_env)
     with O(gpufleet.deepep.sglang_env#module:state=facts) (read only) for O(sglang_python). The audit gathers a whole
     node this way in one round trip.
+  - With V(serve_node) it returns what the serving preflight of M(gpufleet.deepep.serve_plan) needs of an engine
+    node (its O(gpufleet.deepep.serve_plan#module:nodes)) - the interfaces (C(ip -j addr show)), the values of the
+    env scripts O(serve_env_scripts) and the DeepGEMM cache markers of O(serve_dg_cache_dir).
 author: gpufleet.deepep maintainers (@gpufleet)
 extends_documentation_fragment:
   - gpufleet.deepep.attributes
@@ -53,11 +56,12 @@ options:
         installed versions of the Debian packages of O(packages), from dpkg's status file) and V(gdrdrv)
         RV(ansible_facts.gpufleet_gdrdrv) (the gdrdrv kernel module of the GDRCopy source O(gdrcopy_src), whether
         it is built and loaded, and its build stamp's key).
+      - V(serve_node) is RV(ansible_facts.gpufleet_serve_node), an engine node's facts for the serving plan.
       - A set that cannot be gathered is left out and named in RV(gather_errors); the others are still returned.
     type: list
     elements: str
-    choices: [stack, nvidia, rdma, gpus, bundled_nvshmem, sglang, modules, paths, cuda_toolkit, imports, symbols,
-              initramfs, torch, hca_mapping, packages, gdrdrv]
+    choices: [stack, nvidia, rdma, gpus, bundled_nvshmem, sglang, serve_node, modules, paths, cuda_toolkit, imports,
+              symbols, initramfs, torch, hca_mapping, packages, gdrdrv]
     default: [stack]
   paths:
     description:
@@ -211,8 +215,21 @@ options:
       - For V(sglang), the pip constraints file whose pins are reported, as
         O(gpufleet.deepep.sglang_env#module:constraint_file); unset, the environment's default one.
     type: path
+  serve_env_scripts:
+    description:
+      - For V(serve_node), the env scripts whose C(export) lines the engine units take, in the order a shell would
+        source them (C(env_script)'s, then the sglang role's); read as data. A missing one is reported, not an error.
+    type: list
+    elements: path
+    default: []
+  serve_dg_cache_dir:
+    description: For V(serve_node), the DeepGEMM cache directory the sglang role installs into (its markers).
+    type: path
+    default: /var/cache/sglang/deep_gemm
   timeout:
-    description: Seconds each Python probe (metadata, import, the SGLang probe) may take before it counts as failed.
+    description:
+      - Seconds each Python probe (metadata, import, the SGLang probe) and C(ip -j addr show) (V(serve_node)) may
+        take before it counts as failed.
     type: int
     default: 60
   root:
@@ -308,6 +325,19 @@ ansible_facts:
                           nccl: 2.28.3, deep_ep: 1.2.1},
                torch_cuda: "12.9", nvshmem_ok: true, holds: {torch: 2.9.1+cu129, deep-ep: 1.2.1},
                constraint_file: /opt/torch/.venv/gpufleet-constraints.txt, moved: []}
+    gpufleet_serve_node:
+      description:
+        - With V(serve_node) in O(gather), the engine node's facts for M(gpufleet.deepep.serve_plan) (its
+          O(gpufleet.deepep.serve_plan#module:nodes) by inventory name) - C(interfaces) (C(name), C(up), C(ipv4)
+          list; null when C(ip) failed, with C(interfaces_error)), C(env) (the values a unit gets from the env
+          scripts), C(env_scripts) (those read), C(missing_env_scripts), C(deepgemm) (C(file), C(key), C(args) of
+          every cache marker), C(deepgemm_dir), C(errors).
+      returned: when O(gather) holds V(serve_node)
+      type: dict
+      sample: {interfaces: [{name: eth0, up: true, ipv4: [10.0.0.3]}], interfaces_error: "",
+               env: {NVSHMEM_IB_ENABLE_IBGDA: "1"}, env_scripts: [/opt/deepep/unified-env.sh],
+               missing_env_scripts: [], deepgemm: [{file: /var/cache/sglang/deep_gemm/.gpufleet-deepgemm-ab12.json,
+               key: ab12, args: [--tp-size, "8"]}], deepgemm_dir: /var/cache/sglang/deep_gemm, errors: []}
     gpufleet_modules:
       description:
         - With V(modules) in O(gather), the loaded kernel modules (V(loaded), sorted), where the list came from
@@ -567,6 +597,9 @@ from ansible_collections.gpufleet.deepep.plugins.module_utils._node.role_facts i
     gather_symbols,
     gather_torch,
 )
+from ansible_collections.gpufleet.deepep.plugins.module_utils._serve.node import (
+    DEFAULT_DG_CACHE_DIR as DEFAULT_SERVE_DG_CACHE_DIR,
+)
 from ansible_collections.gpufleet.deepep.plugins.module_utils._node.stack import (
     DEFAULT_DPKG_PACKAGES,
     DEFAULT_MLX5DV_SYMBOLS,
@@ -612,6 +645,8 @@ def build_module():
             sglang_nvshmem_home=dict(type="path"),
             sglang_dg_cache_dir=dict(type="path"),
             sglang_constraint_file=dict(type="path"),
+            serve_env_scripts=dict(type="list", elements="path", default=[]),
+            serve_dg_cache_dir=dict(type="path", default=DEFAULT_SERVE_DG_CACHE_DIR),
             timeout=dict(type="int", default=60),
             root=dict(type="path", default="/"),
         ),
@@ -684,6 +719,8 @@ def _main():
             sglang_cuda_home=params["cuda_home"],
             sglang_dg_cache_dir=params["sglang_dg_cache_dir"],
             sglang_constraint_file=params["sglang_constraint_file"],
+            serve_env_scripts=params["serve_env_scripts"],
+            serve_dg_cache_dir=params["serve_dg_cache_dir"],
         )
     except GatherError as exc:
         module.fail_json(msg=str(exc), gather_errors={})

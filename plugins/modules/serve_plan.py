@@ -21,42 +21,24 @@ description:
     (from O(model), the facts of M(gpufleet.deepep.model_config)), each instance's dist-init address its own rank 0
     (never another instance's or the other role's node), a group's host count a multiple of nnodes, bootstrap ports
     apart from the server ports, a router present in PD mode, and the runbook's C(--mini-lb) only with O(debug).
-  - With O(nodes), the facts of the engine nodes, it also refuses per node - an address the other nodes reach it at
+  - With O(nodes), the facts of the engine nodes
+    (RV(gpufleet.deepep.node_stack#module:ansible_facts.gpufleet_serve_node) of M(gpufleet.deepep.node_stack) with
+    C(gather=[serve_node]) on each), it also refuses per node - an address the other nodes reach it at
     that is on none of its interfaces, a C(GLOO_SOCKET_IFNAME), C(NCCL_SOCKET_IFNAME) or C(SGLANG_LOCAL_IP_NIC)
     that names no interface up with an IPv4 address (or, in a multi-node instance, not the one carrying the node's
     address), an unreadable env script, a missing env script where DeepEP serves, and a MoE instance served with
     C(--moe-a2a-backend deepep) whose exact DeepGEMM arguments have no precompiled cache on the node. The unset NIC
     variables are set to the NIC that carries the node's address, and the env scripts' values join the engine
     units' environment files (so a changed env script restarts, or rolls, the instances).
-  - O(state=plan) is pure computation from its arguments; O(state=facts) reads the node (C(ip -j addr show),
-    bounded by O(timeout), the env scripts and the DeepGEMM markers) and writes nothing. Check mode is the same run.
+  - Pure computation from its arguments; it reads and writes nothing. An action plugin of the same name computes
+    the plan in the controller's own process (no module is sent anywhere, and no node's facts travel to another
+    node). Check mode is the same run.
 options:
-  state:
-    description:
-      - C(plan) plans the fleet; C(facts) reads this node for the plan and returns
-        RV(ansible_facts.gpufleet_serve_node).
-    type: str
-    choices: [plan, facts]
-    default: plan
-  env_scripts:
-    description:
-      - With O(state=facts), the env scripts whose C(export) lines the engine units take, in the order a shell
-        would source them (C(env_script)'s, then the sglang role's). A missing one is reported, not an error.
-    type: list
-    elements: path
-    default: []
-  dg_cache_dir:
-    description: With O(state=facts), the DeepGEMM cache directory the sglang role installs into (its markers).
-    type: path
-    default: /var/cache/sglang/deep_gemm
-  timeout:
-    description: With O(state=facts), the seconds C(ip -j addr show) may take.
-    type: int
-    default: 10
   nodes:
     description:
-      - The facts of the engine nodes by inventory name (RV(ansible_facts.gpufleet_serve_node) of each); a node
-        left out is judged by the topology alone.
+      - The facts of the engine nodes by inventory name
+        (RV(gpufleet.deepep.node_stack#module:ansible_facts.gpufleet_serve_node) of each); a node left out is judged
+        by the topology alone.
     type: dict
     default: {}
   deepgemm_required:
@@ -74,9 +56,11 @@ options:
         C(health_check_interval_secs), C(health_check_timeout_secs), C(health_check_endpoint),
         C(worker_startup_timeout_secs), C(prometheus_port), C(mini_lb), C(extra_args).
     type: dict
+    required: true
   host:
-    description: The inventory name of the host whose units to return (required with O(state=plan)).
+    description: The inventory name of the host whose units to return.
     type: str
+    required: true
   model:
     description: The model facts (C(ansible_facts.gpufleet_model) of M(gpufleet.deepep.model_config)); empty skips the heads rule.
     type: dict
@@ -141,21 +125,9 @@ EXAMPLES = r"""
 """
 
 RETURN = r"""
-ansible_facts:
-  description: With O(state=facts), the node's facts for the plan.
-  returned: state is facts
-  type: dict
-  contains:
-    gpufleet_serve_node:
-      description:
-        - C(interfaces) (C(name), C(up), C(ipv4) list; null when C(ip) failed, with C(interfaces_error)), C(env)
-          (the values a unit gets from the env scripts), C(env_scripts) (those read), C(missing_env_scripts),
-          C(deepgemm) (C(file), C(key), C(args) of every cache marker), C(deepgemm_dir), C(errors).
-      type: dict
-      returned: state is facts
 warnings_found:
   description: Things the plan went on without (a missing env script where DeepEP does not serve, unreadable interfaces).
-  returned: state is plan
+  returned: always
   type: list
   elements: str
 instances:
@@ -201,55 +173,56 @@ from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.common.text.converters import to_native
 
 from ansible_collections.gpufleet.deepep.plugins.module_utils._guard import guarded
-from ansible_collections.gpufleet.deepep.plugins.module_utils._runner import run_bounded
 from ansible_collections.gpufleet.deepep.plugins.module_utils._serve.plan import plan
-from ansible_collections.gpufleet.deepep.plugins.module_utils._serve.node import gather_node
 from ansible_collections.gpufleet.deepep.plugins.module_utils._serve.units import ServeError
+
+# The options above; the action plugin of the same name (plugins/action/serve_plan.py) validates the same spec.
+ARGUMENT_SPEC = dict(
+    nodes=dict(type="dict", default={}),
+    deepgemm_required=dict(type="bool", default=True),
+    topology=dict(type="dict", required=True),
+    host=dict(type="str", required=True),
+    model=dict(type="dict", default={}),
+    model_path=dict(type="str", default=""),
+    python=dict(type="str", default="/usr/bin/python3"),
+    prefix=dict(type="str", default="sglang"),
+    config_dir=dict(type="path", default="/etc/gpufleet/sglang-serve"),
+    router_venv=dict(type="path", default="/opt/gpufleet/router"),
+    secrets_env_file=dict(type="path", default=""),
+    start_timeout=dict(type="int", default=3600),
+    restart_sec=dict(type="int", default=5),
+    debug=dict(type="bool", default=False),
+    engine_version=dict(type="str", default=""),
+)
+
+
+def plan_fleet(params):
+    """``(result, warnings, failure)`` of the validated ``params``: the plan's return values (with
+    ``warnings_found``), the lines to warn, and the failure message (None when the plan passed its preflight)."""
+    try:
+        result = plan(params["topology"], params["host"], model=params["model"], python=params["python"],
+                      model_path=params["model_path"], prefix=params["prefix"], config_dir=params["config_dir"],
+                      router_venv=params["router_venv"], start_timeout=params["start_timeout"],
+                      restart_sec=params["restart_sec"], debug=params["debug"],
+                      secrets_env_file=params["secrets_env_file"], engine_version=params["engine_version"],
+                      nodes=params["nodes"], deepgemm_required=params["deepgemm_required"])
+    except ServeError as exc:
+        return {"problems": [to_native(exc)]}, [], to_native(exc)
+    warned = result.pop("warnings")
+    result["warnings_found"] = warned
+    if result["problems"]:
+        return result, warned, "serving preflight refused the layout: " + " | ".join(result["problems"])
+    return result, warned, None
 
 
 def _main():
-    module = AnsibleModule(argument_spec=dict(
-        state=dict(type="str", default="plan", choices=["plan", "facts"]),
-        env_scripts=dict(type="list", elements="path", default=[]),
-        dg_cache_dir=dict(type="path", default="/var/cache/sglang/deep_gemm"),
-        timeout=dict(type="int", default=10),
-        nodes=dict(type="dict", default={}),
-        deepgemm_required=dict(type="bool", default=True),
-        topology=dict(type="dict"),
-        host=dict(type="str"),
-        model=dict(type="dict", default={}),
-        model_path=dict(type="str", default=""),
-        python=dict(type="str", default="/usr/bin/python3"),
-        prefix=dict(type="str", default="sglang"),
-        config_dir=dict(type="path", default="/etc/gpufleet/sglang-serve"),
-        router_venv=dict(type="path", default="/opt/gpufleet/router"),
-        secrets_env_file=dict(type="path", default=""),
-        start_timeout=dict(type="int", default=3600),
-        restart_sec=dict(type="int", default=5),
-        debug=dict(type="bool", default=False),
-        engine_version=dict(type="str", default=""),
-    ), required_if=[("state", "plan", ("topology", "host"))], supports_check_mode=True)
-    p = module.params
-    if p["state"] == "facts":
-        if p["timeout"] < 1:
-            module.fail_json(msg="timeout is %d; expected a number of seconds, 1 or more" % p["timeout"])
-        facts = gather_node(p["env_scripts"], p["dg_cache_dir"], run_bounded, timeout=p["timeout"])
-        module.exit_json(changed=False, ansible_facts={"gpufleet_serve_node": facts})
-    try:
-        result = plan(p["topology"], p["host"], model=p["model"], python=p["python"], model_path=p["model_path"],
-                      prefix=p["prefix"], config_dir=p["config_dir"], router_venv=p["router_venv"],
-                      start_timeout=p["start_timeout"], restart_sec=p["restart_sec"], debug=p["debug"],
-                      secrets_env_file=p["secrets_env_file"], engine_version=p["engine_version"], nodes=p["nodes"],
-                      deepgemm_required=p["deepgemm_required"])
-    except ServeError as exc:
-        module.fail_json(msg=to_native(exc), problems=[to_native(exc)])
-    warned = result.pop("warnings")
+    module = AnsibleModule(argument_spec=ARGUMENT_SPEC, supports_check_mode=True)
+    result, warned, failure = plan_fleet(module.params)
     for line in warned:
         module.warn(line)
-    if result["problems"]:
-        module.fail_json(msg="serving preflight refused the layout: " + " | ".join(result["problems"]),
-                         warnings_found=warned, **result)
-    module.exit_json(changed=False, warnings_found=warned, **result)
+    if failure:
+        module.fail_json(msg=failure, **result)
+    module.exit_json(changed=False, **result)
 
 
 def main():

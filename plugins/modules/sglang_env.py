@@ -300,12 +300,12 @@ from ansible.module_utils.common.text.converters import to_native
 
 from ansible_collections.gpufleet.deepep.plugins.module_utils._fileio import read_text
 from ansible_collections.gpufleet.deepep.plugins.module_utils._guard import guarded
-from ansible_collections.gpufleet.deepep.plugins.module_utils._runner import run_bounded
 from ansible_collections.gpufleet.deepep.plugins.module_utils._comm.nccl import (
     constraint_text,
     pip_conf_constraints,
     pip_conf_text,
 )
+from ansible_collections.gpufleet.deepep.plugins.module_utils._runner import CommandLog, StepFailed
 from ansible_collections.gpufleet.deepep.plugins.module_utils._serve.sglang import (
     REQUIRES_SCRIPT,
     SglangError,
@@ -329,39 +329,28 @@ from ansible_collections.gpufleet.deepep.plugins.module_utils._serve.sglang_fact
 )
 
 
-class StepFailed(Exception):
-    def __init__(self, msg, **extra):
-        Exception.__init__(self, msg)
-        self.extra = extra
+# pip's own variables of every command (run_bounded adds LC_ALL=C).
+PIP_ENV = {"PIP_DISABLE_PIP_VERSION_CHECK": "1", "PIP_NO_INPUT": "1"}
 
 
 class SglangEnv(object):
     def __init__(self, module):
         self.module = module
         self.p = module.params
-        self.commands = []
+        self.log = CommandLog(timeout=self.p["timeout"])
+        self.commands = self.log.commands
         self.result = dict(changed=False, reasons=[], commands=self.commands, repaired=[],
                            ansible_facts=dict(gpufleet_sglang={}))
 
     # --- running ---------------------------------------------------------------------------------
 
     def run(self, argv, check=True, record=True):
-        if record:
-            self.commands.append(list(argv))
-        timeout = self.module.get_bin_path("timeout")
-        env = {"LC_ALL": "C", "PIP_DISABLE_PIP_VERSION_CHECK": "1", "PIP_NO_INPUT": "1"}
-        if timeout:
-            full = [timeout, "--kill-after=30", str(self.p["timeout"])] + list(argv)
-            rc, out, err = self.module.run_command(full, environ_update=env)
-        else:
-            # No coreutils timeout on the node: bound it here (the whole process group is killed at the limit).
-            rc, out, err = run_bounded(list(argv), self.p["timeout"], env=env)
-        if rc == 124:
+        """A command through the shared runner (module_utils/_runner): bounded by O(timeout), recorded in
+        ``commands`` unless ``record`` is false, StepFailed when it fails and ``check``."""
+        rc, out, err = self.log.run(argv, env=PIP_ENV, check=check, record=record)
+        if rc == 124:  # a read past its bound fails too (its rc is not the answer)
             raise StepFailed("command ran past its %d s time limit (timeout): %s" % (self.p["timeout"], " ".join(argv)),
-                             cmd=list(argv), rc=rc, stdout=out[-4000:], stderr=err[-4000:])
-        if check and rc != 0:
-            raise StepFailed("command failed (rc=%d): %s" % (rc, " ".join(argv)), cmd=list(argv), rc=rc,
-                             stdout=out[-4000:], stderr=err[-4000:])
+                             rc=rc, cmd=list(argv), stdout=out[-4000:], stderr=err[-4000:])
         return rc, out, err
 
     def pip(self, *args):
@@ -462,6 +451,27 @@ class SglangEnv(object):
         return holds
 
     def present(self, probe, facts):
+        """state=present: observe, plan, apply - then prove the pins held."""
+        want = self.observe_request(facts)
+        seen = self.observe_node(probe, facts, want)
+        todo = self.plan(facts, want, seen)
+        todo = self.result["reasons"] + todo
+        self.result["reasons"] = todo
+        if not todo:
+            facts["moved"] = []
+            return
+        self.result["changed"] = True
+        if self.module.check_mode:
+            facts["moved"] = seen["moved"]
+            return
+        self.apply(probe, facts, want, seen)
+        self.verify(probe, want, seen)
+
+    # --- observe: what is asked, checked against the node before anything is done ----------------------
+
+    def observe_request(self, facts):
+        """The request, checked: ``{kernel_pkg, engine, engine_pkg, bundled, exclude}``; StepFailed naming a bad
+        version, a wheelhouse that fails its checksums, or a transfer engine the node cannot run."""
         p = self.p
         if not p["version"]:
             raise StepFailed("state=present needs version, the SGLang release such as 0.5.8")
@@ -470,63 +480,86 @@ class SglangEnv(object):
         except SglangError as exc:
             raise StepFailed("version: %s" % exc)
         if self.wheelhouse:
-            checksums = p["wheelhouse_checksums"]
-            if checksums is None:
-                sums = os.path.join(self.wheelhouse, "SHA256SUMS")
-                text = read_text(sums)
-                if text is None:
-                    raise StepFailed("wheelhouse %s has no SHA256SUMS and wheelhouse_checksums is unset; give the "
-                                     "sha256 of every wheel" % self.wheelhouse)
-                try:
-                    checksums = read_sha256sums(text)
-                except SglangError as exc:
-                    raise StepFailed("%s: %s" % (sums, exc))
-            problems = check_wheelhouse(self.wheelhouse, checksums)
-            if problems:
-                raise StepFailed("wheelhouse %s failed its checksums: %s" % (self.wheelhouse, "; ".join(problems)))
+            self.check_wheelhouse()
         engine = p["transfer_engine"]
         refusal = transfer_engine_check(engine, self.transfer["peermem_loaded"], self.transfer["dmabuf"],
                                         p["mooncake_dmabuf"])
         if refusal:
             raise StepFailed(refusal)
-        engine_pkg = None
-        if engine == "nixl":
-            cuda = facts["torch_cuda"] or p["cuda_version"]
-            if not cuda:
-                raise StepFailed("transfer_engine=nixl: torch %s carries no CUDA label (+cuXXX); give cuda_version "
-                                 "(e.g. 12.9) so the matching nixl-cu12/nixl-cu13 build is chosen"
-                                 % facts["versions"]["torch"])
-            if facts["torch_cuda"] and p["cuda_version"] and \
-                    facts["torch_cuda"].split(".", 1)[0] != str(p["cuda_version"]).split(".", 1)[0]:
-                raise StepFailed("cuda_version %s does not match torch %s (CUDA %s); NIXL must match torch's CUDA major"
-                                 % (p["cuda_version"], facts["versions"]["torch"], facts["torch_cuda"]))
+        bundled = p["use_bundled_deepep"]
+        return {"kernel_pkg": kernel_pkg, "engine": engine, "engine_pkg": self.engine_package(engine, facts),
+                "bundled": bundled, "exclude": list(p["exclude"]) + ([] if bundled else ["sgl-deep-ep"])}
+
+    def check_wheelhouse(self):
+        checksums = self.p["wheelhouse_checksums"]
+        if checksums is None:
+            sums = os.path.join(self.wheelhouse, "SHA256SUMS")
+            text = read_text(sums)
+            if text is None:
+                raise StepFailed("wheelhouse %s has no SHA256SUMS and wheelhouse_checksums is unset; give the "
+                                 "sha256 of every wheel" % self.wheelhouse)
             try:
-                engine_pkg = nixl_package_for(cuda)
+                checksums = read_sha256sums(text)
             except SglangError as exc:
-                raise StepFailed("transfer_engine=nixl: %s" % exc)
-        elif engine == "mooncake":
-            engine_pkg = "mooncake-transfer-engine"
+                raise StepFailed("%s: %s" % (sums, exc))
+        problems = check_wheelhouse(self.wheelhouse, checksums)
+        if problems:
+            raise StepFailed("wheelhouse %s failed its checksums: %s" % (self.wheelhouse, "; ".join(problems)))
+
+    def engine_package(self, engine, facts):
+        """The distribution of the transfer engine (the NIXL build of torch's CUDA major), None for none."""
+        p = self.p
+        if engine == "mooncake":
+            return "mooncake-transfer-engine"
+        if engine != "nixl":
+            return None
+        cuda = facts["torch_cuda"] or p["cuda_version"]
+        if not cuda:
+            raise StepFailed("transfer_engine=nixl: torch %s carries no CUDA label (+cuXXX); give cuda_version "
+                             "(e.g. 12.9) so the matching nixl-cu12/nixl-cu13 build is chosen"
+                             % facts["versions"]["torch"])
+        if facts["torch_cuda"] and p["cuda_version"] and \
+                facts["torch_cuda"].split(".", 1)[0] != str(p["cuda_version"]).split(".", 1)[0]:
+            raise StepFailed("cuda_version %s does not match torch %s (CUDA %s); NIXL must match torch's CUDA major"
+                             % (p["cuda_version"], facts["versions"]["torch"], facts["torch_cuda"]))
+        try:
+            return nixl_package_for(cuda)
+        except SglangError as exc:
+            raise StepFailed("transfer_engine=nixl: %s" % exc)
+
+    def observe_node(self, probe, facts, want):
+        """What holds now: ``{holds, moved, constraints_before, constraints, pip_conf, pin_conf, conf_before}``."""
         self._stamp_before = facts["deep_ep"].get("stamp_key")
         self.collection_wheel = facts["deep_ep"].get("wheel")
         holds = self.wanted_holds(facts, probe)
         facts["holds"] = holds
-        bundled = p["use_bundled_deepep"]
-        exclude = list(p["exclude"]) + ([] if bundled else ["sgl-deep-ep"])
-
-        # What is to be done.
-        versions = facts["versions"]
-        todo = []
         held_deep_ep = facts["deep_ep"] if "deep-ep" in holds else None
-        moved_now = moved(None, probe_versions(probe), holds, held_deep_ep, bundled)
-        if moved_now:
-            todo.append("repair: %s" % "; ".join(moved_now))
-        if not bundled and versions["sgl_deep_ep"]:
+        before = read_text(self.constraint_file)
+        constraints = before
+        for project, version in sorted(holds.items()):
+            constraints = constraint_text(constraints, project, version)
+        pip_conf = self.p["pip_config_file"] or os.path.join(prefix_or_root(facts), "pip.conf")
+        return {"holds": holds, "moved": moved(None, probe_versions(probe), holds, held_deep_ep, want["bundled"]),
+                "constraints_before": before, "constraints": constraints, "pip_conf": pip_conf,
+                "pin_conf": facts["virtualenv"] or bool(self.p["pip_config_file"]), "conf_before": read_text(pip_conf)}
+
+    # --- plan: what is to be done, in words (the reasons) ------------------------------------------------
+
+    def plan(self, facts, want, seen):
+        p = self.p
+        versions = facts["versions"]
+        engine, engine_pkg, holds = want["engine"], want["engine_pkg"], seen["holds"]
+        todo = []
+        if seen["moved"]:
+            todo.append("repair: %s" % "; ".join(seen["moved"]))
+        if not want["bundled"] and versions["sgl_deep_ep"]:
             todo.append("sgl-deep-ep %s is installed (its deep_ep shadows the collection's): removing it"
                         % versions["sgl_deep_ep"])
         if versions["sglang"] != p["version"]:
             todo.append("sglang %s is installed, %s is wanted" % (versions["sglang"], p["version"]))
         if p["kernel_version"] and versions["kernel"] != p["kernel_version"]:
-            todo.append("%s %s is installed, %s is wanted" % (kernel_pkg, versions["kernel"], p["kernel_version"]))
+            todo.append("%s %s is installed, %s is wanted"
+                        % (want["kernel_pkg"], versions["kernel"], p["kernel_version"]))
         if engine_pkg and (normalize(engine_pkg) != (versions["nixl_package"] if engine == "nixl"
                                                      else versions["mooncake_package"])
                            or (p["transfer_engine_version"] and p["transfer_engine_version"]
@@ -536,58 +569,58 @@ class SglangEnv(object):
         if engine == "nixl" and versions["nixl_package"] == "nixl":
             todo.append("the nixl meta package is installed (it pulls both CUDA builds): replacing it with %s"
                         % engine_pkg)
-        new_constraints = read_text(self.constraint_file)
-        for project, version in sorted(holds.items()):
-            new_constraints = constraint_text(new_constraints, project, version)
-        if new_constraints != read_text(self.constraint_file):
+        if seen["constraints"] != seen["constraints_before"]:
             todo.append("constraints %s hold %s" % (self.constraint_file,
                                                     ", ".join("%s==%s" % kv for kv in sorted(holds.items()))))
-        pip_conf = self.p["pip_config_file"] or os.path.join(prefix_or_root(facts), "pip.conf")
-        pin_conf = facts["virtualenv"] or bool(self.p["pip_config_file"])
-        conf_before = read_text(pip_conf)
-        if pin_conf and self.constraint_file not in pip_conf_constraints(conf_before):
-            todo.append("%s names the constraints file" % pip_conf)
-        todo = self.result["reasons"] + todo
-        self.result["reasons"] = todo
-        if not todo:
-            facts["moved"] = []
-            return
-        self.result["changed"] = True
-        if self.module.check_mode:
-            facts["moved"] = moved_now
-            return
+        if seen["pin_conf"] and self.constraint_file not in pip_conf_constraints(seen["conf_before"]):
+            todo.append("%s names the constraints file" % seen["pip_conf"])
+        return todo
 
+    # --- apply: hold, repair, install ----------------------------------------------------------------
+
+    def apply(self, probe, facts, want, seen):
+        p = self.p
+        versions = facts["versions"]
+        engine, engine_pkg = want["engine"], want["engine_pkg"]
         # Hold first: constraints, pip.conf.
-        self.write(self.constraint_file, new_constraints)
-        if pin_conf:
-            self.write(pip_conf, pip_conf_text(conf_before, self.constraint_file))
+        self.write(self.constraint_file, seen["constraints"])
+        if seen["pin_conf"]:
+            self.write(seen["pip_conf"], pip_conf_text(seen["conf_before"], self.constraint_file))
         # Repair and put the held projects in place (never torch unless it moved).
-        self.repair(probe, facts, holds, bundled)
+        self.repair(probe, facts, seen["holds"], want["bundled"])
         # SGLang without its dependencies, then its requirements less the excluded projects.
-        if versions["sglang"] != p["version"] or not self._requirements_met(probe, exclude):
-            self.run(self.pip("--no-deps", "sglang==%s" % p["version"]))
-            rc, out, err = self.run([self.python, "-c", REQUIRES_SCRIPT, "sglang"], record=False)
-            try:
-                reqs = json.loads(out.strip().splitlines()[-1])
-            except (ValueError, IndexError):
-                raise StepFailed("could not read the requirements of sglang %s: %r" % (p["version"], out[-300:]))
-            kept, dropped = self._split(reqs, exclude)
-            self.result["excluded_requirements"] = dropped
-            debian = set(self.facts_of(self.probe())["debian_owned"])
-            wanted_ignore = [normalize(x) for x in (p["ignore_installed"] if p["ignore_installed"] is not None
-                                                    else [r[0] for r in reqs])]
-            for project in sorted(debian & set(wanted_ignore) & set(normalize(r[0]) for r in reqs)):
-                self.run(self.pip("--ignore-installed", "--no-deps", project))
-            if kept:
-                self.install_checked(kept, "the requirements of sglang %s" % p["version"])
+        if versions["sglang"] != p["version"] or not self._requirements_met(probe, want["exclude"]):
+            self.install_sglang(want["exclude"])
         if p["kernel_version"]:
-            self.run(self.pip("--no-deps", "--force-reinstall", "%s==%s" % (kernel_pkg, p["kernel_version"])))
+            self.run(self.pip("--no-deps", "--force-reinstall", "%s==%s" % (want["kernel_pkg"], p["kernel_version"])))
         if engine == "nixl" and probe_versions(self.probe()).get("nixl"):
             self.run(self.pip_uninstall("nixl"))
         if engine_pkg:
             spec = engine_pkg + (("==" + p["transfer_engine_version"]) if p["transfer_engine_version"] else "")
             self.install_checked([spec], "transfer engine %s" % engine_pkg)
-        # Prove the pins held; repair once, then fail naming what moved.
+
+    def install_sglang(self, exclude):
+        p = self.p
+        self.run(self.pip("--no-deps", "sglang==%s" % p["version"]))
+        rc, out, err = self.run([self.python, "-c", REQUIRES_SCRIPT, "sglang"], record=False)
+        try:
+            reqs = json.loads(out.strip().splitlines()[-1])
+        except (ValueError, IndexError):
+            raise StepFailed("could not read the requirements of sglang %s: %r" % (p["version"], out[-300:]))
+        kept, dropped = self._split(reqs, exclude)
+        self.result["excluded_requirements"] = dropped
+        debian = set(self.facts_of(self.probe())["debian_owned"])
+        wanted_ignore = [normalize(x) for x in (p["ignore_installed"] if p["ignore_installed"] is not None
+                                                else [r[0] for r in reqs])]
+        for project in sorted(debian & set(wanted_ignore) & set(normalize(r[0]) for r in reqs)):
+            self.run(self.pip("--ignore-installed", "--no-deps", project))
+        if kept:
+            self.install_checked(kept, "the requirements of sglang %s" % p["version"])
+
+    def verify(self, probe, want, seen):
+        """Prove the pins held after the install; repair once, then fail naming what moved."""
+        p = self.p
+        holds, bundled = seen["holds"], want["bundled"]
         after = self.probe()
         after_facts = self.facts_of(after)
         left = moved(probe_versions(probe), probe_versions(after), holds,
@@ -745,6 +778,7 @@ def _main():
         result = env.main()
     except StepFailed as exc:
         extra = dict(env.result)
+        extra.update(dict((key, value) for key, value in (("rc", exc.rc), ("cmd", exc.cmd)) if value is not None))
         extra.update(exc.extra)
         module.fail_json(msg=to_native(exc), **extra)
     except (OSError, IOError) as exc:

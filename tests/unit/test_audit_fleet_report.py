@@ -104,31 +104,21 @@ def test_check_mode_writes_the_report_and_says_so(play, tmp_path):
     assert json.loads((out / "fleet.json").read_text())["meta"]["check_mode"] is True
 
 
-@pytest.mark.parametrize("where", ["node_stack", "sglang_var"])
-def test_sglang_facts_reach_the_rules(tmp_path, where):
+def test_sglang_facts_reach_the_rules(tmp_path):
     """A node the audit read SGLang on is judged by the SGLANG_* rules; a node where SGLang was not read is not.
-    ``node_stack``: the audit role's one call gathered ``sglang`` (its gpufleet_sglang in the node_stack result);
-    ``sglang_var``: a separately registered sglang_env result (audit_r_sglang), for plays that still run one."""
+    The audit role's one node_stack call gathered ``sglang`` (its gpufleet_sglang in the node_stack result)."""
     sglang_doc = json.loads(json.dumps(__import__("test_sglang_rules").GOOD))
     node = node_stack_result(HEALTHY)
     results = tmp_path / "results"
     results.mkdir()
     (results / "node.json").write_text(json.dumps(node))
     # The DeepEP of HEALTHY was built against NCCL 2.27.3 (fixture); SGLang holds 2.28.3: the warning fires.
-    (results / "sglang.json").write_text(json.dumps({"changed": False, "ansible_facts": {
-        "gpufleet_sglang": sglang_doc["gpufleet_sglang"]}}))
     with_sglang = copy.deepcopy(node)
     with_sglang["ansible_facts"]["gpufleet_sglang"] = sglang_doc["gpufleet_sglang"]
     (results / "node_sglang.json").write_text(json.dumps(with_sglang))
-    if where == "node_stack":
-        registered = {
-            "audit_r_node": "{{ lookup('ansible.builtin.file', '%s/' ~ ('node_sglang.json' if inventory_hostname == "
-                            "'s1' else 'node.json')) | from_json }}" % results}
-    else:
-        registered = {
-            "audit_r_node": "{{ lookup('ansible.builtin.file', '%s/node.json') | from_json }}" % results,
-            "audit_r_sglang": "{{ (lookup('ansible.builtin.file', '%s/sglang.json') | from_json)"
-                              " if inventory_hostname == 's1' else {'skipped': true, 'changed': false} }}" % results}
+    registered = {
+        "audit_r_node": "{{ lookup('ansible.builtin.file', '%s/' ~ ('node_sglang.json' if inventory_hostname == "
+                        "'s1' else 'node.json')) | from_json }}" % results}
     (results / "model.json").write_text(json.dumps({"changed": False, "ansible_facts": {
         "gpufleet_model": dict(sglang_doc["gpufleet_model"], num_attention_heads=9)}}))
     inventory = tmp_path / "hosts.yml"

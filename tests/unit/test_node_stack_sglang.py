@@ -155,14 +155,7 @@ def test_document_takes_gpufleet_sglang_from_the_node_stack_result():
     doc = node_document("n3", [], failed, {})
     assert doc["gpufleet_sglang"] is None
     assert doc["gather_errors"] == {"gpufleet_sglang": "python '/x' is not an executable file"}
-    # The node_stack result wins over a separately registered sglang_env result; that one counts only where
-    # node_stack did not gather sglang.
-    other = {"changed": False, "ansible_facts": {"gpufleet_sglang": {"versions": {"sglang": "0.5.19"}}}}
-    assert node_document("n4", [], node, {}, sglang=other)["gpufleet_sglang"] == sglang
-    assert node_document("n5", [], failed, {}, sglang=other)["gpufleet_sglang"] is None
     plain = {"changed": False, "gather_errors": {}, "ansible_facts": {"gpufleet_stack": {}}}
-    assert node_document("n6", [], plain, {}, sglang=other)["gpufleet_sglang"] == other["ansible_facts"][
-        "gpufleet_sglang"]
     # Not gathered and nothing registered (a node the inventory gives no SGLang): null, no gap.
     doc = node_document("n7", [], plain, {})
     assert doc["gpufleet_sglang"] is None and doc["gather_errors"] == {}

@@ -6,8 +6,8 @@
 libraries, kernel modules, Python packages, reboot), the env script read as data (``_node/envscript``) and what the
 builds installed (``_node/installs``: NVSHMEM, DeepEP, the import probe). ``gather_node`` reads every facts set a node
 is asked for in one pass (``gpufleet_stack``, ``gpufleet_nvidia``, ``gpufleet_rdma``, ``gpufleet_gpus``,
-``gpufleet_bundled_nvshmem``, ``gpufleet_sglang``; the set readers are in ``_node/fact_sets``), its commands started
-together by a ``PrefetchRunner``.
+``gpufleet_bundled_nvshmem``, ``gpufleet_sglang``, ``gpufleet_serve_node``; the set readers are in ``_fact_sets``,
+``_sglang_facts`` and ``_serve_node``), its commands started together by a ``PrefetchRunner``.
 
 Everything here reads files or runs read-only commands; nothing writes. Paths are resolved under a
 ``root`` directory (``/`` on a node, a fixture tree in tests) and commands go through a ``runner``
@@ -63,6 +63,12 @@ from ansible_collections.gpufleet.deepep.plugins.module_utils._nvidia.params imp
 )
 from ansible_collections.gpufleet.deepep.plugins.module_utils._pci import list_gpus
 from ansible_collections.gpufleet.deepep.plugins.module_utils._rdma import collect_rdma
+from ansible_collections.gpufleet.deepep.plugins.module_utils._serve.node import (
+    DEFAULT_DG_CACHE_DIR as DEFAULT_SERVE_DG_CACHE_DIR,
+    IP_ADDR_ARGV,
+    gather_node as gather_serve_node,
+)
+from ansible_collections.gpufleet.deepep.plugins.module_utils._serve.units import ServeError
 from ansible_collections.gpufleet.deepep.plugins.module_utils._serve.sglang import (
     PROBE_SCRIPT as SGLANG_PROBE_SCRIPT,
     SglangError,
@@ -86,9 +92,10 @@ DEFAULT_DPKG_PACKAGES = (
 )
 C_ENV = {"LC_ALL": "C", "LANG": "C", "PYTHONDONTWRITEBYTECODE": "1"}
 # What gather_node can read besides the stack, by facts name (each the facts of one facts module).
-GATHERABLE = ("stack", "nvidia", "rdma", "gpus", "bundled_nvshmem", "sglang")
+GATHERABLE = ("stack", "nvidia", "rdma", "gpus", "bundled_nvshmem", "sglang", "serve_node")
 FACT_NAMES = {"stack": "gpufleet_stack", "nvidia": "gpufleet_nvidia", "rdma": "gpufleet_rdma",
-              "gpus": "gpufleet_gpus", "bundled_nvshmem": "gpufleet_bundled_nvshmem", "sglang": "gpufleet_sglang"}
+              "gpus": "gpufleet_gpus", "bundled_nvshmem": "gpufleet_bundled_nvshmem", "sglang": "gpufleet_sglang",
+              "serve_node": "gpufleet_serve_node"}
 SBIN_DIRS = ("/sbin", "/usr/sbin", "/usr/local/sbin")
 
 
@@ -230,7 +237,8 @@ def gather_node(gather=("stack",), root="/", sysfs_root="/sys", params_path=DEFA
                 mlx5dv_symbols=DEFAULT_MLX5DV_SYMBOLS, dpkg_packages=DEFAULT_DPKG_PACKAGES,
                 nvidia_reboot_required=None, import_check=True, timeout=60, runner=subprocess_runner,
                 sglang_python="python3", sglang_nvshmem_home=None, sglang_cuda_home=DEFAULT_CUDA_HOME,
-                sglang_dg_cache_dir=None, sglang_constraint_file=None):
+                sglang_dg_cache_dir=None, sglang_constraint_file=None, serve_env_scripts=(),
+                serve_dg_cache_dir=DEFAULT_SERVE_DG_CACHE_DIR):
     """Every facts set named in ``gather`` (see :data:`GATHERABLE`) in one pass over the node.
 
     Returns ``(facts, errors)``: facts by facts name (``gpufleet_stack``, ``gpufleet_nvidia``, ...) and, by the
@@ -242,6 +250,10 @@ def gather_node(gather=("stack",), root="/", sysfs_root="/sys", params_path=DEFA
     ``sglang``: ``gpufleet_sglang`` as gpufleet.deepep.sglang_env reads it with ``state=facts`` for the interpreter
     ``sglang_python`` (its probe starts with the others), the ``sglang_*`` arguments being that module's options of
     the same names; its ``/proc`` reads are under ``root``.
+
+    ``serve_node``: ``gpufleet_serve_node``, what serving's preflight (gpufleet.deepep.serve_plan's ``nodes``) needs
+    of an engine node - its interfaces (``ip -j addr show``, started with the others), the values of the env scripts
+    ``serve_env_scripts`` (in source order) and the DeepGEMM cache markers of ``serve_dg_cache_dir``.
     """
     unknown = [name for name in gather if name not in GATHERABLE]
     if unknown:
@@ -277,6 +289,8 @@ def gather_node(gather=("stack",), root="/", sysfs_root="/sys", params_path=DEFA
                 calls.append(([python, "-c", IMPORT_PROBE], timeout, probe_env))
     if wanted & set(("stack", "bundled_nvshmem")):
         calls.append(([python, "-c", PYTHON_PROBE], timeout))
+    if "serve_node" in wanted:
+        calls.append((list(IP_ADDR_ARGV), timeout))
     if smi is not None and os.path.isdir(sysfs_root) and list_gpus(sysfs_root):
         calls.append((nvidia_smi_query_argv(smi), timeout))
         calls.append(([smi, "nvlink", "-s"], timeout))
@@ -285,7 +299,7 @@ def gather_node(gather=("stack",), root="/", sysfs_root="/sys", params_path=DEFA
     def attempt(name, function):
         try:
             facts[FACT_NAMES[name]] = function()
-        except (GatherError, SglangError) as exc:
+        except (GatherError, SglangError, ServeError) as exc:
             errors[FACT_NAMES[name]] = str(exc)
         except Exception as exc:  # one broken reader must not hide the other facts of the node
             errors[FACT_NAMES[name]] = "%s: %s" % (type(exc).__name__, exc)
@@ -331,5 +345,8 @@ def gather_node(gather=("stack",), root="/", sysfs_root="/sys", params_path=DEFA
         attempt("sglang", lambda: gather_sglang(
             sglang_resolved, prefetch, timeout, nvshmem_home=sglang_nvshmem_home, cuda_home=sglang_cuda_home,
             dg_cache_dir=sglang_dg_cache_dir, constraint_file=sglang_constraint_file, sysfs_root=root)[0])
+    if "serve_node" in wanted:
+        attempt("serve_node", lambda: gather_serve_node(list(serve_env_scripts or ()), serve_dg_cache_dir, prefetch,
+                                                        timeout=timeout))
     prefetch.join()
     return facts, errors

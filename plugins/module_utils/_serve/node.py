@@ -1,8 +1,9 @@
 # Copyright: (c) 2026, gpufleet.deepep contributors
 # GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
-"""What serving's preflight needs to know of an engine node (serve_plan state=facts): its interfaces and their IPv4
-addresses, the values of the env scripts its units take, and the DeepGEMM caches precompiled on it (the markers
-the sglang role writes beside them). Read-only; one bounded command (``ip -j addr show``).
+"""What serving's preflight needs to know of an engine node (node_stack ``gather: [serve_node]``, the
+``gpufleet_serve_node`` facts serve_plan's ``nodes`` takes): its interfaces and their IPv4 addresses, the values of
+the env scripts its units take, and the DeepGEMM caches precompiled on it (the markers the sglang role writes
+beside them). Read-only; one bounded command (``ip -j addr show``).
 
 Standard library only, Python 3.8+ (this file runs on the managed nodes).
 """
@@ -15,9 +16,12 @@ import os
 
 from ansible_collections.gpufleet.deepep.plugins.module_utils._serve.units import ServeError, parse_env_script
 
-__all__ = ["parse_ip_addr", "read_deepgemm_markers", "gather_node"]
+__all__ = ["DEFAULT_DG_CACHE_DIR", "IP_ADDR_ARGV", "parse_ip_addr", "read_deepgemm_markers", "gather_node"]
 
 MARKER_GLOB = ".gpufleet-deepgemm-*.json"
+# The DeepGEMM cache directory the sglang role installs into, and the one command of the gathering.
+DEFAULT_DG_CACHE_DIR = "/var/cache/sglang/deep_gemm"
+IP_ADDR_ARGV = ("ip", "-j", "addr", "show")
 
 
 def parse_ip_addr(text):
@@ -58,7 +62,7 @@ def read_deepgemm_markers(cache_dir):
 def gather_node(env_scripts, dg_cache_dir, runner, timeout=10):
     """The node facts of one engine node; ``runner(argv, timeout=, env=)`` -> ``(rc, out, err)``."""
     errors = []
-    rc, out, err = runner(["ip", "-j", "addr", "show"], timeout=timeout, env=None)
+    rc, out, err = runner(list(IP_ADDR_ARGV), timeout=timeout, env=None)
     interfaces = None
     interfaces_error = ""
     if rc == 0:

@@ -269,7 +269,7 @@ def plan(topology, host, model=None, python="/usr/bin/python3", model_path="", p
     ``topology``: ``{"prefill": {"hosts": [{"name", "address"}], "settings": {...}}, "decode": {...},
     "router": {"hosts": [...], "settings": {...}}}``.
 
-    ``nodes``: the facts of the engine nodes (serve_plan state=facts) by inventory name: their interfaces, the env
+    ``nodes``: the facts of the engine nodes (node_stack's serve_node set) by inventory name: their interfaces, the env
     scripts' values and the DeepGEMM caches; a node without facts is judged by the topology alone.
     """
     settings = {}

@@ -1,6 +1,6 @@
 # Copyright: (c) 2026, gpufleet.deepep contributors
 # GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
-"""The plan's rules of one engine node from its facts (serve_plan state=facts): the NIC that Gloo, NCCL and SGLang
+"""The plan's rules of one engine node from its facts (node_stack's serve_node set): the NIC that Gloo, NCCL and SGLang
 use (decided, or checked against the node's interfaces), the env scripts it lacks, and the DeepGEMM cache of an
 instance's exact arguments (``deepgemm_args``).
 
@@ -33,7 +33,7 @@ def _iface_matches(spec, name, exact):
 
 
 def node_problems(inst, member, address, node, env, cfg, deepgemm_args, deepgemm_required):
-    """Problems of one instance member's node from its facts (serve_plan state=facts), and the NIC variables the
+    """Problems of one instance member's node from its facts (node_stack's serve_node set), and the NIC variables the
     plan decides for it; ``(problems, decided_env, warnings)``."""
     where = "sglang_%s instance %d (%s)" % (inst["role"], inst["index"], member)
     problems, warnings, decided = [], [], {}

@@ -36,16 +36,15 @@ def _registered_facts(name, result, doc):
         return
     facts = result.get("ansible_facts") if isinstance(result.get("ansible_facts"), dict) else {}
     value = facts.get(name)
-    doc[name] = _sglang_value(value) if name == "gpufleet_sglang" else value
+    doc[name] = value
 
 
-def node_document(host, groups, result, expect=None, sglang=None, model=None, serving=None):
+def node_document(host, groups, result, expect=None, model=None, serving=None):
     """One node's facts document from the registered result of ``node_stack`` (``gather`` of every set).
 
     ``gpufleet_sglang``: the ``gpufleet_sglang`` facts of ``result`` where node_stack gathered ``sglang`` (the audit
-    role does on nodes the inventory gives SGLang; a failure to read them is already under its ``gather_errors``).
-    ``sglang``: the registered result of a separate ``sglang_env`` (state facts), used only where ``result`` did not
-    gather ``sglang``. ``model``: the registered result of ``model_config`` on a node the audit reads SGLang on
+    role does on nodes the inventory gives SGLang; a failure to read them is already under its ``gather_errors``),
+    null where it did not. ``model``: the registered result of ``model_config`` on a node the audit reads SGLang on
     (``gpufleet_model``). ``serving``: the registered result of ``serve_state`` on a node of the serving groups
     (``gpufleet_serving``). Each is null elsewhere.
 
@@ -74,10 +73,7 @@ def node_document(host, groups, result, expect=None, sglang=None, model=None, se
     doc["gpufleet_deepep"] = stack.get("deepep")
     doc["gpufleet_sglang"] = doc["gpufleet_model"] = doc["gpufleet_serving"] = None
     if doc["reachable"]:
-        if "gpufleet_sglang" in facts or "gpufleet_sglang" in doc["gather_errors"]:
-            doc["gpufleet_sglang"] = _sglang_value(facts.get("gpufleet_sglang"))
-        else:
-            _registered_facts("gpufleet_sglang", sglang, doc)
+        doc["gpufleet_sglang"] = _sglang_value(facts.get("gpufleet_sglang"))
         _registered_facts("gpufleet_model", model, doc)
         _registered_facts("gpufleet_serving", serving, doc)
     return doc

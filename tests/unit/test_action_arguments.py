@@ -1,0 +1,111 @@
+# Copyright: (c) 2026, gpufleet.deepep contributors
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
+"""The audit_fleet_report and job_wait action plugins type their arguments with validate_argument_spec against
+the ARGUMENT_SPEC of their documenting module (as artifact_store does): a bad argument fails before anything runs,
+naming the bad value, and the spec is the one the module's DOCUMENTATION gives."""
+
+from __future__ import annotations
+
+import json
+from unittest import mock
+
+import pytest
+import yaml
+from ansible.errors import AnsibleActionFail
+from ansible.parsing.dataloader import DataLoader
+from ansible.playbook.play_context import PlayContext
+from ansible.playbook.task import Task
+from ansible.template import Templar
+
+from unit_helpers import REPO
+
+from ansible_collections.gpufleet.deepep.plugins.action import audit_fleet_report as audit_action
+from ansible_collections.gpufleet.deepep.plugins.action import job_wait as job_wait_action
+from ansible_collections.gpufleet.deepep.plugins.modules import audit_fleet_report, job_wait
+
+RULES = str(REPO / "roles" / "audit" / "files" / "rules.yml")
+
+
+def action(plugin, name, args, check_mode=False):
+    task = Task()
+    task.action = "gpufleet.deepep.%s" % name
+    task.args = args
+    task.check_mode = check_mode
+    context = PlayContext()
+    context.check_mode = check_mode
+    loader = DataLoader()
+    return plugin.ActionModule(task, mock.MagicMock(), context, loader, Templar(loader), None)
+
+
+@pytest.mark.parametrize("module", [job_wait, audit_fleet_report])
+def test_the_spec_is_the_documented_options(module):
+    options = yaml.safe_load(module.DOCUMENTATION)["options"]
+    assert sorted(module.ARGUMENT_SPEC) == sorted(options)
+    for name, spec in module.ARGUMENT_SPEC.items():
+        assert spec["type"] == options[name]["type"], name
+        assert spec.get("required", False) == options[name].get("required", False), name
+        assert spec.get("default") == options[name].get("default"), name
+        assert spec.get("elements") == options[name].get("elements"), name
+
+
+@pytest.mark.parametrize("args, named", [
+    ({"jid": "j1.2", "timeout": "ten"}, "'ten'"),
+    ({"jid": "j1.2", "timeout": 60, "poll": "often"}, "'often'"),
+    ({"jid": "j1.2", "timeout": 60, "cleanup": "maybe"}, "'maybe'"),
+    ({"jid": "j1.2", "timeout": 60, "bogus": 1}, "bogus"),
+    ({"timeout": 60}, "jid"),
+    ({"jid": "nonsense", "timeout": 60}, "'nonsense'"),
+    ({"jid": "j1.2", "timeout": 0}, "timeout=0"),
+    ({"jid": "j1.2", "timeout": True}, "timeout=True"),
+    ({"jid": "j1.2", "timeout": 5, "poll": 10}, "poll=10"),
+])
+def test_job_wait_refuses_a_bad_argument_naming_it(args, named):
+    with pytest.raises(AnsibleActionFail, match=named.replace("(", r"\(")):
+        action(job_wait_action, "job_wait", args).run(task_vars={})
+
+
+def test_job_wait_types_its_arguments_and_skips_in_check_mode():
+    plugin = action(job_wait_action, "job_wait", {"jid": "j12.34", "timeout": "60", "cleanup": "no"},
+                    check_mode=True)
+    with mock.patch.object(job_wait_action.ActionModule, "_status") as status:
+        result = plugin.run(task_vars={})
+    status.assert_not_called()
+    assert result["skipped"] and result["polls"] == 0
+    assert job_wait_action.validate({"jid": "j12.34", "timeout": 60, "poll": 10, "cleanup": False}) \
+        == ("j12.34", 60, 10, False)
+
+
+@pytest.mark.parametrize("args, named", [
+    ({"rules_file": RULES, "output_dir": "/tmp/x", "bogus": 1}, "bogus"),
+    # The legacy read of a separately registered sglang_env result is gone: node_stack's sglang set is the source.
+    ({"rules_file": RULES, "output_dir": "/tmp/x", "sglang_var": "audit_r_sglang"}, "sglang_var"),
+    ({"output_dir": "/tmp/x"}, "rules_file"),
+    ({"rules_file": "", "output_dir": "/tmp/x"}, "rules_file=''"),
+    ({"rules_file": RULES, "output_dir": "/tmp/x", "latest_link": "sometimes"}, "'sometimes'"),
+    ({"rules_file": RULES, "output_dir": "/tmp/x", "hosts": "n1"}, None),  # a string is a one-element list
+    ({"rules_file": RULES, "output_dir": "/tmp/x", "meta": "inventory"}, "'inventory'"),
+    ({"rules_file": RULES, "output_dir": "/tmp/x", "extra_rules": ["r1"]}, "r1"),
+    ({"rules_file": RULES}, "output_dir or output_root is required"),
+])
+def test_audit_fleet_report_refuses_a_bad_argument_naming_it(tmp_path, args, named):
+    args = dict(args)
+    if args.get("output_dir"):
+        args["output_dir"] = str(tmp_path / "report")
+    plugin = action(audit_action, "audit_fleet_report", args)
+    if named is None:
+        assert plugin.run(task_vars={"hostvars": {}})["summary"]["nodes"] == 1
+        return
+    with pytest.raises(AnsibleActionFail, match=named):
+        plugin.run(task_vars={"hostvars": {}})
+    assert not (tmp_path / "report").exists()
+
+
+def test_audit_fleet_report_writes_the_report_with_the_spec_defaults(tmp_path):
+    plugin = action(audit_action, "audit_fleet_report",
+                    {"rules_file": RULES, "output_root": str(tmp_path), "latest_link": "yes", "meta": {"limit": "n1"}})
+    result = plugin.run(task_vars={"ansible_play_hosts_all": [], "hostvars": {}, "groups": {}})
+    run_dir = result["run_dir"]
+    assert (tmp_path / "latest").resolve() == (tmp_path / run_dir).resolve()
+    fleet = json.loads((tmp_path / run_dir / "fleet.json").read_text())
+    assert fleet["meta"]["limit"] == "n1" and fleet["meta"]["rules_file"] == RULES
+    assert result["summary"]["nodes"] == 0 and result["changed"]
