@@ -3,8 +3,8 @@
 
 """Build once, distribute: which host of a batch builds (or publishes) each build key.
 
-``build_leaders`` is documented in ``build_leaders.yml`` beside this file. The roles ``nvshmem`` and
-``deepep`` give it one record per host of the current batch, in batch order, and build (or publish) only
+``build_leaders`` is documented in ``build_leaders.yml`` beside this file. The role ``build_once`` (fed by
+``nvshmem`` and ``deepep``) gives it one record per host of the current batch, in batch order, and build (or publish) only
 on the host it names for the record's key; every other host of that key installs from the artifact store.
 """
 

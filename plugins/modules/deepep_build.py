@@ -248,7 +248,11 @@ installed:
   type: bool
   sample: true
 wheel:
-  description: The wheel for the key (in O(artifact_dir), or O(wheel)).
+  description:
+    - The wheel for the key (in O(artifact_dir), or O(wheel)); null when there is none yet.
+    - In check mode, the wheel the plan found for the key (built here, or copied from the artifact store), or the
+      installed one when it is up to date. The build_once role publishes and installs by this path, so no task reads
+      the wheel's name from C(build.json).
   returned: always
   type: str
   sample: /opt/deepep/artifacts/deepep/9d0f.../deep_ep-1.2.1-cp311-cp311-linux_x86_64.whl

@@ -15,7 +15,8 @@ description:
     nvshmem4py Python wheels off; C(CUDACXX) and C(CMAKE_CUDA_COMPILER) set explicitly; C(CMAKE_CUDA_ARCHITECTURES)
     from O(cuda_arch)).
   - Every input that changes the result (source sha256 or revision, the RoCE fix, configure options, CUDA
-    and compiler versions, arch list) goes into a build key. The key is recorded in a stamp file,
+    and compiler versions, arch list, and the final configure arguments and environment the build receives, defaults
+    this module adds included) goes into a build key. The key is recorded in a stamp file,
     C(<prefix>/.gpufleet-build.json). Same key and a passing verification of the install means no change.
   - A new key builds in C(<prefix>.staging-<key8>), installs there, verifies the staged tree (C(bin/nvshmem-info -a)
     reports C(NVSHMEM_IBGDA_SUPPORT=ON), the host library and the IBGDA transport exist), and only then swaps it
@@ -170,10 +171,16 @@ reason:
   type: str
   sample: "key changed: installed 1b2c3d4e, wanted 3f9a1c0e"
 inputs:
-  description: The inputs the key was computed over.
+  description:
+    - The inputs the key was computed over.
+    - C(configure) is what the configure step really receives (C(argv), the arguments after C(cmake) with the
+      staging source and build directories as C(@SOURCE@) and C(@BUILD@), and C(env)), so a flag the module adds
+      or changes changes the key.
   returned: always
   type: dict
-  sample: {"source": {"kind": "tarball", "sha256": "..."}, "cuda_arch": "100", "ibgda": true}
+  sample: {"source": {"kind": "tarball", "sha256": "..."}, "cuda_arch": "100", "ibgda": true,
+           "configure": {"argv": ["-G", "Ninja", "-S", "@SOURCE@", "-B", "@BUILD@", "-DCMAKE_BUILD_TYPE=Release"],
+                         "env": {"CUDACXX": "/usr/local/cuda/bin/nvcc"}}}
 previous:
   description: Where the replaced install was kept (C(<prefix>.previous)), or null.
   returned: always
@@ -353,6 +360,9 @@ from ansible_collections.gpufleet.deepep.plugins.module_utils._versions import (
 
 IBGDA_SOURCE = os.path.join("src", "modules", "transport", "ibgda", "ibgda.cpp")
 AH_ATTR_FIX_VERSION = 1
+# The configure step's source and build directories as the key sees them (they are staging paths named by the key).
+SOURCE_MARK = "@SOURCE@"
+BUILD_MARK = "@BUILD@"
 TARBALL_SUFFIXES = (".tar.gz", ".tgz", ".txz", ".tar.xz", ".tar.bz2", ".tbz2", ".tar")
 
 
@@ -615,12 +625,29 @@ class NvshmemBuild(object):
             "prefix": self.prefix,
         }
         try:
+            self.inputs["configure"] = self.configure(SOURCE_MARK, BUILD_MARK)
             self.key = build_key("nvshmem", self.inputs)
         except BuildError as exc:
             raise Failed(str(exc))
         self.staging = staging_path(self.prefix, self.key)
         self.previous = previous_path(self.prefix)
         self.result.update(key=self.key, inputs=self.inputs, staging=self.staging)
+
+    def cmake_command(self, source_dir, build_dir):
+        """The configure command (argv) and environment the build runs, for these directories."""
+        p = self.p
+        generator = "Ninja" if self.module.get_bin_path("ninja") else None
+        argv, env, dummy = nvshmem_cmake_args(source_dir, build_dir, self.prefix, p["cuda_home"], self.cuda_arch,
+                                              ibgda=p["ibgda"], gdrcopy_home=p["gdrcopy_home"],
+                                              cmake_options=p["cmake_options"], generator=generator)
+        return argv, env
+
+    def configure(self, source_dir, build_dir):
+        """What the configure step really receives, for the key: its arguments after C(cmake) and its environment
+        (the staging directories, which the key names, as placeholders), so a flag this module adds or changes
+        changes the key."""
+        argv, env = self.cmake_command(source_dir, build_dir)
+        return {"argv": argv[1:], "env": env}
 
     def repair_leftovers(self):
         """What a killed run left beside the prefix (only reported in check mode)."""
@@ -681,10 +708,7 @@ class NvshmemBuild(object):
         if p["roce_ah_attr_fix"]:
             self.fix_ah_attr(source_root)
         build_dir = os.path.join(self.staging, "build")
-        generator = "Ninja" if self.module.get_bin_path("ninja") else None
-        argv, env, dummy = nvshmem_cmake_args(source_root, build_dir, prefix, p["cuda_home"], self.cuda_arch,
-                                              ibgda=p["ibgda"], gdrcopy_home=p["gdrcopy_home"],
-                                              cmake_options=p["cmake_options"], generator=generator)
+        argv, env = self.cmake_command(source_root, build_dir)
         argv[0] = self.cmake
         env["PATH"] = "%s:%s" % (os.path.join(p["cuda_home"], "bin"), os.environ.get("PATH", "/usr/bin:/bin"))
         runner.run(argv, env=env)

@@ -1,6 +1,7 @@
 # Copyright: (c) 2026, gpufleet.deepep contributors
 # GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
-"""Build once, distribute: the build_leaders filter and the store settings the nvshmem and deepep roles share."""
+"""Build once, distribute: the build_leaders filter, the store settings the nvshmem and deepep roles share, and
+the build_once role they feed with their data."""
 
 from __future__ import annotations
 
@@ -90,3 +91,53 @@ def test_every_default_is_validated(role):
     defaults = _yaml(f"roles/{role}/defaults/main.yml")
     options = _yaml(f"roles/{role}/meta/argument_specs.yml")["argument_specs"]["main"]["options"]
     assert sorted(defaults) == sorted(options)
+
+
+def _build_once_includes(role):
+    """The include_role/import_role tasks of ``role`` that feed build_once: (entry point, vars) each."""
+    found = []
+
+    def walk(tasks):
+        for task in tasks or []:
+            for action in ("ansible.builtin.include_role", "ansible.builtin.import_role"):
+                args = task.get(action)
+                if args and args.get("name") == "gpufleet.deepep.build_once":
+                    found.append((args.get("tasks_from", "main"), task.get("vars", {})))
+            walk(task.get("block"))
+
+    for path in sorted((REPO / "roles" / role / "tasks").glob("*.yml")):
+        walk(yaml.safe_load(path.read_text(encoding="utf-8")))
+    return found
+
+
+def test_build_once_defaults_are_validated():
+    defaults = _yaml("roles/build_once/defaults/main.yml")
+    specs = _yaml("roles/build_once/meta/argument_specs.yml")["argument_specs"]
+    for name, value in defaults.items():
+        options = [spec["options"][name] for spec in specs.values() if name in spec["options"]]
+        assert options, f"build_once default {name} is validated by no entry point"
+        assert all(option.get("default") == value and not option.get("required") for option in options), name
+
+
+@pytest.mark.parametrize("role", ["nvshmem", "deepep"])
+def test_the_phases_feed_every_required_input_of_build_once(role):
+    specs = _yaml("roles/build_once/meta/argument_specs.yml")["argument_specs"]
+    includes = _build_once_includes(role)
+    assert sorted(entry for entry, dummy in includes) == ["download", "main", "trust"]
+    for entry, variables in includes:
+        options = specs[entry]["options"]
+        required = {name for name, option in options.items() if option.get("required")}
+        missing, unknown = sorted(required - set(variables)), sorted(set(variables) - set(options))
+        assert not missing, f"{role} does not give build_once {entry} {missing}"
+        assert not unknown, f"{role} gives build_once {entry} inputs it does not validate: {unknown}"
+    main = dict(includes)["main"]
+    assert main["build_once_kind"] == role
+    assert (REPO / "roles" / "build_once" / "tasks" / f"module_{role}.yml").is_file()
+
+
+@pytest.mark.parametrize("role", ["nvshmem", "deepep", "build_once"])
+def test_no_task_reads_what_a_module_returns(role):
+    """The wheel's name comes from deepep_build's return value, not from a slurp of its build record."""
+    for path in (REPO / "roles" / role / "tasks").glob("*.yml"):
+        text = path.read_text(encoding="utf-8")
+        assert "ansible.builtin.slurp" not in text and "b64decode" not in text, path

@@ -317,3 +317,30 @@ def test_a_second_build_of_one_prefix_refuses_and_leaves_the_first_ones_staging(
     third = module_runner(nvshmem_build, _args(prefix, lock_timeout=0))
     assert not third.failed and third["built"] and third["cleaned"] == [staging]
     assert _siblings(prefix) == ["nvshmem"]
+
+
+def test_the_key_covers_the_final_configure_flags(module_runner, prefix, monkeypatch):
+    """The key is over what cmake really receives: a flag the module itself adds changes it; same inputs, same key."""
+    plan = module_runner(nvshmem_build, _args(prefix), check_mode=True)
+    again = module_runner(nvshmem_build, _args(prefix), check_mode=True)
+    assert not plan.failed and again["key"] == plan["key"]
+    configure = plan["inputs"]["configure"]
+    assert "-DNVSHMEM_BUILD_PYTHON_LIB=OFF" in configure["argv"] and "@SOURCE@" in configure["argv"]
+    assert configure["env"]["CUDACXX"] == "/usr/local/cuda/bin/nvcc"
+    original = nvshmem_build.nvshmem_cmake_args
+
+    def with_a_new_default(*args, **kwargs):
+        argv, env, options = original(*args, **kwargs)
+        return argv + ["-DNVSHMEM_NEW_DEFAULT=ON"], env, dict(options, NVSHMEM_NEW_DEFAULT="ON")
+
+    monkeypatch.setattr(nvshmem_build, "nvshmem_cmake_args", with_a_new_default)
+    changed = module_runner(nvshmem_build, _args(prefix), check_mode=True)
+    assert changed["key"] != plan["key"] and "-DNVSHMEM_NEW_DEFAULT=ON" in changed["inputs"]["configure"]["argv"]
+    assert changed["inputs"]["configure"]["argv"][:-1] == configure["argv"]
+
+    def with_a_new_env(*args, **kwargs):
+        argv, env, options = original(*args, **kwargs)
+        return argv, dict(env, NVSHMEM_DEBUG="1"), options
+
+    monkeypatch.setattr(nvshmem_build, "nvshmem_cmake_args", with_a_new_env)
+    assert module_runner(nvshmem_build, _args(prefix), check_mode=True)["key"] not in (plan["key"], changed["key"])

@@ -4,7 +4,8 @@
 
 - Unverified downloads (roles cuda_toolkit, doca_ofed, gdrcopy: tasks/trust.yml): an empty checksum for a
   key or tarball fetched over the network is refused unless ``<role>_allow_unverified``; local ``file:`` URLs
-  (the simulated fleet's mirror) pass.
+  (the simulated fleet's mirror) pass. The same for NVSHMEM and DeepEP, whose sources the build_once role's trust
+  entry point checks with the phase's data (its message names the phase's variables).
 - gdrdrv (role gdrcopy, tasks/driver.yml) against a copy of the simulated fleet's GDRCopy fixture source,
   whose ``make driver`` writes a placeholder gdrdrv.ko naming the make variables it got: where ``nv-p2p.h``
   is found, which ``NVIDIA_SRC_DIR`` and ``KVER`` are passed, the refusals with their fixes.
@@ -54,6 +55,27 @@ def _trust_cases() -> dict[str, tuple[str, dict]]:
         "gdrcopy_pinned": ("gdrcopy", {"gdrcopy_src_checksum": "sha256:" + "c" * 64}),
         "gdrcopy_allowed": ("gdrcopy", {"gdrcopy_allow_unverified": True}),
         "gdrcopy_git": ("gdrcopy", {"gdrcopy_src_type": "git"}),
+    }
+
+
+def _build_once_trust_cases() -> dict[str, tuple[str, str, dict]]:
+    """The build_once role's trust entry point, directly and through the source tasks of the phases that feed it."""
+    git = {"build_once_title": "NVSHMEM", "build_once_vars": "nvshmem", "build_once_src_type": "git",
+           "build_once_src_url": "", "build_once_src_checksum": "",
+           "build_once_git_repo": "https://github.com/NVIDIA/nvshmem.git", "build_once_git_ref": "v3.4.5-0"}
+    tarball = dict(git, build_once_src_type="tarball", build_once_src_url="https://mirror.example/nvshmem.tar.gz")
+    return {
+        "build_once_git_pinned": ("build_once", "trust.yml", dict(git, build_once_git_commit="1" * 40)),
+        "build_once_git_commit_ref": ("build_once", "trust.yml", dict(git, build_once_git_ref="a" * 40)),
+        "build_once_git_tag": ("build_once", "trust.yml", git),
+        "build_once_git_allowed": ("build_once", "trust.yml", dict(git, build_once_allow_unverified=True)),
+        "build_once_tarball_pinned": ("build_once", "trust.yml",
+                                      dict(tarball, build_once_src_checksum="sha256:" + "d" * 64)),
+        "build_once_tarball_local": ("build_once", "trust.yml", dict(tarball, build_once_src_url="file:///srv/n.tar.gz")),
+        "build_once_tarball": ("build_once", "trust.yml", tarball),
+        # The phases' own data, through their source tasks (refused before anything is fetched).
+        "nvshmem_tarball": ("nvshmem", "source.yml", {"nvshmem_src_type": "tarball"}),
+        "deepep_pr_unpinned": ("deepep", "source.yml", {"deepep_src_git_commit": ""}),
     }
 
 
@@ -130,6 +152,8 @@ def results(tmp_path_factory) -> dict:
     tmp = tmp_path_factory.mktemp("guards")
     tasks = [_case_tasks(name, role, "trust.yml", variables, None)
              for name, (role, variables) in _trust_cases().items()]
+    tasks += [_case_tasks(name, role, tasks_from, variables, None)
+              for name, (role, tasks_from, variables) in _build_once_trust_cases().items()]
     driver_cases = _driver_cases(tmp)
     tasks += [_case_tasks(name, "gdrcopy", "driver.yml", variables, variables["gdrcopy_src_dir"])
               for name, variables in driver_cases.items()]
@@ -232,3 +256,27 @@ def test_gdrdrv_source_without_vm_flags_detection_builds_on_older_kernels(result
     case = results["old_source_old_kernel"]
     assert case["failed"] is False, case["msg"]
     assert "for kernel 5.15.0-119-generic (HAVE_VM_FLAGS_SET=," in case["ko"]
+
+
+@pytest.mark.parametrize("case", ["build_once_git_pinned", "build_once_git_commit_ref", "build_once_git_allowed",
+                                  "build_once_tarball_pinned", "build_once_tarball_local"])
+def test_build_once_passes_verified_sources(results, case):
+    assert results[case]["failed"] is False, results[case]["msg"]
+
+
+@pytest.mark.parametrize("case, names", [
+    ("build_once_git_tag", ["v3.4.5-0 of https://github.com/NVIDIA/nvshmem.git is a moving ref",
+                            "nvshmem_src_git_commit", "git ls-remote https://github.com/NVIDIA/nvshmem.git v3.4.5-0",
+                            "nvshmem_allow_unverified", "nothing would verify the NVSHMEM source"]),
+    ("build_once_tarball", ["nvshmem_src_url https://mirror.example/nvshmem.tar.gz is fetched over the network",
+                            "nvshmem_src_checksum is empty", "nvshmem_allow_unverified"]),
+    ("nvshmem_tarball", ["nvshmem_src_url https://github.com/NVIDIA/nvshmem/archive/refs/tags/v3.4.5-0.tar.gz",
+                         "nvshmem_src_checksum", "nvshmem_allow_unverified"]),
+    ("deepep_pr_unpinned", ["refs/pull/466/head of https://github.com/deepseek-ai/DeepEP.git is a moving ref",
+                            "deepep_src_git_commit", "the defaults pin DeepEP PR 466",
+                            "nothing would verify the DeepEP source", "deepep_allow_unverified"]),
+])
+def test_build_once_refuses_unverified_sources_naming_the_phase_variables(results, case, names):
+    assert results[case]["failed"] is True
+    for name in names:
+        assert name in results[case]["msg"], results[case]["msg"]

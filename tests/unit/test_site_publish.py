@@ -82,6 +82,8 @@ def test_content_key_covers_every_phase_role():
     assert "roles/" in block["vars"]["gpufleet_site_paths"]
     # The preflight phase judges the node by the catalogue's preflight rules: the key covers them too.
     assert "/roles/audit/files/rules.yml" in block["vars"]["gpufleet_site_paths"]
+    # The build phases include the build_once role: a change to it re-runs them.
+    assert "/roles/build_once'" in block["vars"]["gpufleet_site_paths"]
 
 
 TORCH = "/opt/venv/lib/python3.12/site-packages/torch"
