@@ -71,8 +71,8 @@ options:
     type: str
     default: all
 notes:
-  - ansible-core reports a task that adds its host to a new group as changed; site.yml's plan task says
-    C(changed_when: false).
+  - "ansible-core reports a task that adds its host to a new group as changed; site.yml's plan task says
+    C(changed_when: false)."
   - C(serial) is a play keyword, templated before any host is known; site.yml's converge play puts one batch of every
     steady node before O(serial).
 """
