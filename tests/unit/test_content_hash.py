@@ -13,7 +13,9 @@ from unit_helpers import REPO
 
 from ansible.errors import AnsibleLookupError
 
+from ansible_collections.gpufleet.deepep.plugins.action import site_plan as site_plan_action
 from ansible_collections.gpufleet.deepep.plugins.lookup.content_hash import LookupModule, content_hash
+from ansible_collections.gpufleet.deepep.plugins.plugin_utils import _site_plan
 
 
 @pytest.fixture
@@ -73,19 +75,23 @@ def test_the_lookup_returns_one_digest(tree):
     assert LookupModule().run([str(tree / "plugins")], variables={}) == [content_hash([str(tree / "plugins")])]
 
 
-def test_site_yml_keys_every_phase_role_it_imports():
-    # The plan play hashes roles/<phase> for each phase prefix: every role the converge play imports must be one.
+def test_site_yml_keys_every_phase_role_it_imports(tmp_path, monkeypatch):
+    # The plan (gpufleet.deepep.site_plan) hashes roles/<phase> for each phase prefix: every role the converge play
+    # imports must be one.
     plays = yaml.safe_load((REPO / "playbooks" / "site.yml").read_text())
     plan, converge = plays[0], plays[1]
-    describe = [task for task in plan["tasks"] if "block" in task][0]
-    hash_task, key_task = describe["block"][0], describe["block"][1]
-    prefixes = set(describe["vars"]["gpufleet_site_prefixes"]) - {"gpufleet"}
+    (plan_task,) = [task for task in plan["tasks"] if "gpufleet.deepep.site_plan" in task]
+    prefixes = set(_site_plan.PREFIXES) - {"gpufleet"}
     imported = {t["ansible.builtin.import_role"]["name"].rsplit(".", 1)[1] for t in converge["tasks"]
                 if "ansible.builtin.import_role" in t}
     assert imported <= prefixes, imported - prefixes
     assert all((REPO / "roles" / name).is_dir() for name in prefixes)
-    # The content is hashed once per run (run_once: the same controller files for every node); each node's key
-    # covers it.
-    assert "content_hash" in hash_task["ansible.builtin.set_fact"]["gpufleet_site_content"]
-    assert hash_task["run_once"] is True
-    assert "gpufleet_site_content" in key_task["ansible.builtin.set_fact"]["gpufleet_site_key"]
+    paths = _site_plan.content_paths(str(REPO / "playbooks"))
+    assert all(os.path.exists(p) for p in paths) and str(REPO / "playbooks" / "site.yml") in paths
+    assert plan_task["gpufleet.deepep.site_plan"].get("state", "plan") == "plan"
+    # The content is hashed once per run (the same controller files for every node); each node's key covers it.
+    calls = []
+    monkeypatch.setattr(site_plan_action, "content_hash", lambda p: calls.append(p) or content_hash(p))
+    digests = {site_plan_action.cached_content_hash(paths, cache_dir=str(tmp_path)) for node in range(8)}
+    assert len(calls) == 1 and digests == {content_hash(paths)}
+    assert _site_plan.settings_key(["v1"], "a" * 64) != _site_plan.settings_key(["v1"], "b" * 64)

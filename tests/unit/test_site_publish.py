@@ -22,6 +22,8 @@ import yaml
 
 from unit_helpers import COLLECTIONS, REPO
 
+from ansible_collections.gpufleet.deepep.plugins.plugin_utils import _site_plan
+
 SITE = REPO / "playbooks" / "site.yml"
 PREFIX = "gpufleet.deepep."
 
@@ -44,10 +46,10 @@ def _phase_roles() -> list[str]:
 def _record_task() -> dict:
     for play in _site():
         for task in play.get("tasks", []):
-            args = task.get("gpufleet.deepep.site_state") or {}
+            args = task.get("gpufleet.deepep.site_plan") or {}
             if args.get("state") == "record":
                 return args
-    raise AssertionError("site.yml has no site_state record task")
+    raise AssertionError("site.yml has no site_plan record task")
 
 
 def test_site_imports_the_phase_roles():
@@ -66,24 +68,27 @@ def test_every_phase_role_publishes_what_it_manages(role):
 
 def test_record_task_collects_by_name_not_by_role():
     record = _record_task()
-    text = record["watch"] + record["packages"]
-    assert "varnames" in record["watch"] and "_site_watch$" in record["watch"]
-    assert "varnames" in record["packages"] and "_site_watch_packages$" in record["packages"]
+    text = json.dumps(record)
+    # site_plan's record collects <role>_site_watch and <role>_site_watch_packages by name, whatever the role.
+    found = _site_plan.watched(["newrole_site_watch", "newrole_site_watch_packages", "newrole_site_watcher"],
+                               {"newrole_site_watch": ["/a"], "newrole_site_watch_packages": ["p"],
+                                "newrole_site_watcher": ["/b"]}.get)
+    assert found == {"watch": ["/a"], "packages": ["p"]}
     for role in _phase_roles():
         assert f"{role}_" not in text, f"site.yml names a variable of role {role} in its record task"
 
 
 def test_content_key_covers_every_phase_role():
     plan = _site()[0]
-    describe = [task for task in plan["tasks"] if "block" in task][0]
-    block = describe["block"][0]
-    prefixes = describe["vars"]["gpufleet_site_prefixes"]
+    assert [task for task in plan["tasks"] if "gpufleet.deepep.site_plan" in task]
+    prefixes = _site_plan.PREFIXES
+    paths = _site_plan.content_paths(str(REPO / "playbooks"))
     assert set(_phase_roles()) <= set(prefixes)
-    assert "roles/" in block["vars"]["gpufleet_site_paths"]
+    assert {str(REPO / "roles" / role) for role in _phase_roles()} <= set(paths)
     # The preflight phase judges the node by the catalogue's preflight rules: the key covers them too.
-    assert "/roles/audit/files/rules.yml" in block["vars"]["gpufleet_site_paths"]
+    assert str(REPO / "roles" / "audit" / "files" / "rules.yml") in paths
     # The build phases include the build_once role: a change to it re-runs them.
-    assert "/roles/build_once'" in block["vars"]["gpufleet_site_paths"]
+    assert str(REPO / "roles" / "build_once") in paths
 
 
 TORCH = "/opt/venv/lib/python3.12/site-packages/torch"
@@ -97,7 +102,8 @@ DEFAULTS: dict = {}
 
 @pytest.fixture(scope="module")
 def published(tmp_path_factory) -> dict:
-    """The record task's watch and packages, evaluated for each variant against the roles' defaults and vars."""
+    """What site_plan's record watches (its watch and packages), for each variant against the roles' defaults and
+    vars: every variable named like a published one, evaluated by Ansible, then selected as the action selects."""
     tmp = tmp_path_factory.mktemp("publish")
     files = []
     for role in _phase_roles():
@@ -105,7 +111,6 @@ def published(tmp_path_factory) -> dict:
             path = REPO / "roles" / role / part / "main.yml"
             if path.is_file():
                 files.append(str(path))
-    record = _record_task()
     variants = {"defaults": DEFAULTS, "all_on": ALL_ON, "all_off": ALL_OFF}
     out = tmp / "published.json"
     installed = {"python": "/opt/venv/bin/python", "torch_path": TORCH}
@@ -113,8 +118,8 @@ def published(tmp_path_factory) -> dict:
               "ansible.builtin.set_fact": {"pytorch_installed": installed}}]
     for name, variables in variants.items():
         tasks.append({"name": f"Evaluate {name}", "ansible.builtin.set_fact": {
-            "results": "{{ results | combine({%r: {'watch': watch, 'packages': packages}}) }}" % name},
-            "vars": dict(variables, watch=record["watch"], packages=record["packages"])})
+            "results": "{{ results | combine({%r: dict(names | zip(query('ansible.builtin.vars', *names)))}) }}" % name},
+            "vars": dict(variables, names="{{ query('ansible.builtin.varnames', '_site_watch') }}")})
     tasks.append({"name": "Write the results", "ansible.builtin.copy": {
         "content": "{{ results | to_nice_json }}", "dest": str(out), "mode": "0644"}})
     play = [{"name": "Published", "hosts": "localhost", "connection": "local", "gather_facts": False,
@@ -127,7 +132,8 @@ def published(tmp_path_factory) -> dict:
     proc = subprocess.run([str(Path(sys.executable).parent / "ansible-playbook"), "-i", "localhost,", str(playbook)],
                           cwd=REPO, env=env, text=True, capture_output=True, check=False, timeout=300)
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-2000:]
-    return json.loads(out.read_text(encoding="utf-8"))
+    values = json.loads(out.read_text(encoding="utf-8"))
+    return {name: _site_plan.watched(list(found), found.get) for name, found in values.items()}
 
 
 BASE_WATCH = {"/usr/local/cuda-13.0/bin/nvcc", "/etc/apt/sources.list.d/gpufleet-cuda.list",

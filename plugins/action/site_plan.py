@@ -1,0 +1,141 @@
+# Copyright: (c) 2026, gpufleet.deepep contributors
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
+"""gpufleet.deepep.site_plan: the batch planning of playbooks/site.yml, on the controller.
+
+``state=plan`` keys the node's settings and the collection's content, checks the node against its stamp with the
+gpufleet.deepep.site_state module, decides its lane (intact, steady, changing), puts it in the group
+``gpufleet_site_<lane>`` and sets the facts the play reads (the key, the lane, the reboot throttle of a steady node,
+whether it counts as converged). ``state=record`` marks the node converged and, after a full run, records its stamp
+with what the phases watch. ``state=report`` names the nodes that did not converge. The logic is
+plugins/plugin_utils/_site_plan.py.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+
+from ansible import constants as C
+from ansible.plugins.action import ActionBase
+from ansible.plugins.loader import lookup_loader
+
+from ansible_collections.gpufleet.deepep.plugins.lookup.content_hash import content_hash
+from ansible_collections.gpufleet.deepep.plugins.module_utils._guard import unexpected_message
+from ansible_collections.gpufleet.deepep.plugins.plugin_utils import _site_plan as sp
+
+_STATE_MODULE = "gpufleet.deepep.site_state"
+# The options of plugins/modules/site_plan.py (its documentation).
+ARGUMENT_SPEC = dict(
+    state=dict(type="str", choices=["plan", "record", "report"], default="plan"),
+    stamp=dict(type="path", default="/var/lib/gpufleet-site-converged.json"),
+    fast=dict(type="bool", default=True),
+    reboot_throttle=dict(type="raw", default=0),
+    serial=dict(type="raw", default=[1, "25%"]),
+    hosts=dict(type="str", default="all"),
+)
+
+
+def cached_content_hash(paths, cache_dir=None):
+    """content_hash of ``paths``, once per run: each host's action runs in its own worker process, so the digest is
+    kept in the run's local temporary directory (removed when the run ends)."""
+    cache_dir = cache_dir or C.DEFAULT_LOCAL_TMP
+    name = None
+    if cache_dir and os.path.isdir(cache_dir):
+        name = os.path.join(cache_dir, "gpufleet-site-content-%s.json"
+                            % sp.settings_key([], list(paths))[:16])
+        try:
+            with open(name, encoding="utf-8") as handle:
+                cached = json.load(handle)
+            if cached.get("paths") == list(paths):
+                return cached["digest"]
+        except (OSError, ValueError, AttributeError, KeyError):
+            pass
+    digest = content_hash(list(paths))
+    if name:
+        part = "%s.%d" % (name, os.getpid())
+        try:
+            with open(part, "w", encoding="utf-8") as handle:
+                json.dump({"paths": list(paths), "digest": digest}, handle)
+            os.replace(part, name)
+        except OSError:
+            pass
+    return digest
+
+
+class ActionModule(ActionBase):
+
+    _VALID_ARGS = frozenset(ARGUMENT_SPEC)
+
+    def run(self, tmp=None, task_vars=None):
+        result = super(ActionModule, self).run(tmp, task_vars)
+        del tmp
+        task_vars = task_vars or {}
+        validation, dummy = self.validate_argument_spec(argument_spec=ARGUMENT_SPEC)
+        args = validation.validated_parameters
+        try:
+            result.update(getattr(self, "_" + args["state"])(args, task_vars))
+        except sp.SitePlanError as exc:
+            result.update(failed=True, changed=False, msg="site_plan: %s" % exc)
+        except Exception as exc:  # pylint: disable=broad-except
+            # The last resort of every module of the collection (module_utils/_guard): a message, never a traceback.
+            result.update(failed=True, changed=False, msg=unexpected_message("site_plan", exc))
+        return result
+
+    def _values(self, names, task_vars):
+        templar = self._templar.copy_with_new_env(available_variables=task_vars)
+        return templar.template([task_vars[n] for n in names])
+
+    def _key(self, task_vars):
+        """The settings key of the node ('' when its settings or the content cannot be read)."""
+        try:
+            content = cached_content_hash(sp.content_paths(task_vars.get("playbook_dir")))
+            return sp.settings_key(self._values(sp.settings_names(list(task_vars)), task_vars), content)
+        except Exception:  # pylint: disable=broad-except
+            # As site.yml's rescue did: the node goes through the batches, its reason says why.
+            return ""
+
+    def _plan(self, args, task_vars):
+        key = self._key(task_vars)
+        state = None
+        if key:
+            state = self._execute_module(module_name=_STATE_MODULE, module_args={"path": args["stamp"], "key": key},
+                                         task_vars=task_vars)
+            if state.get("failed"):
+                return dict(state, changed=False)
+        decision = sp.decide(state, fast=args["fast"], run_tags=task_vars.get("ansible_run_tags", ["all"]),
+                             reboot_throttle=args["reboot_throttle"])
+        lane = decision["lane"]
+        return {
+            "changed": False, "lane": lane, "key": key, "reason": decision["reason"], "msg": decision["msg"],
+            "serial": sp.batches(args["serial"]), "drift": (state or {}).get("drift", []),
+            "add_group": "gpufleet_site_%s" % lane, "parent_groups": [],
+            "ansible_facts": {"gpufleet_site_key": key, "gpufleet_site_lane": lane,
+                              "gpufleet_site_reboot_throttle": decision["reboot_throttle"],
+                              "gpufleet_site_converged": lane == "intact"},
+            "_ansible_verbose_always": True,
+        }
+
+    def _record(self, args, task_vars):
+        key = task_vars.get("gpufleet_site_key") or ""
+        out = {"changed": False, "ansible_facts": {"gpufleet_site_converged": True}}
+        if not key:
+            return dict(out, recorded=False, msg="no stamp recorded: the settings of the node could not be keyed")
+        if not sp.full_run(task_vars.get("ansible_run_tags", ["all"]), task_vars.get("ansible_skip_tags", [])):
+            return dict(out, recorded=False, msg="no stamp recorded: not every phase ran (--tags or --skip-tags)")
+        names = list(task_vars)
+        watch = sp.watched(names, lambda n: self._values([n], task_vars)[0])
+        state = self._execute_module(module_name=_STATE_MODULE, task_vars=task_vars,
+                                     module_args={"path": args["stamp"], "key": key, "state": "record",
+                                                  "watch": watch["watch"], "packages": watch["packages"]})
+        # Bookkeeping of the play, not a setting of the node: never reported changed.
+        return dict(out, **dict(state, changed=False, recorded=not state.get("failed")))
+
+    def _report(self, args, task_vars):
+        pattern = "%s:&%s" % (args["hosts"], task_vars.get("ansible_limit") or "all")
+        finder = lookup_loader.get("ansible.builtin.inventory_hostnames", loader=self._loader, templar=self._templar)
+        targets = finder.run([pattern], variables=task_vars)
+        hostvars = task_vars.get("hostvars", {})
+        converged = [h for h in targets if h in hostvars and hostvars[h].get("gpufleet_site_converged")]
+        failed = [h for h in targets if h not in converged]
+        return {"changed": False, "failed_nodes": failed, "msg": sp.report(targets, converged),
+                "_ansible_verbose_always": True}

@@ -1,0 +1,139 @@
+# Copyright: (c) 2026, gpufleet.deepep contributors
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
+"""The batch planning of playbooks/site.yml (action gpufleet.deepep.site_plan): what a converge rolls out
+(``content_paths``), the settings key of a node (``settings_names``, ``settings_key``), its lane from its stamp
+(``decide``), the batches of the changing nodes (``batches``), whether a run ran every phase (``full_run``), what the
+phases watch (``watched``) and the nodes that did not converge (``report``).
+
+Controller only: pure logic over the values the action reads from the play; standard library and ansible-core.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+
+from ansible.module_utils.common.json import get_encoder
+from ansible.module_utils.parsing.convert_bool import boolean
+
+__all__ = ["PREFIXES", "PHASE_TAGS", "LANES", "SitePlanError", "content_paths", "settings_names", "settings_key",
+           "decide", "batches", "full_run", "watched", "report"]
+
+# The variables of every phase (the settings key covers each variable with one of these prefixes).
+PREFIXES = ("gpufleet", "preflight", "cuda_toolkit", "doca_ofed", "nvidia_peermapping", "gdrcopy", "pytorch",
+            "nvshmem", "deepep", "nccl", "env_script")
+# The tags of the phases: a run that skips one of them is not a full run.
+PHASE_TAGS = ("preflight", "cuda_toolkit", "doca_ofed", "nvidia_peermapping", "gdrcopy", "pytorch", "nvshmem",
+              "deepep", "nccl", "env_script", "always")
+LANES = ("intact", "steady", "changing")
+# Variables of the play itself, not of a phase: never part of the key.
+_NOT_SETTINGS = re.compile(r"^gpufleet_(serial|max_fail_percentage|hosts|site_|reboot_|allow_reboot)")
+_WATCH = re.compile(r"^(?!gpufleet_)[a-z0-9_]+_site_watch$")
+_WATCH_PACKAGES = re.compile(r"^(?!gpufleet_)[a-z0-9_]+_site_watch_packages$")
+NOT_KEYED = "its settings could not be keyed"
+
+
+class SitePlanError(ValueError):
+    """A value of the plan is not what it expects; the message names it and the expected form."""
+
+
+def content_paths(playbook_dir, prefixes=PREFIXES):
+    """What a converge rolls out: site.yml, every plugin, the reboot handler's role, the build_once role the build
+    phases include, the rules catalogue (the preflight phase judges the node by its preflight rules) and the role of
+    every phase."""
+    if not isinstance(playbook_dir, str) or not os.path.isabs(playbook_dir):
+        raise SitePlanError("playbook_dir %r is not an absolute path (expected the directory of site.yml)"
+                            % (playbook_dir,))
+    root = os.path.dirname(playbook_dir)
+    return ([playbook_dir + "/site.yml", root + "/plugins", root + "/roles/reboot", root + "/roles/build_once",
+             root + "/roles/audit/files/rules.yml"]
+            + [root + "/roles/" + p for p in prefixes if p != "gpufleet"])
+
+
+def settings_names(names, prefixes=PREFIXES):
+    """The variables the key covers, sorted: each name with a phase prefix, but not the play's own."""
+    pattern = re.compile("^(" + "|".join(prefixes) + ")_")
+    # Jinja's sort, which site.yml used: case-insensitive, stable.
+    return sorted((n for n in names if pattern.search(n) and not _NOT_SETTINGS.match(n)), key=str.lower)
+
+
+def settings_key(values, content):
+    """The settings key: sha256 of ``{'settings': values, 'content': content}`` as sorted JSON (the form site.yml's
+    ``to_json(sort_keys=true) | hash('sha256')`` gave it)."""
+    text = json.dumps({"settings": list(values), "content": content}, cls=get_encoder("tagless"), sort_keys=True)
+    return hashlib.sha256(text.encode("utf-8", "surrogateescape")).hexdigest()
+
+
+def _bool(value, name):
+    try:
+        return boolean(value, strict=True)
+    except TypeError as exc:
+        raise SitePlanError("%s %r is not a boolean (expected true or false)" % (name, value)) from exc
+
+
+def decide(state, fast=True, run_tags=("all",), reboot_throttle=0):
+    """The lane of a node from its ``site_state`` check (None: its settings could not be keyed).
+
+    intact: the stamp's key and every fingerprint match, the run is fast and untagged; no phase runs. steady: same
+    key, but drift (or a tagged or slow run of an intact node); the node goes in the first batch and reboots one at a
+    time. changing: new settings, new collection, new node; the canary and the batches. Returns ``{lane, reason,
+    msg, reboot_throttle}``."""
+    state = state if isinstance(state, dict) else {}
+    fast = _bool(fast, "gpufleet_site_fast")
+    if state.get("intact") and fast and list(run_tags or []) == ["all"]:
+        lane = "intact"
+    else:
+        lane = "steady" if state.get("steady") else "changing"
+    reason = state.get("reason", NOT_KEYED) if state else NOT_KEYED
+    msg = "%s: %s" % (lane, reason)
+    if lane == "intact":
+        msg += "; no phase runs (-e gpufleet_site_fast=false runs them)"
+    return {"lane": lane, "reason": reason, "msg": msg,
+            "reboot_throttle": 1 if state.get("steady") else reboot_throttle}
+
+
+def batches(serial):
+    """The batches of the changing nodes: ``gpufleet_serial`` as a list (a number or percentage is one batch size)."""
+    if isinstance(serial, (list, tuple)):
+        return list(serial)
+    return [serial]
+
+
+def full_run(run_tags, skip_tags):
+    """Whether every phase ran: no --tags, and no phase tag skipped (Molecule skips only its notest tags)."""
+    return list(run_tags or []) == ["all"] and not set(skip_tags or []) & set(PHASE_TAGS)
+
+
+def _strings(values):
+    out = []
+    stack = list(values)
+    while stack:
+        value = stack.pop(0)
+        if isinstance(value, (list, tuple)):
+            stack[0:0] = list(value)
+        elif value in (None, "None", "null"):  # Ansible's flatten leaves these out
+            continue
+        else:
+            text = str(value)
+            if text and text not in out:
+                out.append(text)
+    return out
+
+
+def watched(names, lookup):
+    """What the phases manage, as each role publishes it (``<role>_site_watch`` and ``<role>_site_watch_packages``):
+    ``{watch, packages}``, each flattened, as text, without empties and duplicates. ``lookup(name)`` gives a
+    variable's value; ``names`` are the variables of the play."""
+    return {"watch": _strings(lookup(n) for n in names if _WATCH.search(n)),
+            "packages": _strings(lookup(n) for n in names if _WATCH_PACKAGES.search(n))}
+
+
+def report(targets, converged):
+    """The line on the nodes of the run: ``targets`` the hosts of the run, ``converged`` those that converged (or
+    were intact)."""
+    failed = [h for h in targets if h not in converged]
+    if failed:
+        return "%d of %d nodes did not converge: %s" % (len(failed), len(targets), ", ".join(failed))
+    return "All %d nodes converged." % len(targets)

@@ -1,0 +1,258 @@
+# Copyright: (c) 2026, gpufleet.deepep contributors
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
+"""gpufleet.deepep.site_plan: site.yml's batch planning (plugins/plugin_utils/_site_plan.py, plugins/action/site_plan.py).
+
+The decisions are tested on their own with site_state's real results, and through ansible-playbook on two local
+hosts over a copy of the collection's layout (site.yml's directory, plugins, the phase roles): the key, the lanes
+and their groups, the reasons printed, the reboot throttle of a steady node, the fast flag and --tags, the record
+and the report."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+from ansible.parsing.dataloader import DataLoader
+from ansible.template import Templar, trust_as_template
+
+from unit_helpers import REPO
+
+from ansible_collections.gpufleet.deepep.plugins.action import site_plan as action
+from ansible_collections.gpufleet.deepep.plugins.lookup.content_hash import content_hash
+from ansible_collections.gpufleet.deepep.plugins.module_utils._node import site_state as ss
+from ansible_collections.gpufleet.deepep.plugins.plugin_utils import _site_plan as sp
+
+KEY = "a" * 64
+
+
+def state(tmp_path, key=KEY, record_key=KEY, drift=False):
+    """site_state's check of a real stamp: recorded with ``record_key``, checked with ``key``."""
+    watched = tmp_path / "unified-env.sh"
+    watched.write_text("export A=1\n")
+    stamp = tmp_path / "stamp.json"
+    content = ss.record_content(record_key, [str(watched)], [], "2026-11-26T00:00:00+00:00", 8388608,
+                                "/nonexistent/dpkg/status")
+    stamp.write_text(json.dumps(content))
+    if drift:
+        watched.write_text("export A=2\n")
+    return ss.check(str(stamp), key, 8388608, "/nonexistent/dpkg/status")
+
+
+# ------------------------------------------------------------------------------------------ the decisions
+def test_an_intact_node_runs_no_phase_unless_the_run_is_slow_or_tagged(tmp_path):
+    intact = state(tmp_path)
+    assert intact["intact"] and intact["steady"]
+    decision = sp.decide(intact, fast=True, run_tags=["all"], reboot_throttle=0)
+    assert decision["lane"] == "intact" and decision["reboot_throttle"] == 1
+    assert decision["msg"] == ("intact: the node is as its last full converge left it; no phase runs "
+                               "(-e gpufleet_site_fast=false runs them)")
+    assert sp.decide(intact, fast="false", run_tags=["all"])["lane"] == "steady"  # -e gpufleet_site_fast=false
+    assert sp.decide(intact, fast=True, run_tags=["deepep"])["lane"] == "steady"  # --tags deepep
+    assert sp.decide(intact, fast=True, run_tags=["deepep"])["msg"] == (
+        "steady: the node is as its last full converge left it")
+
+
+def test_a_drifted_node_is_steady_names_its_drift_and_reboots_alone(tmp_path):
+    drifted = state(tmp_path, drift=True)
+    decision = sp.decide(drifted, fast=True, run_tags=["all"], reboot_throttle="4")
+    assert decision["lane"] == "steady" and decision["reboot_throttle"] == 1
+    assert decision["msg"].startswith("steady: the node drifted since its last full converge: ")
+    assert str(tmp_path / "unified-env.sh") + ": content changed" in decision["msg"]
+
+
+def test_new_settings_a_new_node_or_no_key_go_through_the_batches(tmp_path):
+    changed = sp.decide(state(tmp_path, key="b" * 64), reboot_throttle="4")
+    assert changed["lane"] == "changing" and changed["reboot_throttle"] == "4"  # the setting, as given
+    assert changed["msg"].startswith("changing: ") and "settings" in changed["msg"]
+    fresh = sp.decide(ss.check(str(tmp_path / "none.json"), KEY, 8388608, "/nonexistent"), reboot_throttle=0)
+    assert fresh["lane"] == "changing" and fresh["reboot_throttle"] == 0
+    unkeyed = sp.decide(None, reboot_throttle=2)
+    assert unkeyed == {"lane": "changing", "reason": "its settings could not be keyed",
+                       "msg": "changing: its settings could not be keyed", "reboot_throttle": 2}
+
+
+def test_a_fast_flag_that_is_not_a_boolean_is_named():
+    with pytest.raises(sp.SitePlanError, match="gpufleet_site_fast 'sometimes' is not a boolean"):
+        sp.decide({"intact": True, "steady": True, "reason": "x"}, fast="sometimes")
+
+
+def test_batches_full_run_watch_and_report():
+    assert sp.batches([1, "25%"]) == [1, "25%"] and sp.batches(2) == [2] and sp.batches("50%") == ["50%"]
+    assert sp.full_run(["all"], []) and sp.full_run(["all"], ["notest"])
+    assert not sp.full_run(["deepep"], []) and not sp.full_run(["all"], ["nccl"])
+    values = {"deepep_site_watch": ["/opt/deepep/unified-env.sh", ["/usr/local/cuda"], None, ""],
+              "nccl_site_watch": "/usr/local/cuda", "cuda_toolkit_site_watch_packages": ["cuda-toolkit-12-9"],
+              "gpufleet_site_watch": ["/not/a/phase"], "deepep_ref": "v1"}
+    assert sp.watched(list(values), values.get) == {
+        "watch": ["/opt/deepep/unified-env.sh", "/usr/local/cuda"], "packages": ["cuda-toolkit-12-9"]}
+    assert sp.report(["n1", "n2", "n3"], ["n2"]) == "2 of 3 nodes did not converge: n1, n3"
+    assert sp.report(["n1", "n2"], ["n1", "n2"]) == "All 2 nodes converged."
+
+
+def test_the_settings_names_leave_out_the_play_s_own_variables():
+    names = ["deepep_ref", "gpufleet_serial", "gpufleet_site_key", "gpufleet_reboot_throttle", "gpufleet_hosts",
+             "gpufleet_allow_reboot", "gpufleet_artifact_store", "NCCL_x", "nccl_Version", "nccl_pin", "sglang_x",
+             "env_script_gid_index", "playbook_dir", "groups"]
+    assert sp.settings_names(names) == ["deepep_ref", "env_script_gid_index", "gpufleet_artifact_store", "nccl_pin",
+                                        "nccl_Version"]
+
+
+@pytest.mark.parametrize("values", [
+    [],
+    ["v1", 3, True, None, 2.5],
+    [{"b": [1, "25%"], "a": {"z": "é", "y": None}}, ["x", {"k": False}], "line\nbreak \"quoted\""],
+])
+def test_the_key_is_the_one_site_yml_computed_in_jinja(values):
+    # The former site.yml: {'settings': query('vars', *names), 'content': ...} | to_json(sort_keys=true) | hash
+    variables = {"values": values, "content": "c" * 64}
+    old = Templar(loader=DataLoader(), variables=variables).template(trust_as_template(
+        "{{ {'settings': values, 'content': content} | to_json(sort_keys=true) | hash('sha256') }}"))
+    assert sp.settings_key(values, "c" * 64) == old
+
+
+def test_the_content_is_hashed_once_per_run(tmp_path, monkeypatch):
+    (tmp_path / "a.yml").write_text("a: 1\n")
+    calls = []
+    monkeypatch.setattr(action, "content_hash", lambda paths: calls.append(paths) or content_hash(paths))
+    paths = [str(tmp_path / "a.yml")]
+    first = action.cached_content_hash(paths, cache_dir=str(tmp_path))
+    assert action.cached_content_hash(paths, cache_dir=str(tmp_path)) == first == content_hash(paths)
+    assert len(calls) == 1
+
+
+# ------------------------------------------------------------------------------------------ through a play
+PHASES = [p for p in sp.PREFIXES if p != "gpufleet"]
+
+
+@pytest.fixture
+def site(tmp_path):
+    """A copy of the layout site.yml keys (site.yml's directory, plugins, the reboot and phase roles, the rules), a
+    two-host local inventory, and a runner of the plan, record or report on them."""
+    root = tmp_path / "collection"
+    for part in ["plugins", "roles/reboot", "roles/audit/files"] + ["roles/" + p for p in PHASES]:
+        (root / part).mkdir(parents=True, exist_ok=True)
+        (root / part / "main.yml").write_text("--- # %s\n" % part)
+    (root / "roles/audit/files/rules.yml").write_text("rules: []\n")
+    watched = tmp_path / "unified-env.sh"
+    watched.write_text("export A=1\n")
+    inventory = tmp_path / "hosts.yml"
+    inventory.write_text(yaml.safe_dump({"all": {
+        "vars": {"ansible_connection": "local", "ansible_python_interpreter": sys.executable,
+                 "deepep_ref": "v1", "nccl_version": "{{ '2.' ~ 30 }}", "gpufleet_serial": 2,
+                 "deepep_site_watch": [str(watched)]},
+        "hosts": {"n1": None, "n2": None}}}))
+    (root / "playbooks").mkdir()
+    book = root / "playbooks" / "site.yml"
+    out = tmp_path / "out.json"
+
+    # One playbook for every run (site.yml's content is part of the key): the states to run and the host to record
+    # come as extra variables, which no key covers.
+    tasks = []
+    for name in ("plan", "record", "report"):
+        args = {"state": name, "stamp": str(tmp_path) + "/{{ inventory_hostname }}.json"}
+        if name == "plan":
+            args.update(fast="{{ gpufleet_site_fast | default(true) }}", reboot_throttle=3, serial="{{ gpufleet_serial }}")
+        if name == "report":
+            args = {"state": "report"}
+        task = {"name": "Site " + name, "gpufleet.deepep.site_plan": args, "register": "site_" + name,
+                "when": ["'%s' in site_states" % name], "tags": ["always"]}
+        if name == "plan":  # as site.yml: joining the lane's group is not a change (ansible-core marks it one)
+            task["changed_when"] = False
+        if name == "record":
+            task["when"].append("record_on in ['all', inventory_hostname]")
+        if name == "report":
+            task["run_once"] = True
+        tasks.append(task)
+    tasks.append({"name": "Dump", "ansible.builtin.copy": {
+        "dest": str(out), "content": "{{ {'hosts': dict(ansible_play_hosts | zip(ansible_play_hosts | map('extract', "
+                                     "hostvars) | map('dict2items') | map('selectattr', 'key', 'match', "
+                                     "'^(site_|gpufleet_site_)') | map('items2dict'))), 'groups': groups} "
+                                     "| to_json }}"},
+                  "delegate_to": "localhost", "run_once": True, "check_mode": False, "tags": ["always"]})
+    book.write_text(yaml.safe_dump([{"hosts": "all", "gather_facts": False, "tasks": tasks}], sort_keys=False))
+
+    def run(*extra, states=("plan",), record_on="all"):
+        extra = extra + ("-e", json.dumps({"site_states": list(states), "record_on": record_on}))
+        env = dict(os.environ, ANSIBLE_CONFIG=str(REPO / "ansible.cfg"),
+                   ANSIBLE_COLLECTIONS_PATH=str(REPO / ".collections"), ANSIBLE_LOCAL_TEMP=str(tmp_path / ".ansible"),
+                   ANSIBLE_FORCE_COLOR="0", ANSIBLE_NOCOLOR="1")
+        proc = subprocess.run([str(Path(sys.executable).parent / "ansible-playbook"), "-i", str(inventory), str(book),
+                               *extra], cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                              timeout=300, check=False)
+        assert proc.returncode == 0, proc.stdout[-4000:]
+        assert "Traceback" not in proc.stdout
+        return json.loads(out.read_text()), proc.stdout
+
+    run.root, run.watched = root, watched
+    return run
+
+
+def _paths(root):
+    return sp.content_paths(str(root / "playbooks"))
+
+
+def test_a_new_node_changes_and_is_keyed_on_its_settings_and_the_content(site):
+    result, output = site()
+    plans = {h: v["site_plan"] for h, v in result["hosts"].items()}
+    assert {h: p["lane"] for h, p in plans.items()} == {"n1": "changing", "n2": "changing"}
+    assert sorted(result["groups"]["gpufleet_site_changing"]) == ["n1", "n2"]
+    assert "gpufleet_site_intact" not in result["groups"] and "gpufleet_site_steady" not in result["groups"]
+    # The settings (templated, sorted by name; the play's own gpufleet_serial left out) and the content.
+    expected = sp.settings_key(["v1", [str(site.watched)], "2.30"], content_hash(_paths(site.root)))
+    assert plans["n1"]["key"] == plans["n2"]["key"] == expected
+    assert plans["n1"]["serial"] == [2] and plans["n1"]["changed"] is False
+    facts = result["hosts"]["n1"]
+    assert facts["gpufleet_site_key"] == expected and facts["gpufleet_site_lane"] == "changing"
+    assert facts["gpufleet_site_reboot_throttle"] == 3 and facts["gpufleet_site_converged"] is False
+    assert output.count("changing: no converged stamp at ") == 2, output
+
+
+def test_a_recorded_node_is_intact_then_steady_with_tags_slow_or_drift_and_changing_with_new_settings(site):
+    recorded, dummy = site(states=("plan", "record"), record_on="n1")
+    assert recorded["hosts"]["n1"]["site_record"]["recorded"] is True
+    assert recorded["hosts"]["n1"]["gpufleet_site_converged"] is True
+    result, output = site()
+    assert result["hosts"]["n1"]["site_plan"]["lane"] == "intact" and result["groups"]["gpufleet_site_intact"] == ["n1"]
+    assert result["hosts"]["n1"]["gpufleet_site_converged"] is True
+    assert result["hosts"]["n2"]["site_plan"]["lane"] == "changing"
+    assert output.count("intact: the node is as its last full converge left it; no phase runs") == 1, output
+    tagged = site("--tags", "deepep")[0]["hosts"]["n1"]
+    assert tagged["site_plan"]["lane"] == "steady" and tagged["gpufleet_site_reboot_throttle"] == 1
+    slow = site("-e", "gpufleet_site_fast=false")[0]
+    assert slow["hosts"]["n1"]["site_plan"]["lane"] == "steady" and slow["groups"]["gpufleet_site_steady"] == ["n1"]
+    site.watched.write_text("export A=2\n")
+    drifted, output = site()
+    assert drifted["hosts"]["n1"]["site_plan"]["lane"] == "steady"
+    assert drifted["hosts"]["n1"]["site_plan"]["msg"].startswith(
+        "steady: the node drifted since its last full converge: %s: content changed" % site.watched)
+    assert "steady: the node drifted since its last full converge" in output
+    site.watched.write_text("export A=1\n")
+    renewed = site("-e", "deepep_ref=v2")[0]["hosts"]["n1"]["site_plan"]
+    assert renewed["lane"] == "changing" and renewed["key"] != result["hosts"]["n1"]["site_plan"]["key"]
+
+
+def test_a_tagged_run_marks_the_node_converged_but_records_no_stamp(site):
+    result = site("--tags", "deepep", states=("plan", "record"))[0]
+    record = result["hosts"]["n1"]["site_record"]
+    assert record["recorded"] is False and "not every phase ran" in record["msg"]
+    assert result["hosts"]["n1"]["gpufleet_site_converged"] is True
+    assert not (site.root.parent / "n1.json").exists()
+
+
+def test_the_report_names_the_nodes_that_did_not_converge(site):
+    result, output = site(states=("plan", "record", "report"), record_on="n2")
+    assert result["hosts"]["n1"]["site_report"]["failed_nodes"] == ["n1"]
+    assert "1 of 2 nodes did not converge: n1" in output
+    assert "All 1 nodes converged." in site("-l", "n2", states=("plan", "record", "report"))[1]
+
+
+def test_check_mode_reads_the_stamp_and_writes_none(site):
+    result = site("--check", states=("plan", "record"))[0]
+    assert result["hosts"]["n1"]["site_plan"]["lane"] == "changing"
+    assert result["hosts"]["n1"]["site_record"]["changed"] is False
+    assert not (site.root.parent / "n1.json").exists()
