@@ -9,24 +9,14 @@ plugin validates the same argument spec and calls the same judge, so the result 
 
 from __future__ import annotations
 
-from ansible.plugins.action import ActionBase
-
-from ansible_collections.gpufleet.deepep.plugins.module_utils._guard import unexpected_message
 from ansible_collections.gpufleet.deepep.plugins.modules.play_settings import ARGUMENT_SPEC, judge
+from ansible_collections.gpufleet.deepep.plugins.plugin_utils._action_args import InProcessAction
 
 
-class ActionModule(ActionBase):
+class ActionModule(InProcessAction):
 
-    _VALID_ARGS = frozenset(ARGUMENT_SPEC)
-    _requires_connection = False
+    MODULE = "play_settings"
+    ARGUMENT_SPEC = ARGUMENT_SPEC
 
-    def run(self, tmp=None, task_vars=None):
-        result = super(ActionModule, self).run(tmp, task_vars)
-        del tmp
-        validation, dummy = self.validate_argument_spec(argument_spec=ARGUMENT_SPEC)
-        try:
-            result.update(judge(validation.validated_parameters["settings"]))
-        except Exception as exc:  # pylint: disable=broad-except
-            # The last resort of every module of the collection (module_utils/_guard): a message, never a traceback.
-            result.update(failed=True, changed=False, msg=unexpected_message("play_settings", exc))
-        return result
+    def compute(self, params, task_vars):
+        return judge(params["settings"])

@@ -11,31 +11,20 @@ and the refusals are the module's.
 
 from __future__ import annotations
 
-from ansible.plugins.action import ActionBase
-
-from ansible_collections.gpufleet.deepep.plugins.module_utils._guard import unexpected_message
 from ansible_collections.gpufleet.deepep.plugins.modules.serve_plan import ARGUMENT_SPEC, plan_fleet
-from ansible_collections.gpufleet.deepep.plugins.plugin_utils._action_args import validated_args
+from ansible_collections.gpufleet.deepep.plugins.plugin_utils._action_args import InProcessAction
 
 
-class ActionModule(ActionBase):
+class ActionModule(InProcessAction):
 
-    _VALID_ARGS = frozenset(ARGUMENT_SPEC)
-    _requires_connection = False
+    MODULE = "serve_plan"
+    ARGUMENT_SPEC = ARGUMENT_SPEC
 
-    def run(self, tmp=None, task_vars=None):
-        result = super(ActionModule, self).run(tmp, task_vars)
-        del tmp
-        params = validated_args(self, ARGUMENT_SPEC)
-        try:
-            planned, warned, failure = plan_fleet(params)
-        except Exception as exc:  # pylint: disable=broad-except
-            # The last resort of every module of the collection (module_utils/_guard): a message, never a traceback.
-            result.update(failed=True, changed=False, msg=unexpected_message("serve_plan", exc))
-            return result
-        result.update(planned, changed=False)
+    def compute(self, params, task_vars):
+        planned, warned, failure = plan_fleet(params)
+        result = dict(planned, changed=False)
         if warned:
-            result["warnings"] = list(result.get("warnings") or []) + list(warned)
+            result["warnings"] = list(warned)
         if failure:
             result.update(failed=True, msg=failure)
         return result

@@ -1,6 +1,7 @@
 # Copyright: (c) 2026, gpufleet.deepep contributors
 # GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
-"""The arguments of the collection's action plugins, typed by validate_argument_spec (controller side).
+"""The arguments of the collection's action plugins, typed by validate_argument_spec (controller side), and the
+base of the actions that compute a module's result in the controller's process (``InProcessAction``).
 
 ansible-core's messages name the option, and for most types the value too, but not for a dict or a list of dicts
 ("argument 'meta' is of type str and we were unable to convert to dict"). ``validated_args`` adds what the task
@@ -12,8 +13,11 @@ from __future__ import annotations
 import re
 
 from ansible.errors import AnsibleActionFail
+from ansible.plugins.action import ActionBase
 
-__all__ = ["validated_args"]
+from ansible_collections.gpufleet.deepep.plugins.module_utils._guard import unexpected_message
+
+__all__ = ["validated_args", "InProcessAction"]
 
 _NAMED = re.compile(r"(?:argument|option) '([A-Za-z0-9_]+)'")
 
@@ -30,3 +34,34 @@ def validated_args(action, argument_spec, **constraints):
         shown = "; ".join("%s=%r" % (name, given[name]) for name in named)
         raise AnsibleActionFail("%s%s" % (exc.message, " (given %s)" % shown if shown else ""))
     return validation.validated_parameters
+
+
+class InProcessAction(ActionBase):
+    """An action that computes its module's result in the controller's process: no module is sent anywhere and no
+    connection is opened. A subclass sets ``MODULE`` (its name, for the last-resort message) and ``ARGUMENT_SPEC``
+    (its module's) and implements ``compute(params, task_vars) -> dict`` (the result's keys). Every argument is
+    typed by the module's spec before ``compute`` runs; an exception it did not expect becomes the collection's
+    last-resort message (module_utils/_guard), never a traceback. ``changed`` is false unless ``compute`` says
+    otherwise."""
+
+    MODULE = None
+    ARGUMENT_SPEC = {}
+    _requires_connection = False
+
+    def __init_subclass__(cls, **kwargs):
+        super().__init_subclass__(**kwargs)
+        cls._VALID_ARGS = frozenset(cls.ARGUMENT_SPEC)
+
+    def compute(self, params, task_vars):
+        raise NotImplementedError
+
+    def run(self, tmp=None, task_vars=None):
+        result = super(InProcessAction, self).run(tmp, task_vars)
+        del tmp
+        params = validated_args(self, self.ARGUMENT_SPEC)
+        result["changed"] = False
+        try:
+            result.update(self.compute(params, task_vars or {}))
+        except Exception as exc:  # pylint: disable=broad-except
+            result.update(failed=True, changed=False, msg=unexpected_message(self.MODULE, exc))
+        return result
