@@ -24,7 +24,7 @@ from ansible_collections.gpufleet.deepep.plugins.filter import version_helpers
 from ansible_collections.gpufleet.deepep.plugins.plugin_utils._filter_guard import guard_filters
 from ansible_collections.gpufleet.deepep.plugins.module_utils import _guard
 from ansible_collections.gpufleet.deepep.plugins.module_utils._node import envscript as _envscript
-from ansible_collections.gpufleet.deepep.plugins.module_utils._nvidia.request import params as _nvidia_params
+from ansible_collections.gpufleet.deepep.plugins.module_utils._nvidia import params as _nvidia_params
 from ansible_collections.gpufleet.deepep.plugins.module_utils import _settings
 from ansible_collections.gpufleet.deepep.plugins.modules import (
     gpu_topology,
