@@ -16,12 +16,11 @@ import json
 import os
 
 from ansible import constants as C
-from ansible.plugins.action import ActionBase
 from ansible.plugins.loader import lookup_loader
 
 from ansible_collections.gpufleet.deepep.plugins.lookup.content_hash import content_hash
-from ansible_collections.gpufleet.deepep.plugins.module_utils._guard import unexpected_message
 from ansible_collections.gpufleet.deepep.plugins.plugin_utils import _site_plan as sp
+from ansible_collections.gpufleet.deepep.plugins.plugin_utils._action_args import InProcessAction
 
 _STATE_MODULE = "gpufleet.deepep.site_state"
 # The options of plugins/modules/site_plan.py (its documentation).
@@ -62,24 +61,16 @@ def cached_content_hash(paths, cache_dir=None):
     return digest
 
 
-class ActionModule(ActionBase):
+class ActionModule(InProcessAction):
 
-    _VALID_ARGS = frozenset(ARGUMENT_SPEC)
+    MODULE = "site_plan"
+    ARGUMENT_SPEC = ARGUMENT_SPEC
+    EXPECTED = (sp.SitePlanError,)
+    # state=plan and state=record run gpufleet.deepep.site_state on the node.
+    _requires_connection = True
 
-    def run(self, tmp=None, task_vars=None):
-        result = super(ActionModule, self).run(tmp, task_vars)
-        del tmp
-        task_vars = task_vars or {}
-        validation, dummy = self.validate_argument_spec(argument_spec=ARGUMENT_SPEC)
-        args = validation.validated_parameters
-        try:
-            result.update(getattr(self, "_" + args["state"])(args, task_vars))
-        except sp.SitePlanError as exc:
-            result.update(failed=True, changed=False, msg="site_plan: %s" % exc)
-        except Exception as exc:  # pylint: disable=broad-except
-            # The last resort of every module of the collection (module_utils/_guard): a message, never a traceback.
-            result.update(failed=True, changed=False, msg=unexpected_message("site_plan", exc))
-        return result
+    def compute(self, params, task_vars):
+        return getattr(self, "_" + params["state"])(params, task_vars)
 
     def _values(self, names, task_vars):
         templar = self._templar.copy_with_new_env(available_variables=task_vars)

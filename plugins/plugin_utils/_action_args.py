@@ -41,11 +41,13 @@ class InProcessAction(ActionBase):
     connection is opened. A subclass sets ``MODULE`` (its name, for the last-resort message) and ``ARGUMENT_SPEC``
     (its module's) and implements ``compute(params, task_vars) -> dict`` (the result's keys). Every argument is
     typed by the module's spec before ``compute`` runs; an exception it did not expect becomes the collection's
-    last-resort message (module_utils/_guard), never a traceback. ``changed`` is false unless ``compute`` says
-    otherwise."""
+    last-resort message (module_utils/_guard), never a traceback; an error of ``EXPECTED`` (the refusals of the
+    action's own logic) fails with ``<MODULE>: <message>``. ``changed`` is false unless ``compute`` says otherwise.
+    An action that runs modules on the host sets ``_requires_connection = True``."""
 
     MODULE = None
     ARGUMENT_SPEC = {}
+    EXPECTED = ()
     _requires_connection = False
 
     def __init_subclass__(cls, **kwargs):
@@ -62,6 +64,8 @@ class InProcessAction(ActionBase):
         result["changed"] = False
         try:
             result.update(self.compute(params, task_vars or {}))
+        except self.EXPECTED as exc:  # pylint: disable=catching-non-exception
+            result.update(failed=True, changed=False, msg="%s: %s" % (self.MODULE, exc))
         except Exception as exc:  # pylint: disable=broad-except
             result.update(failed=True, changed=False, msg=unexpected_message(self.MODULE, exc))
         return result
