@@ -90,6 +90,45 @@ def test_captured_v2_segfault_is_incomplete():
     assert bw["dispatch"]["bf16"] == {"nvl_gbps": None, "rdma_gbps": None}
 
 
+def test_captured_v2_faulthandler_segfault_names_the_signal():
+    bw = parse_output(read(CAPTURED / "deepep_v2_test_ep_segfault.txt"))
+    # faulthandler prints no process number: one entry for the signal, however many ranks printed it.
+    assert bw["crashed"] == [{"process": None, "signal": "SIGSEGV"}]
+
+
+def test_captured_h100_spawn_sigsegv_is_a_crash_of_process_0():
+    # 2 x H100, V2 dd758ca tests/elastic/test_ep.py: torch's spawn reports the dead child and exits 1 itself.
+    bw = parse_output(read(FIXTURES / "captured" / "h100x2" / "deepep_v2_test_ep_spawn_sigsegv.txt"))
+    assert bw["test"] == "elastic" and bw["generation"] == "v2"
+    assert bw["crashed"] == [{"process": 0, "signal": "SIGSEGV"}]
+    assert bw["complete"] is False
+    # the first case started ("Testing with ...") and never finished
+    assert bw["cases"] == {"passed": 0, "failed": 1}
+    assert any("terminated with signal SIGSEGV" in line for line in bw["errors"])
+
+
+@pytest.mark.parametrize("line, expected", [
+    ("torch.multiprocessing.spawn.ProcessExitedException: process 3 terminated with signal SIGABRT",
+     [{"process": 3, "signal": "SIGABRT"}]),
+    ("Segmentation fault (core dumped)", [{"process": None, "signal": "SIGSEGV"}]),
+    ("Fatal Python error: Bus error", [{"process": None, "signal": "SIGBUS"}]),
+    ("Aborted (core dumped)", [{"process": None, "signal": "SIGABRT"}]),
+    ("subprocess died with <Signals.SIGKILL: 9>", [{"process": None, "signal": "SIGKILL"}]),
+    # the launcher line and the fault line of the same death are one entry
+    ("Fatal Python error: Segmentation fault\nprocess 1 terminated with signal SIGSEGV",
+     [{"process": 1, "signal": "SIGSEGV"}]),
+    ("process 0 terminated with exit code 1", []),
+])
+def test_crashed_reads_each_launchers_signal_line(line, expected):
+    bw = parse_output("Running all test cases:\n" + line + "\n", test="elastic")
+    assert bw["crashed"] == expected
+    assert bw["complete"] is False
+
+
+def test_a_clean_run_has_no_crash(intranode):
+    assert parse_output(intranode)["crashed"] == []
+
+
 # ---------------------------------------------------------------------------------------------
 # Outputs written from the runbooks' figures
 

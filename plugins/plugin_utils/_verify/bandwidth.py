@@ -97,6 +97,20 @@ _ERROR_LINE_RE = re.compile(
     re.MULTILINE)
 _MAX_ERRORS = 20
 
+# A process that died of a signal, as the launchers report it: torch.multiprocessing.spawn
+# ("process 0 terminated with signal SIGSEGV"), Python's faulthandler ("Fatal Python error: Segmentation
+# fault"), a shell ("Segmentation fault (core dumped)") and timeout(1)/subprocess ("died with <Signals.SIGABRT: 6>").
+_SPAWN_SIGNAL_RE = re.compile(r"\bprocess (\d+) terminated with signal (SIG[A-Z]+)", re.IGNORECASE)
+_SIGNAL_WORDS = {
+    "Segmentation fault": "SIGSEGV",
+    "Aborted": "SIGABRT",
+    "Bus error": "SIGBUS",
+    "Floating point exception": "SIGFPE",
+    "Illegal instruction": "SIGILL",
+}
+_FAULT_RE = re.compile(r"^(?:Fatal Python error: )?(%s)\b" % "|".join(_SIGNAL_WORDS), re.MULTILINE)
+_SIGNALS_RE = re.compile(r"<Signals\.(SIG[A-Z]+): \d+>")
+
 _TEST_ALIASES = {
     "intranode": ("intranode", None),
     "test_intranode": ("intranode", None),
@@ -215,6 +229,24 @@ def _errors(text):
     for match in re.finditer(r"\btimeout \((?:dispatch|combine|notify|cached)[^)\n]*\)", text):
         if not any(match.group(0) in line for line in found) and len(found) < _MAX_ERRORS:
             found.append(match.group(0))
+    return found
+
+
+def _crashed(text):
+    """The processes that died of a signal: ``[{process, signal}]`` (``process`` null where not printed)."""
+    found = []
+    for match in _SPAWN_SIGNAL_RE.finditer(text):
+        entry = {"process": int(match.group(1)), "signal": match.group(2).upper()}
+        if entry not in found:
+            found.append(entry)
+    named = set(entry["signal"] for entry in found)
+    loose = [_SIGNAL_WORDS[m.group(1)] for m in _FAULT_RE.finditer(text)]
+    loose += [m.group(1) for m in _SIGNALS_RE.finditer(text)]
+    for signal in loose:
+        # A fault line without a process number adds a signal no launcher line named already.
+        if signal not in named:
+            named.add(signal)
+            found.append({"process": None, "signal": signal})
     return found
 
 
@@ -411,6 +443,7 @@ def parse_output(output, test=None, generation=None):
         "low_latency": None,
         "elastic": None,
         "errors": _errors(text),
+        "crashed": _crashed(text),
     }
     fatal = _fatal(text)
 
