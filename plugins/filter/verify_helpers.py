@@ -81,9 +81,10 @@ def verify_master_address(facts, address=None, interface=None, ansible_host=None
             "addresses": [str(ip) for ip in own]}
 
 
-def verify_thresholds(table, profile=None):
-    """The thresholds of a profile: exact name, then a family token (b200, h200...), then default."""
-    return _call("verify_thresholds", select_thresholds, table, profile)
+def verify_thresholds(table, profile=None, gpus=None):
+    """The thresholds of a profile: exact name, then a family token (b200, h200...), then default; with ``gpus``,
+    the gate measured for that GPU count where the entry has one (``by_gpus``)."""
+    return _call("verify_thresholds", select_thresholds, table, profile, gpus)
 
 
 def verify_gate(parsed, thresholds, rc=0, timed_out=False, timeout_s=None, stage="test"):

@@ -27,25 +27,56 @@ class VerifyInputError(ValueError):
     """An argument is not what the verification expects; the message names it and the expected form."""
 
 
-def select_thresholds(table, profile=None):
-    """The thresholds of ``profile`` from ``table`` (profile -> {metric: min GB/s or null}).
+def _gpu_count(value, where):
+    if isinstance(value, bool):
+        raise VerifyInputError("%s: %r is not a GPU count; expected a whole number of GPUs such as 2, 4 or 8" % (where, value))
+    try:
+        count = int(str(value).strip())
+    except ValueError:
+        raise VerifyInputError("%s: %r is not a GPU count; expected a whole number of GPUs such as 2, 4 or 8" % (where, value))
+    if count < 1 or str(count) != str(value).strip():
+        raise VerifyInputError("%s: %r is not a GPU count; expected a whole number of GPUs such as 2, 4 or 8" % (where, value))
+    return count
+
+
+def _check_metrics(where, entry):
+    if not isinstance(entry, dict):
+        raise VerifyInputError("%s must be a mapping of metric to GB/s; got %r" % (where, entry))
+    for metric, value in entry.items():
+        if metric not in METRICS:
+            raise VerifyInputError("%s has unknown metric %r; expected some of %s"
+                                   % (where, metric, ", ".join(sorted(METRICS) + ["by_gpus"])))
+        if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0):
+            raise VerifyInputError("%s[%r] must be a non-negative number of GB/s or null; got %r" % (where, metric, value))
+
+
+def select_thresholds(table, profile=None, gpus=None):
+    """The thresholds of ``profile`` from ``table`` (profile -> {metric: min GB/s or null, by_gpus: {N: {...}}}).
 
     Exact name first, then the first table key found as a ``_``/``-`` separated token of the profile
     name (``gcp_b200`` and ``b200_cuda13`` take ``b200``), then ``default``. Values of ``default`` fill
-    what the chosen entry leaves out. Returns ``{profile, matched, thresholds}``.
+    what the chosen entry leaves out. DeepEP's intranode figures depend on how many GPUs take part (on H100/H200
+    NV18 BF16 dispatch falls from about 330 GB/s on 2 GPUs to about 260 on 4, while combine rises from about 285
+    to 355), so an entry may carry ``by_gpus``: the gates measured for that GPU count, over the entry's own
+    values; the entry's own values are the family gate for counts nobody measured.
+    Returns ``{profile, matched, thresholds, gpus, shape}``; ``shape`` says whether the gate was measured for
+    ``gpus`` GPUs (``measured``), comes from the family's gate for other counts (``family``), or no count was
+    given (``any``).
     """
     if not isinstance(table, dict) or not table:
         raise VerifyInputError("thresholds must be a mapping of profile name to {metric: GB/s}; got %r" % (table,))
     for name, entry in table.items():
         if not isinstance(entry, dict):
             raise VerifyInputError("thresholds[%r] must be a mapping of metric to GB/s; got %r" % (name, entry))
-        for metric, value in entry.items():
-            if metric not in METRICS:
-                raise VerifyInputError("thresholds[%r] has unknown metric %r; expected some of %s"
-                                       % (name, metric, ", ".join(sorted(METRICS))))
-            if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0):
-                raise VerifyInputError("thresholds[%r][%r] must be a non-negative number of GB/s or null; got %r"
-                                       % (name, metric, value))
+        _check_metrics("thresholds[%r]" % name, dict((k, v) for k, v in entry.items() if k != "by_gpus"))
+        shapes = entry.get("by_gpus", {})
+        if not isinstance(shapes, dict):
+            raise VerifyInputError("thresholds[%r].by_gpus must be a mapping of GPU count to {metric: GB/s}; got %r"
+                                   % (name, shapes))
+        for count, shape in shapes.items():
+            _gpu_count(count, "thresholds[%r].by_gpus" % name)
+            _check_metrics("thresholds[%r].by_gpus[%r]" % (name, count), shape)
+    count = None if gpus in (None, "") else _gpu_count(gpus, "gpus")
     matched = None
     if profile and profile in table:
         matched = profile
@@ -63,8 +94,15 @@ def select_thresholds(table, profile=None):
                                "no gate would apply; expected one of the known profiles %s (or a name with one of "
                                "them as a '_'/'-' token), or add a 'default' entry"
                                % (profile, ", ".join(sorted(map(str, table)))))
-    thresholds = dict(table.get("default") or {})
-    if matched is not None:
-        thresholds.update(table[matched])
+    thresholds = dict((k, v) for k, v in (table.get("default") or {}).items() if k != "by_gpus")
+    entry = table[matched] if matched is not None else table.get("default") or {}
+    thresholds.update((k, v) for k, v in entry.items() if k != "by_gpus")
+    shape = "any"
+    if count is not None:
+        shape = "family"
+        for key, values in (entry.get("by_gpus") or {}).items():
+            if _gpu_count(key, "by_gpus") == count:
+                thresholds.update(values)
+                shape = "measured"
     return {"profile": profile, "matched": matched or ("default" if "default" in table else None),
-            "thresholds": thresholds}
+            "thresholds": thresholds, "gpus": count, "shape": shape}

@@ -17,6 +17,15 @@ description:
     directory is an error). C(DISABLE_AGGRESSIVE_PTX_INSTRS=1) is set for any arch list but C(9.0). The arch list
     must cover the node's GPUs. Internode builds need an NVSHMEM with IBGDA (runbook 001 problem 8).
     C(DISABLE_SM90_FEATURES) (A100) requires NVSHMEM disabled.
+  - The C++ compiler that links the extension (C($CXX), else the interpreter's configured C(CXX)) must find a shared
+    libstdc++ (C(-print-file-name=libstdc++.so) an existing file). Where its link is dangling, the linker silently takes
+    C(libstdc++.a): the extension then carries a private libstdc++ whose std::locale facets are not the process's,
+    and the first C(std::regex) it compiles crashes (DeepEP V2's JIT, at the first dispatch; seen on a 4 x H200
+    node). The module then links the libstdc++.so.6 the interpreter loads through a private
+    C(<artifact_dir>/.toolchain/libstdcxx-*/libstdc++.so) link (C(LDFLAGS=-L...); the key records it), and refuses
+    when that library cannot be read. After a build, the record (C(build.json)) holds what the extension links
+    (C(linkage) - NEEDED, RPATH, RUNPATH, C(libstdcxx) shared/static/none); a V2 extension with a static libstdc++ is
+    refused before it is installed, a V1 one is warned about.
   - The build key covers the source revision (git C(HEAD), else a hash of the tree), the generation, the arch
     list, the torch, CUDA, NVSHMEM and NCCL versions, the NVSHMEM and NCCL roots and the Python ABI. A changed
     torch changes the key, so the next run rebuilds.
@@ -381,9 +390,11 @@ reboot_required:
 
 import datetime
 import glob
+import hashlib
 import json
 import os
 import shutil
+import zipfile
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.gpufleet.deepep.plugins.module_utils._arch import ArchError
@@ -402,6 +413,7 @@ from ansible_collections.gpufleet.deepep.plugins.module_utils._comm.deepep impor
     detect_deepep_generation,
     has_hca_mapping_support,
 )
+from ansible_collections.gpufleet.deepep.plugins.module_utils._elf import ElfError, dynamic_section_of_bytes, libstdcxx_linkage
 from ansible_collections.gpufleet.deepep.plugins.module_utils._fileio import (
     file_sha256,
     read_json_dict as _read_json,
@@ -477,6 +489,16 @@ try:
 except Exception:
     out["nvshmem_pip_dir"] = None
     out["nccl_pip_dir"] = None
+# setuptools links a C++ extension with $CXX, else the interpreter's configured CXX.
+out["cxx"] = (os.environ.get("CXX") or sysconfig.get_config_var("CXX") or "c++").split()[0]
+out["libstdcxx"] = None
+try:
+    import ctypes
+    ctypes.CDLL("libstdc++.so.6")
+    with open("/proc/self/maps") as maps:
+        out["libstdcxx"] = next((line.split()[-1] for line in maps if "/libstdc++.so" in line), None)
+except Exception:
+    pass
 print(json.dumps(out))
 """
 
@@ -543,6 +565,18 @@ class Builder(CommandLog):
             return json.loads(out.strip().splitlines()[-1])
         except (ValueError, IndexError):
             raise StepFailed("cannot read the probe output of %s: %s" % (python, out[-500:]))
+
+    def cxx_libstdcxx(self, cxx):
+        """``(printed, shared)``: what ``cxx -print-file-name=libstdc++.so`` prints and whether that file exists
+        (a dangling link or the bare name means the link falls back to libstdc++.a); ``(None, None)`` unknown."""
+        path = cxx if os.path.isabs(cxx) else self.module.get_bin_path(cxx)
+        if not path:
+            return None, None
+        rc, out, err = self.run([path, "-print-file-name=libstdc++.so"], check=False, record=False)
+        printed = out.strip()
+        if rc != 0 or not printed:
+            return None, None
+        return printed, os.path.isabs(printed) and os.path.exists(printed)
 
     def cuda_version(self):
         nvcc = os.path.join(self.p["cuda_home"], "bin", "nvcc")
@@ -732,6 +766,9 @@ class DeepepBuild(object):
         cccl = os.path.join(cuda_home, "include", "cccl")
         self.nvshmem = builder.nvshmem_info(p["nvshmem_root"], probe.get("nvshmem_pip_dir"), self.site)
         self.nccl = builder.nccl_info(p["nccl_root"], probe.get("nccl_pip_dir"), self.site)
+        cxx = probe.get("cxx") or "c++"
+        cxx_so, cxx_shared = builder.cxx_libstdcxx(cxx) if p["src"] else (None, None)
+        runtime = probe.get("libstdcxx")
         obs = {
             "generation": self.generation, "arch_list": p["arch_list"], "gpu_arch_list": p["gpu_arch_list"],
             "cuda_home": cuda_home, "cuda_version": self.cuda_version, "cccl_dir": cccl,
@@ -742,6 +779,9 @@ class DeepepBuild(object):
             "nvshmem_ibgda": self.nvshmem["ibgda"], "nvshmem_pip_dir": probe.get("nvshmem_pip_dir"),
             "internode": p["internode"], "disable_sm90_features": p["disable_sm90_features"],
             "disable_aggressive_ptx": p["disable_aggressive_ptx"],
+            "cxx": cxx, "cxx_libstdcxx_so": cxx_so, "cxx_libstdcxx_shared": cxx_shared, "runtime_libstdcxx": runtime,
+            "libstdcxx_link_dir": os.path.join(p["artifact_dir"], ".toolchain", "libstdcxx-%s" % (
+                hashlib.sha256(runtime.encode("utf-8")).hexdigest()[:12])) if runtime else None,
         }
         if p["wheel"]:
             # Installing a prebuilt wheel compiles nothing: only the checks that concern what it runs against count.
@@ -792,6 +832,10 @@ class DeepepBuild(object):
                 "disable_sm90_features": sm90_off,
                 "disable_aggressive_ptx": build_env.get("DISABLE_AGGRESSIVE_PTX_INSTRS"),
             }
+            for fix in self.preflight["automatic"]:
+                if fix["check"] == "libstdcxx_static":
+                    # Only where the fix applies, so that the keys of sound toolchains stay as they were.
+                    inputs["libstdcxx_link"] = fix["link"]["target"]
             if p["wheel"] and self.wheel_record and self.wheel_record.get("key"):
                 key = self.wheel_record["key"]
                 inputs = self.wheel_record.get("inputs", inputs)
@@ -930,6 +974,9 @@ class DeepepBuild(object):
         """Compile the wheel in staging; it becomes ``<artifact_dir>/<key>/`` (the old directory replaced atomically)."""
         builder = self.builder
         try:
+            for fix in self.preflight["automatic"]:
+                if fix.get("link"):
+                    place_link(fix["link"])
             self.wheel, self.record = build_wheel(builder, self.p, self.key, self.generation, self.new_stamp,
                                                   self.build_env)
         except StepFailed as exc:
@@ -939,6 +986,8 @@ class DeepepBuild(object):
             raise Failed("DeepEP %s build failed: %s (nothing was installed)" % (self.generation, exc),
                          log_tail=log_tail(builder.log_path, self.p["log_lines"]))
         self.result.update(built=True, wheel=self.wheel, log=builder.log_path)
+        for warning in (self.record.get("linkage") or {}).get("warnings", []):
+            self.module.warn(warning)
 
     def check_wheel(self):
         """A wheel with a build record (built here, or copied from the artifact store) must match its sha256."""
@@ -1044,6 +1093,49 @@ def _step_extra(exc):
     return {}
 
 
+def place_link(link):
+    """``<dir>/<name>`` -> ``<target>``, replaced atomically where it points elsewhere."""
+    path = os.path.join(link["dir"], link["name"])
+    if os.path.islink(path) and os.readlink(path) == link["target"]:
+        return
+    if not os.path.isdir(link["dir"]):
+        os.makedirs(link["dir"], 0o755)
+    tmp = "%s.%d.tmp" % (path, os.getpid())
+    if os.path.lexists(tmp):
+        os.unlink(tmp)
+    os.symlink(link["target"], tmp)
+    os.rename(tmp, path)
+
+
+def wheel_linkage(wheel, generation):
+    """What the wheel's extension links: ``{extension, needed, runpath, rpath, libstdcxx, warnings}``.
+
+    Raises StepFailed for a V2 extension without a shared libstdc++ (its JIT's std::regex would crash at the first
+    dispatch: captured on 4 x H200); a V1 one gets a warning.
+    """
+    with zipfile.ZipFile(wheel) as archive:
+        names = sorted(n for n in archive.namelist()
+                       if n.endswith(".so") and (n.startswith("deep_ep/_C") or n.startswith("deep_ep_cpp")))
+        if not names:
+            raise StepFailed("%s holds no DeepEP extension (deep_ep/_C*.so or deep_ep_cpp*.so)" % wheel)
+        data = archive.read(names[0])
+        try:
+            section = dynamic_section_of_bytes(data, "%s!%s" % (os.path.basename(wheel), names[0]))
+        except ElfError as exc:
+            raise StepFailed("cannot read what the built extension links: %s" % exc)
+    linkage = dict(section, extension=names[0], libstdcxx=libstdcxx_linkage(section["needed"], data), warnings=[])
+    if linkage["libstdcxx"] == "static":
+        text = ("the built extension %s carries a static libstdc++ (NEEDED: %s; no libstdc++.so) whose "
+                "std::locale facets are not the process's, so std::regex in it crashes"
+                % (names[0], ", ".join(section["needed"]) or "none"))
+        if generation == "v2":
+            raise StepFailed(text + "; DeepEP V2's JIT compiles one at the first dispatch (SIGSEGV). Fix: install the "
+                             "compiler's libstdc++ development link or set CXX to a compiler whose "
+                             "`-print-file-name=libstdc++.so` exists")
+        linkage["warnings"].append(text + " (DeepEP V1 uses none, but any code of the extension that does will)")
+    return linkage
+
+
 def build_wheel(builder, p, key, generation, stamp, build_env):
     """Build in ``<artifact_dir>/.staging-<key8>``; keep the wheel in ``<artifact_dir>/<key>/``."""
     artifact_dir = p["artifact_dir"]
@@ -1082,7 +1174,8 @@ def build_wheel(builder, p, key, generation, stamp, build_env):
     name = os.path.basename(wheels[0])
     shutil.move(wheels[0], os.path.join(artifact, name))
     record = dict(stamp)
-    record.update(wheel_name=name, wheel_sha256=file_sha256(os.path.join(artifact, name)), built_at=_now())
+    record.update(wheel_name=name, wheel_sha256=file_sha256(os.path.join(artifact, name)), built_at=_now(),
+                  linkage=wheel_linkage(os.path.join(artifact, name), generation))
     write_json_file(os.path.join(artifact, "build.json"), record)
     shutil.copyfile(builder.log_path, os.path.join(artifact, "build.log"))
     replace_tree(final, artifact)

@@ -92,14 +92,16 @@ def gpu_name() -> str:
 
 
 @pytest.fixture(scope="session")
-def intranode_thresholds() -> dict:
-    """The verify_intranode role's own gate for this node's GPU family (its defaults, chosen as the role does)."""
+def intranode_thresholds(intranode_gpus) -> dict:
+    """The verify_intranode role's own gate for this node's GPU family and GPU count (its defaults, chosen as the role
+    does: the tests run over all local GPUs)."""
     import yaml
     from ansible_collections.gpufleet.deepep.plugins.module_utils._thresholds import select_thresholds
 
     defaults = yaml.safe_load((REPO / "roles" / "verify_intranode" / "defaults" / "main.yml").read_text())
-    chosen = select_thresholds(defaults["verify_intranode_thresholds"], profile=gpu_name())
-    print(f"\nverify_intranode gate for {chosen['profile']!r}: {chosen['matched']} {chosen['thresholds']}",
+    chosen = select_thresholds(defaults["verify_intranode_thresholds"], profile=gpu_name(), gpus=intranode_gpus)
+    print(f"\nverify_intranode gate for {chosen['profile']!r} on {intranode_gpus} GPUs: {chosen['matched']} "
+          f"({chosen['shape']}) {chosen['thresholds']}",
           file=sys.stderr)
     return chosen
 

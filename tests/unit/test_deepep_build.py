@@ -274,6 +274,59 @@ def test_v2_builds_against_nccl_2_30_7(module_runner, tmp_path, nvshmem_root):
     assert baked.stdout.strip().splitlines()[-1] == nccl
 
 
+@pytest.mark.slow
+def test_a_compiler_without_a_shared_libstdcxx_gets_the_runtimes_through_a_private_link(module_runner, tmp_path,
+                                                                                        nvshmem_root, monkeypatch):
+    # The 4 x H200 machine's /opt/gcc/bin/g++ had a dangling libstdc++.so link: -print-file-name finds no shared one.
+    cxx = tmp_path / "bin" / "g++"
+    cxx.parent.mkdir()
+    cxx.write_text('#!/bin/sh\nif [ "$1" = -print-file-name=libstdc++.so ]; then echo libstdc++.so; exit 0; fi\n'
+                   'exec g++ "$@"\n')
+    cxx.chmod(0o755)
+    monkeypatch.setenv("CXX", str(cxx))
+    venv = Venv(tmp_path / "venv").set_torch("2.11.0+cu130")
+    args = _args(venv, tmp_path, nvshmem_root, tree="deepep-v2-fixture", nccl_root=_nccl_root(tmp_path, "2.30.7"))
+    first = module_runner(deepep_build, args)
+    assert not first.failed, first.get("msg")
+    fix = next(f for f in first["preflight"]["automatic"] if f["check"] == "libstdcxx_static")
+    link = os.path.join(fix["link"]["dir"], "libstdc++.so")
+    assert os.readlink(link) == fix["link"]["target"] and os.path.isfile(link)
+    assert fix["link"]["dir"].startswith(args["artifact_dir"] + "/.toolchain/libstdcxx-")
+    assert first["build_env"]["LDFLAGS"].split()[0] == "-L" + fix["link"]["dir"]
+    assert first["inputs"]["libstdcxx_link"] == fix["link"]["target"]
+    # The build record says what the extension links.
+    record = json.loads((Path(first["wheel"]).parent / "build.json").read_text())
+    assert record["linkage"]["extension"].startswith("deep_ep/_C") and record["linkage"]["libstdcxx"] in ("shared", "none")
+    again = module_runner(deepep_build, args)
+    assert not again.failed and not again["changed"] and again["key"] == first["key"]
+    # Without the fallback the key is the one a sound toolchain always had.
+    monkeypatch.delenv("CXX")
+    sound = module_runner(deepep_build, dict(args, artifact_dir=str(tmp_path / "other")), check_mode=True)
+    assert "libstdcxx_link" not in sound["inputs"] and sound["key"] != first["key"]
+
+
+def test_a_v2_wheel_with_a_static_libstdcxx_is_refused_and_a_v1_one_warned(tmp_path):
+    import zipfile
+
+    src = tmp_path / "rx.cpp"
+    src.write_text('#include <regex>\nextern "C" int ok(const char* s) { return std::regex_search(s, std::regex("a+")); }\n')
+    wheels = {}
+    for kind, flags in (("static", ["-static-libstdc++"]), ("shared", [])):
+        so = tmp_path / ("%s.so" % kind)
+        subprocess.run(["g++", "-fPIC", "-shared", str(src), "-o", str(so)] + flags, check=True, timeout=300)
+        wheel = tmp_path / ("deep_ep-2.1.0+%s-cp311-cp311-linux_x86_64.whl" % kind)
+        with zipfile.ZipFile(wheel, "w") as archive:
+            archive.write(so, "deep_ep/_C.cpython-311-x86_64-linux-gnu.so")
+        wheels[kind] = str(wheel)
+    with pytest.raises(deepep_build.StepFailed) as info:
+        deepep_build.wheel_linkage(wheels["static"], "v2")
+    assert "static libstdc++" in info.value.msg and "first dispatch" in info.value.msg and "CXX" in info.value.msg
+    v1 = deepep_build.wheel_linkage(wheels["static"], "v1")
+    assert v1["libstdcxx"] == "static" and "static libstdc++" in v1["warnings"][0]
+    shared = deepep_build.wheel_linkage(wheels["shared"], "v2")
+    assert shared["libstdcxx"] == "shared" and "libstdc++.so.6" in shared["needed"] and shared["warnings"] == []
+
+
 def test_preflight_reports_everything_at_once_in_check_mode(module_runner, tmp_path):
     fake_cuda = tmp_path / "cuda"
     (fake_cuda / "bin").mkdir(parents=True)

@@ -164,3 +164,43 @@ def test_build_env_for_each_generation():
                               nccl_root="/opt/nccl", disable_sm90_features=True)
     assert env["NVSHMEM_DIR"] == "/opt/deepep/nvshmem" and "EP_NCCL_ROOT_DIR" not in env
     assert env["DISABLE_SM90_FEATURES"] == "1"
+
+
+# --------------------------------------------------------------------------------------------
+# The C++ runtime the extension links (4 x H200: a compiler with a dangling libstdc++.so link made every extension
+# carry libstdc++.a, and DeepEP V2's JIT died in std::regex at the first dispatch)
+
+DANGLING = dict(GOOD_V2, cxx="/opt/gcc/bin/g++", cxx_libstdcxx_so="libstdc++.so", cxx_libstdcxx_shared=False)
+
+
+@pytest.mark.parametrize("shared", [True, None])
+def test_a_compiler_with_a_shared_libstdcxx_or_an_unknown_one_changes_nothing(shared):
+    result = dp.deepep_preflight(dict(GOOD_V2, cxx="c++", cxx_libstdcxx_shared=shared,
+                                      runtime_libstdcxx="/usr/lib/x86_64-linux-gnu/libstdc++.so.6.0.33",
+                                      libstdcxx_link_dir="/a/.toolchain/libstdcxx-1"))
+    assert result["ok"]
+    assert not [fix for fix in result["automatic"] if fix["check"] == "libstdcxx_static"]
+
+
+@pytest.mark.parametrize("generation", ["v1", "v2"])
+def test_a_static_fallback_links_the_runtime_libstdcxx_through_a_private_dir(generation):
+    obs = dict(DANGLING, generation=generation, runtime_libstdcxx="/usr/lib/x86_64-linux-gnu/libstdc++.so.6.0.33",
+               libstdcxx_link_dir="/var/a/.toolchain/libstdcxx-0123")
+    result = dp.deepep_preflight(obs)
+    assert result["ok"], result["failures"]
+    fix = next(fix for fix in result["automatic"] if fix["check"] == "libstdcxx_static")
+    assert fix["env"] == {"LDFLAGS": "-L/var/a/.toolchain/libstdcxx-0123"}
+    assert fix["link"] == {"dir": "/var/a/.toolchain/libstdcxx-0123", "name": "libstdc++.so",
+                           "target": "/usr/lib/x86_64-linux-gnu/libstdc++.so.6.0.33"}
+    assert "/opt/gcc/bin/g++" in fix["message"] and "std::regex" in fix["message"]
+    env = dp.deepep_build_env(generation, "9.0", "/usr/local/cuda", automatic=result["automatic"],
+                              base_env={"LDFLAGS": "-Wl,-O1"})
+    assert env["LDFLAGS"] == "-L/var/a/.toolchain/libstdcxx-0123 -Wl,-O1"
+
+
+def test_a_static_fallback_without_a_readable_runtime_is_refused_with_the_fix():
+    result = dp.deepep_preflight(dict(DANGLING, runtime_libstdcxx=None, libstdcxx_link_dir=None))
+    assert not result["ok"]
+    failure = next(f for f in result["failures"] if f["check"] == "libstdcxx_static")
+    assert "/opt/gcc/bin/g++" in failure["message"] and "libstdc++.so" in failure["message"]
+    assert "CXX" in failure["fix"] and "libstdc++" in failure["fix"]

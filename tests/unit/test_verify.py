@@ -17,7 +17,7 @@ from ansible_collections.gpufleet.deepep.plugins.plugin_utils._verify import gat
 from ansible_collections.gpufleet.deepep.plugins.plugin_utils._verify import summary as _verify_summary
 from ansible_collections.gpufleet.deepep.plugins.plugin_utils._verify import traffic as _verify_traffic
 
-from unit_helpers import CAPTURED, FIXTURES
+from unit_helpers import CAPTURED, FIXTURES, REPO
 
 GROUPS = {"all": ["a1", "a2", "b1", "b2", "c1"], "ga": ["a1", "a2"], "gb": ["b1", "b2"], "solo": ["c1"]}
 
@@ -279,3 +279,81 @@ def test_summary_all_pass_and_errors():
     assert not lost["passed"] and lost["failures"][0]["host"] == "n9" and "unreachable" in lost["failures"][0]["reasons"][0]
     with pytest.raises(AnsibleFilterError, match="expected the result of verify_summary"):
         vf.verify_summary_markdown({})
+
+
+# ------------------------------------------------------------------------------------------ gates by GPU count
+SHAPED = {"default": {"dispatch_bf16_nvl_gbps": 100, "combine_nvl_gbps": 100},
+          "h100": {"dispatch_bf16_nvl_gbps": 205, "combine_nvl_gbps": 220,
+                   "by_gpus": {2: {"dispatch_bf16_nvl_gbps": 300, "combine_nvl_gbps": 250},
+                               "4": {"dispatch_bf16_nvl_gbps": 225, "combine_nvl_gbps": 310}}}}
+
+
+@pytest.mark.parametrize("gpus,bf16,combine,shape", [
+    (2, 300, 250, "measured"), (4, 225, 310, "measured"), ("4", 225, 310, "measured"), (8, 205, 220, "family"),
+    (None, 205, 220, "any"),
+])
+def test_select_thresholds_by_gpu_count(gpus, bf16, combine, shape):
+    got = _thresholds.select_thresholds(SHAPED, "h100_ib", gpus=gpus)
+    assert got["matched"] == "h100" and got["shape"] == shape
+    assert got["thresholds"] == {"dispatch_bf16_nvl_gbps": bf16, "combine_nvl_gbps": combine}
+    assert "by_gpus" not in got["thresholds"]
+
+
+@pytest.mark.parametrize("table,gpus,msg", [
+    ({"h100": {"by_gpus": [300]}}, None, "by_gpus must be a mapping of GPU count"),
+    ({"h100": {"by_gpus": {"four": {}}}}, None, "'four' is not a GPU count"),
+    ({"h100": {"by_gpus": {0: {}}}}, None, "0 is not a GPU count"),
+    ({"h100": {"by_gpus": {True: {}}}}, None, "True is not a GPU count"),
+    ({"h100": {"by_gpus": {4: {"fast_gbps": 1}}}}, None, r"by_gpus\[4\] has unknown metric 'fast_gbps'"),
+    ({"h100": {"by_gpus": {4: {"combine_nvl_gbps": "fast"}}}}, None, "must be a non-negative number"),
+    ({"h100": {"by_gpus": {4: 300}}}, None, r"by_gpus\[4\] must be a mapping of metric"),
+    ({"h100": {}}, "x", "gpus: 'x' is not a GPU count"),
+    ({"h100": {}}, -4, "gpus: -4 is not a GPU count"),
+    ({"h100": {}}, False, "gpus: False is not a GPU count"),
+])
+def test_select_thresholds_refuses_bad_shapes_by_name(table, gpus, msg):
+    with pytest.raises(_thresholds.VerifyInputError, match=msg):
+        _thresholds.select_thresholds(table, "h100", gpus=gpus)
+
+
+def _suite_figures(path):
+    """The collection build's figures the GPU suite printed: 'intranode on N GPUs, collection {...}'."""
+    import ast
+    import re
+    line = next(line for line in path.read_text().splitlines() if re.match(r"intranode on \d+ GPUs, collection", line))
+    count = int(re.match(r"intranode on (\d+) GPUs", line).group(1))
+    figures = ast.literal_eval(re.search(r"collection (\{[^}]*\})", line).group(1))
+    parsed = {"complete": True, "cases": {"passed": 24, "failed": 0},
+              "dispatch": {"bf16": {"nvl_gbps": figures["dispatch_bf16_nvl_gbps"], "rdma_gbps": None},
+                           "fp8": {"nvl_gbps": figures["dispatch_fp8_nvl_gbps"], "rdma_gbps": None}},
+              "combine": {"nvl_gbps": figures["combine_nvl_gbps"], "rdma_gbps": None}}
+    return count, parsed
+
+
+@pytest.mark.parametrize("capture,family", [("h100x4/gpu_suite_v1_pytest.txt", "h100"),
+                                            ("h200x4/gpu_suite_v1_pytest.txt", "h200")])
+def test_the_role_gate_holds_for_the_4_gpu_runs_the_2_gpu_gate_failed(capture, family):
+    import yaml
+    defaults = yaml.safe_load((REPO / "roles" / "verify_intranode" / "defaults" / "main.yml").read_text())
+    table = defaults["verify_intranode_thresholds"]
+    count, parsed = _suite_figures(FIXTURES / "captured" / capture)
+    assert count == 4
+    chosen = _thresholds.select_thresholds(table, family, gpus=count)
+    assert chosen["shape"] == "measured"
+    assert _verify_gate.gate(parsed, chosen["thresholds"])["passed"]
+    two = _thresholds.select_thresholds(table, family, gpus=2)["thresholds"]
+    failed = _verify_gate.gate(parsed, two)
+    assert not failed["passed"] and len(failed["reasons"]) == 1 and "dispatch_bf16_nvl_gbps" in failed["reasons"][0]
+    # A 4-GPU node a tenth under its measured BF16 dispatch fails on exactly that figure.
+    slow = copy.deepcopy(parsed)
+    slow["dispatch"]["bf16"]["nvl_gbps"] = round(parsed["dispatch"]["bf16"]["nvl_gbps"] * 0.85, 2)
+    verdict = _verify_gate.gate(slow, chosen["thresholds"])
+    assert not verdict["passed"] and "dispatch_bf16_nvl_gbps" in verdict["reasons"][0]
+
+
+def test_the_2_gpu_capture_passes_its_measured_gate():
+    import yaml
+    defaults = yaml.safe_load((REPO / "roles" / "verify_intranode" / "defaults" / "main.yml").read_text())
+    chosen = _thresholds.select_thresholds(defaults["verify_intranode_thresholds"], "h200", gpus=2)
+    assert chosen["shape"] == "measured" and chosen["thresholds"]["dispatch_bf16_nvl_gbps"] == 300
+    assert _verify_gate.gate(_captured_intranode(), chosen["thresholds"])["passed"]

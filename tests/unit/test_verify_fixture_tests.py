@@ -166,6 +166,21 @@ def test_hopper_intranode_figures_follow_the_nv18_measurement_not_the_h800_table
         assert abs(got / measured - 1) <= 0.0151, (gpu, got, measured)
 
 
+@pytest.mark.parametrize("gpu,measured", [("NVIDIA H100 80GB HBM3", (258.3, 253.9, 354.9)),
+                                          ("NVIDIA H200", (261.4, 255.3, 355.6))])
+def test_hopper_intranode_figures_on_4_gpus_follow_the_4_gpu_measurement(trees, tmp_path, gpu, measured):
+    # captured/h100x4 and h200x4: with 4 peers BF16 dispatch falls and combine rises against the 2-GPU figures,
+    # and the role's 4-GPU gate holds for them.
+    proc = run([trees["v1"] / "test_intranode.py", "--num-processes", "4"], gpu_node(tmp_path, gpu, 4))
+    parsed = parse_output(proc.stdout, test="intranode")
+    for got, want in zip((parsed["dispatch"]["bf16"]["nvl_gbps"], parsed["dispatch"]["fp8"]["nvl_gbps"],
+                          parsed["combine"]["nvl_gbps"]), measured):
+        assert abs(got / want - 1) <= 0.0151, (gpu, got, want)
+    defaults = yaml.safe_load((REPO / "roles" / "verify_intranode" / "defaults" / "main.yml").read_text())
+    chosen = select_thresholds(defaults["verify_intranode_thresholds"], gpu.split()[1].lower(), gpus=4)
+    assert chosen["shape"] == "measured" and gate(parsed, chosen["thresholds"])["passed"]
+
+
 def test_intranode_knob_sets_exact_figures_and_a_bad_value_is_named(trees, tmp_path):
     env = dict(gpu_node(tmp_path, "NVIDIA B200", 8), FLEETSIM_INTRANODE_GBPS='{"BF16": 368.6}')
     parsed = parse_output(run([trees["v1"] / "test_intranode.py"], env).stdout, test="intranode")

@@ -97,7 +97,10 @@ def deepep_preflight(obs):
     ``cuda_version``, ``cccl_dir`` and ``cccl_exists``, ``torch_version``, ``torch_error``,
     ``nccl_version``, ``nccl_source`` (where it was read), ``nvshmem_root`` (the NVSHMEM that will be
     used: given or pip), ``nvshmem_exists``, ``nvshmem_ibgda`` (True/False/None), ``nvshmem_pip_dir``,
-    ``internode`` (bool), ``disable_sm90_features`` (bool), ``disable_aggressive_ptx`` (None/True/False).
+    ``internode`` (bool), ``disable_sm90_features`` (bool), ``disable_aggressive_ptx`` (None/True/False),
+    ``cxx`` (the C++ compiler of the build), ``cxx_libstdcxx_so`` (its ``-print-file-name=libstdc++.so``),
+    ``cxx_libstdcxx_shared`` (True/False/None: that file exists), ``runtime_libstdcxx`` (the libstdc++.so.6 the
+    interpreter loads), ``libstdcxx_link_dir`` (where the module may put a ``libstdc++.so`` link to it).
 
     Returns ``{'ok', 'failures', 'automatic', 'warnings', 'arch_list'}``: every failed requirement at
     once (``check``, ``message``, ``fix``); the fixes the module applies itself (``check``, ``message``,
@@ -203,6 +206,28 @@ def deepep_preflight(obs):
         if generation == "v2" and os.path.normpath(cuda_home) != "/usr/local/cuda":
             warnings.append("DeepEP V2's setup.py hard-codes /usr/local/cuda/include/cccl; cuda_home is %s"
                             % cuda_home)
+
+    # The C++ runtime the extension links (captured on 4 x H200: a compiler whose libstdc++.so link is dangling
+    # links libstdc++.a into the extension; V2's JIT include parser then dies in std::regex at the first dispatch).
+    if obs.get("cxx_libstdcxx_shared") is False:
+        cxx = obs.get("cxx") or "c++"
+        runtime = obs.get("runtime_libstdcxx")
+        link_dir = obs.get("libstdcxx_link_dir")
+        if runtime and link_dir:
+            automatic.append({"check": "libstdcxx_static",
+                              "message": "the C++ compiler %s finds no shared libstdc++ (-print-file-name=libstdc++.so: "
+                                         "%s), so the extension would carry libstdc++.a and std::regex in it crashes "
+                                         "(DeepEP V2's JIT, first dispatch): linking against the runtime's %s through "
+                                         "-L%s" % (cxx, obs.get("cxx_libstdcxx_so") or "not found", runtime, link_dir),
+                              "env": {"LDFLAGS": "-L%s" % link_dir},
+                              "link": {"dir": link_dir, "name": "libstdc++.so", "target": runtime}})
+        else:
+            _fail(failures, "libstdcxx_static",
+                  "the C++ compiler %s finds no shared libstdc++ (-print-file-name=libstdc++.so: %s), so the extension "
+                  "would carry libstdc++.a: std::regex in it crashes (DeepEP V2's JIT, first dispatch), and the "
+                  "libstdc++.so.6 the interpreter loads could not be read" % (cxx, obs.get("cxx_libstdcxx_so") or "not found"),
+                  "install the compiler's libstdc++ development link (libstdc++-<version>-dev), or set CXX to a "
+                  "compiler whose `-print-file-name=libstdc++.so` is an existing file")
 
     # torch.
     torch_version = obs.get("torch_version")
@@ -314,6 +339,9 @@ def deepep_build_env(generation, arch_list, cuda_home, nvshmem_root=None, nccl_r
         for name, value in fix.get("env", {}).items():
             if name == "CPATH":
                 env["CPATH"] = _prepend(value, base.get("CPATH", ""))
+            elif name == "LDFLAGS":
+                existing = base.get("LDFLAGS", "")
+                env[name] = existing if value in existing.split() else (value + " " + existing).strip()
             elif name == "NVCC_APPEND_FLAGS":
                 existing = base.get("NVCC_APPEND_FLAGS", "")
                 env[name] = existing if value in existing.split() else (existing + " " + value).strip()

@@ -1,0 +1,121 @@
+# Copyright: (c) 2026, gpufleet.deepep contributors
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
+
+"""What a shared object links: its dynamic section (NEEDED, RPATH, RUNPATH, SONAME), read from the file itself.
+
+``readelf -d`` prints the same; this needs no binutils on the node and reads ELF32/ELF64 of either byte order.
+Standard library only, Python 3.8+.
+"""
+
+from __future__ import annotations
+
+import struct
+
+__all__ = ["ElfError", "dynamic_section", "dynamic_section_of_bytes", "libstdcxx_linkage"]
+
+_DT_NULL, _DT_NEEDED, _DT_STRTAB, _DT_SONAME, _DT_RPATH, _DT_RUNPATH = 0, 1, 5, 14, 15, 29
+_PT_LOAD, _PT_DYNAMIC = 1, 2
+# The largest object read whole (a CUDA extension with embedded cubins is some 100 MB).
+MAX_BYTES = 1 << 30
+
+
+class ElfError(ValueError):
+    """The file is not an ELF object this reader understands; the message names it."""
+
+
+def _layout(data, name):
+    if len(data) < 52 or data[:4] != b"\x7fELF":
+        raise ElfError("%s is not an ELF object (no \\x7fELF magic)" % name)
+    bits = {1: 32, 2: 64}.get(data[4])
+    order = {1: "<", 2: ">"}.get(data[5])
+    if bits is None or order is None:
+        raise ElfError("%s has an unknown ELF class %d or byte order %d" % (name, data[4], data[5]))
+    if bits == 64:
+        phoff, = struct.unpack_from(order + "Q", data, 0x20)
+        phentsize, phnum = struct.unpack_from(order + "HH", data, 0x36)
+        ph = (order + "IIQQQQQQ", lambda f: (f[0], f[2], f[3], f[5]))  # type, offset, vaddr, memsz
+        dyn = (order + "qQ", 16)
+    else:
+        phoff, = struct.unpack_from(order + "I", data, 0x1C)
+        phentsize, phnum = struct.unpack_from(order + "HH", data, 0x2A)
+        ph = (order + "IIIIIIII", lambda f: (f[0], f[1], f[2], f[5]))
+        dyn = (order + "iI", 8)
+    return phoff, phentsize, phnum, ph, dyn
+
+
+def dynamic_section_of_bytes(data, name="<bytes>"):
+    """``{needed, rpath, runpath, soname}`` of the ELF object in ``data`` (lists of str; soname str or None).
+
+    An object without a dynamic section (a static executable) gives empty lists. Raises ElfError for what is
+    not an ELF object or is truncated.
+    """
+    phoff, phentsize, phnum, (ph_fmt, ph_pick), (dyn_fmt, dyn_size) = _layout(data, name)
+    loads, dynamic = [], None
+    try:
+        for index in range(phnum):
+            ptype, offset, vaddr, memsz = ph_pick(struct.unpack_from(ph_fmt, data, phoff + index * phentsize))
+            if ptype == _PT_LOAD:
+                loads.append((vaddr, memsz, offset))
+            elif ptype == _PT_DYNAMIC:
+                dynamic = offset
+        result = {"needed": [], "rpath": [], "runpath": [], "soname": None}
+        if dynamic is None:
+            return result
+        entries = []
+        position = dynamic
+        while True:
+            tag, value = struct.unpack_from(dyn_fmt, data, position)
+            if tag == _DT_NULL:
+                break
+            entries.append((tag, value))
+            position += dyn_size
+    except struct.error:
+        raise ElfError("%s is truncated (its program headers or dynamic section run past the end)" % name)
+    strtab = None
+    for tag, value in entries:
+        if tag == _DT_STRTAB:
+            strtab = next((value - vaddr + offset for vaddr, memsz, offset in loads
+                           if vaddr <= value < vaddr + memsz), None)
+    if strtab is None:
+        raise ElfError("%s has a dynamic section without a string table inside a loaded segment" % name)
+
+    def string(offset):
+        start = strtab + offset
+        end = data.find(b"\0", start)
+        if start >= len(data) or end < 0:
+            raise ElfError("%s has a dynamic string that runs past the end of the file" % name)
+        return data[start:end].decode("utf-8", "replace")
+
+    for tag, value in entries:
+        if tag == _DT_NEEDED:
+            result["needed"].append(string(value))
+        elif tag in (_DT_RPATH, _DT_RUNPATH):
+            result["rpath" if tag == _DT_RPATH else "runpath"].extend(p for p in string(value).split(":") if p)
+        elif tag == _DT_SONAME:
+            result["soname"] = string(value)
+    return result
+
+
+def dynamic_section(path):
+    """:func:`dynamic_section_of_bytes` of the file at ``path`` (ElfError when it is unreadable or too large)."""
+    try:
+        with open(path, "rb") as handle:
+            data = handle.read(MAX_BYTES + 1)
+    except (IOError, OSError) as exc:
+        raise ElfError("cannot read %s: %s" % (path, exc))
+    if len(data) > MAX_BYTES:
+        raise ElfError("%s is larger than %d bytes; not read" % (path, MAX_BYTES))
+    return dynamic_section_of_bytes(data, path)
+
+
+def libstdcxx_linkage(needed, data=b""):
+    """How a C++ object has its libstdc++: ``shared`` (NEEDED names libstdc++.so.N), ``static`` (no such NEEDED, but
+    libstdc++'s locale machinery is inside ``data``, the object's bytes) or ``none`` (it uses no libstdc++).
+
+    A C++ extension with a static libstdc++ (linked from libstdc++.a, e.g. by a compiler whose libstdc++.so link is
+    dangling) has std::locale facet ids that are not the process's: the first std::regex it compiles calls the wrong
+    facet and the process dies (captured on 4 x H200 with DeepEP V2's JIT).
+    """
+    if any(str(name).startswith("libstdc++.so") for name in needed or []):
+        return "shared"
+    return "static" if b"_ZNSt6locale" in (data or b"") else "none"
