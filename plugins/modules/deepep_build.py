@@ -265,6 +265,22 @@ wheel:
   returned: always
   type: str
   sample: /opt/deepep/artifacts/deepep/9d0f.../deep_ep-1.2.1-cp311-cp311-linux_x86_64.whl
+linkage:
+  description:
+    - What the extension of the wheel built in this run links (also kept in its build record); null when nothing was
+      built.
+    - C(extension) (its path in the wheel), C(needed), C(rpath), C(runpath), C(soname) (the dynamic section),
+      C(libstdcxx) (C(shared), C(static) or C(none)) and C(warnings).
+  returned: always
+  type: dict
+  sample:
+    extension: deep_ep/_C.cpython-312-x86_64-linux-gnu.so
+    needed: [libc10.so, libtorch.so, libnvshmem_host.so.3, libnccl.so.2, libstdc++.so.6, libc.so.6]
+    runpath: [/opt/torch/.venv/lib/python3.12/site-packages/nvidia/nccl/lib]
+    rpath: []
+    soname: null
+    libstdcxx: shared
+    warnings: []
 build_env:
   description: The environment variables the build sets.
   returned: when the preflight passed
@@ -700,6 +716,7 @@ class DeepepBuild(object):
             "changed": False, "built": False, "installed": False, "would_build": False, "would_install": False,
             "reboot_required": False, "generation": None, "generation_reason": None, "preflight": {},
             "wheel": None, "reason": "", "commands": self.builder.commands, "log": None, "recovered": None,
+            "linkage": None,
         }
 
     # --- observe --------------------------------------------------------------------------------
@@ -985,7 +1002,7 @@ class DeepepBuild(object):
         except (OSError, IOError, BuildError) as exc:
             raise Failed("DeepEP %s build failed: %s (nothing was installed)" % (self.generation, exc),
                          log_tail=log_tail(builder.log_path, self.p["log_lines"]))
-        self.result.update(built=True, wheel=self.wheel, log=builder.log_path)
+        self.result.update(built=True, wheel=self.wheel, log=builder.log_path, linkage=self.record.get("linkage"))
         for warning in (self.record.get("linkage") or {}).get("warnings", []):
             self.module.warn(warning)
 
