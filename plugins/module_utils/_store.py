@@ -392,8 +392,11 @@ def describe_sources(directory, files):
     out = {}
     for name in check_files(files):
         path = os.path.join(directory, name)
-        fd, info = _open_file(path, path, "%s is not a file: nothing to publish (files must name files of src)"
-                              % path)
+        try:
+            fd, info = _open_file(path, path, "%s is not a file: nothing to publish (files must name files of src)"
+                                  % path)
+        except StoreError as exc:
+            raise StoreError("src %s: %s" % (directory, exc))
         try:
             digest, size = _fd_sha256(fd)
         except (IOError, OSError) as exc:
