@@ -93,7 +93,10 @@ class ActionModule(ActionBase):
                     src=params["src"], files=params["files"])
         out = self._execute_module(module_name=MODULE, module_args=args, task_vars=task_vars)
         if out.get("failed"):
-            raise StoreError("%s (on %s)" % (out.get("msg"), task_vars.get("inventory_hostname")))
+            msg = out.get("msg") or "the module failed"
+            prefix = "artifact store %s: " % params["store"]
+            raise StoreError("%s (on %s)" % (msg[len(prefix):] if msg.startswith(prefix) else msg,
+                                             task_vars.get("inventory_hostname")))
         described = out.get("files") or {}
         for name in params["files"]:
             entry = described.get(name) or {}

@@ -35,7 +35,7 @@ description:
     is a link, or that holds a link, a file with several hard links or anything but regular files; V(get) refuses an
     O(dest) that is a link or lies under one. Files are opened with C(O_NOFOLLOW); every message names the path.
   - Modes. A published file keeps the permission bits of its source less group and world write, setuid, setgid and
-    sticky (the source's mode C(& 0755)): a C(0600) source stays C(0600) in the store, and V(get) installs each file
+    sticky (the source's mode C(& 0755)), so a C(0600) source stays C(0600) in the store, and V(get) installs each file
     with the stored file's mode, so a private file never becomes world-readable on the way. C(record.json) is
     C(0644).
   - Pinning. Every V(lookup), V(get) and V(put) returns RV(record_sha256), the sha256 of the key's C(record.json).
@@ -105,7 +105,7 @@ options:
       - The pinned sha256 of the key's C(record.json), 64 lowercase hex digits (the RV(record_sha256) a V(put) or
         V(lookup) returned). With V(lookup) and V(get), a record of another digest is refused and nothing is
         installed; with V(put), it is checked against a record the store holds already (a new publication's
-        record has a new digest: pin the one it returns). Without it the record is not pinned.
+        record has a new digest; pin the one it returns). Without it the record is not pinned.
     type: str
   lock_timeout:
     description:

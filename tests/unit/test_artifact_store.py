@@ -422,8 +422,8 @@ def _module_describe(module_runner, store, src, files=None):
 
 PUTS = {
     "put_local": lambda runner, store, src: s.put_local(str(store), "nvshmem", KEY, str(src), FILES, "n1"),
-    "module put": lambda runner, store, src: _module_put(runner, store, src),
-    "module describe": lambda runner, store, src: _module_describe(runner, store, src),
+    "module put": _module_put,
+    "module describe": _module_describe,
 }
 
 
