@@ -148,6 +148,9 @@ class ActionModule(ActionBase):
             # The module reads dest on the node against a store of only this record: what it would copy.
             return dict(self._on_node_against(record, dest, path, task_vars, stage=None), record_sha256=digest)
         stage = os.path.join(dest, ".store-%s-%s" % (kind, key[:16]))
+        # Nothing is copied through a link: the module refuses a dest that is or lies under one before it reads a
+        # store (here one that cannot exist, so it writes nothing).
+        self._on_node_refuse_links(dest, stage, record, task_vars)
         try:
             # mode=preserve: each file keeps the stored mode (the source's & 0755), a private file stays private.
             self._sub_action("ansible.legacy.copy", dict(src=path, dest=os.path.join(stage, kind) + "/",
@@ -156,6 +159,16 @@ class ActionModule(ActionBase):
         finally:
             self._execute_module(module_name="ansible.legacy.file", task_vars=task_vars,
                                  module_args=dict(path=stage, state="absent"))
+
+    def _on_node_refuse_links(self, dest, stage, record, task_vars):
+        args = dict(op="get", mode="shared", store=os.path.join(stage, ".none"), kind=record["kind"],
+                    key=record["key"], dest=dest)
+        out = self._execute_module(module_name=MODULE, module_args=args, task_vars=task_vars)
+        if out.get("failed"):
+            msg = out.get("msg") or "the node's check of %s failed" % dest
+            prefix = "artifact store %s: " % args["store"]
+            raise StoreError("%s (on %s)" % (msg[len(prefix):] if msg.startswith(prefix) else msg,
+                                             task_vars.get("inventory_hostname")))
 
     def _on_node_against(self, record, dest, path, task_vars, stage, pin=None):
         """Run the module's get on the node: against ``stage`` (the key's directory copied there), or in check mode

@@ -811,3 +811,16 @@ def test_action_plugin_refuses_links_and_a_rewritten_pinned_record(playbook, tmp
                                                 record_sha256=pin)], wait=False), ok=False)
     assert "has sha256 %s, but record_sha256 pins %s" % (found, pin) in out, out[-3000:]
     assert not (tmp_path / "node-dest").exists()
+
+    # dest under a link on the node: refused before anything is copied through it
+    (keydir / "record.json").unlink()
+    (keydir / FILES[0]).unlink()
+    (keydir / FILES[1]).unlink()
+    keydir.rmdir()
+    playbook("again", [store_task("put", tmp_path, "put", src=str(tmp_path / "node-src2"), files=FILES)])
+    (tmp_path / "real-parent").mkdir()
+    (tmp_path / "parent").symlink_to(tmp_path / "real-parent")
+    out = finish(playbook("dest-link", [store_task("get", tmp_path, "got", dest=str(tmp_path / "parent" / "dest"))],
+                          wait=False), ok=False)
+    assert "%s is a symbolic link" % (tmp_path / "parent") in out, out[-3000:]
+    assert os.listdir(tmp_path / "real-parent") == []  # nothing copied through the link
