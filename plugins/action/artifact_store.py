@@ -3,17 +3,17 @@
 """The artifact store (gpufleet.deepep.artifact_store): lookup, get and put of a build key's files.
 
 mode=shared: the store is a path the node mounts; the module of the same name runs there and does everything.
-mode=controller: the store is a directory of the controller. lookup reads it here; put fetches the node's files
-into <store>/.incoming (checked against the sha256 the node computed) and publishes them here under the store's
-lock; get verifies the store's copy here, copies the key's directory to a staging directory in dest on the node,
-and runs the module there (mode=shared on that staging directory), which verifies every file after the transfer and
-renames them into dest. The logic is module_utils/_store.py; the options are documented in modules/artifact_store.py.
+mode=controller: the store is a directory of the controller. lookup reads it here; put has the module describe the
+node's files there (op=describe: sha256, size and mode, links refused), fetches them into <store>/.incoming (checked
+against that sha256, given the source's mode & 0755) and publishes them here under the store's lock; get verifies
+the store's copy here (links refused, the record's pin checked), copies the key's directory with its modes to a
+staging directory in dest on the node, and runs the module there (mode=shared on that staging directory), which
+verifies every file after the transfer and renames them into dest. The logic is module_utils/_store.py; the options are documented in modules/artifact_store.py.
 """
 
 from __future__ import annotations
 
 import os
-import shutil
 
 from ansible.errors import AnsibleError
 from ansible.module_utils.common.text.converters import to_native
@@ -21,13 +21,15 @@ from ansible.plugins.action import ActionBase
 
 from ansible_collections.gpufleet.deepep.plugins.module_utils._store import (
     StoreError,
-    check_files,
+    check_lock_timeout,
+    check_pin,
     check_request,
     key_path,
-    lookup,
+    lookup_entry,
     make_record,
     new_incoming,
     publish,
+    store_mode,
     verify_file,
 )
 from ansible_collections.gpufleet.deepep.plugins.modules.artifact_store import ARGUMENT_SPEC, REQUIRED_IF
@@ -48,10 +50,12 @@ class ActionModule(ActionBase):
         params = dict(validation.validated_parameters)
         params["host"] = params.get("host") or task_vars.get("inventory_hostname") or "unknown"
         try:
-            if params["mode"] == "shared":
+            if params["mode"] == "shared" or params["op"] == "describe":
                 result.update(self._execute_module(module_name=MODULE, module_args=params, task_vars=task_vars))
             else:
                 check_request(params["store"], params["kind"], params["key"])
+                check_lock_timeout(params["lock_timeout"])
+                check_pin(params.get("record_sha256"))
                 operation = {"lookup": self._lookup, "get": self._get, "put": self._put}[params["op"]]
                 result.update(operation(params, task_vars))
         except StoreError as exc:
@@ -67,9 +71,9 @@ class ActionModule(ActionBase):
     # mode=controller
 
     def _lookup(self, params, task_vars):
-        record = lookup(params["store"], params["kind"], params["key"])
+        record, digest = lookup_entry(params["store"], params["kind"], params["key"], params.get("record_sha256"))
         return {"changed": False, "found": record is not None, "record": record or {},
-                "path": key_path(params["store"], params["kind"], params["key"])}
+                "path": key_path(params["store"], params["kind"], params["key"]), "record_sha256": digest}
 
     def _sub_action(self, name, args, task_vars):
         task = self._task.copy()
@@ -82,71 +86,91 @@ class ActionModule(ActionBase):
             raise StoreError("%s %s failed: %s" % (name, args.get("src"), out.get("msg")))
         return out
 
-    def _node_files(self, src, files, task_vars):
-        """``{name: {sha256, size}}`` of ``files`` of ``src`` on the node."""
-        host = task_vars.get("inventory_hostname")
-        out = {}
-        for name in check_files(files):
-            path = os.path.join(src, name)
-            stat = self._execute_module(
-                module_name="ansible.legacy.stat", task_vars=task_vars,
-                module_args=dict(path=path, get_checksum=True, checksum_algorithm="sha256", follow=True))
-            if stat.get("failed"):
-                raise StoreError("cannot read %s on %s: %s" % (path, host, stat.get("msg")))
-            info = stat.get("stat", {})
-            if not info.get("exists") or not info.get("isreg"):
-                raise StoreError("%s is not a file on %s: nothing to publish (files must name files of src)"
-                                 % (path, host))
-            out[name] = {"sha256": info["checksum"], "size": info["size"]}
-        return out
+    def _node_files(self, params, task_vars):
+        """``{name: {sha256, size, mode}}`` of ``files`` of ``src`` on the node, read there by the module
+        (op=describe: a link, or a src under one, is refused by name)."""
+        args = dict(op="describe", mode="shared", store=params["store"], kind=params["kind"], key=params["key"],
+                    src=params["src"], files=params["files"])
+        out = self._execute_module(module_name=MODULE, module_args=args, task_vars=task_vars)
+        if out.get("failed"):
+            msg = out.get("msg") or "the module failed"
+            prefix = "artifact store %s: " % params["store"]
+            raise StoreError("%s (on %s)" % (msg[len(prefix):] if msg.startswith(prefix) else msg,
+                                             task_vars.get("inventory_hostname")))
+        described = out.get("files") or {}
+        for name in params["files"]:
+            entry = described.get(name) or {}
+            try:
+                entry["mode"] = int(str(entry.get("mode")), 8)
+            except ValueError:
+                raise StoreError("the node described %s without a mode: %r" % (name, entry))
+        return described
 
     def _put(self, params, task_vars):
         store, kind, key = params["store"], params["kind"], params["key"]
         path = key_path(store, kind, key)
-        existing = lookup(store, kind, key)
+        existing, digest = lookup_entry(store, kind, key, params.get("record_sha256"))
         if existing is not None:
-            return {"changed": False, "published": False, "record": existing, "path": path}
-        described = self._node_files(params["src"], params["files"], task_vars)
-        record = make_record(kind, key, described, params["host"], params["meta"])
+            return {"changed": False, "published": False, "record": existing, "path": path, "record_sha256": digest}
+        described = self._node_files(params, task_vars)
+        record = make_record(kind, key, dict((name, {"sha256": described[name]["sha256"],
+                                                     "size": described[name]["size"]}) for name in params["files"]),
+                             params["host"], params["meta"])
         if self._task.check_mode:
-            return {"changed": True, "published": True, "record": record, "path": path}
-        incoming = new_incoming(store, kind, key, params["host"])
+            return {"changed": True, "published": True, "record": record, "path": path, "record_sha256": ""}
+        incoming = new_incoming(store, kind, key, params["host"], params["lock_timeout"])
         try:
             for name in params["files"]:
                 remote = os.path.join(params["src"], name)
-                local = os.path.join(incoming, name)
+                local = os.path.join(incoming.path, name)  # a fresh 0700 directory: nothing there is exposed
                 self._sub_action("ansible.legacy.fetch", dict(src=remote, dest=local, flat=True), task_vars)
-                verify_file(local, described[name], shown="%s:%s (fetched)" % (params["host"], remote))
-                os.chmod(local, 0o644)
+                verify_file(local, record["files"][name], shown="%s:%s (fetched)" % (params["host"], remote))
+                os.chmod(local, store_mode(described[name]["mode"]))
         except BaseException:
-            shutil.rmtree(incoming, ignore_errors=True)
+            incoming.discard()
             raise
-        published, stored = publish(store, kind, key, incoming, record)
-        return {"changed": published, "published": published, "record": stored, "path": path}
+        published, stored, digest = publish(store, kind, key, incoming, record, params["lock_timeout"],
+                                            params.get("record_sha256"))
+        return {"changed": published, "published": published, "record": stored, "path": path,
+                "record_sha256": digest}
 
     def _get(self, params, task_vars):
         store, kind, key, dest = params["store"], params["kind"], params["key"], params["dest"]
         if not dest or not os.path.isabs(dest):
             raise StoreError("dest %r must be an absolute path" % (dest,))
         path = key_path(store, kind, key)
-        record = lookup(store, kind, key)
+        record, digest = lookup_entry(store, kind, key, params.get("record_sha256"))
         if record is None:
-            return {"changed": False, "found": False, "record": {}, "path": path, "copied": []}
+            return {"changed": False, "found": False, "record": {}, "path": path, "copied": [], "record_sha256": ""}
         for name, entry in record["files"].items():  # never send a damaged artifact
             verify_file(os.path.join(path, name), entry)
         if self._task.check_mode:
             # The module reads dest on the node against a store of only this record: what it would copy.
-            return self._on_node_against(record, dest, path, task_vars, stage=None)
+            return dict(self._on_node_against(record, dest, path, task_vars, stage=None), record_sha256=digest)
         stage = os.path.join(dest, ".store-%s-%s" % (kind, key[:16]))
+        # Nothing is copied through a link: the module refuses a dest that is or lies under one before it reads a
+        # store (here one that cannot exist, so it writes nothing).
+        self._on_node_refuse_links(dest, stage, record, task_vars)
         try:
-            self._sub_action("ansible.legacy.copy", dict(src=path, dest=os.path.join(stage, kind) + "/", mode="0644",
-                                                         directory_mode="0755"), task_vars)
-            return self._on_node_against(record, dest, path, task_vars, stage=stage)
+            # mode=preserve: each file keeps the stored mode (the source's & 0755), a private file stays private.
+            self._sub_action("ansible.legacy.copy", dict(src=path, dest=os.path.join(stage, kind) + "/",
+                                                         mode="preserve", directory_mode="0755"), task_vars)
+            return self._on_node_against(record, dest, path, task_vars, stage=stage, pin=digest)
         finally:
             self._execute_module(module_name="ansible.legacy.file", task_vars=task_vars,
                                  module_args=dict(path=stage, state="absent"))
 
-    def _on_node_against(self, record, dest, path, task_vars, stage):
+    def _on_node_refuse_links(self, dest, stage, record, task_vars):
+        args = dict(op="get", mode="shared", store=os.path.join(stage, ".none"), kind=record["kind"],
+                    key=record["key"], dest=dest)
+        out = self._execute_module(module_name=MODULE, module_args=args, task_vars=task_vars)
+        if out.get("failed"):
+            msg = out.get("msg") or "the node's check of %s failed" % dest
+            prefix = "artifact store %s: " % args["store"]
+            raise StoreError("%s (on %s)" % (msg[len(prefix):] if msg.startswith(prefix) else msg,
+                                             task_vars.get("inventory_hostname")))
+
+    def _on_node_against(self, record, dest, path, task_vars, stage, pin=None):
         """Run the module's get on the node: against ``stage`` (the key's directory copied there), or in check mode
         against the record alone (``stage`` None: what dest lacks)."""
         if stage is None:
@@ -161,7 +185,9 @@ class ActionModule(ActionBase):
                     out["copied"].append(name)
             out["changed"] = bool(out["copied"])
             return out
-        args = dict(op="get", mode="shared", store=stage, kind=record["kind"], key=record["key"], dest=dest)
+        # The staged record must be the bytes checked here: the node checks the stage against their digest.
+        args = dict(op="get", mode="shared", store=stage, kind=record["kind"], key=record["key"], dest=dest,
+                    record_sha256=pin)
         out = self._execute_module(module_name=MODULE, module_args=args, task_vars=task_vars)
         if out.get("failed"):
             raise StoreError(out.get("msg") or "the node's check of %s failed" % path)

@@ -63,18 +63,28 @@ class FileLock(object):
 
     def _holder(self):
         try:
-            with open(self.path, "r", encoding="utf-8", errors="replace") as handle:
-                return handle.read(200).strip()
+            fd = os.open(self.path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
         except (IOError, OSError):
             return ""
+        try:
+            return os.read(fd, 200).decode("utf-8", "replace").strip()
+        except (IOError, OSError):
+            return ""
+        finally:
+            os.close(fd)
 
     def __enter__(self):
         parent = os.path.dirname(self.path) or "."
         try:
             if not os.path.isdir(parent):
-                os.makedirs(parent, 0o755)
-            self.fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+                os.makedirs(parent, 0o755, exist_ok=True)  # two first takers race to create it
+            # Never through a link: a lock file planted as a symlink would make the holder truncate its target.
+            self.fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK
+                              | getattr(os, "O_CLOEXEC", 0), 0o644)
         except (IOError, OSError) as exc:
+            if exc.errno == errno.ELOOP:
+                raise LockError("cannot open the %s %s: it is a symbolic link (a lock file is never followed; "
+                                "remove the link)" % (self.what, self.path))
             raise LockError("cannot open the %s %s: %s" % (self.what, self.path, exc.strerror or exc))
         start = time.monotonic()
         while True:

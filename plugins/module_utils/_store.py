@@ -13,28 +13,44 @@ under ``<store>/.incoming/``; ``<store>/.lock`` (fcntl) serialises that rename, 
 one artifact and one record: the first publishes, the second reuses. Every get verifies each file's size and sha256
 after the copy, before anything is installed; a truncated or tampered file, or a record of the wrong shape, is
 refused with a message naming it.
+
+Links: nothing is read or written through a symbolic link. A put refuses a source file, ``src`` or a directory
+above it that is a link; a store entry (the kind and key directories, ``record.json``, the files) holding a link,
+a hard-linked file or anything but regular files is refused; ``dest`` and the directories above it must not be
+links. Files are opened with ``O_NOFOLLOW`` (and ``O_NONBLOCK``: a FIFO is refused, never waited on).
+
+Modes: a published file keeps its source's permission bits less group and world write, setuid, setgid and sticky
+(``& 0o755``: a 0600 source stays 0600 in the store and where a get installs it).
+
+Pins: the sha256 of an entry's ``record.json`` bytes is returned by every lookup, get and put
+(``record_sha256``); given as a pin, a record of another digest (a rewritten record and files) is refused.
+
+Staging: each publication assembles its files in ``<store>/.incoming/<kind>-<key16>-<host>.<random>``, created under
+the store lock and held with ``flock`` for its life; the next publication removes those nobody holds (a killed
+publisher's), under the store lock.
 """
 
 from __future__ import annotations
 
 import datetime
+import errno
+import fcntl
+import hashlib
 import json
 import os
 import re
 import shutil
+import stat
 import tempfile
 
-from ansible_collections.gpufleet.deepep.plugins.module_utils._fileio import (
-    file_sha256,
-    read_text,
-    write_json_file,
-)
+from ansible_collections.gpufleet.deepep.plugins.module_utils._fileio import file_digest
 from ansible_collections.gpufleet.deepep.plugins.module_utils._lock import FileLock, LockError, LockTimeout
 
 __all__ = [
-    "KINDS", "RECORD_NAME", "StoreError", "check_request", "check_files", "key_path", "validate_record",
-    "read_record", "lookup", "verify_file", "describe_files", "make_record", "StoreLock", "new_incoming",
-    "publish", "put_local", "get_local",
+    "KINDS", "RECORD_NAME", "LOCK_TIMEOUT", "MODE_MASK", "StoreError", "check_request", "check_files", "check_pin",
+    "check_lock_timeout", "refuse_links", "key_path", "validate_record", "read_record", "lookup", "lookup_entry",
+    "verify_file", "describe_files", "describe_sources", "store_mode", "make_record", "StoreLock", "Incoming",
+    "new_incoming", "clean_incoming", "publish", "put_local", "get_local",
 ]
 
 KINDS = ("nvshmem", "deepep", "nccl", "gdrcopy", "deepgemm")
@@ -43,10 +59,21 @@ LEGACY_RECORD_NAME = "published.json"
 LOCK_NAME = ".lock"
 INCOMING_NAME = ".incoming"
 LOCK_TIMEOUT = 600
+LOCK_TIMEOUT_MAX = 86400
+LOCK_VARIABLE = "lock_timeout (gpufleet_artifact_lock_timeout for the roles)"
+PIN_VARIABLE = "record_sha256 (gpufleet_artifact_record_pins for the roles)"
 KEY_FORM = "lowercase hex, 16 to 64 characters"
+PIN_FORM = "64 lowercase hex digits, the record_sha256 a put or lookup returned"
+MODE_MASK = 0o755
+RECORD_MAX = 8 * 1024 * 1024
+CHUNK = 1024 * 1024
 
 _KEY_RE = re.compile(r"^[0-9a-f]{16,64}$")
 _SHA256_RE = re.compile(r"^[0-9a-f]{64}$")
+_INCOMING_RE = re.compile(r"^(?:%s)-[0-9a-f]{16}-[A-Za-z0-9_.-]+\.[a-z0-9_]{8}$" % "|".join(KINDS))
+_CLOEXEC = getattr(os, "O_CLOEXEC", 0)
+_O_READ = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | _CLOEXEC
+_O_DIR = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | _CLOEXEC
 
 
 class StoreError(Exception):
@@ -78,8 +105,161 @@ def check_files(files):
     return list(files)
 
 
+def check_pin(pin):
+    """``pin`` (a record's sha256) or None when none is given; StoreError naming the option and the form."""
+    if pin is None:
+        return None
+    if not isinstance(pin, str) or not _SHA256_RE.fullmatch(pin):
+        raise StoreError("record_sha256 %r is not a record digest (expected %s)" % (pin, PIN_FORM))
+    return pin
+
+
+def check_lock_timeout(value):
+    """``value`` when it is a number of seconds from 0 to a day; StoreError naming the option and the form."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value <= LOCK_TIMEOUT_MAX:
+        raise StoreError("lock_timeout %r is not a wait in seconds (expected a whole number from 0, one try, to %d)"
+                         % (value, LOCK_TIMEOUT_MAX))
+    return value
+
+
 def key_path(store, kind, key):
     return os.path.join(store, kind, key)
+
+
+# --------------------------------------------------------------------------------------------
+# Links
+
+
+def _lstat(path):
+    try:
+        return os.lstat(path)
+    except OSError as exc:
+        if exc.errno in (errno.ENOENT, errno.ENOTDIR):
+            return None
+        raise StoreError("cannot read %s: %s" % (path, exc.strerror or exc))
+
+
+def _target(path):
+    try:
+        return os.readlink(path)
+    except OSError:
+        return "?"
+
+
+def refuse_links(path, what):
+    """Refuse ``path`` (absolute) when it or a directory above it is a symbolic link, naming the link; the part of
+    ``path`` that does not exist yet is not checked."""
+    if not isinstance(path, str) or not os.path.isabs(path):
+        raise StoreError("%s %r must be an absolute path" % (what, path))
+    current = os.sep
+    for part in os.path.normpath(path).split(os.sep):
+        if not part:
+            continue
+        current = os.path.join(current, part)
+        info = _lstat(current)
+        if info is None:
+            return
+        if stat.S_ISLNK(info.st_mode):
+            raise StoreError("%s %s: %s is a symbolic link (to %s); the artifact store never follows links: give the "
+                             "real path" % (what, path, current, _target(current)))
+
+
+def _open_file(path, shown, missing):
+    """``(fd, stat)`` of the regular file ``path`` opened without following a link; StoreError naming ``shown``
+    otherwise (``missing``: the message when it is absent)."""
+    try:
+        fd = os.open(path, _O_READ)
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            raise StoreError("%s is a symbolic link (to %s); the artifact store never follows links"
+                             % (shown, _target(path)))
+        if exc.errno in (errno.ENOENT, errno.ENOTDIR):
+            raise StoreError(missing)
+        raise StoreError("cannot read %s: %s" % (shown, exc.strerror or exc))
+    info = os.fstat(fd)
+    if not stat.S_ISREG(info.st_mode):
+        os.close(fd)
+        raise StoreError("%s is not a regular file; %s" % (shown, missing))
+    return fd, info
+
+
+def _fd_sha256(fd):
+    """The sha256 and length of what the open file ``fd`` holds (read through a duplicate, from its start)."""
+    os.lseek(fd, 0, os.SEEK_SET)
+    return file_digest(os.dup(fd))
+
+
+def store_mode(mode):
+    """The permission bits a stored or installed copy of a file of ``mode`` gets: ``mode & 0o755``."""
+    return stat.S_IMODE(mode) & MODE_MASK
+
+
+def _copy_fd(src_fd, out_fd, mode):
+    """Copy the open file ``src_fd`` from its start into ``out_fd`` (closed here), with ``mode``."""
+    os.lseek(src_fd, 0, os.SEEK_SET)
+    with os.fdopen(out_fd, "wb") as out:
+        while True:
+            block = os.read(src_fd, CHUNK)
+            if not block:
+                break
+            out.write(block)
+        out.flush()
+        os.fchmod(out.fileno(), mode)
+
+
+def _copy_file(path, shown, out_fd, mode=None):
+    """Copy the regular file ``path`` (never through a link) into ``out_fd``, with ``mode`` or its own
+    ``store_mode``."""
+    try:
+        fd, info = _open_file(path, shown, "%s is missing" % shown)
+    except BaseException:
+        os.close(out_fd)
+        raise
+    try:
+        _copy_fd(fd, out_fd, store_mode(info.st_mode) if mode is None else mode)
+    finally:
+        os.close(fd)
+
+
+def _create(path):
+    """A new file ``path`` opened for writing (never an existing file or a link), mode 0600 until copied into."""
+    return os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | _CLOEXEC, 0o600)
+
+
+def _check_dir(path, what):
+    """Whether the directory ``path`` exists; StoreError when it is a link or not a directory."""
+    info = _lstat(path)
+    if info is None:
+        return False
+    if stat.S_ISLNK(info.st_mode):
+        raise StoreError("%s %s is a symbolic link (to %s); the artifact store never follows links: remove it and "
+                         "publish the key again" % (what, path, _target(path)))
+    if not stat.S_ISDIR(info.st_mode):
+        raise StoreError("%s %s is not a directory; remove it" % (what, path))
+    return True
+
+
+def _check_entry(directory):
+    """Refuse a key directory that holds a link, a hard-linked file or anything but regular files (a publication
+    copies each file: it holds none of these)."""
+    try:
+        names = sorted(os.listdir(directory))
+    except OSError as exc:
+        raise StoreError("cannot list %s: %s" % (directory, exc.strerror or exc))
+    for name in names:
+        path = os.path.join(directory, name)
+        info = _lstat(path)
+        if info is None:
+            continue
+        if stat.S_ISLNK(info.st_mode):
+            raise StoreError("%s is a symbolic link (to %s) inside the store entry; the artifact store never follows "
+                             "links: remove %s and publish the key again" % (path, _target(path), directory))
+        if not stat.S_ISREG(info.st_mode):
+            raise StoreError("%s is not a regular file (a store entry holds only the files it published); remove %s "
+                             "and publish the key again" % (path, directory))
+        if info.st_nlink > 1:
+            raise StoreError("%s has %d hard links (a published file has one: it may be changed through another "
+                             "name); remove %s and publish the key again" % (path, info.st_nlink, directory))
 
 
 # --------------------------------------------------------------------------------------------
@@ -122,34 +302,74 @@ def validate_record(record, kind, key, where):
     return record
 
 
-def read_record(directory, kind, key):
-    """The validated record of the key directory ``directory``; StoreError when absent or malformed."""
-    path = os.path.join(directory, RECORD_NAME)
-    text = read_text(path)
-    if text is None:
-        raise StoreError("%s holds no readable %s (an interrupted copy or a store of an older layout); remove %s "
-                         "and publish the key again" % (directory, RECORD_NAME, directory))
+def _read_record_bytes(path, directory):
+    """The bytes of ``record.json`` (never through a link, at most RECORD_MAX)."""
+    missing = ("%s holds no readable %s (an interrupted copy or a store of an older layout); remove %s and publish "
+               "the key again" % (directory, RECORD_NAME, directory))
+    fd, info = _open_file(path, path, missing)
     try:
-        record = json.loads(text)
+        if info.st_size > RECORD_MAX:
+            raise StoreError("%s has %d bytes, more than a record's %d; remove %s and publish the key again"
+                             % (path, info.st_size, RECORD_MAX, directory))
+        chunks = []
+        while True:
+            block = os.read(fd, CHUNK)
+            if not block:
+                break
+            chunks.append(block)
+        return b"".join(chunks)
+    except OSError as exc:
+        raise StoreError("cannot read %s: %s" % (path, exc.strerror or exc))
+    finally:
+        os.close(fd)
+
+
+def _record_and_digest(directory, kind, key):
+    path = os.path.join(directory, RECORD_NAME)
+    data = _read_record_bytes(path, directory)
+    try:
+        record = json.loads(data.decode("utf-8", "replace"))
     except ValueError as exc:
         raise StoreError("%s is not JSON (%s); remove %s and publish the key again" % (path, exc, directory))
-    return validate_record(record, kind, key, path)
+    return validate_record(record, kind, key, path), hashlib.sha256(data).hexdigest()
+
+
+def read_record(directory, kind, key):
+    """The validated record of the key directory ``directory``; StoreError when absent or malformed."""
+    return _record_and_digest(directory, kind, key)[0]
 
 
 def _legacy(directory):
     """Whether ``directory`` is a key of the store's first layout (``published.json``, no checksums)."""
-    return (os.path.isfile(os.path.join(directory, LEGACY_RECORD_NAME))
-            and not os.path.lexists(os.path.join(directory, RECORD_NAME)))
+    legacy = _lstat(os.path.join(directory, LEGACY_RECORD_NAME))
+    return (legacy is not None and stat.S_ISREG(legacy.st_mode)
+            and _lstat(os.path.join(directory, RECORD_NAME)) is None)
 
 
-def lookup(store, kind, key):
-    """The record of ``kind``/``key`` in ``store``, or None when the store does not hold the key (a key of the
-    first layout, without checksums, counts as absent: the next publication replaces it)."""
+def lookup_entry(store, kind, key, pin=None):
+    """``(record, sha256 of its record.json)`` of ``kind``/``key`` in ``store``, or ``(None, "")`` when the store
+    does not hold the key (a key of the first layout, without checksums, counts as absent). A link, a hard link or
+    anything but regular files in the entry is refused; so is a record whose digest is not ``pin`` (when given)."""
     check_request(store, kind, key)
+    pin = check_pin(pin)
     directory = key_path(store, kind, key)
-    if not os.path.isdir(directory) or _legacy(directory):
-        return None
-    return read_record(directory, kind, key)
+    if (not _check_dir(os.path.join(store, kind), "the kind directory")
+            or not _check_dir(directory, "the key directory") or _legacy(directory)):
+        return None, ""
+    _check_entry(directory)
+    record, digest = _record_and_digest(directory, kind, key)
+    if pin is not None and digest != pin:
+        raise StoreError("%s/%s: %s has sha256 %s, but record_sha256 pins %s for this key: the record was rewritten "
+                         "after it was pinned, so neither it nor its files are used (if the key was published again "
+                         "on purpose, pin the new digest in %s)"
+                         % (kind, key, os.path.join(directory, RECORD_NAME), digest, pin, PIN_VARIABLE))
+    return record, digest
+
+
+def lookup(store, kind, key, pin=None):
+    """The record of ``kind``/``key`` in ``store``, or None when the store does not hold the key (see
+    ``lookup_entry``)."""
+    return lookup_entry(store, kind, key, pin)[0]
 
 
 def make_record(kind, key, files, host, meta=None, published_at=None):
@@ -164,37 +384,53 @@ def make_record(kind, key, files, host, meta=None, published_at=None):
 # Files
 
 
-def describe_files(directory, files):
-    """``{name: {sha256, size}}`` of ``files`` in ``directory``; StoreError naming a file that is not there."""
+def describe_sources(directory, files):
+    """``{name: {sha256, size, mode}}`` of ``files`` in ``directory`` (``mode``: the permission bits, an int),
+    read without following a link; StoreError naming a file that is not there, is a link or not a regular file,
+    or a ``directory`` that is (or lies under) a link."""
+    refuse_links(directory, "src")
     out = {}
     for name in check_files(files):
         path = os.path.join(directory, name)
-        if not os.path.isfile(path):
-            raise StoreError("%s is not a file: nothing to publish (files must name files of src)" % path)
         try:
-            out[name] = {"sha256": file_sha256(path), "size": os.path.getsize(path)}
+            fd, info = _open_file(path, path, "%s is not a file: nothing to publish (files must name files of src)"
+                                  % path)
+        except StoreError as exc:
+            raise StoreError("src %s: %s" % (directory, exc))
+        try:
+            digest, size = _fd_sha256(fd)
         except (IOError, OSError) as exc:
             raise StoreError("cannot read %s: %s" % (path, exc))
+        finally:
+            os.close(fd)
+        out[name] = {"sha256": digest, "size": size, "mode": stat.S_IMODE(info.st_mode)}
     return out
 
 
+def describe_files(directory, files):
+    """``{name: {sha256, size}}`` of ``files`` in ``directory`` (see ``describe_sources``)."""
+    return dict((name, {"sha256": entry["sha256"], "size": entry["size"]})
+                for name, entry in describe_sources(directory, files).items())
+
+
 def verify_file(path, entry, shown=None):
-    """Refuse ``path`` unless its size and sha256 are those of the record ``entry``; the message names ``shown``
-    (default ``path``)."""
+    """Refuse ``path`` unless it is a regular file (not a link) whose size and sha256 are those of the record
+    ``entry``; the message names ``shown`` (default ``path``)."""
     shown = shown or path
+    fd, info = _open_file(path, shown, "%s is missing (the record lists it)" % shown)
     try:
-        size = os.path.getsize(path)
-    except OSError:
-        raise StoreError("%s is missing (the record lists it)" % shown)
-    if size < entry["size"]:
-        raise StoreError("%s is truncated: %d of the %d bytes its record lists" % (shown, size, entry["size"]))
-    if size != entry["size"]:
-        raise StoreError("%s has %d bytes, its record lists %d: the file changed after publication"
-                         % (shown, size, entry["size"]))
-    try:
-        digest = file_sha256(path)
-    except (IOError, OSError) as exc:
-        raise StoreError("cannot read %s: %s" % (shown, exc))
+        size = info.st_size
+        if size < entry["size"]:
+            raise StoreError("%s is truncated: %d of the %d bytes its record lists" % (shown, size, entry["size"]))
+        if size != entry["size"]:
+            raise StoreError("%s has %d bytes, its record lists %d: the file changed after publication"
+                             % (shown, size, entry["size"]))
+        try:
+            digest = _fd_sha256(fd)[0]
+        except (IOError, OSError) as exc:
+            raise StoreError("cannot read %s: %s" % (shown, exc))
+    finally:
+        os.close(fd)
     if digest != entry["sha256"]:
         raise StoreError("%s does not match its record (sha256 %s, the record says %s): the file was altered after "
                          "publication" % (shown, digest, entry["sha256"]))
@@ -214,79 +450,162 @@ class StoreLock(FileLock):
         try:
             return FileLock.__enter__(self)
         except LockTimeout as exc:
-            raise StoreError("%s (another publication hangs?); run again once it ended" % exc)
+            raise StoreError("the store lock %s stayed locked for %s s (%s): another publication holds it or hangs; "
+                             "run again once it ended, or raise %s"
+                             % (self.path, self.timeout, "held by %s" % exc.holder if exc.holder
+                                else "its holder wrote no pid", LOCK_VARIABLE))
         except LockError as exc:
             raise StoreError(str(exc))
 
 
-def new_incoming(store, kind, key, host):
-    """A fresh directory under ``<store>/.incoming`` to assemble a publication in (the store is created)."""
+class Incoming(object):
+    """A publication being assembled in ``path`` (under ``<store>/.incoming``), held with ``flock`` on the
+    directory for as long as it lives: one that nobody holds is a killed publisher's (``clean_incoming``)."""
+
+    def __init__(self, path, fd):
+        self.path = path
+        self.fd = fd
+
+    def discard(self):
+        """Remove the directory when it is still there (not published) and let it go."""
+        info = _lstat(self.path)
+        if info is not None and stat.S_ISDIR(info.st_mode):
+            shutil.rmtree(self.path, ignore_errors=True)
+        if self.fd is not None:
+            os.close(self.fd)
+            self.fd = None
+
+
+def clean_incoming(store):
+    """Remove the staging directories of ``<store>/.incoming`` that are ours (the name a publication gives, this
+    user's) and that nobody holds (their publisher was killed); the caller holds the store lock. The paths removed."""
     incoming = os.path.join(store, INCOMING_NAME)
-    os.makedirs(incoming, exist_ok=True)
-    return tempfile.mkdtemp(prefix="%s-%s-%s." % (kind, key[:16], re.sub(r"[^A-Za-z0-9_.-]", "_", host or "x")),
-                            dir=incoming)
+    removed = []
+    try:
+        names = sorted(os.listdir(incoming))
+    except OSError:
+        return removed
+    for name in names:
+        path = os.path.join(incoming, name)
+        info = _lstat(path)
+        if (not _INCOMING_RE.match(name) or info is None or not stat.S_ISDIR(info.st_mode)
+                or info.st_uid != os.geteuid()):
+            continue
+        try:
+            fd = os.open(path, _O_DIR)
+        except OSError:
+            continue
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            os.close(fd)
+            continue  # a live publication holds it
+        try:
+            shutil.rmtree(path, ignore_errors=True)
+        finally:
+            os.close(fd)
+        removed.append(path)
+    return removed
 
 
-def publish(store, kind, key, incoming, record, timeout=LOCK_TIMEOUT):
-    """Publish the complete directory ``incoming`` (``record``'s files) as the key: ``(True, record)``; or, when the
-    key is there already, discard ``incoming`` and return ``(False, the stored record)``."""
+def new_incoming(store, kind, key, host, timeout=LOCK_TIMEOUT):
+    """A fresh directory under ``<store>/.incoming`` to assemble a publication in (the store is created), as an
+    ``Incoming`` held until it is published or discarded; made under the store lock, which also removes the
+    directories of killed publishers first."""
+    incoming = os.path.join(store, INCOMING_NAME)
+    with StoreLock(store, timeout):
+        if not _check_dir(incoming, "the staging directory"):
+            os.mkdir(incoming, 0o755)
+            _check_dir(incoming, "the staging directory")
+        clean_incoming(store)
+        path = tempfile.mkdtemp(prefix="%s-%s-%s." % (kind, key[:16], re.sub(r"[^A-Za-z0-9_.-]", "_", host or "x")),
+                                dir=incoming)
+        fd = os.open(path, _O_DIR)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            os.close(fd)
+            shutil.rmtree(path, ignore_errors=True)
+            raise
+    return Incoming(path, fd)
+
+
+def _record_bytes(record):
+    return (json.dumps(record, indent=2) + "\n").encode("utf-8")
+
+
+def publish(store, kind, key, incoming, record, timeout=LOCK_TIMEOUT, pin=None):
+    """Publish the complete directory of ``incoming`` (an ``Incoming``: ``record``'s files) as the key:
+    ``(True, record, its sha256)``; or, when the key is there already, discard ``incoming`` and return
+    ``(False, the stored record, its sha256)`` (refused when ``pin`` is given and differs)."""
     try:
         with StoreLock(store, timeout):
-            existing = lookup(store, kind, key)
+            existing, digest = lookup_entry(store, kind, key, pin)
             if existing is None:
-                write_json_file(os.path.join(incoming, RECORD_NAME), record, sort_keys=False)
-                os.makedirs(os.path.join(store, kind), exist_ok=True)
+                data = _record_bytes(record)
+                fd = _create(os.path.join(incoming.path, RECORD_NAME))
+                with os.fdopen(fd, "wb") as out:
+                    out.write(data)
+                    os.fchmod(out.fileno(), 0o644)
+                if not _check_dir(os.path.join(store, kind), "the kind directory"):
+                    os.mkdir(os.path.join(store, kind), 0o755)
+                    _check_dir(os.path.join(store, kind), "the kind directory")
                 target = key_path(store, kind, key)
-                if os.path.isdir(target) and _legacy(target):
+                if _check_dir(target, "the key directory") and _legacy(target):
                     shutil.rmtree(target)
-                os.rename(incoming, target)
-                return True, record
-            return False, existing
+                os.rename(incoming.path, target)
+                return True, record, hashlib.sha256(data).hexdigest()
+            return False, existing, digest
     finally:
-        if os.path.isdir(incoming):
-            shutil.rmtree(incoming, ignore_errors=True)
+        incoming.discard()
 
 
-def put_local(store, kind, key, src, files, host, meta=None, check_mode=False, timeout=LOCK_TIMEOUT):
-    """Publish ``files`` of the directory ``src`` (both on this machine) as ``kind``/``key``."""
+def put_local(store, kind, key, src, files, host, meta=None, check_mode=False, timeout=LOCK_TIMEOUT, pin=None):
+    """Publish ``files`` of the directory ``src`` (both on this machine) as ``kind``/``key``. ``pin`` is checked
+    against a record the store holds already; a new publication returns its digest (``record_sha256``)."""
     check_request(store, kind, key)
     check_files(files)
-    existing = lookup(store, kind, key)
+    check_lock_timeout(timeout)
+    refuse_links(src, "src")
+    existing, digest = lookup_entry(store, kind, key, pin)
     path = key_path(store, kind, key)
     if existing is not None:
-        return {"changed": False, "published": False, "record": existing, "path": path}
-    described = describe_files(src, files)
+        return {"changed": False, "published": False, "record": existing, "path": path, "record_sha256": digest}
+    described = describe_sources(src, files)
+    record = make_record(kind, key, dict((name, {"sha256": entry["sha256"], "size": entry["size"]})
+                                         for name, entry in described.items()), host, meta)
     if check_mode:
-        return {"changed": True, "published": True, "record": make_record(kind, key, described, host, meta),
-                "path": path}
-    incoming = new_incoming(store, kind, key, host)
+        return {"changed": True, "published": True, "record": record, "path": path, "record_sha256": ""}
+    incoming = new_incoming(store, kind, key, host, timeout)
     try:
         for name in files:
-            shutil.copyfile(os.path.join(src, name), os.path.join(incoming, name))
-            os.chmod(os.path.join(incoming, name), 0o644)
-            verify_file(os.path.join(incoming, name), described[name], shown=os.path.join(src, name) + " (copied)")
+            target = os.path.join(incoming.path, name)
+            shown = os.path.join(src, name)
+            _copy_file(shown, shown, _create(target), store_mode(described[name]["mode"]))
+            verify_file(target, described[name], shown=shown + " (copied)")
     except BaseException:
-        shutil.rmtree(incoming, ignore_errors=True)
+        incoming.discard()
         raise
-    published, record = publish(store, kind, key, incoming, make_record(kind, key, described, host, meta), timeout)
-    return {"changed": published, "published": published, "record": record, "path": path}
+    published, record, digest = publish(store, kind, key, incoming, record, timeout, pin)
+    return {"changed": published, "published": published, "record": record, "path": path, "record_sha256": digest}
 
 
-def get_local(store, kind, key, dest, check_mode=False):
+def get_local(store, kind, key, dest, check_mode=False, pin=None):
     """Copy the files of ``kind``/``key`` into ``dest`` (created if absent), each verified after the copy; nothing
-    is installed unless every file verified. Files already in ``dest`` with the recorded checksum stay."""
+    is installed unless every file verified. Files already in ``dest`` with the recorded checksum stay. Each copy
+    gets the stored file's mode (``store_mode``); nothing is read or written through a link."""
     check_request(store, kind, key)
-    if not isinstance(dest, str) or not os.path.isabs(dest):
-        raise StoreError("dest %r must be an absolute path" % (dest,))
-    record = lookup(store, kind, key)
+    refuse_links(dest, "dest")
+    record, digest = lookup_entry(store, kind, key, pin)
     path = key_path(store, kind, key)
     if record is None:
-        return {"changed": False, "found": False, "record": {}, "path": path, "copied": []}
+        return {"changed": False, "found": False, "record": {}, "path": path, "copied": [], "record_sha256": ""}
     stored = dict((name, os.path.join(path, name)) for name in record["files"])
     for name, entry in record["files"].items():  # sizes first: a truncated store file is refused before any copy
-        if not os.path.isfile(stored[name]):
+        info = _lstat(stored[name])
+        if info is None:
             raise StoreError("%s is missing (the record lists it)" % stored[name])
-        if os.path.getsize(stored[name]) < entry["size"]:
+        if info.st_size < entry["size"]:
             verify_file(stored[name], entry)
     wanted = []
     for name, entry in record["files"].items():
@@ -294,17 +613,18 @@ def get_local(store, kind, key, dest, check_mode=False):
             verify_file(os.path.join(dest, name), entry)
         except StoreError:
             wanted.append(name)
+    result = {"changed": bool(wanted), "found": True, "record": record, "path": path, "copied": wanted,
+              "record_sha256": digest}
     if check_mode or not wanted:
-        return {"changed": bool(wanted), "found": True, "record": record, "path": path, "copied": wanted}
+        return result
     os.makedirs(dest, exist_ok=True)
+    refuse_links(dest, "dest")
     temps = {}
     try:
         for name in wanted:
             fd, tmp = tempfile.mkstemp(prefix=".%s." % name, suffix=".tmp", dir=dest)
-            os.close(fd)
             temps[name] = tmp
-            shutil.copyfile(stored[name], tmp)
-            os.chmod(tmp, 0o644)
+            _copy_file(stored[name], stored[name], fd)
             verify_file(tmp, record["files"][name], shown="%s (copied to %s)" % (stored[name], dest))
         for name in wanted:  # record order: the file that makes the artifact usable comes last
             os.rename(temps.pop(name), os.path.join(dest, name))
@@ -312,4 +632,4 @@ def get_local(store, kind, key, dest, check_mode=False):
         for tmp in temps.values():
             if os.path.lexists(tmp):
                 os.unlink(tmp)
-    return {"changed": True, "found": True, "record": record, "path": path, "copied": wanted}
+    return result

@@ -28,6 +28,22 @@ description:
     RV(found=false), not a failure (the caller decides).
   - V(lookup) only reads. In check mode V(lookup) runs, V(get) and V(put) report what they would do and write
     nothing.
+  - V(describe) reads the files O(files) of O(src) (their sha256, size and mode) and writes nothing; the action
+    plugin runs it on the node for a V(put) with O(mode=controller).
+  - Links are never followed. V(put) refuses a file of O(files) that is a symbolic link (or not a regular file), and
+    an O(src) that is a link or lies under one; V(get) and V(lookup) refuse a store entry whose kind or key directory
+    is a link, or that holds a link, a file with several hard links or anything but regular files; V(get) refuses an
+    O(dest) that is a link or lies under one. Files are opened with C(O_NOFOLLOW); every message names the path.
+  - Modes. A published file keeps the permission bits of its source less group and world write, setuid, setgid and
+    sticky (the source's mode C(& 0755)), so a C(0600) source stays C(0600) in the store, and V(get) installs each file
+    with the stored file's mode, so a private file never becomes world-readable on the way. C(record.json) is
+    C(0644).
+  - Pinning. Every V(lookup), V(get) and V(put) returns RV(record_sha256), the sha256 of the key's C(record.json).
+    A site that pins it (O(record_sha256); the build roles read C(gpufleet_artifact_record_pins)) makes a rewritten
+    record and files refused, with a message naming the key, the pinned and the found digest.
+  - Staging. A publication assembles its files in C(<store>/.incoming/<kind>-<key>-<host>.<random>), held with
+    C(flock) while it runs; the next publication removes those that nobody holds (a killed publisher's) and that
+    belong to the user running it, under the store lock.
 author: gpufleet.deepep maintainers (@gpufleet)
 extends_documentation_fragment:
   - gpufleet.deepep.attributes
@@ -40,9 +56,10 @@ attributes:
     description: The store side runs in the controller process with O(mode=controller).
 options:
   op:
-    description: V(lookup) the key, V(get) its files into O(dest), or V(put) (publish) the files of O(src).
+    description: V(lookup) the key, V(get) its files into O(dest), V(put) (publish) the files of O(src), or
+      V(describe) the files of O(src) (what V(put) would publish; O(store) is not read).
     type: str
-    choices: [lookup, get, put]
+    choices: [lookup, get, put, describe]
     required: true
   store:
     description: The store's root directory, an absolute path (on the controller, or on the nodes with O(mode=shared)).
@@ -63,11 +80,12 @@ options:
     type: str
     required: true
   src:
-    description: With V(put), the directory on the node that holds O(files).
+    description: With V(put) and V(describe), the directory on the node that holds O(files); neither it nor a
+      directory above it may be a symbolic link.
     type: path
   files:
     description:
-      - With V(put), the names of the files of O(src) to publish, in install order (V(get) renames them into O(dest)
+      - With V(put) and V(describe), the names of the files of O(src) to publish, in install order (V(get) renames them into O(dest)
         in this order, so list last the file whose presence makes the artifact usable). Plain names, no C(/).
     type: list
     elements: str
@@ -76,14 +94,27 @@ options:
     type: dict
     default: {}
   dest:
-    description: With V(get), the directory on the node that receives the files (created if absent).
+    description: With V(get), the directory on the node that receives the files (created if absent); neither it
+      nor a directory above it may be a symbolic link.
     type: path
   host:
     description: The publisher recorded with V(put); the action plugin sets the inventory hostname.
     type: str
+  record_sha256:
+    description:
+      - The pinned sha256 of the key's C(record.json), 64 lowercase hex digits (the RV(record_sha256) a V(put) or
+        V(lookup) returned). With V(lookup) and V(get), a record of another digest is refused and nothing is
+        installed; with V(put), it is checked against a record the store holds already (a new publication's
+        record has a new digest; pin the one it returns). Without it the record is not pinned.
+    type: str
+  lock_timeout:
+    description:
+      - How long V(put) waits for the store lock C(<store>/.lock), in seconds (0 tries once, at most 86400). The
+        failure names the lock file, its holder (the pid and start time the holder wrote into it) and this option.
+    type: int
+    default: 600
 notes:
   - Every file is verified with sha256 at each V(get), on the node, after the copy.
-  - The lock is waited for at most 600 seconds; the message then names the lock file.
 seealso:
   - module: gpufleet.deepep.nvshmem_build
   - module: gpufleet.deepep.deepep_build
@@ -152,6 +183,20 @@ copied:
   returned: with op=get
   type: list
   elements: str
+record_sha256:
+  description:
+    - The sha256 of the key's C(record.json), what O(record_sha256) pins; empty when the store lacks the key, and with
+      V(put) in check mode when the key would be published (its record does not exist yet).
+  returned: with op=lookup, op=get or op=put
+  type: str
+  sample: 5d41402abc4b2a76b9719d911017c5925d41402abc4b2a76b9719d911017c592
+files:
+  description: With V(describe), each file of O(files) with its C(sha256), C(size) and C(mode) (octal, as C(0644)).
+  returned: with op=describe
+  type: dict
+  sample:
+    nvshmem-3f2a.tar.gz: {sha256: 9b74c9897bac770ffc029102a200c5de9b74c9897bac770ffc029102a200c5de, size: 1048576,
+                          mode: '0600'}
 """
 
 from ansible.module_utils.basic import AnsibleModule
@@ -159,16 +204,21 @@ from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.gpufleet.deepep.plugins.module_utils._guard import guarded
 from ansible_collections.gpufleet.deepep.plugins.module_utils._store import (
     KINDS,
+    LOCK_TIMEOUT,
     StoreError,
+    check_files,
+    check_lock_timeout,
+    check_pin,
     check_request,
+    describe_sources,
     get_local,
     key_path,
-    lookup,
+    lookup_entry,
     put_local,
 )
 
 ARGUMENT_SPEC = dict(
-    op=dict(type="str", required=True, choices=["lookup", "get", "put"]),
+    op=dict(type="str", required=True, choices=["lookup", "get", "put", "describe"]),
     store=dict(type="path", required=True),
     mode=dict(type="str", default="controller", choices=["controller", "shared"]),
     kind=dict(type="str", required=True, choices=list(KINDS)),
@@ -178,22 +228,30 @@ ARGUMENT_SPEC = dict(
     meta=dict(type="dict", default={}),
     dest=dict(type="path"),
     host=dict(type="str"),
+    record_sha256=dict(type="str", no_log=False),
+    lock_timeout=dict(type="int", default=LOCK_TIMEOUT),
 )
-REQUIRED_IF = [("op", "put", ("src", "files")), ("op", "get", ("dest",))]
+REQUIRED_IF = [("op", "put", ("src", "files")), ("op", "describe", ("src", "files")), ("op", "get", ("dest",))]
 
 
 def run(params, check_mode):
     """The store operation ``params`` asks for, on this machine's view of the store (a dict result)."""
     store, kind, key = params["store"], params["kind"], params["key"]
+    check_request(store, kind, key)
+    check_lock_timeout(params.get("lock_timeout", LOCK_TIMEOUT))
+    pin = check_pin(params.get("record_sha256"))
+    if params["op"] == "describe":
+        described = describe_sources(params["src"], check_files(params["files"]))
+        return {"changed": False, "files": dict((name, dict(entry, mode="%04o" % entry["mode"]))
+                                                for name, entry in described.items())}
     if params["op"] == "lookup":
-        check_request(store, kind, key)
-        record = lookup(store, kind, key)
+        record, digest = lookup_entry(store, kind, key, pin)
         return {"changed": False, "found": record is not None, "record": record or {},
-                "path": key_path(store, kind, key)}
+                "path": key_path(store, kind, key), "record_sha256": digest}
     if params["op"] == "get":
-        return get_local(store, kind, key, params["dest"], check_mode=check_mode)
+        return get_local(store, kind, key, params["dest"], check_mode=check_mode, pin=pin)
     return put_local(store, kind, key, params["src"], params["files"], params.get("host"), params["meta"],
-                     check_mode=check_mode)
+                     check_mode=check_mode, timeout=params.get("lock_timeout", LOCK_TIMEOUT), pin=pin)
 
 
 def _main():

@@ -336,6 +336,7 @@ def store_task(op, tmp_path, register, **args):
 
 def test_action_plugin_round_trip_on_the_controller(playbook, tmp_path):
     contents = make_src(tmp_path / "node-src")
+    os.chmod(str(tmp_path / "node-src" / FILES[0]), 0o600)  # a private file stays private, in the store and on get
     # check mode first: nothing is written, in the store or on the node
     playbook("check", [store_task("put", tmp_path, "r", src=str(tmp_path / "node-src"), files=FILES),
                        dump("r", tmp_path, "check-put.json")], "--check")
@@ -363,6 +364,12 @@ def test_action_plugin_round_trip_on_the_controller(playbook, tmp_path):
     assert r["got_again"]["changed"] is False
     assert tree(tmp_path / "node-dest") == contents  # no staging directory left
     assert os.listdir(tmp_path / "store" / ".incoming") == []
+    stored = tmp_path / "store" / "deepep" / KEY
+    assert os.stat(str(stored / FILES[0])).st_mode & 0o777 == 0o600
+    assert os.stat(str(tmp_path / "node-dest" / FILES[0])).st_mode & 0o777 == 0o600
+    assert os.stat(str(stored / FILES[1])).st_mode & 0o777 == 0o644
+    assert r["put"]["record_sha256"] == r["again"]["record_sha256"] == r["got"]["record_sha256"]
+    assert r["put"]["record_sha256"] == sha((stored / "record.json").read_bytes())
 
     # a tampered artifact is refused by name, on the controller before any transfer
     target = tmp_path / "store" / "deepep" / KEY / FILES[1]
@@ -389,3 +396,431 @@ def test_two_controllers_publishing_one_key_leave_one_artifact(playbook, tmp_pat
     for name, entry in record["files"].items():
         s.verify_file(str(tmp_path / "store" / "deepep" / KEY / name), entry)
     assert os.listdir(tmp_path / "store" / ".incoming") == []
+
+
+# --------------------------------------------------------------------------------------------
+# Hardening: links, modes, pinned record digests, the lock wait, a killed publisher's staging directory
+
+
+def _module_put(module_runner, store, src, files=None, **extra):
+    args = dict(op="put", mode="shared", store=str(store), kind="nvshmem", key=KEY, src=str(src),
+                files=files or FILES, host="n1", **extra)
+    out = module_runner(artifact_store, args)
+    if out.failed:
+        raise s.StoreError(out["msg"])
+    assert "Traceback" not in json.dumps(out)
+    return out
+
+
+def _module_describe(module_runner, store, src, files=None):
+    out = module_runner(artifact_store, dict(op="describe", mode="shared", store=str(store), kind="nvshmem", key=KEY,
+                                             src=str(src), files=files or FILES))
+    if out.failed:
+        raise s.StoreError(out["msg"])
+    return out
+
+
+PUTS = {
+    "put_local": lambda runner, store, src: s.put_local(str(store), "nvshmem", KEY, str(src), FILES, "n1"),
+    "module put": _module_put,
+    "module describe": _module_describe,
+}
+
+
+def _link_file(tmp_path, src):
+    """A listed file that is a link to a private file elsewhere."""
+    secret = tmp_path / "secret"
+    secret.write_bytes(b"private key")
+    secret.chmod(0o600)
+    (src / FILES[0]).unlink()
+    (src / FILES[0]).symlink_to(secret)
+    return src, src / FILES[0]
+
+
+def _dangling(tmp_path, src):
+    (src / FILES[1]).unlink()
+    (src / FILES[1]).symlink_to(tmp_path / "nowhere")
+    return src, src / FILES[1]
+
+
+def _src_is_link(tmp_path, src):
+    link = tmp_path / "src-link"
+    link.symlink_to(src)
+    return link, link
+
+
+def _component_is_link(tmp_path, src):
+    (tmp_path / "real").mkdir()
+    src.rename(tmp_path / "real" / "src")
+    (tmp_path / "up").symlink_to(tmp_path / "real")
+    return tmp_path / "up" / "src", tmp_path / "up"
+
+
+def _fifo(tmp_path, src):
+    (src / FILES[1]).unlink()
+    os.mkfifo(str(src / FILES[1]))
+    return src, src / FILES[1]
+
+
+SOURCE_LINKS = {"file is a link": (_link_file, "is a symbolic link"), "dangling link": (_dangling, "symbolic link"),
+                "src is a link": (_src_is_link, "is a symbolic link"),
+                "a directory above src is a link": (_component_is_link, "is a symbolic link"),
+                "file is a FIFO": (_fifo, "is not a regular file")}
+
+
+@pytest.mark.parametrize("how", sorted(PUTS))
+@pytest.mark.parametrize("case", sorted(SOURCE_LINKS))
+def test_put_refuses_a_link_in_its_source_naming_it(module_runner, tmp_path, how, case):
+    make_src(tmp_path / "src")
+    make, expected = SOURCE_LINKS[case]
+    src, named = make(tmp_path, tmp_path / "src")
+    store = tmp_path / "store"
+    with pytest.raises(s.StoreError) as info:
+        PUTS[how](module_runner, store, src)
+    assert str(named) in str(info.value) and expected in str(info.value), str(info.value)
+    assert "Traceback" not in str(info.value)
+    assert not (store / "nvshmem").exists()  # nothing published
+    assert not (store / ".incoming").exists() or os.listdir(store / ".incoming") == []
+
+
+def _entry(store):
+    return store / "nvshmem" / KEY
+
+
+def _record_link(store, tmp_path):
+    record = _entry(store) / "record.json"
+    copy = tmp_path / "record-copy.json"
+    copy.write_bytes(record.read_bytes())
+    record.unlink()
+    record.symlink_to(copy)
+    return record
+
+
+def _file_link(store, tmp_path):
+    target = _entry(store) / FILES[0]
+    copy = tmp_path / "file-copy"
+    copy.write_bytes(target.read_bytes())  # the same bytes: only the link is wrong
+    target.unlink()
+    target.symlink_to(copy)
+    return target
+
+
+def _extra_link(store, tmp_path):
+    extra = _entry(store) / "extra"
+    extra.symlink_to("/etc/passwd")
+    return extra
+
+
+def _hard_link(store, tmp_path):
+    target = _entry(store) / FILES[1]
+    os.link(str(target), str(tmp_path / "other-name"))
+    return target
+
+
+def _key_dir_link(store, tmp_path):
+    real = tmp_path / "elsewhere"
+    _entry(store).rename(real)
+    _entry(store).symlink_to(real)
+    return _entry(store)
+
+
+def _kind_dir_link(store, tmp_path):
+    real = tmp_path / "kind-elsewhere"
+    (store / "nvshmem").rename(real)
+    (store / "nvshmem").symlink_to(real)
+    return store / "nvshmem"
+
+
+STORE_LINKS = {"record.json is a link": (_record_link, "is a symbolic link"),
+               "a file is a link": (_file_link, "is a symbolic link"),
+               "an extra link": (_extra_link, "is a symbolic link"),
+               "a file has two hard links": (_hard_link, "has 2 hard links"),
+               "the key directory is a link": (_key_dir_link, "is a symbolic link"),
+               "the kind directory is a link": (_kind_dir_link, "is a symbolic link")}
+
+
+@pytest.mark.parametrize("op", ["lookup", "get", "module get", "put again"])
+@pytest.mark.parametrize("case", sorted(STORE_LINKS))
+def test_a_link_inside_the_store_entry_is_refused_naming_it(module_runner, published, tmp_path, op, case):
+    store = published[0]
+    make, expected = STORE_LINKS[case]
+    named = make(store, tmp_path)
+    dest = tmp_path / "dest"
+    calls = {
+        "lookup": lambda: s.lookup(str(store), "nvshmem", KEY),
+        "get": lambda: s.get_local(str(store), "nvshmem", KEY, str(dest)),
+        "module get": lambda: module_runner(artifact_store, dict(op="get", mode="shared", store=str(store),
+                                                                 kind="nvshmem", key=KEY, dest=str(dest))),
+        "put again": lambda: s.put_local(str(store), "nvshmem", KEY, str(tmp_path / "src"), FILES, "n2"),
+    }
+    if op == "module get":
+        out = calls[op]()
+        assert out.failed and "Traceback" not in json.dumps(out)
+        message = out["msg"]
+    else:
+        with pytest.raises(s.StoreError) as info:
+            calls[op]()
+        message = str(info.value)
+    assert str(named) in message and expected in message, message
+    assert not dest.exists()  # nothing installed
+
+
+def _dest_link(tmp_path):
+    (tmp_path / "real-dest").mkdir()
+    (tmp_path / "dest").symlink_to(tmp_path / "real-dest")
+    return tmp_path / "dest", tmp_path / "dest"
+
+
+def _dest_under_link(tmp_path):
+    (tmp_path / "real-parent").mkdir()
+    (tmp_path / "parent").symlink_to(tmp_path / "real-parent")
+    return tmp_path / "parent" / "dest", tmp_path / "parent"
+
+
+@pytest.mark.parametrize("make", [_dest_link, _dest_under_link])
+def test_get_refuses_a_dest_that_is_or_lies_under_a_link(published, tmp_path, make):
+    store = published[0]
+    dest, named = make(tmp_path)
+    with pytest.raises(s.StoreError) as info:
+        s.get_local(str(store), "nvshmem", KEY, str(dest))
+    assert "dest %s: %s is a symbolic link" % (dest, named) in str(info.value)
+    assert not os.listdir(os.path.realpath(str(named)))  # nothing written through the link
+
+
+def test_get_replaces_a_link_planted_in_dest_instead_of_writing_through_it(published, tmp_path):
+    store, contents = published[:2]
+    dest = tmp_path / "dest"
+    dest.mkdir()
+    victim = tmp_path / "victim"
+    victim.write_bytes(b"keep me")
+    (dest / FILES[0]).symlink_to(victim)
+    got = s.get_local(str(store), "nvshmem", KEY, str(dest))
+    assert got["copied"] == FILES
+    assert victim.read_bytes() == b"keep me"
+    assert not (dest / FILES[0]).is_symlink() and (dest / FILES[0]).read_bytes() == contents[FILES[0]]
+
+
+MODES = [(0o600, 0o600), (0o640, 0o640), (0o644, 0o644), (0o755, 0o755), (0o666, 0o644), (0o777, 0o755),
+         (0o4755, 0o755), (0o2750, 0o750), (0o1777, 0o755), (0o400, 0o400)]
+
+
+@pytest.mark.parametrize("source,stored", MODES, ids=["%04o" % m[0] for m in MODES])
+def test_published_files_keep_the_source_mode_less_write_and_setid_bits(tmp_path, source, stored):
+    make_src(tmp_path / "src")
+    os.chmod(str(tmp_path / "src" / FILES[0]), source)
+    store = tmp_path / "store"
+    s.put_local(str(store), "nvshmem", KEY, str(tmp_path / "src"), FILES, "n1")
+    assert os.stat(str(_entry(store) / FILES[0])).st_mode & 0o7777 == stored
+    assert os.stat(str(_entry(store) / FILES[1])).st_mode & 0o7777 == 0o644  # written by the test: 0644
+    s.get_local(str(store), "nvshmem", KEY, str(tmp_path / "dest"))
+    assert os.stat(str(tmp_path / "dest" / FILES[0])).st_mode & 0o7777 == stored
+
+
+def test_a_private_source_is_not_world_readable_in_the_store(tmp_path):
+    make_src(tmp_path / "src")
+    os.chmod(str(tmp_path / "src" / FILES[0]), 0o600)
+    store = tmp_path / "store"
+    s.put_local(str(store), "nvshmem", KEY, str(tmp_path / "src"), FILES, "n1")
+    assert not os.stat(str(_entry(store) / FILES[0])).st_mode & 0o077
+    described = s.describe_sources(str(tmp_path / "src"), FILES)
+    assert described[FILES[0]]["mode"] == 0o600
+
+
+def _rewrite_pair(store):
+    """Rewrite a file and its record consistently (what anyone who can write the store can do)."""
+    target = _entry(store) / FILES[0]
+    target.write_bytes(b"evil tarball")
+    path = _entry(store) / "record.json"
+    record = json.loads(path.read_text())
+    record["files"][FILES[0]] = {"sha256": sha(b"evil tarball"), "size": len(b"evil tarball")}
+    path.write_text(json.dumps(record, indent=2) + "\n")
+
+
+def test_put_returns_the_digest_of_the_record_it_wrote(published):
+    store, dummy, result = published
+    assert result["record_sha256"] == sha((_entry(store) / "record.json").read_bytes())
+    assert s.lookup_entry(str(store), "nvshmem", KEY) == (result["record"], result["record_sha256"])
+
+
+@pytest.mark.parametrize("op", ["lookup", "get", "put again", "module lookup", "module get"])
+def test_a_pinned_record_digest_refuses_a_rewritten_record_and_files(module_runner, published, tmp_path, op):
+    store, dummy, result = published
+    pin = result["record_sha256"]
+    dest = tmp_path / "dest"
+
+    def call(pin):
+        if op == "lookup":
+            return {"record_sha256": s.lookup_entry(str(store), "nvshmem", KEY, pin)[1]}
+        if op == "get":
+            return s.get_local(str(store), "nvshmem", KEY, str(dest), pin=pin)
+        if op == "put again":
+            return s.put_local(str(store), "nvshmem", KEY, str(tmp_path / "src"), FILES, "n2", pin=pin)
+        args = dict(op=op.split()[1], mode="shared", store=str(store), kind="nvshmem", key=KEY, record_sha256=pin)
+        if op == "module get":
+            args["dest"] = str(dest)
+        out = module_runner(artifact_store, args)
+        if out.failed:
+            raise s.StoreError(out["msg"])
+        return out
+
+    assert call(pin)["record_sha256"] == pin  # the pin matches: used as before
+    assert call(None)["record_sha256"] == pin  # no pin: unchanged behaviour
+    if dest.exists():
+        for name in os.listdir(dest):
+            os.unlink(os.path.join(dest, name))
+    _rewrite_pair(store)
+    found = sha((_entry(store) / "record.json").read_bytes())
+    assert call(None)["record_sha256"] == found  # a consistent pair passes the checksums: only a pin tells
+    if dest.exists():
+        for name in os.listdir(dest):
+            os.unlink(os.path.join(dest, name))
+    with pytest.raises(s.StoreError) as info:
+        call(pin)
+    message = str(info.value)
+    assert "nvshmem/%s" % KEY in message and pin in message and found in message, message
+    assert "record_sha256 pins %s" % pin in message and "gpufleet_artifact_record_pins" in message
+    assert not dest.exists() or os.listdir(dest) == []  # nothing installed
+
+
+@pytest.mark.parametrize("pin", ["ABC", "0" * 63, "A" * 64, "g" * 64, "", " " + "0" * 63, "0" * 65])
+@pytest.mark.parametrize("op", ["lookup", "get", "put"])
+def test_a_malformed_pin_is_refused_naming_the_option_and_the_form(module_runner, published, tmp_path, op, pin):
+    store = published[0]
+    args = dict(op=op, mode="shared", store=str(store), kind="nvshmem", key=KEY, record_sha256=pin)
+    args.update({"get": dict(dest=str(tmp_path / "dest")), "put": dict(src=str(tmp_path / "src"), files=FILES),
+                 "lookup": {}}[op])
+    out = module_runner(artifact_store, args)
+    assert out.failed and "record_sha256 %r is not a record digest (expected 64 lowercase hex digits" % pin in out["msg"]
+    assert not (tmp_path / "dest").exists()
+
+
+def test_the_lock_wait_names_the_lock_its_holder_and_the_option(module_runner, tmp_path):
+    make_src(tmp_path / "src")
+    store = tmp_path / "store"
+    lock = str(store / ".lock")
+    with s.StoreLock(str(store)):
+        with pytest.raises(s.StoreError) as info:
+            s.put_local(str(store), "nvshmem", KEY, str(tmp_path / "src"), FILES, "n1", timeout=0.2)
+        out = module_runner(artifact_store, dict(op="put", mode="shared", store=str(store), kind="nvshmem", key=KEY,
+                                                 src=str(tmp_path / "src"), files=FILES, lock_timeout=0))
+    for message in (str(info.value), out["msg"]):
+        assert "the store lock %s stayed locked for" % lock in message, message
+        assert "held by pid %d since " % os.getpid() in message
+        assert "raise lock_timeout (gpufleet_artifact_lock_timeout for the roles)" in message
+    assert "stayed locked for 0.2 s" in str(info.value) and "stayed locked for 0 s" in out["msg"]
+    assert out.failed and not (store / "nvshmem").exists()
+    assert s.put_local(str(store), "nvshmem", KEY, str(tmp_path / "src"), FILES, "n1", timeout=0)["published"]
+
+
+@pytest.mark.parametrize("value, expected", [
+    (-1, "lock_timeout -1 is not a wait in seconds (expected a whole number from 0, one try, to 86400)"),
+    (86401, "lock_timeout 86401 is not a wait in seconds"),
+    ("soon", "lock_timeout"),
+])
+def test_a_bad_lock_timeout_is_refused_naming_it(module_runner, tmp_path, value, expected):
+    make_src(tmp_path / "src")
+    out = module_runner(artifact_store, dict(op="put", mode="shared", store=str(tmp_path / "store"), kind="nvshmem",
+                                             key=KEY, src=str(tmp_path / "src"), files=FILES, lock_timeout=value))
+    assert out.failed and expected in out["msg"] and "Traceback" not in out["msg"], out["msg"]
+    assert not (tmp_path / "store").exists()
+
+
+def _killed_publisher(store, conn):
+    incoming = s.new_incoming(store, "nvshmem", KEY, "killed-host")
+    with open(os.path.join(incoming.path, FILES[0]), "wb") as handle:
+        handle.write(b"half a tarball")
+    conn.send(incoming.path)  # written to the pipe before the kill (a Queue's feeder thread would not be)
+    os.kill(os.getpid(), 9)  # killed: no cleanup runs, the kernel drops the flock
+
+
+def test_a_killed_publishers_staging_directory_is_removed_at_the_next_start(tmp_path):
+    store = tmp_path / "store"
+    ctx = multiprocessing.get_context("fork")
+    reader, writer = ctx.Pipe(duplex=False)
+    child = ctx.Process(target=_killed_publisher, args=(str(store), writer))
+    child.start()
+    child.join(timeout=60)
+    assert child.exitcode == -9
+    assert reader.poll(10)
+    stale = reader.recv()
+    assert os.path.isdir(stale)
+    incoming = store / ".incoming"
+    live = s.new_incoming(str(store), "deepep", KEY, "live-host")  # a publication still running: held
+    unrelated = incoming / "not-ours"
+    unrelated.mkdir()
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "keep").write_text("x")
+    planted = incoming / ("gdrcopy-%s-evil.abcdefgh" % KEY[:16])
+    planted.symlink_to(outside)  # named like ours, but a link: never followed nor removed through
+    make_src(tmp_path / "src")
+    result = s.put_local(str(store), "nvshmem", KEY, str(tmp_path / "src"), FILES, "n1")
+    assert result["published"] is True
+    assert not os.path.exists(stale)
+    assert os.path.isdir(live.path) and unrelated.is_dir() and planted.is_symlink()
+    assert (outside / "keep").read_text() == "x"
+    live.discard()
+    assert not os.path.exists(live.path)
+    assert sorted(os.listdir(incoming)) == sorted(["not-ours", planted.name])
+
+
+def test_clean_incoming_keeps_what_a_live_publication_holds(tmp_path):
+    store = tmp_path / "store"
+    held = s.new_incoming(str(store), "nvshmem", KEY, "h")
+    assert s.clean_incoming(str(store)) == []
+    held.fd, fd = None, held.fd
+    os.close(fd)  # its publisher is gone
+    assert s.clean_incoming(str(store)) == [held.path] and not os.path.exists(held.path)
+
+
+def test_the_lock_file_is_never_followed(tmp_path):
+    store = tmp_path / "store"
+    store.mkdir()
+    victim = tmp_path / "victim"
+    victim.write_text("precious")
+    (store / ".lock").symlink_to(victim)
+    make_src(tmp_path / "src")
+    with pytest.raises(s.StoreError, match="store lock %s: it is a symbolic link" % (store / ".lock")):
+        s.put_local(str(store), "nvshmem", KEY, str(tmp_path / "src"), FILES, "n1")
+    assert victim.read_text() == "precious"
+
+
+def test_action_plugin_refuses_links_and_a_rewritten_pinned_record(playbook, tmp_path):
+    make_src(tmp_path / "node-src")
+    secret = tmp_path / "secret"
+    secret.write_bytes(b"private")
+    secret.chmod(0o600)
+    (tmp_path / "node-src" / FILES[0]).unlink()
+    (tmp_path / "node-src" / FILES[0]).symlink_to(secret)
+    out = finish(playbook("link", [store_task("put", tmp_path, "r", src=str(tmp_path / "node-src"), files=FILES)],
+                          wait=False), ok=False)
+    assert "%s is a symbolic link (to %s)" % (tmp_path / "node-src" / FILES[0], secret) in out, out[-3000:]
+    assert "Traceback" not in out and not (tmp_path / "store" / "deepep").exists()
+
+    make_src(tmp_path / "node-src2")
+    playbook("publish", [store_task("put", tmp_path, "put", src=str(tmp_path / "node-src2"), files=FILES),
+                         dump("put", tmp_path, "put.json")])
+    pin = json.loads((tmp_path / "put.json").read_text())["record_sha256"]
+    keydir = tmp_path / "store" / "deepep" / KEY
+    (keydir / FILES[0]).write_bytes(b"evil")
+    record = json.loads((keydir / "record.json").read_text())
+    record["files"][FILES[0]] = {"sha256": sha(b"evil"), "size": 4}
+    (keydir / "record.json").write_text(json.dumps(record))
+    found = sha((keydir / "record.json").read_bytes())
+    out = finish(playbook("pinned", [store_task("get", tmp_path, "got", dest=str(tmp_path / "node-dest"),
+                                                record_sha256=pin)], wait=False), ok=False)
+    assert "has sha256 %s, but record_sha256 pins %s" % (found, pin) in out, out[-3000:]
+    assert not (tmp_path / "node-dest").exists()
+
+    # dest under a link on the node: refused before anything is copied through it
+    (keydir / "record.json").unlink()
+    (keydir / FILES[0]).unlink()
+    (keydir / FILES[1]).unlink()
+    keydir.rmdir()
+    playbook("again", [store_task("put", tmp_path, "put", src=str(tmp_path / "node-src2"), files=FILES)])
+    (tmp_path / "real-parent").mkdir()
+    (tmp_path / "parent").symlink_to(tmp_path / "real-parent")
+    out = finish(playbook("dest-link", [store_task("get", tmp_path, "got", dest=str(tmp_path / "parent" / "dest"))],
+                          wait=False), ok=False)
+    assert "%s is a symbolic link" % (tmp_path / "parent") in out, out[-3000:]
+    assert os.listdir(tmp_path / "real-parent") == []  # nothing copied through the link

@@ -25,8 +25,10 @@ from ansible_collections.gpufleet.deepep.plugins.plugin_utils._filter_guard impo
 from ansible_collections.gpufleet.deepep.plugins.module_utils import _guard
 from ansible_collections.gpufleet.deepep.plugins.module_utils._node import envscript as _envscript
 from ansible_collections.gpufleet.deepep.plugins.module_utils._nvidia import params as _nvidia_params
+from ansible_collections.gpufleet.deepep.plugins.module_utils._store import put_local
 from ansible_collections.gpufleet.deepep.plugins.module_utils import _settings
 from ansible_collections.gpufleet.deepep.plugins.modules import (
+    artifact_store,
     gpu_topology,
     model_config,
     node_stack,
@@ -269,6 +271,83 @@ def test_module_options_refused_and_nothing_written(module_runner, tmp_path):
         assert "Traceback" not in result["msg"]
     assert snapshot(tmp_path) == before
     assert len(cases) == 16
+
+
+# ------------------------------------------------------------------------------------- the artifact store's options
+STORE_KEY = "ab" * 32
+STORE_FILES = ["a.tar.gz", "a.json"]
+
+
+def _store_layout(tmp_path):
+    """A published key, a source directory, a private file, and links where a careless or hostile user puts them."""
+    src = tmp_path / "src"
+    src.mkdir()
+    for name in STORE_FILES:
+        (src / name).write_bytes(name.encode() * 100)
+    store = tmp_path / "store"
+    put_local(str(store), "nvshmem", STORE_KEY, str(src), STORE_FILES, "n1")
+    secret = tmp_path / "secret"
+    secret.write_bytes(b"private")
+    secret.chmod(0o600)
+    linked = tmp_path / "linked-src"
+    linked.mkdir()
+    (linked / STORE_FILES[0]).symlink_to(secret)
+    (linked / STORE_FILES[1]).write_bytes(b"{}")
+    (tmp_path / "src-link").symlink_to(src)
+    (tmp_path / "up").symlink_to(tmp_path)
+    (tmp_path / "dest-real").mkdir()
+    (tmp_path / "dest-link").symlink_to(tmp_path / "dest-real")
+    return store, src
+
+
+# (option, value or a function of tmp_path, what the message must say besides the value)
+STORE_BAD = [
+    ("record_sha256", "ABC", "expected 64 lowercase hex digits"),
+    ("record_sha256", "0" * 63, "expected 64 lowercase hex digits"),
+    ("record_sha256", "F" * 64, "expected 64 lowercase hex digits"),
+    ("record_sha256", "", "expected 64 lowercase hex digits"),
+    ("record_sha256", "0" * 64 + "\n", "expected 64 lowercase hex digits"),
+    ("record_sha256", "0" * 64, "but record_sha256 pins"),  # well-formed, not the record's digest
+    ("lock_timeout", -1, "expected a whole number from 0"),
+    ("lock_timeout", 86401, "expected a whole number from 0"),
+    ("lock_timeout", "soon", "int"),
+    ("src", lambda p: str(p / "src-link"), "is a symbolic link"),
+    ("src", lambda p: str(p / "up" / "src"), "is a symbolic link"),
+    ("src", lambda p: str(p / "linked-src"), "is a symbolic link"),
+    ("src", "relative/src", "must be an absolute path"),
+    ("dest", lambda p: str(p / "dest-link"), "is a symbolic link"),
+    ("dest", lambda p: str(p / "up" / "dest-new"), "is a symbolic link"),
+]
+
+
+# Each option with the ops that take it (a put of the published key returns before reading src: another key).
+STORE_OPS = {"record_sha256": ["lookup", "get", "put"], "lock_timeout": ["put"], "src": ["put"], "dest": ["get"]}
+STORE_CASES = [(op,) + case for case in STORE_BAD for op in STORE_OPS[case[0]]]
+
+
+def test_artifact_store_cases_cover_every_option_of_links_pins_and_lock_waits():
+    assert {c[1] for c in STORE_CASES} == set(STORE_OPS)
+    assert {c[0] for c in STORE_CASES if c[1] == "record_sha256"} == {"lookup", "get", "put"}
+
+
+@pytest.mark.parametrize("op,option,value,expected", STORE_CASES,
+                         ids=["%s-%s-%d" % (c[0], c[1], i) for i, c in enumerate(STORE_CASES)])
+def test_artifact_store_refuses_and_writes_nothing(module_runner, tmp_path, op, option, value, expected):
+    store, src = _store_layout(tmp_path)
+    value = value(tmp_path) if callable(value) else value
+    args = dict(op=op, mode="shared", store=str(store), kind="nvshmem", key=STORE_KEY)
+    if op == "get":
+        args["dest"] = str(tmp_path / "dest")
+    if op == "put":
+        args.update(src=str(src), files=STORE_FILES, key="cd" * 32 if option != "record_sha256" else STORE_KEY)
+    args[option] = value
+    before = snapshot(tmp_path)
+    result = module_runner(artifact_store, args)
+    assert result.failed, result
+    assert option in result["msg"] and expected in result["msg"], result["msg"]
+    assert (repr(value) if expected.startswith("expected") else str(value)) in result["msg"], result["msg"]
+    assert "Traceback" not in result["msg"]
+    assert snapshot(tmp_path) == before
 
 
 # ------------------------------------------------------------------------------------------ records of the wrong shape
