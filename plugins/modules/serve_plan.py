@@ -175,6 +175,7 @@ from ansible.module_utils.common.text.converters import to_native
 from ansible_collections.gpufleet.deepep.plugins.module_utils._guard import guarded
 from ansible_collections.gpufleet.deepep.plugins.module_utils._serve.plan import plan
 from ansible_collections.gpufleet.deepep.plugins.module_utils._serve.units import ServeError
+from ansible_collections.gpufleet.deepep.plugins.module_utils._serve.unitvalues import UnitValueError
 
 # The options above; the action plugin of the same name (plugins/action/serve_plan.py) validates the same spec.
 ARGUMENT_SPEC = dict(
@@ -206,7 +207,7 @@ def plan_fleet(params):
                       restart_sec=params["restart_sec"], debug=params["debug"],
                       secrets_env_file=params["secrets_env_file"], engine_version=params["engine_version"],
                       nodes=params["nodes"], deepgemm_required=params["deepgemm_required"])
-    except ServeError as exc:
+    except (ServeError, UnitValueError) as exc:
         return {"problems": [to_native(exc)]}, [], to_native(exc)
     warned = result.pop("warnings")
     result["warnings_found"] = warned

@@ -76,13 +76,12 @@ ansible_facts:
           type: dict
 """
 
-import re
-
 from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.gpufleet.deepep.plugins.module_utils._guard import guarded
 from ansible_collections.gpufleet.deepep.plugins.module_utils._runner import run_bounded
 from ansible_collections.gpufleet.deepep.plugins.module_utils._serve.state import SHOW_PROPERTIES, gather
+from ansible_collections.gpufleet.deepep.plugins.module_utils._serve.unitvalues import UnitValueError, check_prefix
 
 
 def _read_text(path):
@@ -100,9 +99,10 @@ def _main():
     p = module.params
     if p["timeout"] < 1:
         module.fail_json(msg="timeout %r: expected a whole number of seconds, 1 or more" % p["timeout"])
-    if not re.fullmatch(r"[A-Za-z0-9_.-]+", p["prefix"]):
-        module.fail_json(msg="prefix %r: expected a unit name prefix of letters, digits, '.', '_' or '-' (e.g. sglang)"
-                         % p["prefix"])
+    try:
+        check_prefix(p["prefix"], "prefix")  # the rule sglang_serve's plan applies to the units it writes
+    except UnitValueError as exc:
+        module.fail_json(msg=str(exc))
     if p["router_url"] and not p["router_url"].startswith(("http://", "https://")):
         module.fail_json(msg="router_url %r: expected http://<host>:<port> (e.g. http://127.0.0.1:30080)"
                          % p["router_url"])
