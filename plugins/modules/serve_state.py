@@ -23,7 +23,9 @@ options:
     type: path
     default: /etc/gpufleet/sglang-serve
   prefix:
-    description: The units' name prefix (C(sglang_serve_unit_prefix)).
+    description:
+      - The units' name prefix (C(sglang_serve_unit_prefix)); letters, digits, C(.), C(_) or C(-), starting with a
+        letter or digit, without C(..), at most 64 characters (the rule the plan applies to the units it writes).
     type: str
     default: sglang
   router_url:
@@ -72,7 +74,8 @@ ansible_facts:
         router:
           description:
             - Null without O(router_url); else C(url), C(ready), C(readiness_status), C(error), C(prefill_count),
-              C(decode_count) and C(workers) (C(url), C(worker_type), C(is_healthy), C(bootstrap_port)).
+              C(decode_count) and C(workers) (C(url), C(worker_type), C(is_healthy), C(bootstrap_port)); a worker
+              is healthy only when the router's C(is_healthy) is a JSON C(true) (another value is named in C(error)).
           type: dict
 """
 
