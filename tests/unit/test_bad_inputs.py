@@ -393,7 +393,6 @@ def test_role_argument_specs_refuse_wrong_types(role, entry, name, value):
         assert any(value in e for e in errors), errors
 
 
-
 def nested_bool_cases():
     """Every boolean suboption of a role's dict variable (e.g. sglang_server.enable_dp_attention), with a string
     that is not a boolean: YAML's "no" and friends are truthy strings once inside a dict, so the spec types them."""

@@ -225,14 +225,22 @@ def test_server_environment_refused_naming_the_variable(env, named):
 
 
 # ------------------------------------------------------------------------------ booleans
-BOOL_FIELDS = [("prefill", "dp_attention", "sglang_prefill.dp_attention"), ("router", "mini_lb", "router.mini_lb")]
+BOOL_FIELDS = [("prefill", "dp_attention", "sglang_prefill.dp_attention"), ("router", "mini_lb", "router.mini_lb"),
+               ("model", "moe", "model.moe")]
 NOT_BOOLEAN = ["maybe", "", "2", 2, -1, None, [], {}, "nope", 0.5]
 
 
-@pytest.mark.parametrize("part,key,named", BOOL_FIELDS, ids=[f[2] for f in BOOL_FIELDS])
-@pytest.mark.parametrize("value", NOT_BOOLEAN, ids=[repr(v) for v in NOT_BOOLEAN])
+# model.moe left null is the model's facts without the key (not judged), as before
+BOOL_CASES = [f + (v,) for f in BOOL_FIELDS for v in NOT_BOOLEAN if not (f[0] == "model" and v is None)]
+
+
+@pytest.mark.parametrize("part,key,named,value", BOOL_CASES, ids=["%s-%r" % (c[2], c[3]) for c in BOOL_CASES])
 def test_a_boolean_setting_refuses_what_is_not_a_boolean(module_runner, part, key, named, value):
-    result = module_runner(serve_plan, plan_args(topology=topo(**{part: {key: value}}), debug=True))
+    if part == "model":
+        args = plan_args(model=dict(MODEL, moe=value), debug=True)
+    else:
+        args = plan_args(topology=topo(**{part: {key: value}}), debug=True)
+    result = module_runner(serve_plan, args)
     assert result.failed
     assert result["msg"] == ("%s is %r; expected a boolean (true/false, or one of Ansible's yes/no, on/off, 1/0)"
                              % (named, value))
@@ -242,11 +250,14 @@ def test_a_boolean_setting_refuses_what_is_not_a_boolean(module_runner, part, ke
                                          ("false", False), ("0", False), (0, False), ("yes", True), ("on", True),
                                          ("1", True), (1, True), ("TRUE", True)])
 def test_a_boolean_setting_means_what_it_says(value, meant):
-    result = _serve.plan(topo(prefill={"tp": 2, "dp": 2, "dp_attention": value}, router={"mini_lb": value}), "p-1",
-                         model=MODEL, python="/v/bin/python", model_path="/m", debug=True)
+    result = _serve.plan(topo(prefill={"tp": 2, "dp": 2, "dp_attention": value, "moe_a2a_backend": "deepep"},
+                              router={"mini_lb": value}), "p-1",
+                         model=dict(MODEL, moe=value), python="/v/bin/python", model_path="/m", debug=True)
     (unit,) = result["units"]
     assert ("--enable-dp-attention" in unit["argv"]) is meant
     assert ("--mini-lb" in result["router"]["argv"]) is meant
+    # deepep on a dense model is refused; "no" is a dense model, not a truthy string
+    assert any("moe_a2a_backend deepep on a dense model" in p for p in result["problems"]) is not meant
 
 
 REPLIES = ["true", "false", "yes", 1, 0, None, [], {"x": 1}]

@@ -325,6 +325,8 @@ def plan(topology, host, model=None, python="/usr/bin/python3", model_path="", p
     """
     _check_options(python, model_path, prefix, config_dir, router_venv, secrets_env_file, engine_version)
     _check_hosts(topology)
+    if isinstance(model, dict) and model.get("moe") is not None:  # model_config's facts, or given by hand
+        model = dict(model, moe=setting_bool(model["moe"], "model.moe"))
     settings = {}
     instances = []
     for role in ROLES:
