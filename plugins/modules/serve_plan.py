@@ -30,6 +30,12 @@ description:
     C(--moe-a2a-backend deepep) whose exact DeepGEMM arguments have no precompiled cache on the node. The unset NIC
     variables are set to the NIC that carries the node's address, and the env scripts' values join the engine
     units' environment files (so a changed env script restarts, or rolls, the instances).
+  - Every value that reaches a unit or an environment file (the options below, the instance and router settings, the
+    hosts' names and addresses) is checked first - a newline, NUL or other control character is refused naming the
+    field (e.g. C(sglang_decode.extra_args[3])), the value and the form expected; C(ExecStart=) writes C(%) as C(%%)
+    and C($) as C($$), double-quoting an argument that is not a plain word (C(\) and C(") escaped), so that systemd
+    runs the very arguments planned. C(dp_attention) and C(mini_lb) take a boolean or one of Ansible's boolean
+    strings; anything else is refused by name.
   - Pure computation from its arguments; it reads and writes nothing. An action plugin of the same name computes
     the plan in the controller's own process (no module is sent anywhere, and no node's facts travel to another
     node). Check mode is the same run.
@@ -70,19 +76,22 @@ options:
     type: str
     default: ""
   python:
-    description: The interpreter of the SGLang environment (C(python -m sglang.launch_server)).
+    description: The interpreter of the SGLang environment (C(python -m sglang.launch_server)); an absolute path.
     type: str
     default: /usr/bin/python3
   prefix:
-    description: Unit name prefix (C(<prefix>-prefill0-rank0.service), C(<prefix>-router.service)).
+    description:
+      - Unit name prefix (C(<prefix>-prefill0-rank0.service), C(<prefix>-router.service)).
+      - Letters, digits, C(.), C(_) or C(-), starting with a letter or digit, without C(..), at most 64 characters
+        (the rule of M(gpufleet.deepep.serve_state)).
     type: str
     default: sglang
   config_dir:
-    description: Directory of the units' environment files.
+    description: Directory of the units' environment files; an absolute path.
     type: path
     default: /etc/gpufleet/sglang-serve
   router_venv:
-    description: The router's virtual environment.
+    description: The router's virtual environment; an absolute path.
     type: path
     default: /opt/gpufleet/router
   secrets_env_file:
@@ -175,6 +184,7 @@ from ansible.module_utils.common.text.converters import to_native
 from ansible_collections.gpufleet.deepep.plugins.module_utils._guard import guarded
 from ansible_collections.gpufleet.deepep.plugins.module_utils._serve.plan import plan
 from ansible_collections.gpufleet.deepep.plugins.module_utils._serve.units import ServeError
+from ansible_collections.gpufleet.deepep.plugins.module_utils._serve.unitvalues import UnitValueError
 
 # The options above; the action plugin of the same name (plugins/action/serve_plan.py) validates the same spec.
 ARGUMENT_SPEC = dict(
@@ -206,7 +216,7 @@ def plan_fleet(params):
                       restart_sec=params["restart_sec"], debug=params["debug"],
                       secrets_env_file=params["secrets_env_file"], engine_version=params["engine_version"],
                       nodes=params["nodes"], deepgemm_required=params["deepgemm_required"])
-    except ServeError as exc:
+    except (ServeError, UnitValueError) as exc:
         return {"problems": [to_native(exc)]}, [], to_native(exc)
     warned = result.pop("warnings")
     result["warnings_found"] = warned

@@ -23,7 +23,9 @@ options:
     type: path
     default: /etc/gpufleet/sglang-serve
   prefix:
-    description: The units' name prefix (C(sglang_serve_unit_prefix)).
+    description:
+      - The units' name prefix (C(sglang_serve_unit_prefix)); letters, digits, C(.), C(_) or C(-), starting with a
+        letter or digit, without C(..), at most 64 characters (the rule the plan applies to the units it writes).
     type: str
     default: sglang
   router_url:
@@ -72,17 +74,17 @@ ansible_facts:
         router:
           description:
             - Null without O(router_url); else C(url), C(ready), C(readiness_status), C(error), C(prefill_count),
-              C(decode_count) and C(workers) (C(url), C(worker_type), C(is_healthy), C(bootstrap_port)).
+              C(decode_count) and C(workers) (C(url), C(worker_type), C(is_healthy), C(bootstrap_port)); a worker
+              is healthy only when the router's C(is_healthy) is a JSON C(true) (another value is named in C(error)).
           type: dict
 """
-
-import re
 
 from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.gpufleet.deepep.plugins.module_utils._guard import guarded
 from ansible_collections.gpufleet.deepep.plugins.module_utils._runner import run_bounded
 from ansible_collections.gpufleet.deepep.plugins.module_utils._serve.state import SHOW_PROPERTIES, gather
+from ansible_collections.gpufleet.deepep.plugins.module_utils._serve.unitvalues import UnitValueError, check_prefix
 
 
 def _read_text(path):
@@ -100,9 +102,10 @@ def _main():
     p = module.params
     if p["timeout"] < 1:
         module.fail_json(msg="timeout %r: expected a whole number of seconds, 1 or more" % p["timeout"])
-    if not re.fullmatch(r"[A-Za-z0-9_.-]+", p["prefix"]):
-        module.fail_json(msg="prefix %r: expected a unit name prefix of letters, digits, '.', '_' or '-' (e.g. sglang)"
-                         % p["prefix"])
+    try:
+        check_prefix(p["prefix"], "prefix")  # the rule sglang_serve's plan applies to the units it writes
+    except UnitValueError as exc:
+        module.fail_json(msg=str(exc))
     if p["router_url"] and not p["router_url"].startswith(("http://", "https://")):
         module.fail_json(msg="router_url %r: expected http://<host>:<port> (e.g. http://127.0.0.1:30080)"
                          % p["router_url"])

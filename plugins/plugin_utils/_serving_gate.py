@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 import re
 
+from ansible_collections.gpufleet.deepep.plugins.module_utils._serve.unitvalues import UnitValueError, reply_bool
 from ansible_collections.gpufleet.deepep.plugins.module_utils._thresholds import VerifyInputError
 
 __all__ = ["CHECKS", "router_records", "direct_records", "workers_settled", "play_records", "serving_gate"]
@@ -118,6 +119,19 @@ def _readiness(readiness, plan, host, scope, kind, ready_timeout):
                    error=status < 0, passed=status == 200)
 
 
+def _healthy(worker, number, bad=None):
+    """Whether the router calls ``worker`` healthy: its ``is_healthy`` a JSON true (a string such as "false" is
+    not a boolean: it is not healthy, and ``bad`` collects why)."""
+    if not isinstance(worker, dict):
+        return False
+    try:
+        return reply_bool(worker.get("is_healthy"), "workers[%d].is_healthy" % number)
+    except UnitValueError as exc:
+        if bad is not None:
+            bad.append(str(exc))
+        return False
+
+
 def _workers(workers, plan, host, scope):
     body = workers.get("json")
     listed_any = _has(body, "workers")
@@ -125,9 +139,10 @@ def _workers(workers, plan, host, scope):
     prefill = _get(body, "stats", "prefill_count") if _has(body, "stats", "prefill_count") else -1
     decode = _get(body, "stats", "decode_count") if _has(body, "stats", "decode_count") else -1
     expected = plan["expected_workers"]
-    healthy = [w for w in listed if isinstance(w, dict) and w.get("is_healthy")]
+    not_boolean = []
+    healthy = [w for n, w in enumerate(listed) if _healthy(w, n, not_boolean)]
     unhealthy = [str(w.get("url", "?")) if isinstance(w, dict) else "?"
-                 for w in listed if not (isinstance(w, dict) and w.get("is_healthy"))]
+                 for n, w in enumerate(listed) if not _healthy(w, n)]
     ports_seen = sorted(str(w.get("bootstrap_port")) for w in listed
                         if isinstance(w, dict) and w.get("worker_type") == "prefill")
     ports_planned = sorted(str(i.get("bootstrap_port")) for i in plan.get("instances") or []
@@ -144,6 +159,7 @@ def _workers(workers, plan, host, scope):
             reasons.append("decode_count %s, planned %s" % (decode, expected.get("decode")))
         if unhealthy:
             reasons.append("unhealthy workers: " + ", ".join(unhealthy))
+        reasons += not_boolean
         if ports_seen != ports_planned:
             reasons.append("prefill bootstrap ports %s, planned %s"
                            % (",".join(ports_seen) or "none", ",".join(ports_planned)))
@@ -207,7 +223,7 @@ def workers_settled(workers, plan):
     listed = _get(body, "workers") or []
     return (stats.get("prefill_count", -1) == plan["expected_workers"].get("prefill")
             and stats.get("decode_count", -1) == plan["expected_workers"].get("decode")
-            and not [w for w in listed if not (isinstance(w, dict) and w.get("is_healthy"))])
+            and not [w for n, w in enumerate(listed) if not _healthy(w, n)])
 
 
 # ------------------------------------------------------------------------------------------ the engines

@@ -472,6 +472,36 @@ def test_role_argument_specs_refuse_wrong_types(role, entry, name, value):
         assert any(value in e for e in errors), errors
 
 
+def nested_bool_cases():
+    """Every boolean suboption of a role's dict variable (e.g. sglang_server.enable_dp_attention), with a string
+    that is not a boolean: YAML's "no" and friends are truthy strings once inside a dict, so the spec types them."""
+    cases = []
+    for spec_file in sorted((REPO / "roles").glob("*/meta/argument_specs.yml")):
+        specs = yaml.safe_load(spec_file.read_text())["argument_specs"]
+        for entry, spec in sorted(specs.items()):
+            for name, option in sorted((spec.get("options") or {}).items()):
+                for sub, suboption in sorted((option.get("options") or {}).items()):
+                    if suboption.get("type") == "bool":
+                        cases += [(spec_file.parts[-3], entry, name, sub, v) for v in ("maybe", "nope", "2")]
+    return cases
+
+
+NESTED_BOOL_CASES = nested_bool_cases()
+
+
+@pytest.mark.parametrize("role,entry,name,sub,value", NESTED_BOOL_CASES,
+                         ids=["%s.%s.%s-%d" % (c[0], c[2], c[3], i) for i, c in enumerate(NESTED_BOOL_CASES)])
+def test_role_argument_specs_refuse_a_nested_boolean_that_is_not_one(role, entry, name, sub, value):
+    options = yaml.safe_load((REPO / "roles" / role / "meta" / "argument_specs.yml").read_text())["argument_specs"][
+        entry]["options"]
+    errors = [str(e) for e in ArgumentSpecValidator(options).validate({name: {sub: value}}).errors]
+    assert any(sub in e and value in e for e in errors), errors
+
+
+def test_nested_boolean_cases_cover_the_serving_settings():
+    assert ("sglang", "main", "sglang_server", "enable_dp_attention", "maybe") in NESTED_BOOL_CASES
+
+
 # --------------------------------------------------------------------------------- files a module reads, as data
 ENV_BAD = ["[ -d /x ] && export A=1", "export A=1; reboot", "export A=$(id -u)", "export A=`id -u`",
            "export A=\"$(touch /tmp/x)\"", "source /etc/profile", ". /etc/profile", "export A='unterminated",

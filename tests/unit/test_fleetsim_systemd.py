@@ -179,3 +179,10 @@ def test_time_spans(text, expected):
 def test_memlock_infinity():
     assert systemd.parse_limit("infinity") == resource.RLIM_INFINITY
     assert systemd.parse_limit("8M") == 8 * 1024 * 1024
+
+
+def test_exec_start_reads_the_escapes_the_serving_units_write():
+    from ansible_collections.gpufleet.deepep.plugins.module_utils._serve.unitvalues import exec_line
+
+    argv = ["/v/bin/python", "-m", "x", "$HOME", "${A}", "100%", "%n", "a b", 'q"uote', "back\\slash"]
+    assert systemd.expand_command(exec_line(argv), {"HOME": "/root", "A": "a"}) == argv

@@ -7,6 +7,7 @@ import pytest
 
 from ansible_collections.gpufleet.deepep.plugins.module_utils._serve import plan as _serve
 from ansible_collections.gpufleet.deepep.plugins.module_utils._serve import units as _serve_units
+from ansible_collections.gpufleet.deepep.plugins.module_utils._serve.unitvalues import UnitValueError
 
 SMOLLM = {"path": "/opt/models/smollm2-135m", "num_attention_heads": 9, "moe": False}
 
@@ -122,9 +123,9 @@ def test_unit_names_parse_back_to_their_instance_and_rank():
 
 
 def test_an_environment_value_on_two_lines_is_refused_naming_it():
-    with pytest.raises(_serve_units.ServeError, match=r"environment A='x\\ny': a value is one line"):
+    with pytest.raises(UnitValueError, match=r"environment\['A'\] is 'x\\ny': control character '\\n' at 1"):
         _serve_units.env_file_text({"A": "x\ny"})
     # an instance's environment setting: the plan refuses before any file is written (serve_plan fails with it)
-    with pytest.raises(_serve_units.ServeError, match=r"environment NCCL_DEBUG='INFO\\nX=1'"):
+    with pytest.raises(UnitValueError, match=r"sglang_decode.environment\['NCCL_DEBUG'\] is 'INFO\\nX=1'"):
         _serve.plan(topo(decode={"port": 30001, "tp": 3, "environment": {"NCCL_DEBUG": "INFO\nX=1"}}), "d-1",
                     model=SMOLLM, python="/v/bin/python", model_path="/m")

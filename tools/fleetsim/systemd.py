@@ -121,7 +121,8 @@ def parse_environment_file(text: str) -> tuple[dict[str, str], list[str]]:
 
 def expand_command(line: str, env: dict[str, str]) -> list[str]:
     """An ``ExecStart=`` line as argv: systemd's prefixes (``-``, ``@``, ``+``, ``!``) dropped, quoting as in
-    systemd.service(5), ``${NAME}`` replaced inside words and a lone ``$NAME`` split into words."""
+    systemd.service(5), ``${NAME}`` replaced inside words and a lone ``$NAME`` split into words, ``$$`` read as
+    ``$`` and ``%%`` as ``%`` (the escapes sglang_serve's units write)."""
     while line and line[0] in "-@+!:":
         line = line[1:]
     argv = []
@@ -131,7 +132,10 @@ def expand_command(line: str, env: dict[str, str]) -> list[str]:
             continue
         out, i = "", 0
         while i < len(word):
-            if word.startswith("${", i) and "}" in word[i:]:
+            if word.startswith(("$$", "%%"), i):
+                out += word[i]
+                i += 2
+            elif word.startswith("${", i) and "}" in word[i:]:
                 end = word.index("}", i)
                 out += env.get(word[i + 2:end], "")
                 i = end + 1

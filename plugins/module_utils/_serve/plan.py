@@ -21,6 +21,14 @@ from ansible_collections.gpufleet.deepep.plugins.module_utils._serve.units impor
     unit_name,
     unit_text,
 )
+from ansible_collections.gpufleet.deepep.plugins.module_utils._serve.unitvalues import (
+    check_abs_path,
+    check_env_name,
+    check_env_value,
+    check_line,
+    check_prefix,
+    setting_bool,
+)
 
 __all__ = [
     "ROLES", "ROUTERS", "POLICIES", "TRANSFER_BACKENDS", "DEEPEP_MODES", "INSTANCE_DEFAULTS", "ROUTER_DEFAULTS",
@@ -73,7 +81,7 @@ def instance_settings(raw, where):
     settings.update(raw or {})
     for key in ("nnodes", "tp", "dp", "ep", "port", "bootstrap_port", "dist_init_port"):
         settings[key] = _int(settings, key, where)
-    settings["dp_attention"] = bool(settings["dp_attention"])
+    settings["dp_attention"] = setting_bool(settings["dp_attention"], "%s.dp_attention" % where)
     if settings["transfer_backend"] not in TRANSFER_BACKENDS:
         raise ServeError("%s: transfer_backend %r; expected one of %s"
                          % (where, settings["transfer_backend"], ", ".join(TRANSFER_BACKENDS)))
@@ -84,8 +92,21 @@ def instance_settings(raw, where):
         raise ServeError("%s: extra_args must be a list of arguments, got %r" % (where, settings["extra_args"]))
     if not isinstance(settings["environment"], dict):
         raise ServeError("%s: environment must be a mapping NAME: value, got %r" % (where, settings["environment"]))
-    settings["environment"] = dict((str(k), str(v)) for k, v in settings["environment"].items())
+    _unit_strings(settings, where, ("host", "dist_init_addr", "moe_a2a_backend", "deepep_config"))
+    settings["environment"] = dict(
+        (check_env_name(k, "%s.environment name" % where), check_env_value(v, "%s.environment[%r]" % (where, k)))
+        for k, v in settings["environment"].items())
     return settings
+
+
+def _unit_strings(settings, where, keys):
+    """The settings that become ExecStart arguments: ``keys`` and every ``extra_args`` item, one line each
+    (``unitvalues.check_line``: no newline, NUL or other control character); the unit writer escapes ``%``, ``$``
+    and quotes."""
+    for key in keys:
+        settings[key] = check_line(settings[key], "%s.%s" % (where, key), "an argument of one line")
+    settings["extra_args"] = [check_line(arg, "%s.extra_args[%d]" % (where, number), "an argument of one line")
+                              for number, arg in enumerate(settings["extra_args"])]
 
 
 def router_settings(raw):
@@ -102,7 +123,37 @@ def router_settings(raw):
         raise ServeError("router: kind %r; expected one of %s" % (settings["kind"], ", ".join(ROUTERS)))
     if settings["policy"] not in POLICIES:
         raise ServeError("router: policy %r; expected one of %s" % (settings["policy"], ", ".join(POLICIES)))
+    settings["mini_lb"] = setting_bool(settings["mini_lb"], "router.mini_lb")
+    if not isinstance(settings["extra_args"], list):
+        raise ServeError("router: extra_args must be a list of arguments, got %r" % (settings["extra_args"],))
+    _unit_strings(settings, "router", ("host", "health_check_endpoint"))
     return settings
+
+
+def _check_hosts(topology):
+    """The hosts of the topology: an inventory name and an address (it reaches the router's ExecStart as a URL)."""
+    for part in ("prefill", "decode", "router"):
+        for number, host in enumerate((topology.get(part) or {}).get("hosts") or []):
+            field = "topology.%s.hosts[%d]" % (part, number)
+            if not isinstance(host, dict):
+                raise ServeError("%s is %r; expected a mapping {name, address}" % (field, host))
+            check_line(host.get("name"), field + ".name", "an inventory host name")
+            address = check_line(host.get("address"), field + ".address", "a host name or IP address")
+            if not address or any(c in address for c in " /?#@"):
+                raise ServeError("%s.address is %r; expected a host name or IP address (e.g. 10.0.0.1)"
+                                 % (field, address))
+
+
+def _check_options(python, model_path, prefix, config_dir, router_venv, secrets_env_file, engine_version):
+    """serve_plan's own options that reach a unit or environment file."""
+    check_abs_path(python, "python")
+    check_line(model_path, "model_path", "a model directory of one line")
+    check_prefix(prefix, "prefix")
+    check_abs_path(config_dir, "config_dir")
+    check_abs_path(router_venv, "router_venv")
+    if secrets_env_file:
+        check_abs_path(secrets_env_file, "secrets_env_file")
+    check_line(engine_version, "engine_version", "a version of one line")
 
 
 def build_instances(role, group_hosts, settings):
@@ -272,6 +323,10 @@ def plan(topology, host, model=None, python="/usr/bin/python3", model_path="", p
     ``nodes``: the facts of the engine nodes (node_stack's serve_node set) by inventory name: their interfaces, the env
     scripts' values and the DeepGEMM caches; a node without facts is judged by the topology alone.
     """
+    _check_options(python, model_path, prefix, config_dir, router_venv, secrets_env_file, engine_version)
+    _check_hosts(topology)
+    if isinstance(model, dict) and model.get("moe") is not None:  # model_config's facts, or given by hand
+        model = dict(model, moe=setting_bool(model["moe"], "model.moe"))
     settings = {}
     instances = []
     for role in ROLES:
@@ -332,7 +387,7 @@ def plan(topology, host, model=None, python="/usr/bin/python3", model_path="", p
             argv = engine_argv(python, model_path, inst, rank, cfg)
             units.append({"name": name, "kind": "engine", "role": inst["role"], "instance": inst["name"],
                           "rank": rank, "argv": argv, "env_path": env_path, "env": env,
-                          "env_text": env_file_text(env),
+                          "env_text": env_file_text(env, "environment of %s" % name),
                           "text": unit_text("SGLang %s instance %d rank %d of %d (gpufleet.deepep)"
                                             % (inst["role"], inst["index"], rank, inst["nnodes"]), argv,
                                             [env_path] + secrets, start_timeout, restart_sec)})
@@ -343,7 +398,8 @@ def plan(topology, host, model=None, python="/usr/bin/python3", model_path="", p
         env = {"RUST_LOG": "info"}
         env_path = "%s/%s.env" % (config_dir, name[:-len(".service")])
         router_units.append({"name": name, "kind": "router", "role": "router", "instance": "router", "rank": 0,
-                             "argv": argv, "env_path": env_path, "env": env, "env_text": env_file_text(env),
+                             "argv": argv, "env_path": env_path, "env": env,
+                             "env_text": env_file_text(env, "environment of %s" % name),
                              "text": unit_text("SGLang PD router %s (gpufleet.deepep)" % router["kind"], argv,
                                                [env_path], 600, restart_sec, memlock=False)})
     expected = {"prefill": sum(1 for i in instances if i["role"] == "prefill"),

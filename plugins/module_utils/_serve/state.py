@@ -18,6 +18,7 @@ from ansible.module_utils.urls import open_url
 from ansible_collections.gpufleet.deepep.plugins.module_utils._serve.units import (
     ServeError, parse_env_file, parse_unit_name
 )
+from ansible_collections.gpufleet.deepep.plugins.module_utils._serve.unitvalues import UnitValueError, reply_bool
 
 __all__ = ["ServeStateError", "parse_show", "unit_facts", "router_facts", "gather"]
 
@@ -120,11 +121,18 @@ def router_facts(url, timeout, get=_get):
     stats = body.get("stats") if isinstance(body.get("stats"), dict) else {}
     facts["prefill_count"] = stats.get("prefill_count")
     facts["decode_count"] = stats.get("decode_count")
-    for worker in body["workers"]:
+    bad = []
+    for number, worker in enumerate(body["workers"]):
         if isinstance(worker, dict):
+            try:  # a worker the router does not call healthy with a JSON true is not healthy
+                healthy = reply_bool(worker.get("is_healthy"), "workers[%d].is_healthy" % number)
+            except UnitValueError as exc:
+                healthy = False
+                bad.append(str(exc))
             facts["workers"].append({"url": worker.get("url"), "worker_type": worker.get("worker_type"),
-                                     "is_healthy": bool(worker.get("is_healthy")),
-                                     "bootstrap_port": worker.get("bootstrap_port")})
+                                     "is_healthy": healthy, "bootstrap_port": worker.get("bootstrap_port")})
+    if bad:
+        facts["error"] = "%s/workers: %s" % (url, "; ".join(bad))
     return facts
 
 

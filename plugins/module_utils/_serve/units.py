@@ -16,7 +16,17 @@ Standard library only, Python 3.8+ (this file runs on the managed nodes).
 from __future__ import annotations
 
 import re
-import shlex
+
+from ansible_collections.gpufleet.deepep.plugins.module_utils._serve.unitvalues import (
+    UnitValueError,
+    check_env_name,
+    check_env_value,
+    check_line,
+    check_prefix,
+    env_file_path,
+    env_file_value,
+    exec_line,
+)
 
 __all__ = [
     "ServeError", "SYSTEM_PATH", "unit_name", "router_unit_name", "parse_unit_name", "parse_env_script",
@@ -33,11 +43,11 @@ class ServeError(ValueError):
 
 
 def unit_name(prefix, role, index, rank):
-    return "%s-%s%d-rank%d.service" % (prefix, role, index, rank)
+    return "%s-%s%d-rank%d.service" % (check_prefix(prefix), role, index, rank)
 
 
 def router_unit_name(prefix):
-    return "%s-router.service" % prefix
+    return "%s-router.service" % check_prefix(prefix)
 
 
 _ENV_LINE_RE = re.compile(r'(?P<name>[A-Za-z_][A-Za-z0-9_]*)=(?:"(?P<quoted>(?:[^"\\]|\\.)*)"|(?P<plain>[^"\s]*))')
@@ -51,6 +61,10 @@ def parse_unit_name(name):
     sglang_serve does not write."""
     match = _UNIT_NAME_RE.fullmatch(name)
     if not match:
+        return None
+    try:
+        check_prefix(match.group("prefix"))
+    except UnitValueError:
         return None
     if match.group("router"):
         return {"prefix": match.group("prefix"), "role": "router", "instance": "router", "index": 0, "rank": 0}
@@ -123,15 +137,14 @@ def parse_env_script(text, base=None, path="<env script>"):
     return env
 
 
-def env_file_text(env):
-    """A systemd EnvironmentFile: NAME="value" lines, values quoted for systemd (backslash, quote escaped)."""
+def env_file_text(env, where="environment"):
+    """A systemd EnvironmentFile: NAME="value" lines, values quoted for systemd (backslash, quote escaped); a name
+    or value ``unitvalues`` refuses raises UnitValueError naming ``where[NAME]``."""
     lines = ["# Written by gpufleet.deepep (sglang_serve); systemd EnvironmentFile syntax"]
     for name in sorted(env):
-        if "\n" in str(env[name]) or "\r" in str(env[name]):
-            raise ServeError("environment %s=%r: a value is one line (systemd reads an EnvironmentFile line by line)"
-                             % (name, env[name]))
-        value = str(env[name]).replace("\\", "\\\\").replace('"', '\\"')
-        lines.append('%s="%s"' % (name, value))
+        field = "%s[%r]" % (where, name)
+        check_env_name(name, "%s name" % field)
+        lines.append("%s=%s" % (name, env_file_value(env[name], field)))
     return "\n".join(lines) + "\n"
 
 
@@ -150,18 +163,25 @@ def parse_env_file(text, path="<env file>"):
             value = re.sub(r"\\(.)", r"\1", value)
         else:
             value = match.group("plain")
-        env[match.group("name")] = value
+        try:
+            env[match.group("name")] = check_env_value(value, "%s:%d %s" % (path, number, match.group("name")))
+        except UnitValueError as exc:
+            raise ServeError(str(exc))
     return env
 
 
-def unit_text(description, argv, env_files, start_timeout, restart_sec, after=(), memlock=True):
-    """A systemd service: the argv quoted for ExecStart, the env files, Restart=on-failure, a long start timeout."""
+def unit_text(description, argv, env_files, start_timeout, restart_sec, after=(), memlock=True, fields=None):
+    """A systemd service: the argv quoted for ExecStart (``unitvalues.exec_line``: ``%``, ``$``, quotes escaped the
+    way systemd reads them back; ``fields`` names the arguments in a refusal), the env files, Restart=on-failure, a
+    long start timeout. A value with a control character raises UnitValueError."""
+    description = check_line(description, "Description").replace("%", "%%")
+    after = [check_line(a, "After[%d]" % i, "a unit name").replace("%", "%%") for i, a in enumerate(after)]
     lines = ["# Written by gpufleet.deepep (sglang_serve)", "[Unit]", "Description=%s" % description,
              "After=network-online.target %s" % " ".join(after) if after else "After=network-online.target",
              "StartLimitIntervalSec=600", "StartLimitBurst=20", "", "[Service]", "Type=simple"]
-    for path in env_files:
-        lines.append("EnvironmentFile=%s" % path)
-    lines.append("ExecStart=%s" % " ".join(shlex.quote(a) for a in argv))
+    for number, path in enumerate(env_files):
+        lines.append("EnvironmentFile=%s" % env_file_path(path, "EnvironmentFile[%d]" % number))
+    lines.append("ExecStart=%s" % exec_line(argv, fields))
     if memlock:
         lines.append("LimitMEMLOCK=infinity")
     lines += ["LimitNOFILE=1048576", "TimeoutStartSec=%d" % start_timeout, "TimeoutStopSec=60",
