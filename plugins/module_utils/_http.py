@@ -16,7 +16,7 @@ import threading
 import time
 import urllib.parse
 
-__all__ = ["HttpInputError", "HttpDeadline", "HttpError", "check_url", "get"]
+__all__ = ["HttpInputError", "HttpDeadline", "HttpError", "check_url", "check_source", "get"]
 
 MAX_BODY = 4 * 1024 * 1024  # bytes; a larger answer is refused, not read into memory
 
@@ -59,6 +59,22 @@ def check_url(url, option="url"):
     if parts.query:
         path += "?" + parts.query
     return parts.scheme, parts.hostname, port, path
+
+
+def check_source(value, option, paths=False):
+    """A package source (pip's index or find-links): an http(s) URL with a host and a numeric port (check_url), a
+    file: URL or, with ``paths``, an absolute path. HttpInputError naming ``option``, the value and the form."""
+    form = "expected an http(s)://<host>[:<port>]/<path> or file:///<path> URL%s" % (
+        " or an absolute path" if paths else "")
+    if not isinstance(value, str) or not value.strip() or any(ord(ch) < 32 or ord(ch) == 127 for ch in value):
+        raise HttpInputError("%s %r: %s" % (option, value, form))
+    if value.startswith("file:") or (paths and value.startswith("/")):
+        return value
+    try:
+        check_url(value, option)
+    except HttpInputError as exc:  # "<option> <value>: <what is wrong>; expected ..." - this option's form instead
+        raise HttpInputError("%s; %s" % (str(exc).split("; expected", 1)[0], form))
+    return value
 
 
 def _context(validate_certs, ca_path):
