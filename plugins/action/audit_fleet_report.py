@@ -96,6 +96,10 @@ class ActionModule(ActionBase):
                                             model=_host_var(hostvars, host, model_var),
                                             serving=_host_var(hostvars, host, serving_var))
         groups = plain_data(args.get("groups") if args.get("groups") is not None else task_vars.get("groups"))
+        for group, members in (groups or {}).items():
+            if not isinstance(members, list) or not all(isinstance(m, str) for m in members):
+                raise AnsibleActionFail("audit_fleet_report: groups %s %r: expected a list of inventory host names "
+                                        "(groups: {group: [host, ...]})" % (group, members))
         skip = plain_data(args.get("skip_groups"))
         now = datetime.datetime.now(datetime.timezone.utc)
         output_dir = args.get("output_dir") or ""

@@ -86,6 +86,12 @@ def test_job_wait_types_its_arguments_and_skips_in_check_mode():
     ({"rules_file": RULES, "output_dir": "/tmp/x", "meta": "inventory"}, "'inventory'"),
     ({"rules_file": RULES, "output_dir": "/tmp/x", "extra_rules": ["r1"]}, "r1"),
     ({"rules_file": RULES}, "output_dir or output_root is required"),
+    # the groups' nested shape (issue 28, class 5): a list of host names each
+    ({"rules_file": RULES, "output_dir": "/tmp/x", "groups": {"g": "n1"}},
+     r"groups g 'n1': expected a list of inventory host names"),
+    ({"rules_file": RULES, "output_dir": "/tmp/x", "groups": {"g": None}}, r"groups g None: expected a list"),
+    ({"rules_file": RULES, "output_dir": "/tmp/x", "groups": {"g": ["n1", {"a": 1}]}},
+     r"groups g \['n1', \{'a': 1\}\]: expected a list of inventory host names"),
 ])
 def test_audit_fleet_report_refuses_a_bad_argument_naming_it(tmp_path, args, named):
     args = dict(args)

@@ -324,3 +324,11 @@ def test_a_package_without_an_entry_is_named_before_pip_runs(env):
     assert result["msg"].startswith("requirements_hashes has no entry for sglang ('sglang==0.5.19')"), result["msg"]
     assert "expected sglang==<version>: [<sha256>, ...]" in result["msg"]
     assert facts(env)["versions"]["sglang"] is None
+
+
+@pytest.mark.parametrize("key", ["num_attention_heads", "num_key_value_heads", "hidden_size", "num_hidden_layers",
+                                 "num_experts"])
+def test_a_json_true_is_no_count_in_config_json(key):
+    facts = _sglang.model_facts({"num_attention_heads": 8, key: True})
+    assert facts[key if key != "num_experts" else "num_experts"] in (None, 8 if key == "num_key_value_heads" else None)
+    assert facts["moe"] is False

@@ -469,6 +469,11 @@ def _first(cfg, *names):
     return None
 
 
+def _whole(value):
+    """A count of config.json: an integer (a JSON true is no count), else None."""
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
 def model_facts(config, config_text=None):
     """Facts of a model's ``config.json`` (a dict): architecture, heads, experts, quantization."""
     if not isinstance(config, dict):
@@ -483,17 +488,17 @@ def model_facts(config, config_text=None):
     quant_method = (quant or {}).get("quant_method") or (quant or {}).get("quant_algo")
     fmt = (quant or {}).get("fmt")
     archs = merged.get("architectures") if isinstance(merged.get("architectures"), list) else []
+    heads, kv, experts = _whole(heads), _whole(kv), _whole(experts)
     return {
         "architectures": [str(a) for a in archs],
         "architecture": str(archs[0]) if archs else None,
         "model_type": merged.get("model_type"),
-        "num_attention_heads": int(heads) if isinstance(heads, int) else None,
-        "num_key_value_heads": int(kv) if isinstance(kv, int) else (int(heads) if isinstance(heads, int) else None),
-        "hidden_size": merged.get("hidden_size") if isinstance(merged.get("hidden_size"), int) else None,
-        "num_hidden_layers": merged.get("num_hidden_layers") if isinstance(merged.get("num_hidden_layers"), int)
-        else None,
-        "num_experts": int(experts) if isinstance(experts, int) else None,
-        "moe": isinstance(experts, int) and experts > 1,
+        "num_attention_heads": heads,
+        "num_key_value_heads": kv if kv is not None else heads,
+        "hidden_size": _whole(merged.get("hidden_size")),
+        "num_hidden_layers": _whole(merged.get("num_hidden_layers")),
+        "num_experts": experts,
+        "moe": experts is not None and experts > 1,
         "quantization": quant_method,
         "quantization_fmt": fmt,
         "fp8": bool(quant_method and "fp8" in str(quant_method).lower()),
