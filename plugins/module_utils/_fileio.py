@@ -115,8 +115,8 @@ def refuse_links(path, option, what="directory"):
     while parent and parent != os.path.dirname(parent):
         if os.path.islink(parent) and not os.path.exists(parent):
             raise LinkRefused("%s %r: its component %r is a dangling symlink (to %r); nothing is written through a "
-                              "link - expected a path of real directories" % (option, path, parent,
-                                                                             os.readlink(parent)))
+                              "link - expected a path of real directories"
+                              % (option, path, parent, os.readlink(parent)))
         parent = os.path.dirname(parent)
     return path
 

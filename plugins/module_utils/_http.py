@@ -118,6 +118,9 @@ def get(url, timeout, validate_certs=True, ca_path=None, max_body=MAX_BODY, opti
     watchdog.start()
     try:
         try:
+            conn.connect()
+            if expired.is_set():  # the deadline passed while connecting, before there was a socket to shut
+                raise OSError("deadline")
             conn.request("GET", path, headers={"Accept": "application/json", "Connection": "close"})
             resp = conn.getresponse()
             chunks, size = [], 0

@@ -126,14 +126,15 @@ options:
     type: dict
   requirements_hashes:
     description:
-      - C(project==version -> [sha256, ...]) of every package installed from the index (or O(find_links)), e.g.
-        C(sglang==0.5.8: [3f2a...]). Given, every C(pip install) of the module is hash-checked - the packages go
-        through a requirements file with their digests, C(--require-hashes) and C(--no-deps), so pip refuses a
-        download whose digest is not listed and resolves nothing itself. SGLang's requirements (and an unversioned
-        transfer engine) are installed at their pinned versions, together with every other pin (the set is the lock:
-        SGLang's requirements and their dependencies), less O(exclude); a requirement already installed and not
-        pinned is left as it is. A package asked for without an entry fails the task naming it, before pip runs.
-        The collection's own DeepEP wheel is checked against its own digest.
+      - C(project==version -> [sha256, ...]) of every package installed from the index (or O(find_links)), for
+        example the key C(sglang==0.5.8) with the list of its wheels' digests.
+      - Given, every C(pip install) of the module is hash-checked - the packages go through a requirements file with
+        their digests, C(--require-hashes) and C(--no-deps), so pip refuses a download whose digest is not listed
+        and resolves nothing itself. SGLang's requirements (and an unversioned transfer engine) are installed at
+        their pinned versions, together with every other pin (the set is the lock of SGLang's requirements and
+        their dependencies), less O(exclude); a requirement already installed and not pinned is left as it is. A
+        package asked for without an entry fails the task naming it, before pip runs. The collection's own DeepEP
+        wheel is checked against its own digest.
       - Empty (the default), installs are not hash-checked (only an offline O(wheelhouse) is verified).
     type: dict
     default: {}

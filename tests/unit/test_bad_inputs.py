@@ -578,9 +578,10 @@ URL_BAD = [
 ]
 
 
-@pytest.mark.parametrize("module,option,value,why", URL_BAD, ids=["%s-%s-%d" % (c[0].__name__.rsplit(".", 1)[-1],
-                                                                                 c[1], i)
-                                                                   for i, c in enumerate(URL_BAD)])
+URL_IDS = ["%s-%s-%d" % (c[0].__name__.rsplit(".", 1)[-1], c[1], i) for i, c in enumerate(URL_BAD)]
+
+
+@pytest.mark.parametrize("module,option,value,why", URL_BAD, ids=URL_IDS)
 def test_a_malformed_url_is_refused_naming_option_value_and_form(module_runner, tmp_path, module, option, value, why):
     import sys
 
@@ -632,8 +633,8 @@ SGLANG_ENV_BAD = [
 
 @pytest.mark.parametrize("option,value,named,form", SGLANG_ENV_BAD,
                          ids=["%s-%d" % (c[0], i) for i, c in enumerate(SGLANG_ENV_BAD)])
-def test_sglang_env_refuses_a_malformed_nested_option_before_anything(module_runner, tmp_path, option, value, named,
-                                                                       form):
+def test_sglang_env_refuses_a_malformed_nested_option_before_anything(module_runner, tmp_path, option, value,
+                                                                      named, form):
     import sys
 
     before = snapshot(tmp_path)
@@ -671,6 +672,7 @@ def test_refuse_links_names_the_option_and_the_link(tmp_path, layout, named, why
     else:
         (tmp_path / "real").mkdir()
         (tmp_path / "real" / "fleet.json").symlink_to(target)
+
     def entries():  # links are listed, not followed (a dangling one has nothing to read)
         return sorted(os.path.join(d, n) for d, dirs, files in os.walk(str(tmp_path)) for n in dirs + files)
 

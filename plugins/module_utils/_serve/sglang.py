@@ -555,7 +555,8 @@ def hashed_requirements(specs, pins, with_lock=False, exclude=(), installed=()):
     ``project==version`` pinned in ``pins`` (check_requirements_hashes), a requirement by name or range resolved to
     its one pin, or a local wheel file (its own sha256); a requirement by name or range without a pin whose project
     is ``installed`` is left to pip (the installed copy satisfies it, or pip's own hash check refuses the upgrade).
-    ``with_lock`` adds every other pin (the dependencies pip may pull in), less ``exclude``. SglangError naming a spec that has no pin, or whose pin is another version."""
+    ``with_lock`` adds every other pin (the dependencies pip may pull in), less ``exclude``. SglangError naming a
+    spec that has no pin, or whose pin is another version."""
     lines, named = [], set()
     for spec in specs:
         if os.path.isfile(spec):
