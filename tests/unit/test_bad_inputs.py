@@ -683,3 +683,42 @@ def test_refuse_links_names_the_option_and_the_link(tmp_path, layout, named, why
     assert "nothing is written through a link - expected a" in str(info.value)
     assert entries() == before
     assert os.path.isdir(str(target)) == (layout == "link_to_dir")  # no target created
+
+
+def _uri_tasks():
+    """Every ansible.builtin.uri task of the roles and playbooks, with its file (blocks walked)."""
+    def walk(tasks, path):
+        for task in tasks or []:
+            if not isinstance(task, dict):
+                continue
+            for key in ("block", "rescue", "always"):
+                yield from walk(task.get(key), path)
+            if "ansible.builtin.uri" in task:
+                yield path, task
+
+    for path in sorted(list((REPO / "roles").glob("*/tasks/*.yml")) + list((REPO / "playbooks").glob("*.yml"))):
+        data = yaml.safe_load(path.read_text()) or []
+        plays = [p for p in data if isinstance(p, dict) and "hosts" in p]
+        if plays:
+            for play in plays:
+                for key in ("pre_tasks", "tasks", "post_tasks", "handlers"):
+                    yield from walk(play.get(key), path)
+        else:
+            yield from walk(data, path)
+
+
+URI_TASKS = list(_uri_tasks())
+URI_IDS = ["%s:%s" % (p.relative_to(REPO), t.get("name", "?")[:40]) for p, t in URI_TASKS]
+
+
+@pytest.mark.parametrize("path,task", URI_TASKS, ids=URI_IDS)
+def test_every_http_request_of_the_roles_has_a_deadline_for_the_whole_exchange(path, task):
+    """uri's own timeout bounds each socket read; the task timeout bounds the exchange (issue 28, class 4)."""
+    assert task["ansible.builtin.uri"].get("timeout") is not None, (path, task["name"])
+    assert task.get("timeout") is not None, (path, task["name"])
+    own = task["ansible.builtin.uri"]["timeout"]
+    assert str(task["timeout"]) == str(own + 30) if isinstance(own, int) else "| int + 30" in str(task["timeout"])
+
+
+def test_the_uri_tasks_are_found():
+    assert len(URI_TASKS) >= 14
