@@ -38,7 +38,7 @@ from ansible_collections.gpufleet.deepep.plugins.plugin_utils._audit.engine impo
 )
 from ansible_collections.gpufleet.deepep.plugins.plugin_utils._audit.document import node_document, plain_data
 from ansible_collections.gpufleet.deepep.plugins.plugin_utils._audit.expr import AuditError
-from ansible_collections.gpufleet.deepep.plugins.module_utils._fileio import write_atomic
+from ansible_collections.gpufleet.deepep.plugins.module_utils._fileio import LinkRefused, refuse_links, write_atomic
 from ansible_collections.gpufleet.deepep.plugins.plugin_utils._audit.report import render
 from ansible_collections.gpufleet.deepep.plugins.modules.audit_fleet_report import ARGUMENT_SPEC
 from ansible_collections.gpufleet.deepep.plugins.plugin_utils._action_args import validated_args
@@ -96,16 +96,25 @@ class ActionModule(ActionBase):
                                             model=_host_var(hostvars, host, model_var),
                                             serving=_host_var(hostvars, host, serving_var))
         groups = plain_data(args.get("groups") if args.get("groups") is not None else task_vars.get("groups"))
+        for group, members in (groups or {}).items():
+            if not isinstance(members, list) or not all(isinstance(m, str) for m in members):
+                raise AnsibleActionFail("audit_fleet_report: groups %s %r: expected a list of inventory host names "
+                                        "(groups: {group: [host, ...]})" % (group, members))
         skip = plain_data(args.get("skip_groups"))
         now = datetime.datetime.now(datetime.timezone.utc)
         output_dir = args.get("output_dir") or ""
         output_root = args.get("output_root") or ""
-        if output_dir:
-            run_dir = os.path.realpath(os.path.expanduser(output_dir))
-        elif output_root:
-            run_dir = os.path.join(os.path.realpath(os.path.expanduser(output_root)), now.strftime("%Y%m%dT%H%M%SZ"))
-        else:
-            raise AnsibleActionFail("output_dir or output_root is required (where the report goes)")
+        # Never through a link: a (dangling) symlink as output_dir would have its target created and written.
+        try:
+            if output_dir:
+                run_dir = refuse_links(os.path.expanduser(output_dir), "output_dir")
+            elif output_root:
+                root = refuse_links(os.path.expanduser(output_root), "output_root")
+                run_dir = refuse_links(os.path.join(root, now.strftime("%Y%m%dT%H%M%SZ")), "output_root")
+            else:
+                raise AnsibleActionFail("output_dir or output_root is required (where the report goes)")
+        except LinkRefused as exc:
+            raise AnsibleActionFail("audit_fleet_report: %s" % to_native(exc))
         meta = {"generated_at": now.strftime("%Y-%m-%dT%H:%M:%SZ"), "check_mode": bool(self._play_context.check_mode),
                 "rules_file": args["rules_file"], "run_dir": run_dir}
         meta.update(plain_data(args.get("meta") or {}))
@@ -119,6 +128,8 @@ class ActionModule(ActionBase):
             if not os.path.isdir(run_dir):
                 os.makedirs(run_dir, 0o755)
             files = []
+            for name, _text in rendered:  # every file checked before the first is written
+                refuse_links(os.path.join(run_dir, name), "output_dir", what="file in %s" % run_dir)
             for name, text in rendered:
                 path = os.path.join(run_dir, name)
                 write_atomic(path, text)
@@ -128,6 +139,8 @@ class ActionModule(ActionBase):
                 tmp_link = link + ".tmp-%d" % os.getpid()
                 os.symlink(os.path.basename(run_dir), tmp_link)
                 os.replace(tmp_link, link)
+        except LinkRefused as exc:
+            raise AnsibleActionFail("audit_fleet_report: %s" % to_native(exc))
         except (IOError, OSError) as exc:
             raise AnsibleActionFail("cannot write the report into %s: %s" % (run_dir, to_native(exc)))
         result.update(changed=True, run_dir=run_dir, files=files, summary=fleet["summary"],

@@ -21,7 +21,8 @@ import os
 import shutil
 import tempfile
 
-__all__ = ["read_text", "read_json_dict", "file_sha256", "file_digest", "write_atomic", "write_json_file", "copy_atomic", "CopyMismatch"]
+__all__ = ["read_text", "read_json_dict", "file_sha256", "file_digest", "write_atomic", "write_json_file", "copy_atomic", "CopyMismatch",
+           "LinkRefused", "refuse_links"]
 
 CHUNK = 1024 * 1024
 
@@ -95,6 +96,29 @@ def write_json_file(path, data, indent=2, tmp_prefix=".gpufleet-build.", mode=0o
     ``write_atomic``."""
     text = json.dumps(data, sort_keys=sort_keys, indent=indent) + "\n"
     return write_atomic(path, text, mode=mode, tmp_prefix=tmp_prefix)
+
+
+class LinkRefused(ValueError):
+    """A path a writer was given is a symlink (or leads through a dangling one); the message names the option."""
+
+
+def refuse_links(path, option, what="directory"):
+    """Refuse to write at ``path`` (the value of ``option``) through a link: ``path`` itself must not be a symlink,
+    and no component above it may be a dangling symlink (creating the missing directories would create its target).
+    Symlinked ancestors that lead to an existing directory (``/home`` -> ``/srv/home``) are the site's layout and pass.
+    """
+    path = os.path.abspath(path)
+    if os.path.islink(path):
+        raise LinkRefused("%s %r: is a symlink (to %r); nothing is written through a link - expected a real %s or a "
+                          "path that does not exist yet" % (option, path, os.readlink(path), what))
+    parent = os.path.dirname(path)
+    while parent and parent != os.path.dirname(parent):
+        if os.path.islink(parent) and not os.path.exists(parent):
+            raise LinkRefused("%s %r: its component %r is a dangling symlink (to %r); nothing is written through a "
+                              "link - expected a path of real directories"
+                              % (option, path, parent, os.readlink(parent)))
+        parent = os.path.dirname(parent)
+    return path
 
 
 class CopyMismatch(Exception):

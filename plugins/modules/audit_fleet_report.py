@@ -84,7 +84,10 @@ options:
     elements: str
     default: [all, ungrouped]
   output_dir:
-    description: A fixed run directory; empty for a new C(<output_root>/<UTC timestamp>).
+    description:
+      - A fixed run directory; empty for a new C(<output_root>/<UTC timestamp>).
+      - Reports are never written through a link - O(output_dir) (or O(output_root)) must not be a symlink, no
+        component above it a dangling one, and none of the report files a symlink; the task fails naming the option.
     type: path
   output_root:
     description: Where timestamped run directories go (used when O(output_dir) is empty).

@@ -343,6 +343,7 @@ from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.common.text.converters import to_native
 
 from ansible_collections.gpufleet.deepep.plugins.module_utils._guard import guarded
+from ansible_collections.gpufleet.deepep.plugins.module_utils._http import HttpInputError, check_source
 from ansible_collections.gpufleet.deepep.plugins.module_utils._fileio import (
     copy_atomic,
     CopyMismatch,
@@ -649,6 +650,14 @@ class NcclEnv(object):
                 self.project = check_project(p["package"])
             except NcclError as exc:
                 self.fail(to_native(exc))
+        try:
+            for option, values, paths in (("index_url", [p["index_url"]] if p["index_url"] else [], False),
+                                          ("extra_index_urls", p["extra_index_urls"], False),
+                                          ("find_links", p["find_links"], True)):
+                for value in values or []:
+                    check_source(value, option, paths=paths)
+        except HttpInputError as exc:
+            self.fail(to_native(exc))
         if p["state"] != "present":
             return None
         try:

@@ -33,9 +33,20 @@ options:
     type: str
     default: ""
   timeout:
-    description: Seconds each C(systemctl) call and each HTTP request may take.
+    description:
+      - Seconds each C(systemctl) call may take, and the deadline of each HTTP exchange with the router (connect,
+        TLS handshake, headers and body together; a router that trickles its answer is cut off at it).
     type: int
     default: 10
+  validate_certs:
+    description:
+      - Check the certificate of an C(https) O(router_url) (against the system's CAs, or O(ca_path)) and its host
+        name. Set V(false) only for a router with a self-signed certificate you trust otherwise.
+    type: bool
+    default: true
+  ca_path:
+    description: A PEM file of the CA certificates that sign the router's certificate; unset, the system's CAs.
+    type: path
 extends_documentation_fragment:
   - gpufleet.deepep.attributes
   - gpufleet.deepep.attributes.facts
@@ -79,11 +90,15 @@ ansible_facts:
           type: dict
 """
 
+import functools
+import os
+
 from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.gpufleet.deepep.plugins.module_utils._guard import guarded
+from ansible_collections.gpufleet.deepep.plugins.module_utils._http import HttpInputError, check_url
 from ansible_collections.gpufleet.deepep.plugins.module_utils._runner import run_bounded
-from ansible_collections.gpufleet.deepep.plugins.module_utils._serve.state import SHOW_PROPERTIES, gather
+from ansible_collections.gpufleet.deepep.plugins.module_utils._serve.state import SHOW_PROPERTIES, _get, gather
 from ansible_collections.gpufleet.deepep.plugins.module_utils._serve.unitvalues import UnitValueError, check_prefix
 
 
@@ -98,6 +113,8 @@ def _main():
         prefix=dict(type="str", default="sglang"),
         router_url=dict(type="str", default=""),
         timeout=dict(type="int", default=10),
+        validate_certs=dict(type="bool", default=True),
+        ca_path=dict(type="path"),
     ), supports_check_mode=True)
     p = module.params
     if p["timeout"] < 1:
@@ -106,14 +123,19 @@ def _main():
         check_prefix(p["prefix"], "prefix")  # the rule sglang_serve's plan applies to the units it writes
     except UnitValueError as exc:
         module.fail_json(msg=str(exc))
-    if p["router_url"] and not p["router_url"].startswith(("http://", "https://")):
-        module.fail_json(msg="router_url %r: expected http://<host>:<port> (e.g. http://127.0.0.1:30080)"
-                         % p["router_url"])
+    if p["router_url"]:
+        try:
+            check_url(p["router_url"], "router_url")
+        except HttpInputError as exc:
+            module.fail_json(msg=str(exc))
+    if p["ca_path"] is not None and not os.path.isfile(p["ca_path"]):
+        module.fail_json(msg="ca_path %r: not a file; expected a PEM file of CA certificates" % p["ca_path"])
 
     def show(unit):
         return run_bounded(["systemctl", "show", unit, "--property=" + ",".join(SHOW_PROPERTIES)], p["timeout"])
 
-    facts = gather(p["config_dir"], p["prefix"], p["router_url"], show, _read_text, p["timeout"])
+    get = functools.partial(_get, validate_certs=p["validate_certs"], ca_path=p["ca_path"])
+    facts = gather(p["config_dir"], p["prefix"], p["router_url"], show, _read_text, p["timeout"], get=get)
     module.exit_json(changed=False, ansible_facts={"gpufleet_serving": facts})
 
 

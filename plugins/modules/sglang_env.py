@@ -124,6 +124,20 @@ options:
   wheelhouse_checksums:
     description: C(file name -> sha256) of the wheelhouse's wheels; unset, its C(SHA256SUMS) file.
     type: dict
+  requirements_hashes:
+    description:
+      - C(project==version -> [sha256, ...]) of every package installed from the index (or O(find_links)), for
+        example the key C(sglang==0.5.8) with the list of its wheels' digests.
+      - Given, every C(pip install) of the module is hash-checked - the packages go through a requirements file with
+        their digests, C(--require-hashes) and C(--no-deps), so pip refuses a download whose digest is not listed
+        and resolves nothing itself. SGLang's requirements (and an unversioned transfer engine) are installed at
+        their pinned versions, together with every other pin (the set is the lock of SGLang's requirements and
+        their dependencies), less O(exclude); a requirement already installed and not pinned is left as it is. A
+        package asked for without an entry fails the task naming it, before pip runs. The collection's own DeepEP
+        wheel is checked against its own digest.
+      - Empty (the default), installs are not hash-checked (only an offline O(wheelhouse) is verified).
+    type: dict
+    default: {}
   break_system_packages:
     description: Pass C(--break-system-packages) (a system Python under PEP 668).
     type: bool
@@ -211,6 +225,11 @@ commands:
 repaired:
   description: What moved and was put back during this run.
   returned: always
+  type: list
+  elements: str
+hashed_requirements:
+  description: The lines (C(project==version --hash=sha256:...)) of the last hash-checked install.
+  returned: when O(requirements_hashes) is given and something was installed
   type: list
   elements: str
 ansible_facts:
@@ -309,7 +328,9 @@ from ansible_collections.gpufleet.deepep.plugins.module_utils._runner import Com
 from ansible_collections.gpufleet.deepep.plugins.module_utils._serve.sglang import (
     REQUIRES_SCRIPT,
     SglangError,
+    check_request,
     check_wheelhouse,
+    hashed_requirements,
     deep_ep_state,
     kernel_package_for,
     moved,
@@ -369,8 +390,28 @@ class SglangEnv(object):
             for link in self.p["find_links"]:
                 argv += ["--find-links", link]
         argv += ["--constraint", self.constraint_file]
-        argv += list(self.p["pip_extra_args"]) + list(args)
-        return argv
+        argv += list(self.p["pip_extra_args"])
+        if not self.pins:
+            return argv + list(args)
+        # Hash-pinned (requirements_hashes): the packages go through a requirements file with their sha256 digests
+        # and pip checks every download against them (--require-hashes). pip resolves nothing (--no-deps): an
+        # install that would pull dependencies carries the whole pinned set instead (the lock, less the excluded
+        # projects), so every package installed is one the site pinned, with its digest.
+        flags = [a for a in args if a.startswith("-")]
+        specs = [a for a in args if not a.startswith("-")]
+        installed = ()
+        if any("==" not in spec and not os.path.isfile(spec) for spec in specs):
+            installed = list((self.probe().get("dists") or {}).keys())
+        try:
+            text = hashed_requirements(specs, self.pins, with_lock="--no-deps" not in flags,
+                                       exclude=self.hash_exclude, installed=installed)
+        except SglangError as exc:
+            raise StepFailed(str(exc))
+        fd, path = tempfile.mkstemp(prefix="gpufleet-sglang-", suffix=".txt", dir=self.module.tmpdir)
+        with os.fdopen(fd, "w") as handle:
+            handle.write(text)
+        self.result["hashed_requirements"] = text.splitlines()
+        return argv + flags + ([] if "--no-deps" in flags else ["--no-deps"]) + ["--require-hashes", "-r", path]
 
     def pip_uninstall(self, project):
         """``pip uninstall -y`` (PEP 668 refuses it in a system Python too, without --break-system-packages)."""
@@ -405,6 +446,11 @@ class SglangEnv(object):
     # --- the run ---------------------------------------------------------------------------------
 
     def main(self):
+        try:
+            self.pins = check_request(self.p)  # the nested shapes, before anything is read or written
+        except SglangError as exc:
+            raise StepFailed(str(exc))
+        self.hash_exclude = list(self.p["exclude"]) + ([] if self.p["use_bundled_deepep"] else ["sgl-deep-ep"])
         self.python = self._read(resolve_python, self.p["python"], self.module.get_bin_path)
         facts, probe_result = self._read(
             gather_sglang, self.python, self._probe_runner, self.p["timeout"], nvshmem_home=self.p["nvshmem_home"],
@@ -760,6 +806,7 @@ def _main():
             no_index=dict(type="bool", default=False),
             wheelhouse=dict(type="path"),
             wheelhouse_checksums=dict(type="dict"),
+            requirements_hashes=dict(type="dict", default={}),
             break_system_packages=dict(type="bool", default=False),
             ignore_installed=dict(type="list", elements="str"),
             pip_extra_args=dict(type="list", elements="str", default=[]),

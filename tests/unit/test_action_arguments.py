@@ -86,6 +86,12 @@ def test_job_wait_types_its_arguments_and_skips_in_check_mode():
     ({"rules_file": RULES, "output_dir": "/tmp/x", "meta": "inventory"}, "'inventory'"),
     ({"rules_file": RULES, "output_dir": "/tmp/x", "extra_rules": ["r1"]}, "r1"),
     ({"rules_file": RULES}, "output_dir or output_root is required"),
+    # the groups' nested shape (issue 28, class 5): a list of host names each
+    ({"rules_file": RULES, "output_dir": "/tmp/x", "groups": {"g": "n1"}},
+     r"groups g 'n1': expected a list of inventory host names"),
+    ({"rules_file": RULES, "output_dir": "/tmp/x", "groups": {"g": None}}, r"groups g None: expected a list"),
+    ({"rules_file": RULES, "output_dir": "/tmp/x", "groups": {"g": ["n1", {"a": 1}]}},
+     r"groups g \['n1', \{'a': 1\}\]: expected a list of inventory host names"),
 ])
 def test_audit_fleet_report_refuses_a_bad_argument_naming_it(tmp_path, args, named):
     args = dict(args)
@@ -109,3 +115,36 @@ def test_audit_fleet_report_writes_the_report_with_the_spec_defaults(tmp_path):
     fleet = json.loads((tmp_path / run_dir / "fleet.json").read_text())
     assert fleet["meta"]["limit"] == "n1" and fleet["meta"]["rules_file"] == RULES
     assert result["summary"]["nodes"] == 0 and result["changed"]
+
+
+def _links(tmp_path):
+    """Each way a report could be written through a link: (option, its value, the path the message names)."""
+    target = tmp_path / "elsewhere"
+    (tmp_path / "dangling").symlink_to(target / "run")
+    (tmp_path / "to_dir").symlink_to(tmp_path)
+    (tmp_path / "dangling_parent").symlink_to(target / "parent")
+    real = tmp_path / "real"
+    real.mkdir()
+    (real / "fleet.md").symlink_to(target / "fleet.md")
+    (tmp_path / "root_link").symlink_to(tmp_path)
+    (tmp_path / "root_dangling").symlink_to(target / "root")
+    return [("output_dir", tmp_path / "dangling", "is a symlink"),
+            ("output_dir", tmp_path / "to_dir", "is a symlink"),
+            ("output_dir", tmp_path / "dangling_parent" / "run", "is a dangling symlink"),
+            ("output_dir", real, "is a symlink"),  # one of the report files
+            ("output_root", tmp_path / "root_link", "is a symlink"),
+            ("output_root", tmp_path / "root_dangling", "is a symlink")]
+
+
+@pytest.mark.parametrize("case", range(6))
+def test_audit_fleet_report_never_writes_through_a_link(tmp_path, case):
+    option, value, why = _links(tmp_path)[case]
+    before = sorted(str(p) for p in tmp_path.rglob("*"))
+    plugin = action(audit_action, "audit_fleet_report", {"rules_file": RULES, option: str(value), "latest_link": True})
+    with pytest.raises(AnsibleActionFail) as info:
+        plugin.run(task_vars={"hostvars": {}})
+    msg = str(info.value)
+    assert msg.startswith("audit_fleet_report: %s %r" % (option, str(value if case != 3 else value / "fleet.md")))
+    assert why in msg and "nothing is written through a link - expected a " in msg
+    assert sorted(str(p) for p in tmp_path.rglob("*")) == before  # no target created, no file written
+    assert not (tmp_path / "elsewhere").exists()

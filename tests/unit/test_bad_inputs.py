@@ -31,11 +31,15 @@ from ansible_collections.gpufleet.deepep.plugins.modules import (
     artifact_store,
     gpu_topology,
     model_config,
+    nccl_env,
     node_stack,
     nvidia_params,
     play_settings,
     pytorch_bundled_nvshmem,
     rdma_devices,
+    serve_plan,
+    serve_state,
+    sglang_env,
     site_state,
 )
 
@@ -597,3 +601,233 @@ def test_no_anchored_match_left_in_validation():
     for path in sorted((REPO / "plugins").rglob("*.py")):
         text = path.read_text()
         assert not re.search(r're\.match\(r"\^[^"]*\$"', text), path
+
+
+# ------------------------------------------- issue 28, class 5: nested shapes and URLs of the serving and state modules
+def _topology():
+    return {"prefill": {"hosts": [{"name": "p-1", "address": "10.0.0.10"}], "settings": {"tp": 1}},
+            "decode": {"hosts": [{"name": "d-1", "address": "10.0.0.20"}], "settings": {"port": 30001}},
+            "router": {"hosts": [{"name": "r-1", "address": "10.0.0.30"}], "settings": {}}}
+
+
+def _set(path, value):
+    """A copy of the topology with ``value`` at ``path`` (a tuple of keys/indexes)."""
+    def apply(topology):
+        node = topology
+        for key in path[:-1]:
+            node = node[key]
+        node[path[-1]] = value
+        return topology
+    return apply
+
+
+# (what is changed in a good topology, the args beside it, the place named, the form named)
+SERVE_PLAN_BAD = [
+    (_set(("prefill",), "p-1"), {}, "topology prefill 'p-1'", "expected a mapping {hosts: [...], settings: {...}}"),
+    (_set(("bogus",), {}), {}, "unknown role(s) bogus", "expected some of prefill, decode, router"),
+    (_set(("prefill", "hosts"), "p-1"), {}, "sglang_prefill hosts 'p-1'", "expected a list of {name: <inventory name>"),
+    (_set(("prefill", "hosts", 0), "p-1"), {}, "sglang_prefill host 0 'p-1'", "address: <IP or DNS name>}"),
+    (_set(("decode", "hosts", 0), {"name": "d-1"}), {}, "sglang_decode host 0 {'name': 'd-1'}", "expected a list of"),
+    (_set(("decode", "hosts", 0), None), {}, "sglang_decode host 0 None", "expected a list of"),
+    (_set(("router", "hosts", 0), {"name": 5, "address": "x"}), {}, "router host 0", "expected a list of"),
+    (_set(("decode", "settings"), "tp=2"), {}, "sglang_decode settings 'tp=2'", "expected a mapping of setting: value"),
+    (_set(("router", "settings"), [1]), {}, "router settings [1]", "expected a mapping of setting: value"),
+    (_set(("decode", "settings", "extra_args"), [{"a": 1}]), {}, "sglang_decode: extra_args item {'a': 1}",
+     "expected a list of strings"),
+    (_set(("decode", "settings", "environment"), {"A": {"b": 1}}), {}, "sglang_decode: environment 'A': {'b': 1}",
+     "expected NAME: value with a string or number value"),
+    (_set(("decode", "settings", "environment"), {"A": None}), {}, "sglang_decode: environment 'A': None",
+     "expected NAME: value"),
+    (_set(("decode", "settings", "port"), 70000), {}, "sglang_decode: port is 70000", "expected a TCP port, 1 to 65535"),
+    (_set(("decode", "settings", "port"), "30o01"), {}, "sglang_decode: port is '30o01'", "expected a TCP port"),
+    (_set(("prefill", "settings", "bootstrap_port"), True), {}, "sglang_prefill: bootstrap_port is True",
+     "expected a TCP port"),
+    (_set(("router", "settings", "port"), 99999), {}, "router: port is 99999", "expected a TCP port, 1 to 65535"),
+    (_set(("router", "settings", "prometheus_port"), 65536), {}, "router: prometheus_port is 65536", "TCP port"),
+    (_set(("decode", "settings", "tp"), 1.5), {}, "sglang_decode: tp is 1.5", "expected a positive integer"),
+    (_set(("decode", "settings", "dp"), "two"), {}, "sglang_decode: dp is 'two'", "expected a positive integer"),
+    (_set(("router", "settings", "health_check_timeout_secs"), [5]), {}, "router: health_check_timeout_secs is [5]",
+     "expected a positive integer"),
+    (lambda t: t, {"model": {"num_attention_heads": "nine"}}, "model num_attention_heads 'nine'",
+     "expected a positive integer"),
+    (lambda t: t, {"model": {"num_attention_heads": True}}, "model num_attention_heads True", "positive integer"),
+    (lambda t: t, {"nodes": {"d-1": "x"}}, "nodes d-1 'x'", "expected the node's serve_node facts, a mapping"),
+    (lambda t: t, {"nodes": {"d-1": {"env": ["A=1"]}}}, "nodes d-1 env ['A=1']", "expected a mapping NAME: value"),
+]
+
+
+@pytest.mark.parametrize("change,extra,place,form", SERVE_PLAN_BAD,
+                         ids=["serve_plan-%d" % i for i in range(len(SERVE_PLAN_BAD))])
+def test_serve_plan_refuses_a_malformed_nested_value_naming_it(module_runner, tmp_path, change, extra, place, form):
+    before = snapshot(tmp_path)
+    args = dict({"topology": change(_topology()), "host": "d-1", "config_dir": str(tmp_path)}, **extra)
+    result = module_runner(serve_plan, args)
+    assert result.failed, result
+    assert place in result["msg"] and form in result["msg"], result["msg"]
+    assert "unexpected" not in result["msg"] and "Traceback" not in result["msg"]
+    assert snapshot(tmp_path) == before
+
+
+URL_FORM = "expected an http(s)://<host>[:<port>]/<path> or file:///<path> URL"
+# (module, option, value, why): every option of the serving and state modules that takes a URL
+URL_BAD = [
+    (serve_state, "router_url", "http://127.0.0.1:30o80", "Port could not be cast to integer value"),
+    (serve_state, "router_url", "http://127.0.0.1:99999", "Port out of range"),
+    (serve_state, "router_url", "ftp://127.0.0.1:30080", "scheme 'ftp' is not http or https"),
+    (serve_state, "router_url", "http://:30080", "no host"),
+    (serve_state, "router_url", "http://127.0.0.1:30080/\nx", "control character"),
+    (sglang_env, "index_url", "http://pypi:abc/simple", "Port could not be cast to integer value"),
+    (sglang_env, "index_url", "pypi.example.org/simple", "scheme '' is not http or https"),
+    (sglang_env, "extra_index_urls", ["http://pypi:abc/simple"], "Port could not be cast"),
+    (sglang_env, "find_links", ["wheels/here"], "scheme '' is not http or https"),
+    (sglang_env, "find_links", ["https://mirror:0/w"], "port 0 is not a port"),
+    (nccl_env, "index_url", "http://pypi:abc/simple", "Port could not be cast to integer value"),
+    (nccl_env, "extra_index_urls", ["https://user:pw@pypi/simple"], "credentials in the URL"),
+    (nccl_env, "find_links", ["http://mirror:65536/w"], "Port out of range"),
+]
+
+
+URL_IDS = ["%s-%s-%d" % (c[0].__name__.rsplit(".", 1)[-1], c[1], i) for i, c in enumerate(URL_BAD)]
+
+
+@pytest.mark.parametrize("module,option,value,why", URL_BAD, ids=URL_IDS)
+def test_a_malformed_url_is_refused_naming_option_value_and_form(module_runner, tmp_path, module, option, value, why):
+    import sys
+
+    before = snapshot(tmp_path)
+    args = {option: value}
+    if module is sglang_env:
+        args.update(python=sys.executable, state="present", version="0.5.8", sysfs_root=str(tmp_path),
+                    constraint_file=str(tmp_path / "constraints.txt"))
+    elif module is nccl_env:
+        args.update(python=sys.executable, state="report")
+    else:
+        args.update(config_dir=str(tmp_path))
+    result = module_runner(module, args)
+    assert result.failed, result
+    shown = value[0] if isinstance(value, list) else value
+    assert result["msg"].startswith("%s %r: " % (option, shown)), result["msg"]
+    assert why in result["msg"] and "expected" in result["msg"]
+    assert (URL_FORM if module is not serve_state else "expected http://<host>:<port>") in result["msg"]
+    assert snapshot(tmp_path) == before
+
+
+# sglang_env's nested options (holds, versions, names, checksums, requirement hashes): (option, value, named, form)
+SGLANG_ENV_BAD = [
+    ("hold", {"torch": [1]}, "hold torch [1]", "expected a version such as 2.9.1"),
+    ("hold", {"torch": {"v": 1}}, "hold torch {'v': 1}", "expected a version"),
+    ("hold", {"torch": True}, "hold torch True", "expected a version"),
+    ("hold", {"torch": "2.9\n1"}, "hold torch '2.9\\n1'", "expected a version"),
+    ("hold", {"bad name!": "1"}, "hold 'bad name!'", "expected project: version"),
+    ("version", "0.5.8;x", "version '0.5.8;x'", "expected a release such as 0.5.8"),
+    ("kernel_version", "a b", "kernel_version 'a b'", "expected a release"),
+    ("transfer_engine_version", "1.5.1\n", "transfer_engine_version '1.5.1\\n'", "expected a release"),
+    ("cuda_version", "twelve", "cuda_version 'twelve'", "expected a CUDA release such as 12.9"),
+    ("exclude", ["bad name!"], "exclude 'bad name!'", "expected pip project names"),
+    ("ignore_installed", ["a/b"], "ignore_installed 'a/b'", "expected pip project names"),
+    ("wheelhouse_checksums", {"a.whl": [1]}, "wheelhouse_checksums a.whl [1]", "expected a sha256 (64 hex digits)"),
+    ("wheelhouse_checksums", {"a.whl": "zz"}, "wheelhouse_checksums a.whl 'zz'", "expected a sha256"),
+    ("wheelhouse_checksums", {"../a.whl": "0" * 64}, "wheelhouse_checksums '../a.whl'", "expected <wheel file name>"),
+    # class 6: the digests of hash-pinned online installs
+    ("requirements_hashes", {"sglang": ["0" * 64]}, "requirements_hashes 'sglang'", "expected project==version:"),
+    ("requirements_hashes", {"sglang>=0.5": ["0" * 64]}, "requirements_hashes 'sglang>=0.5'", "project==version"),
+    ("requirements_hashes", {"sglang==0.5.8": "abc"}, "requirements_hashes sglang==0.5.8: 'abc'",
+     "is not a list of sha256 digests"),
+    ("requirements_hashes", {"sglang==0.5.8": []}, "requirements_hashes sglang==0.5.8: []", "sha256 digests"),
+    ("requirements_hashes", {"sglang==0.5.8": [{"a": 1}]}, "requirements_hashes sglang==0.5.8", "sha256 digests"),
+    ("requirements_hashes", {"sglang==0.5.8": ["0" * 64], "SGLang==0.5.9": ["1" * 64]},
+     "SGLang==0.5.9: sglang is pinned twice", "expected project==version"),
+]
+
+
+@pytest.mark.parametrize("option,value,named,form", SGLANG_ENV_BAD,
+                         ids=["%s-%d" % (c[0], i) for i, c in enumerate(SGLANG_ENV_BAD)])
+def test_sglang_env_refuses_a_malformed_nested_option_before_anything(module_runner, tmp_path, option, value,
+                                                                      named, form):
+    import sys
+
+    before = snapshot(tmp_path)
+    args = {"python": sys.executable, "state": "present", "version": "0.5.8", "sysfs_root": str(tmp_path),
+            "constraint_file": str(tmp_path / "constraints.txt"), "pip_config_file": str(tmp_path / "pip.conf")}
+    args[option] = value
+    result = module_runner(sglang_env, args)
+    assert result.failed, result
+    assert named in result["msg"] and form in result["msg"], result["msg"]
+    assert result["commands"] == [] and "unexpected" not in result["msg"]
+    assert snapshot(tmp_path) == before
+
+
+def test_serve_state_refuses_a_ca_path_that_is_not_a_file(module_runner, tmp_path):
+    missing = str(tmp_path / "ca.pem")
+    result = module_runner(serve_state, {"router_url": "https://127.0.0.1:30080", "ca_path": missing,
+                                         "config_dir": str(tmp_path)})
+    assert result.failed and result["msg"] == "ca_path %r: not a file; expected a PEM file of CA certificates" % missing
+
+
+# ----------------------------------------------- issue 28, class 7: controller-side writers refuse to write through links
+@pytest.mark.parametrize("layout,named,why", [
+    ("link_to_dir", "out", "is a symlink"), ("dangling", "out", "is a symlink"),
+    ("dangling_parent", "out/run", "is a dangling symlink"), ("file_link", "real/fleet.json", "is a symlink"),
+])
+def test_refuse_links_names_the_option_and_the_link(tmp_path, layout, named, why):
+    from ansible_collections.gpufleet.deepep.plugins.module_utils._fileio import LinkRefused, refuse_links
+
+    target = tmp_path / "target"
+    if layout == "link_to_dir":
+        target.mkdir()
+        (tmp_path / "out").symlink_to(target)
+    elif layout in ("dangling", "dangling_parent"):
+        (tmp_path / "out").symlink_to(target)
+    else:
+        (tmp_path / "real").mkdir()
+        (tmp_path / "real" / "fleet.json").symlink_to(target)
+
+    def entries():  # links are listed, not followed (a dangling one has nothing to read)
+        return sorted(os.path.join(d, n) for d, dirs, files in os.walk(str(tmp_path)) for n in dirs + files)
+
+    before = entries()
+    with pytest.raises(LinkRefused) as info:
+        refuse_links(str(tmp_path / named), "output_dir")
+    assert str(info.value).startswith("output_dir %r: " % str(tmp_path / named)) and why in str(info.value)
+    assert "nothing is written through a link - expected a" in str(info.value)
+    assert entries() == before
+    assert os.path.isdir(str(target)) == (layout == "link_to_dir")  # no target created
+
+
+def _uri_tasks():
+    """Every ansible.builtin.uri task of the roles and playbooks, with its file (blocks walked)."""
+    def walk(tasks, path):
+        for task in tasks or []:
+            if not isinstance(task, dict):
+                continue
+            for key in ("block", "rescue", "always"):
+                yield from walk(task.get(key), path)
+            if "ansible.builtin.uri" in task:
+                yield path, task
+
+    for path in sorted(list((REPO / "roles").glob("*/tasks/*.yml")) + list((REPO / "playbooks").glob("*.yml"))):
+        data = yaml.safe_load(path.read_text()) or []
+        plays = [p for p in data if isinstance(p, dict) and "hosts" in p]
+        if plays:
+            for play in plays:
+                for key in ("pre_tasks", "tasks", "post_tasks", "handlers"):
+                    yield from walk(play.get(key), path)
+        else:
+            yield from walk(data, path)
+
+
+URI_TASKS = list(_uri_tasks())
+URI_IDS = ["%s:%s" % (p.relative_to(REPO), t.get("name", "?")[:40]) for p, t in URI_TASKS]
+
+
+@pytest.mark.parametrize("path,task", URI_TASKS, ids=URI_IDS)
+def test_every_http_request_of_the_roles_has_a_deadline_for_the_whole_exchange(path, task):
+    """uri's own timeout bounds each socket read; the task timeout bounds the exchange (issue 28, class 4)."""
+    assert task["ansible.builtin.uri"].get("timeout") is not None, (path, task["name"])
+    assert task.get("timeout") is not None, (path, task["name"])
+    own = task["ansible.builtin.uri"]["timeout"]
+    assert str(task["timeout"]) == str(own + 30) if isinstance(own, int) else "| int + 30" in str(task["timeout"])
+
+
+def test_the_uri_tasks_are_found():
+    assert len(URI_TASKS) >= 14

@@ -6,6 +6,7 @@ on loopback answering as the router does), and the findings the audit draws from
 
 from __future__ import annotations
 
+import functools
 import json
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -15,6 +16,7 @@ import yaml
 
 from unit_helpers import REPO
 
+from ansible_collections.gpufleet.deepep.plugins.module_utils import _http
 from ansible_collections.gpufleet.deepep.plugins.module_utils._serve import plan as _serve
 from ansible_collections.gpufleet.deepep.plugins.module_utils._serve import state as _serve_state
 from ansible_collections.gpufleet.deepep.plugins.plugin_utils._audit.engine import audit_fleet, evaluate_rules
@@ -205,3 +207,131 @@ def test_the_fleet_report_shows_each_unit_and_the_router(tmp_path, router):
     assert "| n-1 | %s | yes | 1 | 1 | http://10.0.0.3:30001 |" % url in section
     assert "n-2" not in section
     assert "## Serving" not in render_markdown(audit_fleet({"n-2": node_document("n-2", ["b200"], {})}, CATALOGUE))
+
+
+# ------------------------------------------------------------------ one deadline for the whole exchange (module_utils/_http)
+class _Trickle(BaseHTTPRequestHandler):
+    """Answers one byte every 0.2 s - in the status line and headers (``phase=headers``) or in the body - until the
+    client hangs up or the test stops the server."""
+    phase = "body"
+    stop = None
+
+    def _trickle(self, data):
+        for i in range(len(data)):
+            if self.stop.wait(0.2):
+                return
+            try:
+                self.wfile.write(data[i:i + 1])
+                self.wfile.flush()
+            except OSError:
+                return
+
+    def do_GET(self):  # noqa: N802 - the http.server API
+        body = json.dumps({"workers": [], "padding": "x" * 400}).encode()
+        head = ("HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n" % len(body)).encode()
+        if self.phase == "headers":
+            self._trickle(head + body)
+        else:
+            self.wfile.write(head)
+            self.wfile.flush()
+            self._trickle(body)
+
+    def log_message(self, *args):
+        pass
+
+
+@pytest.fixture
+def trickler():
+    stop = threading.Event()
+    handler = type("Trickle", (_Trickle,), {"stop": stop})
+    server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    server.daemon_threads = True
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield handler, "http://127.0.0.1:%d" % server.server_address[1]
+    finally:
+        stop.set()
+        server.shutdown()
+        server.server_close()
+        thread.join(10)
+
+
+@pytest.mark.parametrize("phase", ["headers", "body"])
+def test_a_router_that_trickles_is_cut_off_at_the_deadline_naming_url_and_timeout(trickler, phase):
+    handler, url = trickler
+    handler.phase = phase
+    with pytest.raises(_http.HttpDeadline) as info:
+        _http.get(url + "/workers", 1)
+    assert str(info.value).startswith(url + "/workers: no complete answer within the 1 s deadline (timeout)")
+    facts = _serve_state.router_facts(url, 1)
+    assert facts["ready"] is False and facts["readiness_status"] is None
+    assert facts["error"].startswith("%s/readiness: no complete answer within the 1 s deadline (timeout)" % url)
+
+
+@pytest.mark.parametrize("url,why", [
+    ("http://127.0.0.1:30o80", "Port could not be cast to integer value"),
+    ("http://127.0.0.1:99999", "Port out of range"),
+    ("http://127.0.0.1:0", "port 0 is not a port"),
+    ("ftp://127.0.0.1:30080", "scheme 'ftp' is not http or https"),
+    ("http://:30080", "no host"),
+    ("http://127.0.0.1:30080/a b", "space or control character"),
+    ("http://user:pw@127.0.0.1:30080", "credentials in the URL"),
+    ("", "expected http://"),
+])
+def test_a_malformed_url_is_refused_naming_option_value_and_form(url, why):
+    with pytest.raises(_http.HttpInputError) as info:
+        _http.check_url(url, "router_url")
+    text = str(info.value)
+    assert text.startswith("router_url %r: " % url) and why in text
+    assert "expected http://<host>:<port>[/path] or https://<host>:<port>[/path]" in text
+
+
+# ----------------------------------------------------------------------------------- TLS: certificates checked by default
+@pytest.fixture(scope="module")
+def tls_router(tmp_path_factory):
+    """The router over https with a self-signed certificate for 127.0.0.1 (its own CA)."""
+    import ssl
+    import subprocess
+
+    directory = tmp_path_factory.mktemp("tls")
+    cert, key = directory / "cert.pem", directory / "key.pem"
+    subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "2", "-subj", "/CN=127.0.0.1",
+                    "-addext", "subjectAltName=IP:127.0.0.1", "-keyout", str(key), "-out", str(cert)],
+                   check=True, capture_output=True, timeout=60)
+    handler = type("TlsRouter", (_Router,), {"readiness": 200, "workers": WORKERS})
+    server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    ctx.load_cert_chain(str(cert), str(key))
+    server.socket = ctx.wrap_socket(server.socket, server_side=True)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield "https://127.0.0.1:%d" % server.server_address[1], str(cert)
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join(10)
+
+
+def test_an_https_router_with_an_untrusted_certificate_is_refused_by_default(tls_router):
+    url, _cert = tls_router
+    facts = _serve_state.router_facts(url, 5)
+    assert facts["ready"] is False and "certificate not trusted" in facts["error"]
+    assert "give ca_path, or validate_certs: false" in facts["error"]
+
+
+@pytest.mark.parametrize("settings", [{"ca_path": "CERT"}, {"validate_certs": False}])
+def test_an_https_router_is_read_with_its_ca_or_with_checks_off_deliberately(tls_router, settings):
+    url, cert = tls_router
+    settings = dict((k, cert if v == "CERT" else v) for k, v in settings.items())
+    facts = _serve_state.router_facts(url, 5, get=functools.partial(_serve_state._get, **settings))
+    assert facts["ready"] and facts["error"] is None and facts["prefill_count"] == 1
+
+
+def test_a_ca_path_that_is_no_pem_file_is_named(tls_router, tmp_path):
+    url, _cert = tls_router
+    bad = tmp_path / "ca.pem"
+    bad.write_text("not a certificate\n")
+    with pytest.raises(_http.HttpInputError, match=r"ca_path '.*/ca\.pem': .*expected a PEM file of CA certificates"):
+        _http.get(url, 5, ca_path=str(bad))

@@ -276,3 +276,59 @@ def test_model_config_bad_directory(tmp_path):
     (tmp_path / "config.json").write_text("{not json")
     result = run_module(model_config, {"path": str(tmp_path)})
     assert result.failed and "not valid JSON" in result["msg"]
+
+
+# ------------------------------------------------------------------- hash-pinned installs (requirements_hashes)
+def _pins(wheels, *names):
+    """``project==version -> [sha256]`` of the fixture wheels named (``<dist>-<version>``); reproducible wheels, so
+    the digests are those of any build of the mirror."""
+    import hashlib
+
+    out = {}
+    for name in names:
+        (wheel,) = [w for w in (Path(wheels)).glob("*.whl") if w.name.startswith(name + "-")]
+        dist, version = name.rsplit("-", 1)
+        out["%s==%s" % (dist.replace("_", "-"), version)] = [hashlib.sha256(wheel.read_bytes()).hexdigest()]
+    return out
+
+
+LOCK = ("sglang-0.5.19", "sglang_kernel-0.4.10", "flashinfer_python-0.7.2", "nixl_cu12-1.5.1",
+        "nvidia_cusparselt_cu12-0.7.1", "numpy-2.0.0")
+
+
+def test_present_with_requirements_hashes_installs_every_package_hash_checked(env):
+    pins = _pins(env["wheels"], *LOCK)
+    result = run_module(sglang_env, args(env, requirements_hashes=pins, **PRESENT))
+    assert not result.failed, (result.get("msg"), result.get("stderr"))
+    f = result["ansible_facts"]["gpufleet_sglang"]
+    assert f["versions"]["sglang"] == "0.5.19" and f["versions"]["kernel"] == "0.4.10" and f["moved"] == []
+    installs = [c for c in result["commands"] if c[c.index("-m") + 1:c.index("-m") + 3] == ["pip", "install"]]
+    assert installs and all("--require-hashes" in c for c in installs), installs
+    assert any(line.startswith("sglang==0.5.19 --hash=sha256:") for line in result["hashed_requirements"]) or \
+        any(line.startswith("nixl-cu12==1.5.1 --hash=sha256:") for line in result["hashed_requirements"])
+
+
+def test_a_digest_that_does_not_match_the_download_fails_the_install(env):
+    pins = _pins(env["wheels"], *LOCK)
+    pins["sglang==0.5.19"] = ["0" * 64]
+    result = run_module(sglang_env, args(env, requirements_hashes=pins, **PRESENT))
+    assert result.failed
+    assert "THESE PACKAGES DO NOT MATCH THE HASHES" in result.get("stderr", ""), result.get("stderr")
+    assert facts(env)["versions"]["sglang"] is None
+
+
+def test_a_package_without_an_entry_is_named_before_pip_runs(env):
+    pins = _pins(env["wheels"], *LOCK[1:])
+    result = run_module(sglang_env, args(env, requirements_hashes=pins, **PRESENT))
+    assert result.failed
+    assert result["msg"].startswith("requirements_hashes has no entry for sglang ('sglang==0.5.19')"), result["msg"]
+    assert "expected sglang==<version>: [<sha256>, ...]" in result["msg"]
+    assert facts(env)["versions"]["sglang"] is None
+
+
+@pytest.mark.parametrize("key", ["num_attention_heads", "num_key_value_heads", "hidden_size", "num_hidden_layers",
+                                 "num_experts"])
+def test_a_json_true_is_no_count_in_config_json(key):
+    facts = _sglang.model_facts({"num_attention_heads": 8, key: True})
+    assert facts[key if key != "num_experts" else "num_experts"] in (None, 8 if key == "num_key_value_heads" else None)
+    assert facts["moe"] is False

@@ -33,7 +33,7 @@ from ansible_collections.gpufleet.deepep.plugins.module_utils._serve.unitvalues 
 __all__ = [
     "ROLES", "ROUTERS", "POLICIES", "TRANSFER_BACKENDS", "DEEPEP_MODES", "INSTANCE_DEFAULTS", "ROUTER_DEFAULTS",
     "ENGINE_ENVIRONMENT", "instance_settings", "router_settings", "build_instances", "preflight", "engine_argv",
-    "router_argv", "plan",
+    "router_argv", "check_shapes", "plan",
 ]
 
 ROLES = ("prefill", "decode")
@@ -60,15 +60,80 @@ ENGINE_ENVIRONMENT = {
 }
 
 
+PORT_KEYS = ("port", "bootstrap_port", "dist_init_port", "prometheus_port")
+
+
 def _int(settings, key, where):
     value = settings.get(key)
+    expected = "a TCP port, 1 to 65535" if key in PORT_KEYS else "a positive integer"
+    if isinstance(value, bool) or (isinstance(value, float) and not value.is_integer()):
+        raise ServeError("%s: %s is %r; expected %s" % (where, key, value, expected))
     try:
-        value = int(value)
+        number = int(value)
     except (TypeError, ValueError):
-        raise ServeError("%s: %s is %r; expected a positive integer" % (where, key, value))
-    if value < 0 or (value == 0 and key not in ("prometheus_port",)):
-        raise ServeError("%s: %s is %r; expected a positive integer" % (where, key, value))
-    return value
+        raise ServeError("%s: %s is %r; expected %s" % (where, key, value, expected))
+    if number < 0 or (number == 0 and key not in ("prometheus_port",)) or (key in PORT_KEYS and number > 65535):
+        raise ServeError("%s: %s is %r; expected %s" % (where, key, value, expected))
+    return number
+
+
+_HOST_FORM = "expected a list of {name: <inventory name>, address: <IP or DNS name>}"
+
+
+def check_shapes(topology, host, model, nodes):
+    """The shapes of plan()'s inputs - the topology (roles, their hosts and settings, the settings' nested lists and
+    mappings), the host, the model facts and the node facts - each refusal naming the place, the value and the form
+    expected (ServeError), before anything reads them."""
+    if not isinstance(topology, dict):
+        raise ServeError("topology %r: expected a mapping of prefill, decode and router, each {hosts: [...], "
+                         "settings: {...}}" % (topology,))
+    unknown = sorted(str(k) for k in topology if k not in ROLES + ("router",))
+    if unknown:
+        raise ServeError("topology: unknown role(s) %s; expected some of prefill, decode, router" % ", ".join(unknown))
+    for role in ROLES + ("router",):
+        where = "sglang_%s" % role if role in ROLES else "router"
+        part = topology.get(role)
+        if part is None:
+            continue
+        if not isinstance(part, dict):
+            raise ServeError("topology %s %r: expected a mapping {hosts: [...], settings: {...}}" % (role, part))
+        hosts = part.get("hosts")
+        if hosts is not None and not isinstance(hosts, list):
+            raise ServeError("%s hosts %r: %s" % (where, hosts, _HOST_FORM))
+        for index, entry in enumerate(hosts or []):
+            if not isinstance(entry, dict) or not all(isinstance(entry.get(k), str) and entry.get(k).strip()
+                                                      for k in ("name", "address")):
+                raise ServeError("%s host %d %r: %s" % (where, index, entry, _HOST_FORM))
+        raw = part.get("settings")
+        if raw is not None and not isinstance(raw, dict):
+            raise ServeError("%s settings %r: expected a mapping of setting: value" % (where, raw))
+        for arg in (raw or {}).get("extra_args") or []:
+            if not isinstance(arg, (str, int, float)) or isinstance(arg, bool):
+                raise ServeError("%s: extra_args item %r; expected a list of strings (command-line arguments)"
+                                 % (where, arg))
+        environment = (raw or {}).get("environment")
+        if isinstance(environment, dict):
+            for name, value in environment.items():
+                if not isinstance(name, str) or not isinstance(value, (str, int, float)) or isinstance(value, bool):
+                    raise ServeError("%s: environment %r: %r; expected NAME: value with a string or number value"
+                                     % (where, name, value))
+    if not isinstance(host, str) or not host:
+        raise ServeError("host %r: expected the inventory name of the node being planned" % (host,))
+    if model is not None:
+        if not isinstance(model, dict):
+            raise ServeError("model %r: expected model_config's facts (gpufleet_model), a mapping" % (model,))
+        heads = model.get("num_attention_heads")
+        if heads is not None and (isinstance(heads, bool) or not isinstance(heads, int) or heads < 1):
+            raise ServeError("model num_attention_heads %r: expected a positive integer (model_config's "
+                             "gpufleet_model)" % (heads,))
+    if nodes is not None:
+        if not isinstance(nodes, dict):
+            raise ServeError("nodes %r: expected a mapping of inventory name: the node's serve_node facts" % (nodes,))
+        for name, facts in nodes.items():
+            if facts is not None and not isinstance(facts, dict):
+                raise ServeError("nodes %s %r: expected the node's serve_node facts, a mapping" % (name, facts))
+            if isinstance(facts, dict) and facts.get("env") is not None and not isinstance(facts["env"], dict):
+                raise ServeError("nodes %s env %r: expected a mapping NAME: value" % (name, facts["env"]))
 
 
 def instance_settings(raw, where):
@@ -323,6 +388,7 @@ def plan(topology, host, model=None, python="/usr/bin/python3", model_path="", p
     ``nodes``: the facts of the engine nodes (node_stack's serve_node set) by inventory name: their interfaces, the env
     scripts' values and the DeepGEMM caches; a node without facts is judged by the topology alone.
     """
+    check_shapes(topology, host, model, nodes)
     _check_options(python, model_path, prefix, config_dir, router_venv, secrets_env_file, engine_version)
     _check_hosts(topology)
     if isinstance(model, dict) and model.get("moe") is not None:  # model_config's facts, or given by hand

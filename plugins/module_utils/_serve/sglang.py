@@ -21,6 +21,8 @@ import json
 import os
 import re
 
+from ansible_collections.gpufleet.deepep.plugins.module_utils._http import HttpInputError, check_source
+
 __all__ = [
     "SglangError",
     "PROBE_SCRIPT",
@@ -46,6 +48,10 @@ __all__ = [
     "dmabuf_capable",
     "model_facts",
     "is_hub_id",
+    "check_request",
+    "check_source_url",
+    "check_requirements_hashes",
+    "hashed_requirements",
 ]
 
 STAMP_NAME = ".gpufleet-build.json"
@@ -463,6 +469,11 @@ def _first(cfg, *names):
     return None
 
 
+def _whole(value):
+    """A count of config.json: an integer (a JSON true is no count), else None."""
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
 def model_facts(config, config_text=None):
     """Facts of a model's ``config.json`` (a dict): architecture, heads, experts, quantization."""
     if not isinstance(config, dict):
@@ -477,17 +488,17 @@ def model_facts(config, config_text=None):
     quant_method = (quant or {}).get("quant_method") or (quant or {}).get("quant_algo")
     fmt = (quant or {}).get("fmt")
     archs = merged.get("architectures") if isinstance(merged.get("architectures"), list) else []
+    heads, kv, experts = _whole(heads), _whole(kv), _whole(experts)
     return {
         "architectures": [str(a) for a in archs],
         "architecture": str(archs[0]) if archs else None,
         "model_type": merged.get("model_type"),
-        "num_attention_heads": int(heads) if isinstance(heads, int) else None,
-        "num_key_value_heads": int(kv) if isinstance(kv, int) else (int(heads) if isinstance(heads, int) else None),
-        "hidden_size": merged.get("hidden_size") if isinstance(merged.get("hidden_size"), int) else None,
-        "num_hidden_layers": merged.get("num_hidden_layers") if isinstance(merged.get("num_hidden_layers"), int)
-        else None,
-        "num_experts": int(experts) if isinstance(experts, int) else None,
-        "moe": isinstance(experts, int) and experts > 1,
+        "num_attention_heads": heads,
+        "num_key_value_heads": kv if kv is not None else heads,
+        "hidden_size": _whole(merged.get("hidden_size")),
+        "num_hidden_layers": _whole(merged.get("num_hidden_layers")),
+        "num_experts": experts,
+        "moe": experts is not None and experts > 1,
         "quantization": quant_method,
         "quantization_fmt": fmt,
         "fp8": bool(quant_method and "fp8" in str(quant_method).lower()),
@@ -496,3 +507,119 @@ def model_facts(config, config_text=None):
         "config_sha256": hashlib.sha256(config_text.encode() if isinstance(config_text, str)
                                         else (config_text or b"")).hexdigest() if config_text is not None else None,
     }
+
+
+# ------------------------------------------------------------------------------ the request's shapes, checked first
+_PIP_VERSION_RE = re.compile(r"[0-9A-Za-z][0-9A-Za-z.+!_-]*")
+_CUDA_RE = re.compile(r"[0-9]+(?:\.[0-9]+)*")
+_HEX64 = re.compile(r"[0-9a-f]{64}")
+_PINNED_RE = re.compile(r"([A-Za-z0-9](?:[A-Za-z0-9._-]*[A-Za-z0-9])?)==([0-9A-Za-z][0-9A-Za-z.+!_-]*)")
+
+
+def check_source_url(value, option, paths=False):
+    """A package source (module_utils/_http.check_source), its refusal as a SglangError."""
+    try:
+        return check_source(value, option, paths=paths)
+    except HttpInputError as exc:
+        raise SglangError(str(exc))
+
+
+def check_requirements_hashes(hashes):
+    """``requirements_hashes`` -> ``{normalized project: (version, [sha256, ...])}``; SglangError naming the entry and
+    the form (``project==version: [sha256, ...]``, each 64 lowercase hex digits)."""
+    form = "expected project==version: [<sha256>, ...] (64 hex digits each, e.g. sglang==0.5.8: [3f2a...])"
+    out = {}
+    if hashes is None:
+        return out
+    if not isinstance(hashes, dict):
+        raise SglangError("requirements_hashes %r: %s" % (hashes, form))
+    for key, value in hashes.items():
+        match = _PINNED_RE.fullmatch(str(key).strip()) if isinstance(key, str) else None
+        if not match:
+            raise SglangError("requirements_hashes %r: the key is not project==version; %s" % (key, form))
+        values = [value] if isinstance(value, str) else value
+        if not isinstance(values, list) or not values or \
+                not all(isinstance(v, str) and _HEX64.fullmatch(v.strip().lower().replace("sha256:", "", 1))
+                        for v in values):
+            raise SglangError("requirements_hashes %s: %r is not a list of sha256 digests; %s" % (key, value, form))
+        project = normalize(match.group(1))
+        if project in out:
+            raise SglangError("requirements_hashes %s: %s is pinned twice (%s and %s); %s"
+                              % (key, project, out[project][0], match.group(2), form))
+        out[project] = (match.group(2), [v.strip().lower().replace("sha256:", "", 1) for v in values])
+    return out
+
+
+def hashed_requirements(specs, pins, with_lock=False, exclude=(), installed=()):
+    """The requirements file (text) of a hash-checked ``pip install --require-hashes`` of ``specs``: each spec a
+    ``project==version`` pinned in ``pins`` (check_requirements_hashes), a requirement by name or range resolved to
+    its one pin, or a local wheel file (its own sha256); a requirement by name or range without a pin whose project
+    is ``installed`` is left to pip (the installed copy satisfies it, or pip's own hash check refuses the upgrade).
+    ``with_lock`` adds every other pin (the dependencies pip may pull in), less ``exclude``. SglangError naming a
+    spec that has no pin, or whose pin is another version."""
+    lines, named = [], set()
+    for spec in specs:
+        if os.path.isfile(spec):
+            with open(spec, "rb") as handle:
+                digest = hashlib.sha256(handle.read()).hexdigest()
+            lines.append("%s --hash=sha256:%s" % (spec, digest))
+            continue
+        match = re.match(r"\s*([A-Za-z0-9](?:[A-Za-z0-9._-]*[A-Za-z0-9])?)\s*(?:\[[^\]]*\])?\s*(.*)$", spec)
+        project = normalize(match.group(1)) if match else None
+        rest = match.group(2).split(";", 1)[0].strip() if match else ""
+        if project not in pins and project in set(normalize(n) for n in installed) and not rest.startswith("=="):
+            continue
+        if project not in pins:
+            raise SglangError("requirements_hashes has no entry for %s (%r); with requirements_hashes every package "
+                              "installed needs one - expected %s==<version>: [<sha256>, ...]"
+                              % (project or spec, spec, project or spec))
+        version, digests = pins[project]
+        if rest.startswith("==") and rest[2:].strip() != version:
+            raise SglangError("requirements_hashes pins %s==%s, but %s is asked for; expected an entry %s%s: "
+                              "[<sha256>, ...]" % (project, version, spec, project, rest))
+        named.add(project)
+        lines.append("%s==%s %s" % (project, version, " ".join("--hash=sha256:%s" % d for d in digests)))
+    if with_lock:
+        skip = set(normalize(e) for e in exclude)
+        for project in sorted(set(pins) - named - skip):
+            version, digests = pins[project]
+            lines.append("%s==%s %s" % (project, version, " ".join("--hash=sha256:%s" % d for d in digests)))
+    return "\n".join(lines) + "\n"
+
+
+def check_request(params):
+    """sglang_env's options whose nested shapes the argument spec cannot type: the holds, versions, project names,
+    package sources, wheelhouse checksums and requirement hashes. SglangError naming the option, the value and the
+    form expected - before anything is read or written."""
+    for option in ("version", "kernel_version", "transfer_engine_version"):
+        value = params.get(option)
+        if value is not None and not _PIP_VERSION_RE.fullmatch(value):
+            raise SglangError("%s %r: expected a release such as 0.5.8 (digits, letters, '.', '+', '!', '_', '-')"
+                              % (option, value))
+    if params.get("cuda_version") is not None and not _CUDA_RE.fullmatch(params["cuda_version"]):
+        raise SglangError("cuda_version %r: expected a CUDA release such as 12.9" % (params["cuda_version"],))
+    for project, version in (params.get("hold") or {}).items():
+        if not isinstance(project, str) or not _NAME_RE.fullmatch(project):
+            raise SglangError("hold %r: the key is not a pip project name; expected project: version (e.g. torch: "
+                              "2.9.1)" % (project,))
+        if version is not None and (isinstance(version, (bool, list, dict))
+                                    or not _PIP_VERSION_RE.fullmatch(str(version)) and str(version) != ""):
+            raise SglangError("hold %s %r: expected a version such as 2.9.1 (or an empty string: the installed one)"
+                              % (project, version))
+    for option in ("exclude", "ignore_installed"):
+        for project in params.get(option) or []:
+            if not _NAME_RE.fullmatch(project):
+                raise SglangError("%s %r: expected pip project names such as sgl-deep-ep" % (option, project))
+    if params.get("index_url"):
+        check_source_url(params["index_url"], "index_url")
+    for url in params.get("extra_index_urls") or []:
+        check_source_url(url, "extra_index_urls")
+    for link in params.get("find_links") or []:
+        check_source_url(link, "find_links", paths=True)
+    for name, digest in (params.get("wheelhouse_checksums") or {}).items():
+        if not isinstance(name, str) or not name or "/" in name:
+            raise SglangError("wheelhouse_checksums %r: the key is not a file name; expected <wheel file name>: "
+                              "<sha256>" % (name,))
+        if not isinstance(digest, str) or not _HEX64.fullmatch(digest.strip().lower()):
+            raise SglangError("wheelhouse_checksums %s %r: expected a sha256 (64 hex digits)" % (name, digest))
+    return check_requirements_hashes(params.get("requirements_hashes"))

@@ -11,10 +11,8 @@ from __future__ import annotations
 import json
 import os
 import re
-import urllib.error
 
-from ansible.module_utils.urls import open_url
-
+from ansible_collections.gpufleet.deepep.plugins.module_utils._http import HttpError, get as http_get
 from ansible_collections.gpufleet.deepep.plugins.module_utils._serve.units import (
     ServeError, parse_env_file, parse_unit_name
 )
@@ -84,20 +82,15 @@ def unit_facts(config_dir, prefix, show, read_text):
     return units
 
 
-def _get(url, timeout):
-    """(HTTP status, parsed JSON or None); status None and the error text when the router did not answer."""
+def _get(url, timeout, validate_certs=True, ca_path=None):
+    """(HTTP status, parsed JSON or None, error text or None); status None and the error text when the router did not
+    answer in full within ``timeout`` seconds (one deadline for the whole exchange, module_utils/_http)."""
     try:
-        resp = open_url(url, timeout=timeout, validate_certs=False)  # the router on the node itself
-        try:
-            body = resp.read().decode("utf-8", "replace")
-            status = resp.status
-        finally:
-            resp.close()
-    except urllib.error.HTTPError as exc:
-        body = exc.read().decode("utf-8", "replace")
-        status = exc.code
-    except (urllib.error.URLError, OSError, ValueError) as exc:
-        return None, None, str(getattr(exc, "reason", exc))
+        status, raw = http_get(url, timeout, validate_certs=validate_certs, ca_path=ca_path, option="router_url")
+    except HttpError as exc:  # router_facts names the URL itself
+        text = str(exc)
+        return None, None, text[len(url) + 2:] if text.startswith(url + ": ") else text
+    body = raw.decode("utf-8", "replace")
     try:
         return status, json.loads(body) if body.strip() else None, None
     except ValueError:
@@ -105,7 +98,8 @@ def _get(url, timeout):
 
 
 def router_facts(url, timeout, get=_get):
-    """The router at ``url``: ``/readiness`` (200 only with a healthy prefill/decode pair) and ``/workers``."""
+    """The router at ``url``: ``/readiness`` (200 only with a healthy prefill/decode pair) and ``/workers``.
+    ``get(url, timeout)`` -> (status, body, error)."""
     facts = {"url": url, "ready": False, "readiness_status": None, "error": None, "prefill_count": None,
              "decode_count": None, "workers": []}
     status, _body, error = get(url.rstrip("/") + "/readiness", timeout)
