@@ -198,8 +198,9 @@ NVSHMEM_CASES = [
                                             "cpu_fallback": True, "gdrcopy": "found"}),
     ("fallback-host-memory", FALLBACK_HOST_MEMORY, {"ibgda": "initialized", "nic_handler": "cpu_host_memory",
                                                     "cpu_fallback": True, "gdrcopy": "not_found"}),
-    ("cpu-without-gdrcopy", GDRDRV_NOT_LOADED, {"ibgda": "failed", "nic_handler": "cpu", "nic_handler_requested": "cpu",
-                                               "cpu_fallback": None, "gdrcopy": "open_failed"}),
+    ("cpu-without-gdrcopy", GDRDRV_NOT_LOADED, {"ibgda": "failed", "nic_handler": "cpu",
+                                                "nic_handler_requested": "cpu", "cpu_fallback": None,
+                                                "gdrcopy": "open_failed"}),
     ("disabled", IBGDA_DISABLED, {"ibgda": "disabled", "nic_handler": None, "cpu_fallback": None,
                                   "transports": {"ibgda": "disabled", "p2p": "initialized"}}),
     ("peermem-missing", PEERMEM_MISSING, {"ibgda": "failed", "transports": {"ibgda": "failed"}}),
@@ -462,8 +463,8 @@ BAD_POLICIES = [
     ("allow_cpu_fallback", {"allow_cpu_fallback": 1}, "policy allow_cpu_fallback must be true or false; got 1 (int)"),
     ("require_nccl_match", {"require_nccl_match": "no"}, "policy require_nccl_match must be true or false; got 'no'"),
     ("allow_paths-str", {"allow_paths": "p2p"}, "policy allow_paths must be a list of p2p/shm/net/net_gdrdma; got 'p2p'"),
-    ("allow_paths-value", {"allow_paths": ["nvlink"]}, "policy allow_paths entry 'nvlink' is not one of p2p, shm, net, "
-                                                      "net_gdrdma"),
+    ("allow_paths-value", {"allow_paths": ["nvlink"]},
+     "policy allow_paths entry 'nvlink' is not one of p2p, shm, net, net_gdrdma"),
     ("allow_transports", {"allow_transports": ["rdma"]}, "policy allow_transports entry 'rdma' is not one of p2p, "
                                                          "ibgda, ibrc, ucx, ibdevx, libfabric"),
     ("allow_gin", {"allow_gin": ["gdaki", "CPU"]}, "policy allow_gin entry 'CPU' is not one of GDAKI, PROXY, GPI, none"),
