@@ -221,6 +221,12 @@ def test_nvshmem_outcomes(lines, expected):
         assert nv[key] == value, key
 
 
+def test_p2p_list_stops_at_its_line():
+    # the next line may be NVSHMEM's CPU affinity list, all numbers
+    lines = [HOST + "P2P list: 0 1 ", "     0  1  2  3  4  5  6  7  8  9 10 11 12 13 14 15 16 17 18 19 20 21 22 23 24 25"]
+    assert transport_truth(text(lines))["nvshmem"]["p2p_peers"] == 2
+
+
 def test_fallback_warnings_are_listed_as_printed():
     nv = transport_truth(text(FALLBACK_GDRCOPY))["nvshmem"]
     assert nv["fallback_warnings"] == [FALLBACK_GDRCOPY[2], FALLBACK_GDRCOPY[3], FALLBACK_GDRCOPY[4]]
