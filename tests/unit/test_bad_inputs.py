@@ -19,6 +19,7 @@ from unit_helpers import REPO, render_sysfs_tree
 
 from ansible_collections.gpufleet.deepep.plugins.filter import build_once as build_once_filter
 from ansible_collections.gpufleet.deepep.plugins.filter import hca_mapping as hca_filter
+from ansible_collections.gpufleet.deepep.plugins.filter import transport_truth as transport_filter
 from ansible_collections.gpufleet.deepep.plugins.filter import verify_helpers
 from ansible_collections.gpufleet.deepep.plugins.filter import version_helpers
 from ansible_collections.gpufleet.deepep.plugins.plugin_utils._filter_guard import guard_filters
@@ -414,14 +415,44 @@ FILTER_BAD = [
     (build_once_filter.build_leaders, ([{"key": "abcdef0123\n", "host": "n1"}],), {}, "'abcdef0123\\n'"),
     (build_once_filter.build_leaders, ([5],), {}, "record 0 is a int"),
     (build_once_filter.build_leaders, ([],), {"want": ""}, "''"),
+    (transport_filter.transport_truth, (7,), {}, "output must be a string, a list of lines or a command result"),
+    (transport_filter.transport_truth, ({"rc": 1},), {}, "command result with stdout/stderr; got keys ['rc']"),
+    (transport_filter.transport_truth, (["ok", None],), {}, "item 1 is a NoneType (None)"),
+    (transport_filter.transport_gate, ("",), {"policy": {"allow_path": ["p2p"]}},
+     "policy key(s) 'allow_path' unknown; expected a mapping with some of allow_paths"),
+    (transport_filter.transport_gate, ("",), {"policy": "intranode_only"}, "got a str ('intranode_only')"),
+    (transport_filter.transport_gate, ("",), {"policy": {"allow_paths": ["nvlink"]}},
+     "allow_paths entry 'nvlink' is not one of p2p, shm, net, net_gdrdma"),
+    (transport_filter.transport_gate, ("",), {"policy": {"allow_transports": "p2p"}},
+     "allow_transports must be a list of p2p/ibgda/ibrc/ucx/ibdevx/libfabric; got 'p2p'"),
+    (transport_filter.transport_gate, ("",), {"policy": {"allow_networks": [""]}},
+     "allow_networks entries must be non-empty strings; got ''"),
+    (transport_filter.transport_gate, ("",), {"policy": {"allow_gin": ["CPU"]}},
+     "allow_gin entry 'CPU' is not one of GDAKI, PROXY, GPI, none"),
+    (transport_filter.transport_gate, ("",), {"policy": {"require_ibgda": "yes"}},
+     "require_ibgda must be true or false; got 'yes' (str)"),
+    (transport_filter.transport_gate, ("",), {"policy": {"allow_cpu_fallback": 1}},
+     "allow_cpu_fallback must be true or false; got 1 (int)"),
+    (transport_filter.transport_gate, ("",), {"policy": {"require_nccl_match": "no"}},
+     "require_nccl_match must be true or false; got 'no' (str)"),
+    (transport_filter.transport_gate, ({"nvshmem": [], "nccl": {}, "deepep": {}},), {},
+     "truth must be the mapping transport_truth returns"),
 ]
+
+
+def test_transport_gate_cases_cover_every_policy_key():
+    from ansible_collections.gpufleet.deepep.plugins.plugin_utils._verify.transport import POLICY_KEYS
+
+    named = {key for func, _a, kwargs, _n in FILTER_BAD if func is transport_filter.transport_gate
+             for key in (kwargs.get("policy") if isinstance(kwargs.get("policy"), dict) else {})}
+    assert named >= set(POLICY_KEYS)
 
 
 @pytest.mark.parametrize("func,args,kwargs,named", FILTER_BAD,
                          ids=["%s-%d" % (c[0].__name__, i) for i, c in enumerate(FILTER_BAD)])
 def test_filters_refuse_naming_the_value(func, args, kwargs, named):
     filters = {}
-    for module in (hca_filter, verify_helpers, version_helpers, build_once_filter):
+    for module in (hca_filter, verify_helpers, version_helpers, build_once_filter, transport_filter):
         filters.update(module.FilterModule().filters())
     with pytest.raises(AnsibleFilterError) as err:
         filters[func.__name__](*args, **kwargs)
