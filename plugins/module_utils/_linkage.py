@@ -32,6 +32,7 @@ What is read here, and how:
 from __future__ import annotations
 
 import ast
+import glob
 import os
 import re
 import struct
@@ -40,12 +41,13 @@ from ansible_collections.gpufleet.deepep.plugins.module_utils._elf import (
     ElfError,
     dynamic_section_of_bytes,
     libstdcxx_linkage,
+    MAX_BYTES,
 )
 
 __all__ = ["SCHEMA", "ARTIFACTS", "LinkageError", "elf_sections", "undefined_symbols", "cxx11_abi",
            "archs_from_cuobjdump", "fatbin_archs", "embedded_archs", "object_record", "baked_env_from_text",
            "resolve_needed", "compiler_from_version_output", "torch_cuda_from_version_py", "linkage_record",
-           "check_record", "is_elf"]
+           "check_record", "is_elf", "tree_objects", "installed_library"]
 
 SCHEMA = 1
 ARTIFACTS = ("deepep", "nvshmem", "nccl", "gdrcopy")
@@ -355,6 +357,51 @@ def torch_cuda_from_version_py(text):
     if not match:
         return None
     return match.group(1) or match.group(2) or None
+
+
+def tree_objects(run, cuda_home, tree, subdirs=("lib",)):
+    """``(objects, warnings)``: an ``objects`` entry for every ELF file (not a link) under ``<tree>/<subdir>``
+    (not recursive), its path relative to ``tree``. An object that cannot be read is a warning, not a failure."""
+    objects, warnings = [], []
+    for subdir in subdirs:
+        directory = os.path.join(tree, subdir)
+        if not os.path.isdir(directory):
+            continue
+        for entry in sorted(os.listdir(directory)):
+            path = os.path.join(directory, entry)
+            relative = os.path.join(subdir, entry)
+            if os.path.islink(path) or not os.path.isfile(path):
+                continue
+            try:
+                with open(path, "rb") as handle:
+                    if not is_elf(handle.read(4)):
+                        continue
+                    handle.seek(0)
+                    data = handle.read(MAX_BYTES + 1)
+                if len(data) > MAX_BYTES:
+                    warnings.append("%s is larger than %d bytes: not recorded" % (relative, MAX_BYTES))
+                    continue
+                sass, ptx, warning = embedded_archs(run, cuda_home, path, data, relative)
+                objects.append(object_record(relative, data, sass, ptx, relative))
+            except (IOError, OSError, ElfError) as exc:
+                warnings.append("cannot read what %s links: %s" % (relative, exc))
+                continue
+            if warning:
+                warnings.append(warning)
+    return objects, warnings
+
+
+def installed_library(tree, prefix, pattern, subdir="lib"):
+    """Where the file that ``<tree>/<subdir>/<pattern>`` (a glob, first match; links followed inside ``tree``) is
+    once ``tree`` is installed at ``prefix``; None when nothing matches."""
+    matches = sorted(glob.glob(os.path.join(tree, subdir, pattern)))
+    if not matches:
+        return None
+    real_tree = os.path.realpath(tree)
+    real = os.path.realpath(matches[0])
+    if not real.startswith(real_tree + os.sep):
+        return real  # a link out of the tree: the file it names
+    return os.path.join(prefix, os.path.relpath(real, real_tree))
 
 
 # --- the record -----------------------------------------------------------------------------------------------
