@@ -1245,7 +1245,8 @@ def wheel_linkage(wheel, generation, context=None, scratch=None):
     try:
         baked = baked_env_from_text(envs)
     except LinkageError as exc:
-        raise StepFailed("cannot read the persistent envs the build baked in: %s" % exc)
+        raise StepFailed("cannot read the persistent envs the build baked into %s!deep_ep/envs.py (expected "
+                         "persistent_envs['NAME'] = 'value' lines): %s" % (os.path.basename(wheel), exc))
     search = main["runpath"] + main["rpath"]
     needed = main["needed"]
     nccl_info, nvshmem_info = context.get("nccl") or {}, context.get("nvshmem") or {}
