@@ -66,7 +66,7 @@ _TORCH_LIBS = ("libc10.so", "libc10_cuda.so", "libtorch.so", "libtorch_cpu.so", 
                "libtorch_python.so")
 _TORCH_SYMBOL_PREFIXES = ("_ZN3c10", "_ZNK3c10", "_ZN2at", "_ZNK2at", "_ZN5torch", "_ZNK5torch")
 _TORCH_CUDA_RE = re.compile(r"^cuda\s*(?::[^=\n]*)?=\s*(?:'([^']*)'|\"([^\"]*)\"|None)\s*$", re.M)
-_ENV_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+_ENV_NAME_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
 
 class LinkageError(ValueError):
@@ -335,7 +335,7 @@ def baked_env_from_text(text):
         except ValueError:
             raise LinkageError("deep_ep/envs.py line %d assigns persistent_envs something that is not a literal"
                                % node.lineno)
-        if not isinstance(key, str) or not _ENV_NAME_RE.match(key):
+        if not isinstance(key, str) or not _ENV_NAME_RE.fullmatch(key):
             raise LinkageError("deep_ep/envs.py line %d: persistent_envs key %r is not an environment variable name"
                                % (node.lineno, key))
         baked[key] = value if isinstance(value, str) else str(value)
@@ -463,7 +463,7 @@ def check_record(record):
             raise LinkageError("%s.libstdcxx is %r, expected shared, static or none" % (where, obj["libstdcxx"]))
         for field in ("sass", "ptx"):
             for arch in obj[field] or []:
-                if not isinstance(arch, str) or not re.match(r"^sm_\d+[af]?$", arch):
+                if not isinstance(arch, str) or not re.fullmatch(r"sm_\d+[af]?", arch):
                     raise LinkageError("%s.%s holds %r, expected sm_<digits>[a|f] such as sm_90" % (where, field, arch))
     if record["cuda"] is not None and not isinstance(record["cuda"], str):
         raise LinkageError("linkage.cuda is %r, expected a version string or null" % (record["cuda"],))

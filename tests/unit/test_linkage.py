@@ -244,6 +244,7 @@ def test_baked_env_of_the_real_v2_build():
     ("persistent_envs = dict()\npersistent_envs['EP_JIT_CACHE_DIR'] = os.environ['HOME']\n", "line 2"),
     ("persistent_envs = dict()\npersistent_envs['not a name'] = '1'\n", "not an environment variable name"),
     ("persistent_envs = dict()\npersistent_envs[3] = '1'\n", "not an environment variable name"),
+    ("persistent_envs = dict()\npersistent_envs['EP_X\\n'] = '1'\n", "not an environment variable name"),
 ])
 def test_a_malformed_envs_py_is_refused_naming_the_line_and_the_form(text, words):
     with pytest.raises(LinkageError) as info:
@@ -332,6 +333,7 @@ def _set(record, path, value):
     (("objects", 0, "soname"), 3, "linkage.objects[0].soname is 3, expected str or null"),
     (("objects", 0, "libstdcxx"), "dynamic", "linkage.objects[0].libstdcxx is 'dynamic', expected shared, static"),
     (("objects", 0, "sass"), ["90"], "linkage.objects[0].sass holds '90', expected sm_<digits>[a|f]"),
+    (("objects", 0, "sass"), ["sm_90\n"], "linkage.objects[0].sass holds 'sm_90\\n', expected sm_<digits>[a|f]"),
     (("objects", 0, "ptx"), "sm_90", "linkage.objects[0].ptx is 'sm_90', expected list or null"),
     (("objects", 0, "extension"), "x", "linkage.objects[0] must be a dict with exactly"),
     (("torch", "cxx11_abi"), 1, "linkage.torch.cxx11_abi is 1, expected bool or null"),
