@@ -1212,8 +1212,8 @@ def wheel_linkage(wheel, generation, context=None, scratch=None):
         objects, undefined = [], {}
         for member in members:
             data = archive.read(member)
-            if not is_elf(data):
-                continue
+            if not is_elf(data) and member not in extensions:
+                continue  # not an object (the extension itself is read, and refused by name when it is none)
             shown = "%s!%s" % (os.path.basename(wheel), member)
             sass, ptx, warning = None, None, None
             try:

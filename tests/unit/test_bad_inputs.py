@@ -398,6 +398,7 @@ WHEEL_BAD = [
     ("envs.py", GOOD_ENVS + "persistent_envs[7] = '1'\n", "key 7 is not an environment variable name"),
     ("extension", "first 1000 bytes", "is truncated"),
     ("extension", None, "holds no DeepEP extension (deep_ep/_C*.so or deep_ep_cpp*.so)"),
+    ("extension", "not an object", "deep_ep/_C.cpython-311-x86_64-linux-gnu.so is not an ELF object"),
 ]
 
 
@@ -419,8 +420,10 @@ def test_a_wheel_whose_linkage_cannot_be_read_is_refused_naming_it(tmp_path, par
     wheel.parent.mkdir()
     with zipfile.ZipFile(str(wheel), "w") as archive:
         if part == "extension":
-            if content is not None:  # the real extension, cut short
+            if content == "first 1000 bytes":  # the real extension, cut short
                 archive.writestr("deep_ep/_C.cpython-311-x86_64-linux-gnu.so", ext.read_bytes()[:1000])
+            elif content is not None:
+                archive.writestr("deep_ep/_C.cpython-311-x86_64-linux-gnu.so", "#!/bin/sh\necho not an extension\n")
             archive.writestr("deep_ep/envs.py", GOOD_ENVS)
         else:
             archive.write(str(ext), "deep_ep/_C.cpython-311-x86_64-linux-gnu.so")
