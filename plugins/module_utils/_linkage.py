@@ -138,13 +138,14 @@ def undefined_symbols(data, name="<bytes>"):
     strtab = sections[link][2]
     order = "<" if data[5] == 1 else ">"
     if data[4] == 2:
-        fmt, size_of, pick = order + "IBBHQQ", 24, (lambda f: (f[0], f[3]))
+        fmt, size_of, shndx_at = order + "IBBHQQ", 24, 3  # st_name, st_info, st_other, st_shndx, ...
     else:
-        fmt, size_of, pick = order + "IIIBBH", 16, (lambda f: (f[0], f[5]))
+        fmt, size_of, shndx_at = order + "IIIBBH", 16, 5  # st_name, st_value, st_size, st_info, st_other, st_shndx
     names = []
     try:
         for position in range(offset + size_of, offset + size, entsize or size_of):
-            name_index, shndx = pick(struct.unpack_from(fmt, data, position))
+            fields = struct.unpack_from(fmt, data, position)
+            name_index, shndx = fields[0], fields[shndx_at]
             if shndx != 0 or not name_index:
                 continue
             start = strtab + name_index
