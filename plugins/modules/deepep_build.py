@@ -23,9 +23,9 @@ description:
     and the first C(std::regex) it compiles crashes (DeepEP V2's JIT, at the first dispatch; seen on a 4 x H200
     node). The module then links the libstdc++.so.6 the interpreter loads through a private
     C(<artifact_dir>/.toolchain/libstdcxx-*/libstdc++.so) link (C(LDFLAGS=-L...); the key records it), and refuses
-    when that library cannot be read. After a build, the record (C(build.json)) holds what the extension links
-    (C(linkage) - NEEDED, RPATH, RUNPATH, C(libstdcxx) shared/static/none); a V2 extension with a static libstdc++ is
-    refused before it is installed, a V1 one is warned about.
+    when that library cannot be read. After a build, the build record (C(build.json)) holds the linkage record
+    (C(linkage), schema 1, see RV(linkage)), so it travels with the wheel through the artifact store; a V2 extension
+    with a static libstdc++ is refused before it is installed, a V1 one is warned about.
   - The build key covers the source revision (git C(HEAD), else a hash of the tree), the generation, the arch
     list, the torch, CUDA, NVSHMEM and NCCL versions, the NVSHMEM and NCCL roots and the Python ABI. A changed
     torch changes the key, so the next run rebuilds.
@@ -267,19 +267,44 @@ wheel:
   sample: /opt/deepep/artifacts/deepep/9d0f.../deep_ep-1.2.1-cp311-cp311-linux_x86_64.whl
 linkage:
   description:
-    - What the extension of the wheel built in this run links (also kept in its build record); null when nothing was
-      built.
-    - C(extension) (its path in the wheel), C(needed), C(rpath), C(runpath), C(soname) (the dynamic section),
-      C(libstdcxx) (C(shared), C(static) or C(none)) and C(warnings).
+    - The linkage record of the wheel built in this run (also kept in its build record C(build.json) under
+      C(linkage), so it travels with the wheel); null when nothing was built.
+    - C(schema) (1) and C(artifact) (C(deepep)).
+    - C(objects), one per shared object in the wheel - C(path) (in the wheel), C(needed), C(runpath), C(rpath),
+      C(soname) (the dynamic section), C(libstdcxx) (C(shared), C(static) or C(none)), C(sass) and C(ptx) (the
+      embedded archs, C(sm_90) etc., from C(<cuda_home>/bin/cuobjdump --list-elf/--list-ptx), else from the
+      C(.nv_fatbin) section's entry headers; null where neither can tell, never a guess).
+    - C(torch) - C(version), C(cxx11_abi) (read from the extension - an undefined symbol with C(__cxx11) means 1 -
+      null where it cannot tell) and C(cuda) (from C(torch/version.py); torch is not imported).
+    - C(cuda) (nvcc of O(cuda_home)), C(compiler) (C(cxx) and the first line of its C(--version)).
+    - C(nccl) (V2, or an extension that needs C(libnccl.so)) - C(header_version), C(root) and C(library) (the real
+      path of the C(libnccl.so.2) the RUNPATH resolves on the build node, or null).
+    - C(nvshmem) (an extension that needs C(libnvshmem_host.so)) - C(host_version), C(host_library) (resolved as
+      for NCCL), C(device_version) and C(device_library) (the C(libnvshmem_device.a) of the NVSHMEM root, linked
+      statically into the extension).
+    - C(baked_env) - the persistent envs DeepEP baked into C(deep_ep/envs.py) (V2), or null; C(warnings).
   returned: always
   type: dict
   sample:
-    extension: deep_ep/_C.cpython-312-x86_64-linux-gnu.so
-    needed: [libc10.so, libtorch.so, libnvshmem_host.so.3, libnccl.so.2, libstdc++.so.6, libc.so.6]
-    runpath: [/opt/torch/.venv/lib/python3.12/site-packages/nvidia/nccl/lib]
-    rpath: []
-    soname: null
-    libstdcxx: shared
+    schema: 1
+    artifact: deepep
+    objects:
+      - path: deep_ep/_C.cpython-312-x86_64-linux-gnu.so
+        needed: [libc10.so, libtorch.so, libcudart.so.13, libnvshmem_host.so.3, libnccl.so.2, libc.so.6]
+        runpath: [/opt/deepep/nvshmem/lib, /opt/torch/.venv/lib/python3.12/site-packages/nvidia/nccl/lib]
+        rpath: []
+        soname: null
+        libstdcxx: shared
+        sass: [sm_90]
+        ptx: []
+    torch: {version: 2.11.0+cu130, cxx11_abi: true, cuda: "13.0"}
+    cuda: 13.0.88
+    compiler: {cxx: g++, version: g++ (Ubuntu 13.3.0-6ubuntu2~24.04) 13.3.0}
+    nccl: {header_version: 2.30.7, root: /opt/torch/.venv/lib/python3.12/site-packages/nvidia/nccl,
+           library: /opt/torch/.venv/lib/python3.12/site-packages/nvidia/nccl/lib/libnccl.so.2.30.7}
+    nvshmem: {host_version: 3.4.5, host_library: /opt/deepep/nvshmem/lib/libnvshmem_host.so.3.4.5,
+              device_version: 3.4.5, device_library: /opt/deepep/nvshmem/lib/libnvshmem_device.a}
+    baked_env: {EP_NCCL_ROOT_DIR: /opt/torch/.venv/lib/python3.12/site-packages/nvidia/nccl}
     warnings: []
 build_env:
   description: The environment variables the build sets.
@@ -429,7 +454,7 @@ from ansible_collections.gpufleet.deepep.plugins.module_utils._comm.deepep impor
     detect_deepep_generation,
     has_hca_mapping_support,
 )
-from ansible_collections.gpufleet.deepep.plugins.module_utils._elf import ElfError, dynamic_section_of_bytes, libstdcxx_linkage
+from ansible_collections.gpufleet.deepep.plugins.module_utils._elf import ElfError
 from ansible_collections.gpufleet.deepep.plugins.module_utils._fileio import (
     file_sha256,
     read_json_dict as _read_json,
@@ -437,6 +462,20 @@ from ansible_collections.gpufleet.deepep.plugins.module_utils._fileio import (
     write_json_file,
 )
 from ansible_collections.gpufleet.deepep.plugins.module_utils._comm.nvshmem import parse_nvshmem_info
+from ansible_collections.gpufleet.deepep.plugins.module_utils._linkage import (
+    baked_env_from_text,
+    compiler_from_version_output,
+    cxx11_abi,
+    embedded_archs,
+    fatbin_archs,
+    is_elf,
+    linkage_record,
+    LinkageError,
+    object_record,
+    resolve_needed,
+    torch_cuda_from_version_py,
+    undefined_symbols,
+)
 from ansible_collections.gpufleet.deepep.plugins.module_utils._runner import CommandLog, Failed, finish, log_tail, StepFailed
 from ansible_collections.gpufleet.deepep.plugins.module_utils._swap import build_lock, replace_tree
 from ansible_collections.gpufleet.deepep.plugins.module_utils._versions import (
@@ -507,6 +546,15 @@ except Exception:
     out["nccl_pip_dir"] = None
 # setuptools links a C++ extension with $CXX, else the interpreter's configured CXX.
 out["cxx"] = (os.environ.get("CXX") or sysconfig.get_config_var("CXX") or "c++").split()[0]
+# torch.version.cuda for the linkage record, read from torch/version.py (torch is not imported).
+out["torch_version_py"] = None
+try:
+    spec = importlib.util.find_spec("torch")
+    if spec is not None and spec.submodule_search_locations:
+        with open(os.path.join(list(spec.submodule_search_locations)[0], "version.py")) as handle:
+            out["torch_version_py"] = handle.read(20000)
+except Exception:
+    pass
 out["libstdcxx"] = None
 try:
     import ctypes
@@ -594,11 +642,19 @@ class Builder(CommandLog):
             return None, None
         return printed, os.path.isabs(printed) and os.path.exists(printed)
 
+    def cxx_version(self, cxx):
+        """The first line of ``cxx --version`` (for the linkage record), or None."""
+        path = cxx if os.path.isabs(cxx) else self.module.get_bin_path(cxx)
+        if not path:
+            return None
+        rc, out, err = self.run([path, "--version"], check=False, record=False, timeout=120)
+        return compiler_from_version_output(out) if rc == 0 else None
+
     def cuda_version(self):
         nvcc = os.path.join(self.p["cuda_home"], "bin", "nvcc")
         if not os.access(nvcc, os.X_OK):
             return None
-        rc, out, err = self.run([nvcc, "--version"], check=False, record=False)
+        rc, out, err = self.run([nvcc, "--version"], check=False, record=False, timeout=120)
         return cuda_version_from_nvcc(out) if rc == 0 else None
 
     def nvshmem_info(self, root, pip_dir, site):
@@ -995,7 +1051,7 @@ class DeepepBuild(object):
                 if fix.get("link"):
                     place_link(fix["link"])
             self.wheel, self.record = build_wheel(builder, self.p, self.key, self.generation, self.new_stamp,
-                                                  self.build_env)
+                                                  self.build_env, self.linkage_context())
         except StepFailed as exc:
             raise Failed("DeepEP %s build failed: %s (nothing was installed)" % (self.generation, exc.msg),
                          rc=exc.rc, cmd=exc.cmd, log_tail=log_tail(builder.log_path, self.p["log_lines"]), **exc.extra)
@@ -1005,6 +1061,17 @@ class DeepepBuild(object):
         self.result.update(built=True, wheel=self.wheel, log=builder.log_path, linkage=self.record.get("linkage"))
         for warning in (self.record.get("linkage") or {}).get("warnings", []):
             self.module.warn(warning)
+
+    def linkage_context(self):
+        """What the linkage record says beside the objects themselves (see wheel_linkage)."""
+        probe = self.probe
+        cxx = probe.get("cxx") or "c++"
+        return {"cuda_home": self.p["cuda_home"], "torch_version": probe.get("torch_version"),
+                "torch_cuda": torch_cuda_from_version_py(probe.get("torch_version_py")), "cuda": self.cuda_version,
+                "cxx": cxx, "cxx_version": self.builder.cxx_version(cxx),
+                "nccl": {"root": self.nccl["root"], "version": self.nccl["version"]},
+                "nvshmem": {"root": None if self.p["disable_sm90_features"] else self.nvshmem["root"],
+                            "version": self.nvshmem["version"]}}
 
     def check_wheel(self):
         """A wheel with a build record (built here, or copied from the artifact store) must match its sha256."""
@@ -1124,36 +1191,96 @@ def place_link(link):
     os.rename(tmp, path)
 
 
-def wheel_linkage(wheel, generation):
-    """What the wheel's extension links: ``{extension, needed, runpath, rpath, libstdcxx, warnings}``.
+def wheel_linkage(wheel, generation, context=None, scratch=None):
+    """The linkage record (module_utils._linkage, schema 1) of the wheel: every shared object in it (NEEDED,
+    RUNPATH/RPATH, SONAME, libstdc++, embedded SASS/PTX), torch, CUDA, the compiler, the NCCL and NVSHMEM it links,
+    and the persistent envs baked into ``deep_ep/envs.py``.
 
-    Raises StepFailed for a V2 extension without a shared libstdc++ (its JIT's std::regex would crash at the first
-    dispatch: captured on 4 x H200); a V1 one gets a warning.
+    ``context``: ``run(argv, timeout)``, ``cuda_home``, ``torch_version``, ``torch_cuda``, ``cuda``, ``cxx``,
+    ``cxx_version``, ``nccl`` and ``nvshmem`` (the module's ``{root, version}`` of each); ``scratch``: a directory
+    to unpack the objects into for cuobjdump. Raises StepFailed for a V2 extension without a shared libstdc++ (its
+    JIT's std::regex would crash at the first dispatch: captured on 4 x H200); a V1 one gets a warning.
     """
+    context = context or {}
+    run = context.get("run")
+    warnings = []
     with zipfile.ZipFile(wheel) as archive:
-        names = sorted(n for n in archive.namelist()
-                       if n.endswith(".so") and (n.startswith("deep_ep/_C") or n.startswith("deep_ep_cpp")))
-        if not names:
+        members = sorted(n for n in archive.namelist() if n.endswith(".so") or ".so." in os.path.basename(n))
+        extensions = [n for n in members if n.startswith("deep_ep/_C") or n.startswith("deep_ep_cpp")]
+        if not extensions:
             raise StepFailed("%s holds no DeepEP extension (deep_ep/_C*.so or deep_ep_cpp*.so)" % wheel)
-        data = archive.read(names[0])
-        try:
-            section = dynamic_section_of_bytes(data, "%s!%s" % (os.path.basename(wheel), names[0]))
-        except ElfError as exc:
-            raise StepFailed("cannot read what the built extension links: %s" % exc)
-    linkage = dict(section, extension=names[0], libstdcxx=libstdcxx_linkage(section["needed"], data), warnings=[])
-    if linkage["libstdcxx"] == "static":
+        objects, undefined = [], {}
+        for member in members:
+            data = archive.read(member)
+            if not is_elf(data) and member not in extensions:
+                continue  # not an object (the extension itself is read, and refused by name when it is none)
+            shown = "%s!%s" % (os.path.basename(wheel), member)
+            sass, ptx, warning = None, None, None
+            try:
+                if run is not None and scratch:
+                    path = os.path.join(scratch, member.replace("/", "_"))
+                    with open(path, "wb") as handle:
+                        handle.write(data)
+                    sass, ptx, warning = embedded_archs(run, context.get("cuda_home"), path, data, shown)
+                else:
+                    sass, ptx = fatbin_archs(data, shown)
+                objects.append(object_record(member, data, sass, ptx, shown))
+                undefined[member] = undefined_symbols(data, shown)
+            except ElfError as exc:
+                raise StepFailed("cannot read what the built extension links: %s" % exc)
+            if warning:
+                warnings.append(warning)
+        envs = archive.read("deep_ep/envs.py").decode("utf-8", "replace") \
+            if "deep_ep/envs.py" in archive.namelist() else None
+    main = next(o for o in objects if o["path"] == extensions[0])
+    if main["libstdcxx"] == "static":
         text = ("the built extension %s carries a static libstdc++ (NEEDED: %s; no libstdc++.so) whose "
                 "std::locale facets are not the process's, so std::regex in it crashes"
-                % (names[0], ", ".join(section["needed"]) or "none"))
+                % (extensions[0], ", ".join(main["needed"]) or "none"))
         if generation == "v2":
             raise StepFailed(text + "; DeepEP V2's JIT compiles one at the first dispatch (SIGSEGV). Fix: install the "
                              "compiler's libstdc++ development link or set CXX to a compiler whose "
                              "`-print-file-name=libstdc++.so` exists")
-        linkage["warnings"].append(text + " (DeepEP V1 uses none, but any code of the extension that does will)")
-    return linkage
+        warnings.append(text + " (DeepEP V1 uses none, but any code of the extension that does will)")
+    try:
+        baked = baked_env_from_text(envs)
+    except LinkageError as exc:
+        raise StepFailed("cannot read the persistent envs the build baked into %s!deep_ep/envs.py (expected "
+                         "persistent_envs['NAME'] = 'value' lines): %s" % (os.path.basename(wheel), exc))
+    search = main["runpath"] + main["rpath"]
+    needed = main["needed"]
+    nccl_info, nvshmem_info = context.get("nccl") or {}, context.get("nvshmem") or {}
+    nccl = None
+    nccl_needed = next((n for n in needed if n.startswith("libnccl.so")), None)
+    if nccl_needed or generation == "v2":
+        library = resolve_needed(nccl_needed, search) if nccl_needed else None
+        if nccl_needed and library is None:
+            warnings.append("%s is not in the extension's RUNPATH/RPATH (%s): the loader takes whatever the "
+                            "node's search path finds" % (nccl_needed, ":".join(search) or "none"))
+        nccl = {"header_version": nccl_info.get("version"), "root": nccl_info.get("root"), "library": library}
+    nvshmem = None
+    host_needed = next((n for n in needed if n.startswith("libnvshmem_host.so")), None)
+    if host_needed:
+        host = resolve_needed(host_needed, search)
+        if host is None:
+            warnings.append("%s is not in the extension's RUNPATH/RPATH (%s): the loader takes whatever the "
+                            "node's search path finds" % (host_needed, ":".join(search) or "none"))
+        root = nvshmem_info.get("root")
+        device = os.path.join(root, "lib", "libnvshmem_device.a") if root else None
+        device = os.path.realpath(device) if device and os.path.isfile(device) else None
+        nvshmem = {"host_version": nvshmem_info.get("version"), "host_library": host,
+                   "device_version": nvshmem_info.get("version") if device else None, "device_library": device}
+    torch = {"version": context.get("torch_version"), "cxx11_abi": cxx11_abi(undefined[extensions[0]], needed),
+             "cuda": context.get("torch_cuda")} if context.get("torch_version") else None
+    try:
+        return linkage_record("deepep", objects, torch=torch, cuda=context.get("cuda"),
+                              compiler={"cxx": context.get("cxx"), "version": context.get("cxx_version")},
+                              nccl=nccl, nvshmem=nvshmem, baked_env=baked, warnings=warnings)
+    except LinkageError as exc:
+        raise StepFailed("the linkage record of %s is malformed: %s" % (wheel, exc))
 
 
-def build_wheel(builder, p, key, generation, stamp, build_env):
+def build_wheel(builder, p, key, generation, stamp, build_env, linkage_context=None):
     """Build in ``<artifact_dir>/.staging-<key8>``; keep the wheel in ``<artifact_dir>/<key>/``."""
     artifact_dir = p["artifact_dir"]
     if not os.path.isdir(artifact_dir):
@@ -1191,8 +1318,12 @@ def build_wheel(builder, p, key, generation, stamp, build_env):
     name = os.path.basename(wheels[0])
     shutil.move(wheels[0], os.path.join(artifact, name))
     record = dict(stamp)
+    scratch = os.path.join(staging, "linkage")
+    os.makedirs(scratch)
     record.update(wheel_name=name, wheel_sha256=file_sha256(os.path.join(artifact, name)), built_at=_now(),
-                  linkage=wheel_linkage(os.path.join(artifact, name), generation))
+                  linkage=wheel_linkage(os.path.join(artifact, name), generation, dict(linkage_context, run=(
+                      lambda argv, timeout: builder.run(argv, check=False, record=False, timeout=timeout))),
+                      scratch))
     write_json_file(os.path.join(artifact, "build.json"), record)
     shutil.copyfile(builder.log_path, os.path.join(artifact, "build.log"))
     replace_tree(final, artifact)

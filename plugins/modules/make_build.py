@@ -27,6 +27,9 @@ description:
   - A run holds the lock C(.<name>.lock) beside O(prefix) (fcntl) from that clean-up to the swap. A second build of
     the same prefix waits for the first (O(lock_timeout)) or refuses naming the lock's holder; it never removes the
     first run's staging directory. Check mode takes no lock and writes nothing.
+  - The stamp of a build holds its linkage record (C(linkage), schema 1, see RV(linkage)) - what each shared object
+    under C(lib/) links and embeds, CUDA, the compiler and, for NCCL, the header version and the library as
+    installed at O(prefix).
 author: gpufleet.deepep maintainers (@gpufleet)
 extends_documentation_fragment:
   - gpufleet.deepep.attributes
@@ -188,6 +191,35 @@ cmd:
   returned: failure
   type: list
   elements: str
+linkage:
+  description:
+    - The linkage record of the build this run made (also kept in its stamp under C(linkage)); null when nothing
+      was built.
+    - C(schema) (1), C(artifact) (O(kind)); C(objects), one per shared object under C(lib/) (links are left out) -
+      C(path) (relative to O(prefix)), C(needed), C(runpath), C(rpath), C(soname), C(libstdcxx) (C(shared),
+      C(static) or C(none)), C(sass) and C(ptx) (embedded archs from C(<cuda_home>/bin/cuobjdump), else from the
+      C(.nv_fatbin) section's entry headers; null where neither can tell).
+    - C(cuda) (nvcc of O(cuda_home), or null), C(compiler) - C(cxx) (the C++ compiler for NCCL, C(CXX) of
+      O(make_vars) or the environment, else C(g++); the C compiler for GDRCopy, C(CC), else C(cc)) and the first line
+      of its C(--version).
+    - C(nccl) (O(kind=nccl)) - C(header_version) (C(include/nccl.h)), C(root) (O(prefix)) and C(library) (the
+      C(libnccl.so.2) as installed); C(torch), C(nvshmem) and C(baked_env) null; C(warnings).
+  returned: always
+  type: dict
+  sample:
+    schema: 1
+    artifact: nccl
+    objects:
+      - {path: lib/libnccl.so.2.30.7, needed: [libc.so.6], runpath: [], rpath: [], soname: libnccl.so.2,
+         libstdcxx: static, sass: [sm_90], ptx: [sm_90]}
+    torch: null
+    cuda: 13.0.88
+    compiler: {cxx: g++, version: g++ (Ubuntu 13.3.0-6ubuntu2~24.04) 13.3.0}
+    nccl: {header_version: 2.30.7, root: /opt/deepep/nccl/build-2.30.7,
+           library: /opt/deepep/nccl/build-2.30.7/lib/libnccl.so.2.30.7}
+    nvshmem: null
+    baked_env: null
+    warnings: []
 diff:
   description: Before and after stamp (diff mode).
   returned: when diff mode is on and a build is (or would be) needed
@@ -250,6 +282,13 @@ from ansible_collections.gpufleet.deepep.plugins.module_utils._buildkey import (
     stamp_diff,
     write_stamp,
 )
+from ansible_collections.gpufleet.deepep.plugins.module_utils._linkage import (
+    compiler_from_version_output,
+    installed_library,
+    linkage_record,
+    LinkageError,
+    tree_objects,
+)
 from ansible_collections.gpufleet.deepep.plugins.module_utils._runner import CommandLog, Failed, finish, StepFailed
 from ansible_collections.gpufleet.deepep.plugins.module_utils._swap import (
     build_lock,
@@ -258,6 +297,10 @@ from ansible_collections.gpufleet.deepep.plugins.module_utils._swap import (
     staged_build,
     staging_path,
     swap_in,
+)
+from ansible_collections.gpufleet.deepep.plugins.module_utils._versions import (
+    cuda_version_from_nvcc,
+    nccl_version_from_header_file,
 )
 
 # What a complete build has, per kind: (path under the prefix, glob).
@@ -307,7 +350,7 @@ class MakeBuild(object):
         self.runner = CommandLog()
         self.result = {"changed": False, "built": False, "would_build": False, "key": None, "inputs": {},
                        "reason": "", "previous": None, "cleaned": [], "recovered": None, "log": None,
-                       "commands": self.runner.commands}
+                       "commands": self.runner.commands, "linkage": None}
 
     # --- observe --------------------------------------------------------------------------------
 
@@ -414,9 +457,43 @@ class MakeBuild(object):
         if missing:
             raise StepFailed("make put no %s into %s" % (" or ".join(missing), staged))
         write_stamp(staged, {"key": self.key, "kind": p["kind"], "version": p["version"], "inputs": self.inputs,
-                             "built_at": _now(), "module": "gpufleet.deepep.make_build"})
+                             "built_at": _now(), "module": "gpufleet.deepep.make_build",
+                             "linkage": self.linkage(staged)})
         shutil.copyfile(runner.log_path, os.path.join(staged, LOG_NAME))
         return swap_in(self.prefix, staged)
+
+    def linkage(self, staged):
+        """The linkage record (module_utils._linkage, schema 1) of the staged build, its paths as installed at the
+        prefix; kept in the stamp."""
+        p, runner = self.p, self.runner
+
+        def run(argv, timeout):
+            return runner.run(argv, check=False, record=False, timeout=timeout)
+
+        objects, warnings = tree_objects(run, p["cuda_home"], staged, ("lib",))
+        cuda = None
+        nvcc = os.path.join(p["cuda_home"], "bin", "nvcc")
+        if os.access(nvcc, os.X_OK):
+            rc, out, err = run([nvcc, "--version"], 120)
+            cuda = cuda_version_from_nvcc(out) if rc == 0 else None
+        # make's defaults: NCCL's C++ is $(CXX) (g++), GDRCopy's library is C, $(CC) (cc).
+        name = "CXX" if p["kind"] == "nccl" else "CC"
+        cxx = str(p["make_vars"].get(name) or os.environ.get(name) or ("g++" if name == "CXX" else "cc")).split()[0]
+        path = cxx if os.path.isabs(cxx) else self.module.get_bin_path(cxx)
+        version = None
+        if path:
+            rc, out, err = run([path, "--version"], 120)
+            version = compiler_from_version_output(out) if rc == 0 else None
+        nccl = None
+        if p["kind"] == "nccl":
+            nccl = {"header_version": nccl_version_from_header_file(staged), "root": self.prefix,
+                    "library": installed_library(staged, self.prefix, "libnccl.so.2")
+                    or installed_library(staged, self.prefix, "libnccl.so*")}
+        try:
+            return linkage_record(p["kind"], objects, cuda=cuda, compiler={"cxx": cxx, "version": version},
+                                  nccl=nccl, warnings=warnings)
+        except LinkageError as exc:
+            raise StepFailed("the linkage record of the staged build is malformed: %s" % exc)
 
     def apply(self):
         """Build the key and swap it in; the build at the prefix stays on any failure."""
@@ -426,7 +503,8 @@ class MakeBuild(object):
         with staged_build(prefix, self.staging, self.runner, self.result, header, p["log_lines"],
                           lambda text, step: "%s build failed: %s (the build at %s is unchanged)" % (p["kind"], text, prefix)):
             swap = self.build()
-        self.result.update(built=True, previous=swap["previous"], log=os.path.join(prefix, LOG_NAME))
+        self.result.update(built=True, previous=swap["previous"], log=os.path.join(prefix, LOG_NAME),
+                           linkage=(read_stamp(prefix) or {}).get("linkage"))
 
     def facts(self, predicted=False):
         stamp = {"key": self.key, "version": self.p["version"]} if predicted else (read_stamp(self.prefix) or {})

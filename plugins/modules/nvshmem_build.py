@@ -31,6 +31,9 @@ description:
     refused, named.
   - With O(roce_ah_attr_fix) the module zeroes every local C(struct ibv_ah_attr) declaration in the IBGDA transport
     source before building, the fix for C(Unable to create ah) on RoCE (NVIDIA/nvshmem#21).
+  - The stamp of a build holds its linkage record (C(linkage), schema 1, see RV(linkage)) - what each shared object
+    under C(lib/) links and embeds, CUDA, the compiler, and the host and device libraries. The packed install and
+    its C(nvshmem-<key>.json) record carry it through the artifact store.
 author: gpufleet.deepep maintainers (@gpufleet)
 extends_documentation_fragment:
   - gpufleet.deepep.attributes
@@ -231,6 +234,33 @@ ah_attr_fix:
   returned: when a build ran with O(roce_ah_attr_fix)
   type: dict
   sample: {"file": "src/modules/transport/ibgda/ibgda.cpp", "fixed": 3, "already": 0}
+linkage:
+  description:
+    - The linkage record of the install this run built or unpacked (from its stamp, where it is kept); null when
+      nothing changed.
+    - C(schema) (1), C(artifact) (C(nvshmem)); C(objects), one per shared object under C(lib/) (links are left out)
+      - C(path) (relative to O(prefix)), C(needed), C(runpath), C(rpath), C(soname), C(libstdcxx) (C(shared),
+      C(static) or C(none)), C(sass) and C(ptx) (embedded archs from C(<cuda_home>/bin/cuobjdump), else from the
+      C(.nv_fatbin) section's entry headers; null where neither can tell).
+    - C(cuda) (nvcc), C(compiler) (C(cxx) and the first line of its C(--version)); C(nvshmem) - C(host_version),
+      C(host_library), C(device_version), C(device_library) (paths as installed at O(prefix)); C(torch), C(nccl)
+      and C(baked_env) null; C(warnings).
+  returned: always
+  type: dict
+  sample:
+    schema: 1
+    artifact: nvshmem
+    objects:
+      - {path: lib/libnvshmem_host.so.3.4.5, needed: [libcuda.so.1, libstdc++.so.6, libc.so.6], runpath: [], rpath: [],
+         soname: libnvshmem_host.so.3, libstdcxx: shared, sass: [sm_90], ptx: []}
+    torch: null
+    cuda: 13.0.88
+    compiler: {cxx: /usr/bin/c++, version: c++ (Ubuntu 13.3.0-6ubuntu2~24.04) 13.3.0}
+    nccl: null
+    nvshmem: {host_version: 3.4.5, host_library: /opt/deepep/nvshmem/lib/libnvshmem_host.so.3.4.5,
+              device_version: 3.4.5, device_library: /opt/deepep/nvshmem/lib/libnvshmem_device.a}
+    baked_env: null
+    warnings: []
 verify:
   description: The verification of the install at O(prefix) (or the staged tree when a build ran).
   returned: always
@@ -343,6 +373,12 @@ from ansible_collections.gpufleet.deepep.plugins.module_utils._comm.nvshmem impo
     apply_ah_attr_fix,
     nvshmem_cmake_args,
     parse_nvshmem_info,
+)
+from ansible_collections.gpufleet.deepep.plugins.module_utils._linkage import (
+    installed_library,
+    linkage_record,
+    LinkageError,
+    tree_objects,
 )
 from ansible_collections.gpufleet.deepep.plugins.module_utils._runner import CommandLog, Failed, finish, StepFailed
 from ansible_collections.gpufleet.deepep.plugins.module_utils._swap import (
@@ -571,7 +607,7 @@ class NvshmemBuild(object):
             "changed": False, "built": False, "would_build": False, "reboot_required": False,
             "key": None, "reason": "", "inputs": {}, "previous": None, "staging": None, "log": None,
             "commands": self.runner.commands, "cleaned": [], "recovered": None, "verify": {}, "installed_from": None,
-            "artifact": None,
+            "artifact": None, "linkage": None,
         }
 
     # --- observe --------------------------------------------------------------------------------
@@ -605,6 +641,7 @@ class NvshmemBuild(object):
             rc, out, err = self.runner.run([self.nvcc, "--version"], record=False, timeout=120)
             self.cuda_version = cuda_version_from_nvcc(out)
             cxx = self.module.get_bin_path("c++") or self.module.get_bin_path("g++")
+            self.cxx = cxx
             compiler = None
             if cxx:
                 rc, out, err = self.runner.run([cxx, "--version"], record=False, check=False, timeout=120)
@@ -723,13 +760,32 @@ class NvshmemBuild(object):
         self.result["verify"] = check
         if not check["ok"]:
             raise StepFailed("the staged build fails verification: %s" % "; ".join(check["problems"]))
+        linkage = self.linkage(staged, check["version"])
         write_stamp(staged, {
             "key": self.key, "kind": "nvshmem", "inputs": self.inputs, "built_at": _now(),
             "version": check["version"], "ibgda": check["ibgda"], "libraries": check["libraries"],
             "ah_attr_fix": self.result.get("ah_attr_fix"), "module": "gpufleet.deepep.nvshmem_build",
+            "linkage": linkage,
         })
         shutil.copyfile(log_path, os.path.join(staged, LOG_NAME))
         return swap_in(prefix, staged)
+
+    def linkage(self, staged, version):
+        """The linkage record (module_utils._linkage, schema 1) of the staged install, its paths as installed at
+        the prefix; it is kept in the stamp, which the packed install and its JSON record carry."""
+        def run(argv, timeout):
+            return self.runner.run(argv, check=False, record=False, timeout=timeout)
+
+        objects, warnings = tree_objects(run, self.p["cuda_home"], staged, ("lib",))
+        device = installed_library(staged, self.prefix, "libnvshmem_device.a")
+        nvshmem = {"host_version": version, "host_library": installed_library(staged, self.prefix, "libnvshmem_host.so*"),
+                   "device_version": version if device else None, "device_library": device}
+        try:
+            return linkage_record("nvshmem", objects, cuda=self.cuda_version,
+                                  compiler={"cxx": self.cxx, "version": self.inputs.get("compiler")},
+                                  nvshmem=nvshmem, warnings=warnings)
+        except LinkageError as exc:
+            raise StepFailed("the linkage record of the staged build is malformed: %s" % exc)
 
     def fix_ah_attr(self, source_root):
         ibgda_src = os.path.join(source_root, IBGDA_SOURCE)
@@ -757,6 +813,7 @@ class NvshmemBuild(object):
         with staged_build(prefix, self.staging, self.runner, self.result, header, p["log_lines"], failure,
                           errors=(EOFError, tarfile.TarError, ArchError)) as log_path:
             swap = self.install_artifact() if action == "artifact" else self.build(log_path)
+        self.result["linkage"] = (read_stamp(prefix) or {}).get("linkage")
         if action == "artifact":
             self.result.update(built=False, installed_from="artifact", previous=swap["previous"], log=None)
             return

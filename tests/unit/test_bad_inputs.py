@@ -389,6 +389,55 @@ def test_check_record_names_file_key_value_and_type():
         _guard.check_record("/x", {"sha256": 5}, {"sha256": "str"}, what="build record")
 
 
+# ------------------------------------------------- what a build's linkage record reads from the wheel it built
+GOOD_ENVS = "# Pre-installed environment variables\npersistent_envs = dict()\n"
+WHEEL_BAD = [
+    ("envs.py", "persistent_envs = dict(\n", "deep_ep/envs.py is not valid Python"),
+    ("envs.py", GOOD_ENVS + "persistent_envs['EP_JIT_CACHE_DIR'] = os.getenv('HOME')\n",
+     "deep_ep/envs.py line 3 assigns persistent_envs something that is not a literal"),
+    ("envs.py", GOOD_ENVS + "persistent_envs['EP JIT'] = '1'\n", "key 'EP JIT' is not an environment variable name"),
+    ("envs.py", GOOD_ENVS + "persistent_envs[7] = '1'\n", "key 7 is not an environment variable name"),
+    ("extension", "first 1000 bytes", "is truncated"),
+    ("extension", None, "holds no DeepEP extension (deep_ep/_C*.so or deep_ep_cpp*.so)"),
+    ("extension", "not an object", "deep_ep/_C.cpython-311-x86_64-linux-gnu.so is not an ELF object"),
+]
+
+
+@pytest.mark.parametrize("part, content, why", WHEEL_BAD)
+def test_a_wheel_whose_linkage_cannot_be_read_is_refused_naming_it(tmp_path, part, content, why):
+    import shutil
+    import subprocess
+    import zipfile
+
+    from ansible_collections.gpufleet.deepep.plugins.modules import deepep_build
+
+    if not shutil.which("gcc"):
+        pytest.skip("needs gcc for a real extension")
+    src = tmp_path / "ext.c"
+    src.write_text("int answer(void) { return 42; }\n")
+    ext = tmp_path / "ext.so"
+    subprocess.run(["gcc", "-fPIC", "-shared", str(src), "-o", str(ext)], check=True, timeout=300)
+    wheel = tmp_path / "wheel" / "deep_ep-2.1.0-cp311-cp311-linux_x86_64.whl"
+    wheel.parent.mkdir()
+    with zipfile.ZipFile(str(wheel), "w") as archive:
+        if part == "extension":
+            if content == "first 1000 bytes":  # the real extension, cut short
+                archive.writestr("deep_ep/_C.cpython-311-x86_64-linux-gnu.so", ext.read_bytes()[:1000])
+            elif content is not None:
+                archive.writestr("deep_ep/_C.cpython-311-x86_64-linux-gnu.so", "#!/bin/sh\necho not an extension\n")
+            archive.writestr("deep_ep/envs.py", GOOD_ENVS)
+        else:
+            archive.write(str(ext), "deep_ep/_C.cpython-311-x86_64-linux-gnu.so")
+            archive.writestr("deep_ep/envs.py", content)
+    before = snapshot(tmp_path / "wheel")
+    with pytest.raises(deepep_build.StepFailed) as info:
+        deepep_build.wheel_linkage(str(wheel), "v2")
+    assert why in info.value.msg and wheel.name in info.value.msg, info.value.msg
+    if part == "envs.py":
+        assert "expected persistent_envs['NAME'] = 'value' lines" in info.value.msg
+    assert snapshot(tmp_path / "wheel") == before
+
+
 # ------------------------------------------------------------------------------------------------------- filters
 FILTER_BAD = [
     (hca_filter.hca_mapping, ("0:mlx5_0:1,0:mlx5_1:1",), {}, "GPU 0 appears twice"),

@@ -70,6 +70,10 @@ class Venv(object):
         os.makedirs(os.path.join(self.site, "torch"))
         with open(os.path.join(self.site, "torch", "__init__.py"), "w") as handle:
             handle.write("__version__ = %r\n" % version)
+        with open(os.path.join(self.site, "torch", "version.py"), "w") as handle:  # torch's own form
+            handle.write("from typing import Optional\n\n__version__ = %r\ndebug = False\n"
+                         "cuda: Optional[str] = %r\nhip: Optional[str] = None\n"
+                         % (version, "13.0" if "+cu13" in version else None))
         meta = os.path.join(self.site, "torch-%s.dist-info" % version)
         os.makedirs(meta)
         with open(os.path.join(meta, "METADATA"), "w") as handle:
@@ -272,6 +276,21 @@ def test_v2_builds_against_nccl_2_30_7(module_runner, tmp_path, nvshmem_root):
     assert result["build_env"]["DISABLE_AGGRESSIVE_PTX_INSTRS"] == "1"
     baked = venv.run("import deep_ep; print(deep_ep.persistent_envs['EP_NCCL_ROOT_DIR'])")
     assert baked.stdout.strip().splitlines()[-1] == nccl
+    # The build record carries the linkage record (schema 1), and the module returns it.
+    linkage = json.loads((Path(result["wheel"]).parent / "build.json").read_text())["linkage"]
+    assert result["linkage"] == linkage
+    assert linkage["schema"] == 1 and linkage["artifact"] == "deepep" and linkage["warnings"] == []
+    extension = linkage["objects"][0]
+    assert extension["path"].startswith("deep_ep/_C.") and "libnvshmem_host.so.3" in extension["needed"]
+    assert extension["runpath"] == [nvshmem_root + "/lib"] and extension["soname"] is None
+    assert extension["sass"] == [] and extension["ptx"] == []  # a g++-only extension embeds no device code
+    assert linkage["baked_env"] == {"EP_NCCL_ROOT_DIR": nccl}
+    assert linkage["nccl"] == {"header_version": "2.30.7", "root": nccl, "library": None}  # the fixture needs no libnccl
+    assert linkage["nvshmem"] == {
+        "host_version": "3.4.5", "host_library": os.path.realpath(nvshmem_root + "/lib/libnvshmem_host.so.3"),
+        "device_version": "3.4.5", "device_library": nvshmem_root + "/lib/libnvshmem_device.a"}
+    assert linkage["torch"] == {"version": "2.11.0+cu130", "cxx11_abi": None, "cuda": "13.0"}
+    assert linkage["cuda"].startswith("13.") and linkage["compiler"]["version"].startswith(linkage["compiler"]["cxx"])
 
 
 @pytest.mark.slow
@@ -296,7 +315,8 @@ def test_a_compiler_without_a_shared_libstdcxx_gets_the_runtimes_through_a_priva
     assert first["inputs"]["libstdcxx_link"] == fix["link"]["target"]
     # The build record says what the extension links.
     record = json.loads((Path(first["wheel"]).parent / "build.json").read_text())
-    assert record["linkage"]["extension"].startswith("deep_ep/_C") and record["linkage"]["libstdcxx"] in ("shared", "none")
+    extension = record["linkage"]["objects"][0]
+    assert extension["path"].startswith("deep_ep/_C") and extension["libstdcxx"] in ("shared", "none")
     again = module_runner(deepep_build, args)
     assert not again.failed and not again["changed"] and again["key"] == first["key"]
     # Without the fallback the key is the one a sound toolchain always had.
@@ -322,9 +342,10 @@ def test_a_v2_wheel_with_a_static_libstdcxx_is_refused_and_a_v1_one_warned(tmp_p
         deepep_build.wheel_linkage(wheels["static"], "v2")
     assert "static libstdc++" in info.value.msg and "first dispatch" in info.value.msg and "CXX" in info.value.msg
     v1 = deepep_build.wheel_linkage(wheels["static"], "v1")
-    assert v1["libstdcxx"] == "static" and "static libstdc++" in v1["warnings"][0]
+    assert v1["objects"][0]["libstdcxx"] == "static" and "static libstdc++" in v1["warnings"][0]
     shared = deepep_build.wheel_linkage(wheels["shared"], "v2")
-    assert shared["libstdcxx"] == "shared" and "libstdc++.so.6" in shared["needed"] and shared["warnings"] == []
+    assert shared["objects"][0]["libstdcxx"] == "shared" and "libstdc++.so.6" in shared["objects"][0]["needed"]
+    assert shared["warnings"] == []
 
 
 def test_preflight_reports_everything_at_once_in_check_mode(module_runner, tmp_path):

@@ -61,6 +61,22 @@ def test_build_is_keyed_staged_swapped_and_idempotent(module_runner, tmp_path, k
     assert facts["present"] and facts["current"] and facts["missing"] == []
     assert bk.read_stamp(args["prefix"])["key"] == first["key"]
     assert os.path.isfile(os.path.join(args["prefix"], bk.LOG_NAME))
+    # The stamp holds the linkage record (the real objects make built; no cuobjdump or nvcc in this cuda_home).
+    linkage = bk.read_stamp(args["prefix"])["linkage"]
+    library = {"gdrcopy": "lib/libgdrapi.so.2.5", "nccl": "lib/libnccl.so.2.30.7"}[kind]
+    assert first["linkage"] == linkage and linkage["schema"] == 1 and linkage["artifact"] == kind
+    assert [o["path"] for o in linkage["objects"]] == [library]
+    assert linkage["objects"][0]["soname"] == {"gdrcopy": "libgdrapi.so.2", "nccl": "libnccl.so.2"}[kind]
+    assert linkage["objects"][0]["sass"] == [] and linkage["objects"][0]["ptx"] == []
+    assert linkage["cuda"] is None and linkage["warnings"] == []
+    assert linkage["compiler"]["cxx"] == {"gdrcopy": "cc", "nccl": "g++"}[kind]
+    assert linkage["compiler"]["version"].startswith(linkage["compiler"]["cxx"] + " ")
+    assert linkage["torch"] is None and linkage["nvshmem"] is None and linkage["baked_env"] is None
+    if kind == "nccl":
+        assert linkage["nccl"] == {"header_version": "2.30.7", "root": args["prefix"],
+                                   "library": os.path.join(args["prefix"], library)}
+    else:
+        assert linkage["nccl"] is None
     assert _siblings(args["prefix"]) == [kind] and _tree_snapshot(args["src"]) == source_before
     if kind == "nccl":
         header = Path(args["prefix"], "include", "nccl.h").read_text()
@@ -130,3 +146,35 @@ def test_nvcc_gencode():
     assert _arch.nvcc_gencode("9.0,10.0") == _arch.nvcc_gencode("9.0;10.0")
     with pytest.raises(_arch.ArchError, match="sm90"):
         _arch.nvcc_gencode("sm90")
+
+
+CAPTURED_LINKAGE = Path(__file__).resolve().parents[1] / "fixtures" / "captured" / "h200x4" / "deepep_v2_linkage.txt"
+
+
+def _captured_section(title):
+    text = CAPTURED_LINKAGE.read_text()
+    return text.split("== " + title, 1)[1].split("\n", 1)[1].split("\n== ", 1)[0]
+
+
+@pytest.mark.parametrize("kind", ["gdrcopy", "nccl"])
+def test_the_linkage_record_takes_the_archs_from_cuobjdump_and_cuda_from_nvcc(module_runner, tmp_path, kind):
+    # A CUDA home whose cuobjdump and nvcc answer with what the real ones printed (4 x H200, CUDA 13.0).
+    args = _args(tmp_path, kind)
+    bin_dir = Path(args["cuda_home"]) / "bin"
+    bin_dir.mkdir()
+    elf = tmp_path / "list-elf.txt"
+    elf.write_text(_captured_section("cuobjdump --list-elf"))
+    ptx = tmp_path / "list-ptx.txt"
+    ptx.write_text(_captured_section("cuobjdump --list-ptx"))
+    (bin_dir / "cuobjdump").write_text('#!/bin/sh\ncase "$1" in --list-elf) cat %s;; --list-ptx) cat %s;; '
+                                       '*) exit 2;; esac\n' % (elf, ptx))
+    (bin_dir / "nvcc").write_text("#!/bin/sh\necho 'Cuda compilation tools, release 13.0, V13.0.88'\n")
+    for tool in ("cuobjdump", "nvcc"):
+        (bin_dir / tool).chmod(0o755)
+    result = module_runner(make_build, args)
+    assert not result.failed, result.get("msg")
+    linkage = bk.read_stamp(args["prefix"])["linkage"]
+    assert linkage["cuda"] == "13.0.88" and linkage["warnings"] == []
+    assert [(o["sass"], o["ptx"]) for o in linkage["objects"]] == [(["sm_90"], [])]
+    # cuobjdump ran with a timeout on the staged object, unrecorded (the commands list only the build's).
+    assert all("cuobjdump" not in " ".join(argv) for argv in result["commands"])

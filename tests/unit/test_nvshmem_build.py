@@ -82,6 +82,19 @@ def test_build_verify_and_idempotence(module_runner, prefix):
     assert "NVSHMEM_PREFIX=%s" % prefix in info and "NVSHMEM_IBGDA_SUPPORT=ON" in info
     stamp = bk.read_stamp(prefix)
     assert stamp["key"] == first["key"] and stamp["inputs"]["source"]["kind"] == "tree"
+    # The stamp holds the linkage record: every shared object under lib/ (links left out), paths as installed.
+    linkage = stamp["linkage"]
+    assert first["linkage"] == linkage and linkage["schema"] == 1 and linkage["artifact"] == "nvshmem"
+    assert [o["path"] for o in linkage["objects"]] == ["lib/libnvshmem_host.so.3.4.5", "lib/nvshmem_transport_ibgda.so.3",
+                                                       "lib/nvshmem_transport_ibrc.so.3"]
+    host = linkage["objects"][0]
+    assert host["soname"] == "libnvshmem_host.so.3" and host["runpath"] == ["$ORIGIN/../lib"]
+    assert host["sass"] == [] and host["ptx"] == [] and host["libstdcxx"] == "none"
+    assert linkage["nvshmem"] == {"host_version": "3.4.5", "host_library": prefix + "/lib/libnvshmem_host.so.3.4.5",
+                                  "device_version": "3.4.5", "device_library": prefix + "/lib/libnvshmem_device.a"}
+    assert linkage["torch"] is None and linkage["nccl"] is None and linkage["baked_env"] is None
+    assert linkage["cuda"] == "13.0.88" and linkage["compiler"]["version"] == stamp["inputs"]["compiler"]
+    assert linkage["warnings"] == []
     assert os.path.isfile(os.path.join(prefix, bk.LOG_NAME))
     assert _siblings(prefix) == ["nvshmem"]
 
@@ -252,6 +265,7 @@ def test_build_once_then_install_the_packed_build(module_runner, prefix, tmp_pat
     assert built["artifact"] == str(store / ("nvshmem-%s.tar.gz" % built["key"]))
     record = json.loads((store / ("nvshmem-%s.json" % built["key"])).read_text())
     assert record["key"] == built["key"] and record["artifact_sha256"]
+    assert record["linkage"] == built["linkage"] and record["linkage"]["artifact"] == "nvshmem"
 
     # Another node: same image, no source on disk, the store's archive copied in.
     shutil.rmtree(prefix)
@@ -262,6 +276,7 @@ def test_build_once_then_install_the_packed_build(module_runner, prefix, tmp_pat
     assert not installed.failed, installed.get("msg")
     assert installed["installed_from"] == "artifact" and not installed["built"]
     assert installed["commands"] == []
+    assert installed["linkage"] == built["linkage"]  # the record travelled with the packed install
     facts = installed["ansible_facts"]["gpufleet_nvshmem"]
     assert facts["verified"] and facts["ibgda"] and facts["key"] == built["key"]
     assert not module_runner(nvshmem_build, elsewhere)["changed"]

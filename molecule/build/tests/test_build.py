@@ -136,6 +136,23 @@ def test_every_node_runs_the_build_of_the_key():
         assert "/site-packages/" in state["file"] or "/dist-packages/" in state["file"]
 
 
+def test_every_node_has_the_linkage_record_the_build_wrote():
+    """The linkage record (schema 1) is written once, at the build, and travels with the artifact: the nodes that
+    installed from the store carry the builder's record, byte for byte."""
+    deepep_key = only_key("deepep")
+    stored = json.loads((STORE / "deepep" / deepep_key / "build.json").read_text())["linkage"]
+    assert stored["schema"] == 1 and stored["artifact"] == "deepep"
+    extension = stored["objects"][0]
+    assert extension["path"].startswith("deep_ep") and "/opt/deepep/nvshmem/lib" in extension["runpath"] + extension["rpath"]
+    assert stored["nvshmem"]["host_library"].startswith("/opt/deepep/nvshmem/lib/libnvshmem_host.so.3")
+    assert stored["nvshmem"]["device_library"] == "/opt/deepep/nvshmem/lib/libnvshmem_device.a"
+    nvshmem = {name: stamp(name, "/opt/deepep/nvshmem/.gpufleet-build.json")["linkage"] for name in NODES}
+    assert nvshmem[CANARY]["artifact"] == "nvshmem" and nvshmem[CANARY]["objects"]
+    for name in NODES:
+        assert nvshmem[name] == nvshmem[CANARY]
+        assert deepep_stamp(name)["linkage"] == stored
+
+
 def test_env_script_takes_the_phases_facts():
     for name in NODES:
         env = sourced_env(name)
