@@ -193,6 +193,7 @@ CASES = {
         {"gpufleet_linkage": linkage_facts("torch", False, expected="2.11.0+cu130", found="2.9.1+cu129")},
         {"gpufleet_linkage": linkage_facts("torch", True, expected="2.11.0+cu130", found="2.11.0+cu130")},
     ),
+    # (DEEPEP_TORCH_ABI already reports a torch change the stamp shows: see MORE_CASES)
     "LINKAGE_LIBSTDCXX_STATIC": (
         {"gpufleet_linkage": linkage_facts("libstdcxx", False, found="deep_ep/_C.so: static")},
         {"gpufleet_linkage": linkage_facts("libstdcxx", True, found="deep_ep/_C.so: shared")},
@@ -277,6 +278,14 @@ def test_torch_abi_evidence_and_import_error():
 # The rules that name more than one way to fire (or a close state that must stay quiet): one case each.
 # (rule id, changes, fires?, what the case is)
 MORE_CASES = [
+    ("LINKAGE_TORCH_CHANGED", {"gpufleet_linkage": linkage_facts("torch", False, expected="2.9.1+cu129",
+                                                                 found="2.11.0+cu130"),
+                               "gpufleet_stack.torch.version": "2.11.0+cu130"}, False,
+     "the stamp's built_against shows the same torch change: DEEPEP_TORCH_ABI is the one finding"),
+    ("DEEPEP_TORCH_ABI", {"gpufleet_linkage": linkage_facts("torch", False, expected="2.9.1+cu129",
+                                                            found="2.11.0+cu130"),
+                          "gpufleet_stack.torch.version": "2.11.0+cu130"}, True,
+     "a torch change the stamp and the linkage record both show"),
     ("ROCE_GID_INDEX", {"gpufleet_stack.env_script.exports.NVSHMEM_IB_GID_INDEX": DELETE}, True,
      "RoCE and the env script exports no NVSHMEM_IB_GID_INDEX"),
     ("ROCE_GID_INDEX", {"gpufleet_stack.env_script.exports.NVSHMEM_IB_GID_INDEX": DELETE,
