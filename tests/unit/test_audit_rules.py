@@ -55,6 +55,7 @@ def linkage_facts(name, ok, expected=None, found=None, warning=None, **extra):
             "failed": [name] if ok is False else [], "unknown": [name] if ok is None else [],
             "warnings": [warning] if warning else []}
 
+
 # rule id -> (changes that make it fire, changes of a close state that keeps it quiet)
 CASES = {
     "PEERMAP_NOT_LIVE": (

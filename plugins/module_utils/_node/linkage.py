@@ -162,8 +162,8 @@ def _loaded_nccl(root, py, objects):
 def _check_nccl(root, py, generation, linkage, objects):
     name = "nccl"
     if generation != "v2":
-        return _unknown(name, "the build/runtime NCCL rule is DeepEP V2's (this build is %s)" % (generation or
-                                                                                            "of no generation"))
+        return _unknown(name, "the build/runtime NCCL rule is DeepEP V2's (this build is %s)"
+                        % (generation or "of no generation"))
     nccl = linkage.get("nccl")
     if nccl is None:
         return _unknown(name, "the linkage record has no NCCL (nccl: null)")
