@@ -53,7 +53,7 @@ NCCL_RUNTIME_VERSION_FLOOR = "2.31"
 NCCL_VERSION_RE = re.compile(rb"NCCL version (\d+\.\d+\.\d+)")
 NVSHMEM_VERSION_RE = re.compile(rb"NVSHMEM v(\d+\.\d+\.\d+)")
 _VERSIONED_NAME_RE = re.compile(r"\.so\.(\d+\.\d+\.\d+)$")
-_SM_RE = re.compile(r"^(?:sm|compute)_(\d+)(\d)([af]?)$")
+_SM_RE = re.compile(r"(?:sm|compute)_(\d+)(\d)([af]?)")
 _CHUNK = 4 * 1024 * 1024
 _MAX_SCAN = 1 << 30
 
@@ -264,14 +264,14 @@ def _check_nvshmem(root, py, linkage, objects, env_exports):
 # --- (c) GPU arch ----------------------------------------------------------------------------------------------
 
 def _sm(text):
-    match = _SM_RE.match(str(text).strip().lower())
+    match = _SM_RE.fullmatch(str(text).strip().lower())
     if not match:
         return None
     return int(match.group(1)), int(match.group(2)), match.group(3)
 
 
 def _cap(text):
-    match = re.match(r"^\s*(\d+)\.(\d)\s*$", str(text or ""))
+    match = re.fullmatch(r"\s*(\d+)\.(\d)\s*", str(text or ""))
     return (int(match.group(1)), int(match.group(2))) if match else None
 
 
