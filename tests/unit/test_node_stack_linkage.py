@@ -281,6 +281,19 @@ def test_gpu_arch_unknown_says_why(tmp_path, sass, ptx, generation, gpus, reason
     assert entry["ok"] is None and reason in entry["reason"]
 
 
+def test_gpu_arch_every_object_with_device_code_must_cover_the_gpu(tmp_path):
+    """A wheel of two objects: the second's kernels lack sm_100, so a B200 fails although the first has it; an object
+    without device code is not judged."""
+    linkage = record(sass=["sm_90", "sm_100"])
+    linkage["objects"].append(dict(linkage["objects"][0], path="deep_ep/_kernels.so", sass=["sm_90"], ptx=[]))
+    linkage["objects"].append(dict(linkage["objects"][0], path="deep_ep/_host_only.so", sass=[], ptx=[]))
+    entries = [c for c in Node(tmp_path, linkage).gather(gpus=["9.0", "10.0"])["checks"] if c["check"] == "gpu_arch"]
+    assert [(c["expected"], c["ok"]) for c in entries] == [("sm_90", True), ("sm_100", False)]
+    assert "deep_ep/_kernels.so has neither SASS nor PTX" in entries[1]["reason"]
+    assert entries[1]["found"] == ("deep_ep/_C.cpython-312-x86_64-linux-gnu.so: SASS sm_90, sm_100; PTX none | "
+                                   "deep_ep/_kernels.so: SASS sm_90; PTX none")
+
+
 def test_gpu_arch_v1_without_any_code_fails(tmp_path):
     entry = check(Node(tmp_path, record(sass=[], ptx=[]), generation="v1").gather(), "gpu_arch")
     assert entry["ok"] is False and entry["found"] == "SASS none; PTX none"

@@ -329,27 +329,47 @@ def _checks_arch(generation, objects, gpus):
                               % (gpu.get("index"), gpu.get("compute_capability")), gpus=[gpu.get("index")]))
             continue
         by_cap.setdefault(cap, []).append(gpu.get("index"))
-    embedded = "SASS %s; PTX %s" % (", ".join(sass) or "none", ", ".join(ptx) or "none")
+    # Every object that carries device code must have code for the GPU (one without any is not judged).
+    coded = [(o["path"], o.get("sass") or [], o.get("ptx") or []) for o in objects if o.get("sass") or o.get("ptx")]
+    if not coded:
+        coded = [(objects[0]["path"], [], [])]
+
+    def listed(names):
+        return ", ".join(names) or "none"
+
+    if len(coded) == 1:
+        embedded = "SASS %s; PTX %s" % (listed(sass), listed(ptx))
+    else:
+        embedded = " | ".join("%s: SASS %s; PTX %s" % (path, listed(s), listed(p)) for path, s, p in coded)
     for cap in sorted(by_cap):
         want = "sm_%d%d" % cap
         indices = by_cap[cap]
         which = "GPU %s (%d.%d)" % (", ".join(str(i) for i in indices), cap[0], cap[1])
-        covering = [s for s in sass if sass_covers(s, cap)]
-        if covering:
-            out.append(_check(name, ok=True, expected=want, found=embedded, gpus=indices,
-                              reason="%s runs the embedded SASS %s" % (which, ", ".join(covering))))
-            continue
-        jit = [p for p in ptx if ptx_covers(p, cap)]
         fix = ("rebuild DeepEP for the GPU's arch: TORCH_CUDA_ARCH_LIST with %d.%d (deepep_build arch_list, or the "
                "deepep role's deepep_arch_list; by default the GPUs' own)" % cap)
-        if jit:
+        missing, jit = [], []
+        for path, obj_sass, obj_ptx in coded:
+            if any(sass_covers(a, cap) for a in obj_sass):
+                continue
+            usable = [a for a in obj_ptx if ptx_covers(a, cap)]
+            if usable:
+                jit.append((path, usable))
+            else:
+                missing.append(path)
+        if missing:
+            out.append(_check(name, ok=False, expected=want, found=embedded, gpus=indices, fix=fix,
+                              reason="%s: %s has neither SASS nor PTX it can run (%s)"
+                              % (which, ", ".join(missing), embedded)))
+        elif jit:
+            ptx_names = sorted(set(a for dummy, usable in jit for a in usable))
             out.append(_check(name, ok=True, expected=want, found=embedded, gpus=indices, fix=fix,
-                              reason="%s has no SASS; the driver JIT-compiles the PTX %s" % (which, ", ".join(jit)),
+                              reason="%s has no SASS in %s; the driver JIT-compiles the PTX %s"
+                              % (which, ", ".join(path for path, dummy in jit), ", ".join(ptx_names)),
                               warning="%s: no SASS for %s; its kernels are JIT-compiled from PTX %s at the first load "
-                              "(slow start, and code tuned for an older arch)" % (which, want, ", ".join(jit))))
-            continue
-        out.append(_check(name, ok=False, expected=want, found=embedded, gpus=indices, fix=fix,
-                          reason="%s has neither SASS nor PTX it can run in the extension (%s)" % (which, embedded)))
+                              "(slow start, and code tuned for an older arch)" % (which, want, ", ".join(ptx_names))))
+        else:
+            out.append(_check(name, ok=True, expected=want, found=embedded, gpus=indices,
+                              reason="%s runs the embedded SASS of every object with device code" % which))
     return out
 
 
