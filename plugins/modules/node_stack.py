@@ -57,11 +57,16 @@ options:
         RV(ansible_facts.gpufleet_gdrdrv) (the gdrdrv kernel module of the GDRCopy source O(gdrcopy_src), whether
         it is built and loaded, and its build stamp's key).
       - V(serve_node) is RV(ansible_facts.gpufleet_serve_node), an engine node's facts for the serving plan.
+      - V(linkage) is RV(ansible_facts.gpufleet_linkage), the installed DeepEP's linkage record (kept in its build
+        stamp by M(gpufleet.deepep.deepep_build)) checked against the node - the NCCL the torch environment of
+        O(python) loads, the NVSHMEM host library that would load, each GPU's compute capability against the
+        embedded SASS/PTX, torch unchanged since the build, and no static libstdc++ in a DeepEP V2 extension.
+        Nothing is imported; the libraries' version strings are read from their files.
       - A set that cannot be gathered is left out and named in RV(gather_errors); the others are still returned.
     type: list
     elements: str
-    choices: [stack, nvidia, rdma, gpus, bundled_nvshmem, sglang, serve_node, modules, paths, cuda_toolkit, imports,
-              symbols, initramfs, torch, hca_mapping, packages, gdrdrv]
+    choices: [stack, nvidia, rdma, gpus, bundled_nvshmem, sglang, serve_node, linkage, modules, paths, cuda_toolkit,
+              imports, symbols, initramfs, torch, hca_mapping, packages, gdrdrv]
     default: [stack]
   paths:
     description:
@@ -117,7 +122,7 @@ options:
     elements: str
     default: []
   sysfs_root:
-    description: The sysfs tree read for V(rdma) and V(gpus) (a fixture tree in tests).
+    description: The sysfs tree read for V(rdma), V(gpus) and V(linkage) (a fixture tree in tests).
     type: path
     default: /sys
   params_path:
@@ -134,7 +139,9 @@ options:
     elements: path
     default: [/etc/modprobe.d, /run/modprobe.d, /usr/local/lib/modprobe.d, /usr/lib/modprobe.d, /lib/modprobe.d]
   nvidia_smi:
-    description: The nvidia-smi run for V(gpus); by default it is searched in E(PATH) and the sbin directories.
+    description:
+      - The nvidia-smi run for V(gpus) and V(linkage); by default it is searched in E(PATH) and the sbin
+        directories.
     type: path
   cuda_home:
     description: The CUDA toolkit directory; C(<cuda_home>/bin/nvcc --version) gives the CUDA version.
@@ -293,6 +300,42 @@ ansible_facts:
       type: dict
       sample: {driver_loaded: true, driver_version: 580.95.05, peer_mapping_override_active: true,
                reboot_required: false, reboot_reasons: []}
+    gpufleet_linkage:
+      description:
+        - With V(linkage) in O(gather), the linkage record of the installed DeepEP (C(linkage) of schema 1 in its
+          build stamp C(deep_ep/.gpufleet-build.json)) checked against the node.
+        - C(record) is the stamp read (C(path), C(present), C(schema), C(generation), C(key), C(reason) when there is
+          no usable record). C(checks) holds one entry per check (C(gpu_arch) one per compute capability of the
+          GPUs), each C(check), C(ok) (true, false, or null when it cannot be known - C(reason) says why, never a
+          guess), C(expected), C(found), C(fix) (what to do when it fails), C(reason) and C(warning) (a pass with a
+          caveat, such as PTX JIT-compiled for lack of SASS).
+        - C(nccl) - the NCCL the torch environment loads (its pip C(nvidia-nccl-cu*) package's C(libnccl.so.2),
+          read for its C(NCCL version) string, else the package metadata) against the record's NCCL header version;
+          below NCCL 2.31 DeepEP V2 needs them equal, from 2.31 on the runtime at least the build's.
+          C(nvshmem) - the NVSHMEM host library that would load (the env script's C(LD_PRELOAD), else the extension's
+          RUNPATH) against the record's device library version (equal majors, device minor <= host minor).
+          C(gpu_arch) - each GPU's SM against the embedded SASS (PTX only is a C(warning)). C(torch) - the installed
+          torch against the record's. C(libstdcxx) - a static libstdc++ in a DeepEP V2 extension fails.
+        - C(ok) is false when a check failed, null when one is unknown, else true; C(failed) and C(unknown) name
+          those checks; C(warnings) lists the warnings.
+      returned: when O(gather) holds V(linkage)
+      type: dict
+      sample:
+        record: {path: /opt/torch/.venv/lib/python3.12/site-packages/deep_ep/.gpufleet-build.json, present: true,
+                 schema: 1, generation: v2, key: 9d0f5c3e1a2b4c6d8e0f1a3b5c7d9e1f2a4b6c8d0e2f4a6b8c0d2e4f6a8b0c2d,
+                 reason: null}
+        ok: false
+        checks:
+          - {check: nccl, ok: false, expected: 2.30.7, found: 2.28.9, warning: null,
+             library: /opt/torch/.venv/lib/python3.12/site-packages/nvidia/nccl/lib/libnccl.so.2,
+             reason: "DeepEP V2 built against NCCL 2.30.7, the torch environment loads 2.28.9 (...)",
+             fix: "re-pin NCCL in the torch environment to the build's: pip install --no-deps --force-reinstall
+                   nvidia-nccl-cu13==2.30.7 (DeepEP #710), or rebuild DeepEP against the loaded NCCL 2.28.9"}
+          - {check: torch, ok: true, expected: 2.11.0+cu130, found: 2.11.0+cu130, fix: null, warning: null,
+             reason: "built against torch 2.11.0+cu130; the torch environment has torch 2.11.0+cu130"}
+        failed: [nccl]
+        unknown: []
+        warnings: []
     gpufleet_rdma:
       description: With V(rdma) in O(gather), the facts of M(gpufleet.deepep.rdma_devices).
       returned: when O(gather) holds V(rdma)

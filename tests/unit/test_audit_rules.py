@@ -46,6 +46,16 @@ def ids(doc):
 
 ROCEP = ["rocep145s0", "rocep146s0"]
 
+
+def linkage_facts(name, ok, expected=None, found=None, warning=None, **extra):
+    """gpufleet_linkage with one check (the shape of node_stack gather: [linkage])."""
+    entry = dict({"check": name, "ok": ok, "expected": expected, "found": found, "reason": "r", "warning": warning,
+                  "fix": "the fix of %s" % name if (ok is False or warning) else None}, **extra)
+    return {"record": {"present": ok is not None}, "ok": ok, "checks": [entry],
+            "failed": [name] if ok is False else [], "unknown": [name] if ok is None else [],
+            "warnings": [warning] if warning else []}
+
+
 # rule id -> (changes that make it fire, changes of a close state that keeps it quiet)
 CASES = {
     "PEERMAP_NOT_LIVE": (
@@ -157,6 +167,38 @@ CASES = {
         {"gpufleet_stack.reboot.required": True, "gpufleet_stack.reboot.reasons": ["/var/run/reboot-required"]},
         {"gpufleet_stack.reboot.required": False},
     ),
+    # gpufleet_linkage (node_stack gather: [linkage]): one failed check each; the same check passing keeps it quiet
+    "LINKAGE_NCCL_MISMATCH": (
+        {"gpufleet_linkage": linkage_facts("nccl", False, expected="2.30.7", found="2.28.9")},
+        {"gpufleet_linkage": linkage_facts("nccl", True, expected="2.30.7", found="2.30.7")},
+    ),
+    "LINKAGE_NVSHMEM_MISMATCH": (
+        {"gpufleet_linkage": linkage_facts("nvshmem", False, expected="3.x with x >= 5 (device library 3.5.1)",
+                                           found="3.4.5")},
+        # not known (no record yet): quiet
+        {"gpufleet_linkage": linkage_facts("nvshmem", None)},
+    ),
+    "LINKAGE_GPU_ARCH_MISSING": (
+        {"gpufleet_linkage": linkage_facts("gpu_arch", False, expected="sm_100", found="SASS sm_90; PTX none",
+                                           gpus=[0, 1])},
+        {"gpufleet_linkage": linkage_facts("gpu_arch", True, expected="sm_90", found="SASS sm_90; PTX none",
+                                           gpus=[0, 1])},
+    ),
+    "LINKAGE_GPU_ARCH_PTX_ONLY": (
+        {"gpufleet_linkage": linkage_facts("gpu_arch", True, expected="sm_100", found="SASS sm_90; PTX sm_90",
+                                           gpus=[0], warning="GPU 0 (10.0): no SASS for sm_100")},
+        {"gpufleet_linkage": linkage_facts("gpu_arch", True, expected="sm_90", found="SASS sm_90; PTX sm_90",
+                                           gpus=[0])},
+    ),
+    "LINKAGE_TORCH_CHANGED": (
+        {"gpufleet_linkage": linkage_facts("torch", False, expected="2.11.0+cu130", found="2.9.1+cu129")},
+        {"gpufleet_linkage": linkage_facts("torch", True, expected="2.11.0+cu130", found="2.11.0+cu130")},
+    ),
+    # (DEEPEP_TORCH_ABI already reports a torch change the stamp shows: see MORE_CASES)
+    "LINKAGE_LIBSTDCXX_STATIC": (
+        {"gpufleet_linkage": linkage_facts("libstdcxx", False, found="deep_ep/_C.so: static")},
+        {"gpufleet_linkage": linkage_facts("libstdcxx", True, found="deep_ep/_C.so: shared")},
+    ),
     "FACTS_INCOMPLETE": (
         {"gather_errors": {"gpufleet_rdma": "module failed"}},
         {"gather_errors": {}},
@@ -237,6 +279,14 @@ def test_torch_abi_evidence_and_import_error():
 # The issue's rules that name more than one way to fire (or a close state that must stay quiet): one case each.
 # (rule id, changes, fires?, what the case is)
 MORE_CASES = [
+    ("LINKAGE_TORCH_CHANGED", {"gpufleet_linkage": linkage_facts("torch", False, expected="2.9.1+cu129",
+                                                                 found="2.11.0+cu130"),
+                               "gpufleet_stack.torch.version": "2.11.0+cu130"}, False,
+     "the stamp's built_against shows the same torch change: DEEPEP_TORCH_ABI is the one finding"),
+    ("DEEPEP_TORCH_ABI", {"gpufleet_linkage": linkage_facts("torch", False, expected="2.9.1+cu129",
+                                                            found="2.11.0+cu130"),
+                          "gpufleet_stack.torch.version": "2.11.0+cu130"}, True,
+     "a torch change the stamp and the linkage record both show"),
     ("ROCE_GID_INDEX", {"gpufleet_stack.env_script.exports.NVSHMEM_IB_GID_INDEX": DELETE}, True,
      "RoCE and the env script exports no NVSHMEM_IB_GID_INDEX"),
     ("ROCE_GID_INDEX", {"gpufleet_stack.env_script.exports.NVSHMEM_IB_GID_INDEX": DELETE,

@@ -586,6 +586,75 @@ def test_nested_boolean_cases_cover_the_serving_settings():
     assert ("sglang", "main", "sglang_server", "enable_dp_attention", "maybe") in NESTED_BOOL_CASES
 
 
+# ------------------------------------------------- linkage records of the wrong shape (node_stack gather: [linkage])
+# Every key of the schema-1 linkage record (and of its objects and sub-mappings) with a value of the wrong type: the
+# record is not used, every check is null, and the reason names the stamp, the key, the value and the expected form.
+LINKAGE_BAD = [
+    ("schema", "1", None), ("artifact", 5, "'artifact' is 5 (int), expected str"),
+    ("objects", "deep_ep/_C.so", "'objects' is 'deep_ep/_C.so' (str), expected list"),
+    ("objects", [], "'objects' is [], expected at least one object"),
+    ("objects", ["deep_ep/_C.so"], "objects[0]) %s is JSON of type str, expected an object"),
+    ("torch", "2.11.0", "'torch' is '2.11.0' (str), expected dict|null"),
+    ("cuda", 13.0, "'cuda' is 13.0 (float), expected str|null"),
+    ("compiler", ["g++"], "'compiler' is ['g++'] (list), expected dict|null"),
+    ("nccl", "2.30.7", "'nccl' is '2.30.7' (str), expected dict|null"),
+    ("nvshmem", ["3.4.5"], "'nvshmem' is ['3.4.5'] (list), expected dict|null"),
+    ("baked_env", "EP_JIT_CACHE_DIR=/x", "'baked_env' is 'EP_JIT_CACHE_DIR=/x' (str), expected dict|null"),
+    ("warnings", "none", "'warnings' is 'none' (str), expected list"),
+    ("torch.version", 2.11, "(torch) %s: 'version' is 2.11 (float), expected str|null"),
+    ("torch.cxx11_abi", "yes", "(torch) %s: 'cxx11_abi' is 'yes' (str), expected bool|null"),
+    ("torch.cuda", 13, "(torch) %s: 'cuda' is 13 (int), expected str|null"),
+    ("nccl.header_version", 2.3, "(nccl) %s: 'header_version' is 2.3 (float), expected str|null"),
+    ("nccl.root", ["/x"], "(nccl) %s: 'root' is ['/x'] (list), expected str|null"),
+    ("nccl.library", 1, "(nccl) %s: 'library' is 1 (int), expected str|null"),
+    ("nvshmem.host_version", 3, "(nvshmem) %s: 'host_version' is 3 (int), expected str|null"),
+    ("nvshmem.host_library", True, "(nvshmem) %s: 'host_library' is True (bool), expected str|null"),
+    ("nvshmem.device_version", 3.4, "(nvshmem) %s: 'device_version' is 3.4 (float), expected str|null"),
+    ("nvshmem.device_library", {}, "(nvshmem) %s: 'device_library' is {} (dict), expected str|null"),
+    ("compiler.cxx", 1, "(compiler) %s: 'cxx' is 1 (int), expected str|null"),
+    ("compiler.version", 13, "(compiler) %s: 'version' is 13 (int), expected str|null"),
+    ("objects.0.path", None, "(objects[0]) %s: 'path' is None (NoneType), expected str"),
+    ("objects.0.needed", "libnccl.so.2", "(objects[0]) %s: 'needed' is 'libnccl.so.2' (str), expected list"),
+    ("objects.0.needed", [1], "(objects[0]) %s: 'needed' is [1], expected a list of strings"),
+    ("objects.0.runpath", "/a:/b", "(objects[0]) %s: 'runpath' is '/a:/b' (str), expected list"),
+    ("objects.0.rpath", [None], "(objects[0]) %s: 'rpath' is [None], expected a list of strings"),
+    ("objects.0.soname", 1, "(objects[0]) %s: 'soname' is 1 (int), expected str|null"),
+    ("objects.0.libstdcxx", None, "(objects[0]) %s: 'libstdcxx' is None (NoneType), expected str"),
+    ("objects.0.sass", "sm_90", "(objects[0]) %s: 'sass' is 'sm_90' (str), expected list|null"),
+    ("objects.0.ptx", [90], "(objects[0]) %s: 'ptx' is [90], expected a list of strings"),
+]
+
+
+def test_linkage_bad_cases_cover_every_key_of_the_schema():
+    from test_node_stack_linkage import record as linkage_record
+    linkage = linkage_record()
+    keys = set(linkage) | set("%s.%s" % (k, sub) for k in ("torch", "nccl", "nvshmem", "compiler")
+                              for sub in linkage[k]) | set("objects.0.%s" % k for k in linkage["objects"][0])
+    assert keys == set(key for key, dummy, dummy2 in LINKAGE_BAD)
+
+
+@pytest.mark.parametrize("key,value,why", LINKAGE_BAD, ids=["%s=%r" % (c[0], c[1]) for c in LINKAGE_BAD])
+def test_linkage_record_of_the_wrong_shape_is_not_used_and_named(tmp_path, key, value, why):
+    from test_node_stack_linkage import SITE, Node, record as linkage_record
+    linkage = linkage_record()
+    node_value = linkage
+    parts = key.split(".")
+    for part in parts[:-1]:
+        node_value = node_value[int(part)] if isinstance(node_value, list) else node_value[part]
+    node_value[int(parts[-1]) if isinstance(node_value, list) else parts[-1]] = value
+    node = Node(tmp_path, linkage)
+    before = snapshot(node.root)
+    facts = node.gather()
+    stamp = SITE + "/deep_ep/.gpufleet-build.json"
+    assert facts["ok"] is None and facts["record"]["present"] is False and facts["failed"] == []
+    if why is None:  # a schema other than 1 is a build before linkage records
+        why = "no linkage record of schema 1 in the build stamp %s (its linkage has schema '1'" % stamp
+    why = why.replace("%s", stamp) if "%s" in why else why
+    assert why in facts["record"]["reason"] and stamp in facts["record"]["reason"], facts["record"]["reason"]
+    assert all(c["ok"] is None and c["reason"] == facts["record"]["reason"] for c in facts["checks"])
+    assert snapshot(node.root) == before
+
+
 # --------------------------------------------------------------------------------- files a module reads, as data
 ENV_BAD = ["[ -d /x ] && export A=1", "export A=1; reboot", "export A=$(id -u)", "export A=`id -u`",
            "export A=\"$(touch /tmp/x)\"", "source /etc/profile", ". /etc/profile", "export A='unterminated",

@@ -75,6 +75,18 @@ def test_findings_on_the_right_node_only(fleet, node):
     assert not found & (others - EXPECTED[node])
 
 
+@pytest.mark.parametrize("node", NODES)
+def test_linkage_is_gathered_and_unknown_without_a_record(fleet, node):
+    """The audit gathers gpufleet_linkage on every node; a DeepEP build without a linkage record (schema 1) yet gives
+    every check ok: null with the reason, and no LINKAGE_* finding."""
+    linkage = fleet["nodes"][node]["facts"]["gpufleet_linkage"]
+    assert [c["check"] for c in linkage["checks"]][:2] == ["nccl", "nvshmem"]
+    if not linkage["record"]["present"]:
+        assert linkage["ok"] is None and linkage["failed"] == [] and linkage["record"]["reason"]
+        assert all(c["ok"] is None and c["reason"] == linkage["record"]["reason"] for c in linkage["checks"])
+        assert not [f for f in fleet["nodes"][node]["findings"] if f["id"].startswith("LINKAGE_")]
+
+
 def test_findings_carry_fix_and_evidence(fleet):
     node = fleet["nodes"]["b200-cluster-2"]
     finding = node["findings"][0]

@@ -6,8 +6,9 @@
 libraries, kernel modules, Python packages, reboot), the env script read as data (``_node/envscript``) and what the
 builds installed (``_node/installs``: NVSHMEM, DeepEP, the import probe). ``gather_node`` reads every facts set a node
 is asked for in one pass (``gpufleet_stack``, ``gpufleet_nvidia``, ``gpufleet_rdma``, ``gpufleet_gpus``,
-``gpufleet_bundled_nvshmem``, ``gpufleet_sglang``, ``gpufleet_serve_node``; the set readers are in ``_fact_sets``,
-``_sglang_facts`` and ``_serve_node``), its commands started together by a ``PrefetchRunner``.
+``gpufleet_bundled_nvshmem``, ``gpufleet_sglang``, ``gpufleet_serve_node``, ``gpufleet_linkage``; the set readers are
+in ``_fact_sets``, ``_sglang_facts``, ``_serve_node`` and ``_node/linkage``), its commands started together by a
+``PrefetchRunner``.
 
 Everything here reads files or runs read-only commands; nothing writes. Paths are resolved under a
 ``root`` directory (``/`` on a node, a fixture tree in tests) and commands go through a ``runner``
@@ -39,6 +40,7 @@ from ansible_collections.gpufleet.deepep.plugins.module_utils._node.installs imp
     gather_nvshmem_install,
     unchanged_install,
 )
+from ansible_collections.gpufleet.deepep.plugins.module_utils._node.linkage import gather_linkage, node_gpus
 from ansible_collections.gpufleet.deepep.plugins.module_utils._nvidia.modprobe import DEFAULT_MODPROBE_DIRS
 from ansible_collections.gpufleet.deepep.plugins.module_utils._node.probes import (
     PYTHON_PROBE,
@@ -92,10 +94,10 @@ DEFAULT_DPKG_PACKAGES = (
 )
 C_ENV = {"LC_ALL": "C", "LANG": "C", "PYTHONDONTWRITEBYTECODE": "1"}
 # What gather_node can read besides the stack, by facts name (each the facts of one facts module).
-GATHERABLE = ("stack", "nvidia", "rdma", "gpus", "bundled_nvshmem", "sglang", "serve_node")
+GATHERABLE = ("stack", "nvidia", "rdma", "gpus", "bundled_nvshmem", "sglang", "serve_node", "linkage")
 FACT_NAMES = {"stack": "gpufleet_stack", "nvidia": "gpufleet_nvidia", "rdma": "gpufleet_rdma",
               "gpus": "gpufleet_gpus", "bundled_nvshmem": "gpufleet_bundled_nvshmem", "sglang": "gpufleet_sglang",
-              "serve_node": "gpufleet_serve_node"}
+              "serve_node": "gpufleet_serve_node", "linkage": "gpufleet_linkage"}
 SBIN_DIRS = ("/sbin", "/usr/sbin", "/usr/local/sbin")
 
 
@@ -251,6 +253,10 @@ def gather_node(gather=("stack",), root="/", sysfs_root="/sys", params_path=DEFA
     ``sglang_python`` (its probe starts with the others), the ``sglang_*`` arguments being that module's options of
     the same names; its ``/proc`` reads are under ``root``.
 
+    ``linkage``: ``gpufleet_linkage``, the installed DeepEP's linkage record (its build stamp) checked against the
+    node (``_node/linkage``): the NCCL and NVSHMEM host library that load, the GPUs' compute capabilities (those of
+    ``gpufleet_gpus`` when gathered too, else the PCI tree and nvidia-smi), torch, the libstdc++ linkage.
+
     ``serve_node``: ``gpufleet_serve_node``, what serving's preflight (gpufleet.deepep.serve_plan's ``nodes``) needs
     of an engine node - its interfaces (``ip -j addr show``, started with the others), the values of the env scripts
     ``serve_env_scripts`` (in source order) and the DeepGEMM cache markers of ``serve_dg_cache_dir``.
@@ -261,11 +267,12 @@ def gather_node(gather=("stack",), root="/", sysfs_root="/sys", params_path=DEFA
     wanted = set(gather)
     facts, errors = {}, {}
     smi = None
-    if "gpus" in wanted:
-        if nvidia_smi is not None and not (os.path.isfile(nvidia_smi) and os.access(nvidia_smi, os.X_OK)):
-            errors["gpufleet_gpus"] = ("nvidia_smi %r is not an executable file (expected the path of nvidia-smi, "
-                                       "or leave the option out to search PATH)" % (nvidia_smi,))
-            wanted.discard("gpus")
+    smi_usable = nvidia_smi is None or (os.path.isfile(nvidia_smi) and os.access(nvidia_smi, os.X_OK))
+    if "gpus" in wanted and not smi_usable:
+        errors["gpufleet_gpus"] = ("nvidia_smi %r is not an executable file (expected the path of nvidia-smi, "
+                                   "or leave the option out to search PATH)" % (nvidia_smi,))
+        wanted.discard("gpus")
+    if wanted & set(("gpus", "linkage")) and smi_usable:
         smi = nvidia_smi if nvidia_smi is not None else find_executable("nvidia-smi")
     calls = []
     sglang_resolved = None
@@ -287,7 +294,7 @@ def gather_node(gather=("stack",), root="/", sysfs_root="/sys", params_path=DEFA
             probe_env, refusal = import_probe_env(env_full, os.path.isfile(env_full))
             if not refusal:
                 calls.append(([python, "-c", IMPORT_PROBE], timeout, probe_env))
-    if wanted & set(("stack", "bundled_nvshmem")):
+    if wanted & set(("stack", "bundled_nvshmem", "linkage")):
         calls.append(([python, "-c", PYTHON_PROBE], timeout))
     if "serve_node" in wanted:
         calls.append((list(IP_ADDR_ARGV), timeout))
@@ -326,7 +333,7 @@ def gather_node(gather=("stack",), root="/", sysfs_root="/sys", params_path=DEFA
         else:
             errors["gpufleet_gpus"] = rdma_error
     py = None
-    if wanted & set(("stack", "bundled_nvshmem")):
+    if wanted & set(("stack", "bundled_nvshmem", "linkage")):
         py = gather_python(python, prefetch, timeout)
     if "bundled_nvshmem" in wanted:
         resolved = python if os.path.isabs(python) else (find_executable(python) or python)
@@ -348,5 +355,16 @@ def gather_node(gather=("stack",), root="/", sysfs_root="/sys", params_path=DEFA
     if "serve_node" in wanted:
         attempt("serve_node", lambda: gather_serve_node(list(serve_env_scripts or ()), serve_dg_cache_dir, prefetch,
                                                         timeout=timeout))
+    if "linkage" in wanted:
+        def linkage():
+            gpus = None
+            if isinstance(facts.get("gpufleet_gpus"), dict):
+                gpus = [{"index": g.get("index"), "compute_capability": g.get("compute_capability")}
+                        for g in facts["gpufleet_gpus"].get("gpus") or []]
+            else:
+                gpus = node_gpus(sysfs_root, smi, prefetch, timeout)
+            exports = gather_env_script(root, env_script)["exports"]
+            return gather_linkage(root, py, gpus, env_exports=exports)
+        attempt("linkage", linkage)
     prefetch.join()
     return facts, errors
