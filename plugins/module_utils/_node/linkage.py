@@ -318,8 +318,11 @@ def _checks_arch(generation, objects, gpus):
     if sass is None and ptx is None:
         return [_unknown(name, error)]
     sass, ptx = sass or [], ptx or []
-    if not sass and not ptx and generation == "v2":
-        return [_unknown(name, "DeepEP V2 compiles its kernels on the node (JIT); the extension embeds no SASS or PTX")]
+    if not sass and not ptx:
+        # Nothing to hold the GPUs against: V2 compiles its kernels on the node; a V1 record without device code (a
+        # build whose fatbin could not be read, or the simulated fleet's C++-only fixture) is not judged either.
+        return [_unknown(name, "DeepEP V2 compiles its kernels on the node (JIT); the extension embeds no SASS or PTX"
+                         if generation == "v2" else "the record lists no SASS or PTX in any object of the extension")]
     by_cap = {}
     out = []
     for gpu in gpus:
