@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import struct
 
-__all__ = ["ElfError", "dynamic_section", "dynamic_section_of_bytes", "libstdcxx_linkage"]
+__all__ = ["ElfError", "dynamic_section", "dynamic_section_of_bytes", "elf_ident", "is_elf", "libstdcxx_linkage"]
 
 _DT_NULL, _DT_NEEDED, _DT_STRTAB, _DT_SONAME, _DT_RPATH, _DT_RUNPATH = 0, 1, 5, 14, 15, 29
 _PT_LOAD, _PT_DYNAMIC = 1, 2
@@ -23,13 +23,24 @@ class ElfError(ValueError):
     """The file is not an ELF object this reader understands; the message names it."""
 
 
-def _layout(data, name):
-    if len(data) < 52 or data[:4] != b"\x7fELF":
+def is_elf(data):
+    """Whether ``data`` (bytes, at least the first 4) starts an ELF object."""
+    return bytes(data[:4]) == b"\x7fELF"
+
+
+def elf_ident(data, name):
+    """``(bits, struct byte-order prefix)`` of the ELF object in ``data``; ElfError naming ``name`` otherwise."""
+    if len(data) < 52 or not is_elf(data):
         raise ElfError("%s is not an ELF object (no \\x7fELF magic)" % name)
     bits = {1: 32, 2: 64}.get(data[4])
     order = {1: "<", 2: ">"}.get(data[5])
     if bits is None or order is None:
         raise ElfError("%s has an unknown ELF class %d or byte order %d" % (name, data[4], data[5]))
+    return bits, order
+
+
+def _layout(data, name):
+    bits, order = elf_ident(data, name)
     if bits == 64:
         phoff, = struct.unpack_from(order + "Q", data, 0x20)
         phentsize, phnum = struct.unpack_from(order + "HH", data, 0x36)

@@ -40,6 +40,8 @@ import struct
 from ansible_collections.gpufleet.deepep.plugins.module_utils._elf import (
     ElfError,
     dynamic_section_of_bytes,
+    elf_ident,
+    is_elf,
     libstdcxx_linkage,
     MAX_BYTES,
 )
@@ -47,7 +49,7 @@ from ansible_collections.gpufleet.deepep.plugins.module_utils._elf import (
 __all__ = ["SCHEMA", "ARTIFACTS", "LinkageError", "elf_sections", "undefined_symbols", "cxx11_abi",
            "archs_from_cuobjdump", "fatbin_archs", "embedded_archs", "object_record", "baked_env_from_text",
            "resolve_needed", "compiler_from_version_output", "torch_cuda_from_version_py", "linkage_record",
-           "check_record", "is_elf", "tree_objects", "installed_library"]
+           "check_record", "tree_objects", "installed_library"]
 
 SCHEMA = 1
 ARTIFACTS = ("deepep", "nvshmem", "nccl", "gdrcopy")
@@ -73,22 +75,12 @@ class LinkageError(ValueError):
     """A linkage record (or a part of one) that does not have the schema's shape; the message names the field."""
 
 
-def is_elf(data):
-    """Whether ``data`` (bytes, at least the first 4) starts an ELF object."""
-    return bytes(data[:4]) == b"\x7fELF"
-
-
 # --- ELF sections and symbols ---------------------------------------------------------------------------------
 
 
 def _section_list(data, name):
     """``[(name, type, offset, size, link, entsize)]`` in section-header order; ``[]`` without section headers."""
-    if len(data) < 52 or not is_elf(data):
-        raise ElfError("%s is not an ELF object (no \\x7fELF magic)" % name)
-    order = {1: "<", 2: ">"}.get(data[5])
-    bits = {1: 32, 2: 64}.get(data[4])
-    if order is None or bits is None:
-        raise ElfError("%s has an unknown ELF class %d or byte order %d" % (name, data[4], data[5]))
+    bits, order = elf_ident(data, name)
     try:
         if bits == 64:
             shoff, = struct.unpack_from(order + "Q", data, 0x28)
@@ -136,8 +128,8 @@ def undefined_symbols(data, name="<bytes>"):
         return []
     dummy, stype, offset, size, link, entsize = dynsym
     strtab = sections[link][2]
-    order = "<" if data[5] == 1 else ">"
-    if data[4] == 2:
+    bits, order = elf_ident(data, name)
+    if bits == 64:
         fmt, size_of, shndx_at = order + "IBBHQQ", 24, 3  # st_name, st_info, st_other, st_shndx, ...
     else:
         fmt, size_of, shndx_at = order + "IIIBBH", 16, 5  # st_name, st_value, st_size, st_info, st_other, st_shndx

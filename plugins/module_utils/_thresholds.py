@@ -28,15 +28,12 @@ class VerifyInputError(ValueError):
 
 
 def _gpu_count(value, where):
-    if isinstance(value, bool):
-        raise VerifyInputError("%s: %r is not a GPU count; expected a whole number of GPUs such as 2, 4 or 8" % (where, value))
-    try:
-        count = int(str(value).strip())
-    except ValueError:
-        raise VerifyInputError("%s: %r is not a GPU count; expected a whole number of GPUs such as 2, 4 or 8" % (where, value))
-    if count < 1 or str(count) != str(value).strip():
-        raise VerifyInputError("%s: %r is not a GPU count; expected a whole number of GPUs such as 2, 4 or 8" % (where, value))
-    return count
+    """``value`` (an int or its decimal text, 1 or more; never a bool) as an int; VerifyInputError naming it."""
+    text = str(value).strip()
+    if isinstance(value, bool) or not text.isdigit() or str(int(text)) != text or int(text) < 1:
+        raise VerifyInputError("%s: %r is not a GPU count; expected a whole number of GPUs such as 2, 4 or 8"
+                               % (where, value))
+    return int(text)
 
 
 def _check_metrics(where, entry):

@@ -454,7 +454,7 @@ from ansible_collections.gpufleet.deepep.plugins.module_utils._comm.deepep impor
     detect_deepep_generation,
     has_hca_mapping_support,
 )
-from ansible_collections.gpufleet.deepep.plugins.module_utils._elf import ElfError
+from ansible_collections.gpufleet.deepep.plugins.module_utils._elf import ElfError, is_elf
 from ansible_collections.gpufleet.deepep.plugins.module_utils._fileio import (
     file_sha256,
     read_json_dict as _read_json,
@@ -468,7 +468,6 @@ from ansible_collections.gpufleet.deepep.plugins.module_utils._linkage import (
     cxx11_abi,
     embedded_archs,
     fatbin_archs,
-    is_elf,
     linkage_record,
     LinkageError,
     object_record,
@@ -630,25 +629,27 @@ class Builder(CommandLog):
         except (ValueError, IndexError):
             raise StepFailed("cannot read the probe output of %s: %s" % (python, out[-500:]))
 
+    def ask_cxx(self, cxx, flag):
+        """The output of ``cxx flag`` (the compiler found on PATH when not absolute), or None when it is missing or
+        fails."""
+        path = cxx if os.path.isabs(cxx) else self.module.get_bin_path(cxx)
+        if not path:
+            return None
+        rc, out, err = self.run([path, flag], check=False, record=False, timeout=120)
+        return out if rc == 0 else None
+
     def cxx_libstdcxx(self, cxx):
         """``(printed, shared)``: what ``cxx -print-file-name=libstdc++.so`` prints and whether that file exists
         (a dangling link or the bare name means the link falls back to libstdc++.a); ``(None, None)`` unknown."""
-        path = cxx if os.path.isabs(cxx) else self.module.get_bin_path(cxx)
-        if not path:
-            return None, None
-        rc, out, err = self.run([path, "-print-file-name=libstdc++.so"], check=False, record=False)
-        printed = out.strip()
-        if rc != 0 or not printed:
+        printed = (self.ask_cxx(cxx, "-print-file-name=libstdc++.so") or "").strip()
+        if not printed:
             return None, None
         return printed, os.path.isabs(printed) and os.path.exists(printed)
 
     def cxx_version(self, cxx):
         """The first line of ``cxx --version`` (for the linkage record), or None."""
-        path = cxx if os.path.isabs(cxx) else self.module.get_bin_path(cxx)
-        if not path:
-            return None
-        rc, out, err = self.run([path, "--version"], check=False, record=False, timeout=120)
-        return compiler_from_version_output(out) if rc == 0 else None
+        out = self.ask_cxx(cxx, "--version")
+        return compiler_from_version_output(out) if out is not None else None
 
     def cuda_version(self):
         nvcc = os.path.join(self.p["cuda_home"], "bin", "nvcc")
@@ -839,7 +840,7 @@ class DeepepBuild(object):
         cccl = os.path.join(cuda_home, "include", "cccl")
         self.nvshmem = builder.nvshmem_info(p["nvshmem_root"], probe.get("nvshmem_pip_dir"), self.site)
         self.nccl = builder.nccl_info(p["nccl_root"], probe.get("nccl_pip_dir"), self.site)
-        cxx = probe.get("cxx") or "c++"
+        self.cxx = cxx = probe.get("cxx") or "c++"
         cxx_so, cxx_shared = builder.cxx_libstdcxx(cxx) if p["src"] else (None, None)
         runtime = probe.get("libstdcxx")
         obs = {
@@ -1064,8 +1065,7 @@ class DeepepBuild(object):
 
     def linkage_context(self):
         """What the linkage record says beside the objects themselves (see wheel_linkage)."""
-        probe = self.probe
-        cxx = probe.get("cxx") or "c++"
+        probe, cxx = self.probe, self.cxx
         return {"cuda_home": self.p["cuda_home"], "torch_version": probe.get("torch_version"),
                 "torch_cuda": torch_cuda_from_version_py(probe.get("torch_version_py")), "cuda": self.cuda_version,
                 "cxx": cxx, "cxx_version": self.builder.cxx_version(cxx),
@@ -1248,29 +1248,30 @@ def wheel_linkage(wheel, generation, context=None, scratch=None):
         raise StepFailed("cannot read the persistent envs the build baked into %s!deep_ep/envs.py (expected "
                          "persistent_envs['NAME'] = 'value' lines): %s" % (os.path.basename(wheel), exc))
     search = main["runpath"] + main["rpath"]
-    needed = main["needed"]
+
+    def linked(prefix):
+        """(the extension's NEEDED name starting with ``prefix``, the file its RUNPATH/RPATH resolves it to)."""
+        name = next((n for n in main["needed"] if n.startswith(prefix)), None)
+        library = resolve_needed(name, search) if name else None
+        if name and library is None:
+            warnings.append("%s is not in the extension's RUNPATH/RPATH (%s): the loader takes whatever the "
+                            "node's search path finds" % (name, ":".join(search) or "none"))
+        return name, library
+
     nccl_info, nvshmem_info = context.get("nccl") or {}, context.get("nvshmem") or {}
     nccl = None
-    nccl_needed = next((n for n in needed if n.startswith("libnccl.so")), None)
+    nccl_needed, library = linked("libnccl.so")
     if nccl_needed or generation == "v2":
-        library = resolve_needed(nccl_needed, search) if nccl_needed else None
-        if nccl_needed and library is None:
-            warnings.append("%s is not in the extension's RUNPATH/RPATH (%s): the loader takes whatever the "
-                            "node's search path finds" % (nccl_needed, ":".join(search) or "none"))
         nccl = {"header_version": nccl_info.get("version"), "root": nccl_info.get("root"), "library": library}
     nvshmem = None
-    host_needed = next((n for n in needed if n.startswith("libnvshmem_host.so")), None)
+    host_needed, host = linked("libnvshmem_host.so")
     if host_needed:
-        host = resolve_needed(host_needed, search)
-        if host is None:
-            warnings.append("%s is not in the extension's RUNPATH/RPATH (%s): the loader takes whatever the "
-                            "node's search path finds" % (host_needed, ":".join(search) or "none"))
         root = nvshmem_info.get("root")
         device = os.path.join(root, "lib", "libnvshmem_device.a") if root else None
         device = os.path.realpath(device) if device and os.path.isfile(device) else None
         nvshmem = {"host_version": nvshmem_info.get("version"), "host_library": host,
                    "device_version": nvshmem_info.get("version") if device else None, "device_library": device}
-    torch = {"version": context.get("torch_version"), "cxx11_abi": cxx11_abi(undefined[extensions[0]], needed),
+    torch = {"version": context.get("torch_version"), "cxx11_abi": cxx11_abi(undefined[extensions[0]], main["needed"]),
              "cuda": context.get("torch_cuda")} if context.get("torch_version") else None
     try:
         return linkage_record("deepep", objects, torch=torch, cuda=context.get("cuda"),

@@ -210,22 +210,20 @@ def deepep_preflight(obs):
     # The C++ runtime the extension links (captured on 4 x H200: a compiler whose libstdc++.so link is dangling
     # links libstdc++.a into the extension; V2's JIT include parser then dies in std::regex at the first dispatch).
     if obs.get("cxx_libstdcxx_shared") is False:
-        cxx = obs.get("cxx") or "c++"
         runtime = obs.get("runtime_libstdcxx")
         link_dir = obs.get("libstdcxx_link_dir")
+        static = ("the C++ compiler %s finds no shared libstdc++ (-print-file-name=libstdc++.so: %s), so the extension "
+                  "would carry libstdc++.a" % (obs.get("cxx") or "c++", obs.get("cxx_libstdcxx_so") or "not found"))
         if runtime and link_dir:
             automatic.append({"check": "libstdcxx_static",
-                              "message": "the C++ compiler %s finds no shared libstdc++ (-print-file-name=libstdc++.so: "
-                                         "%s), so the extension would carry libstdc++.a and std::regex in it crashes "
-                                         "(DeepEP V2's JIT, first dispatch): linking against the runtime's %s through "
-                                         "-L%s" % (cxx, obs.get("cxx_libstdcxx_so") or "not found", runtime, link_dir),
+                              "message": "%s and std::regex in it crashes (DeepEP V2's JIT, first dispatch): linking "
+                                         "against the runtime's %s through -L%s" % (static, runtime, link_dir),
                               "env": {"LDFLAGS": "-L%s" % link_dir},
                               "link": {"dir": link_dir, "name": "libstdc++.so", "target": runtime}})
         else:
             _fail(failures, "libstdcxx_static",
-                  "the C++ compiler %s finds no shared libstdc++ (-print-file-name=libstdc++.so: %s), so the extension "
-                  "would carry libstdc++.a: std::regex in it crashes (DeepEP V2's JIT, first dispatch), and the "
-                  "libstdc++.so.6 the interpreter loads could not be read" % (cxx, obs.get("cxx_libstdcxx_so") or "not found"),
+                  "%s: std::regex in it crashes (DeepEP V2's JIT, first dispatch), and the libstdc++.so.6 the "
+                  "interpreter loads could not be read" % static,
                   "install the compiler's libstdc++ development link (libstdc++-<version>-dev), or set CXX to a "
                   "compiler whose `-print-file-name=libstdc++.so` is an existing file")
 
