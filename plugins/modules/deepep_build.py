@@ -19,7 +19,7 @@ description:
     C(DISABLE_SM90_FEATURES) (A100) requires NVSHMEM disabled.
   - The C++ compiler that links the extension (C($CXX), else the interpreter's configured C(CXX)) must find a shared
     libstdc++ (C(-print-file-name=libstdc++.so) an existing file). Where its link is dangling, the linker silently takes
-    C(libstdc++.a), and the extension then carries a private libstdc++ whose std::locale facets are not the process's,
+    C(libstdc++.a), and the extension then carries a private libstdc++ whose C(std::locale) facets are not the process's,
     and the first C(std::regex) it compiles crashes (DeepEP V2's JIT, at the first dispatch; seen on a 4 x H200
     node). The module then links the libstdc++.so.6 the interpreter loads through a private
     C(<artifact_dir>/.toolchain/libstdcxx-*/libstdc++.so) link (C(LDFLAGS=-L...); the key records it), and refuses
