@@ -107,6 +107,25 @@ def test_captured_h100_spawn_sigsegv_is_a_crash_of_process_0():
     assert any("terminated with signal SIGSEGV" in line for line in bw["errors"])
 
 
+@pytest.mark.parametrize("name, slowest", [
+    ("cold", {"dispatch": (564, 1), "combine": (595, 1), "reduced_combine": (509, 1)}),
+    ("warm", {"dispatch": (565, 1), "combine": (596, 0), "reduced_combine": (518, 0)}),
+])
+def test_captured_h100_elastic_without_gin_finishes_with_its_figures(name, slowest):
+    # 2 x H100, no NIC, V2 dd758ca built by the collection (shared libstdc++), EP_DISABLE_GIN=1, no hybrid kernels,
+    # --test-first-only: one FP8 case, five kinds of line per rank; scale-out is 1 x, so no RDMA figure.
+    bw = parse_output(read(FIXTURES / "captured" / "h100x2" / f"deepep_v2_test_ep_elastic_nogin_{name}.txt"))
+    assert bw["test"] == "elastic" and bw["generation"] == "v2"
+    assert bw["complete"] is True and bw["crashed"] == [] and bw["errors"] == []
+    assert bw["cases"] == {"passed": 1, "failed": 0}
+    for kind, (gbps, rank) in slowest.items():
+        entry = bw["elastic"][kind]
+        assert (entry["su_gbps"], entry["rank"], entry["so_gbps"], entry["num_ranks"]) == (gbps, rank, 0, 2), kind
+    assert bw["dispatch"]["fp8"] == {"nvl_gbps": slowest["dispatch"][0], "rdma_gbps": None}
+    assert bw["dispatch"]["bf16"] == {"nvl_gbps": None, "rdma_gbps": None}     # the first case is FP8 only
+    assert bw["combine"] == {"nvl_gbps": slowest["combine"][0], "rdma_gbps": None}
+
+
 @pytest.mark.parametrize("line, expected", [
     ("torch.multiprocessing.spawn.ProcessExitedException: process 3 terminated with signal SIGABRT",
      [{"process": 3, "signal": "SIGABRT"}]),

@@ -7,6 +7,7 @@ captured output of a real DeepEP V2 build on 4 x H200 (readelf, cuobjdump, envs.
 from __future__ import annotations
 
 import copy
+import json
 import os
 import shutil
 import subprocess
@@ -362,3 +363,17 @@ def test_a_record_of_the_wrong_shape_is_refused_naming_the_field_and_the_form(pa
     with pytest.raises(LinkageError) as info:
         check_record(record)
     assert words in str(info.value)
+
+
+def test_the_record_of_a_collection_v2_build_on_h100_is_well_formed_and_links_shared_libstdcxx():
+    # deepep_build's record of V2 dd758ca on 2 x H100 (the machines' g++ has a dangling libstdc++.so link; the
+    # build's private link made the extension take the shared runtime).
+    build = json.loads((Path(__file__).resolve().parents[1] / "fixtures" / "captured" / "h100x2"
+                        / "deepep_v2_build_record.json").read_text())
+    record = build["linkage"]
+    assert check_record(copy.deepcopy(record)) == record
+    (ext,) = record["objects"]
+    assert ext["libstdcxx"] == "shared" and "libstdc++.so.6" in ext["needed"]
+    assert ext["sass"] == ["sm_90"] and ext["ptx"] == []
+    assert "libnccl.so.2" in ext["needed"] and record["nccl"]["header_version"] == "2.30.7"
+    assert ext["runpath"][-1] == record["nccl"]["root"] + "/lib"

@@ -28,6 +28,8 @@ from ansible_collections.gpufleet.deepep.plugins.plugin_utils._verify.transport 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "captured"
 V1_H100 = FIXTURES / "h100x2" / "deepep_v1_test_low_latency_nvshmem_nccl_debug.txt"
 V2_H100 = FIXTURES / "h100x2" / "deepep_v2_test_ep_variants_nccl_debug.txt"
+V2_H100_RUN = FIXTURES / "h100x2" / "deepep_v2_test_ep_transport_debug.txt"
+V2_H100_LEGACY = FIXTURES / "h100x2" / "deepep_v2_legacy_intranode_transport_debug.txt"
 V2_H200 = FIXTURES / "h200x4" / "deepep_v2_test_ep_small_2gpu_debug.txt"
 
 # Prefixes as the libraries print them (src/host/util/debug.cpp, src/debug.cc) and the NVSHMEM plugin prefix
@@ -181,6 +183,38 @@ def test_v2_captures_read_socket_no_gin_and_deepep_record(path):
     assert truth["nvshmem"]["cpu_fallback"] is None and truth["nvshmem"]["nic_handler"] is None
     # "Terminating process N via signal SIGTERM" is no channel path
     assert all(path_class(p) for p in truth["nccl"]["paths"])
+
+
+# One node over NVLink without a NIC, the policy the GPU suite holds it to (tests/gpu/playbooks/deepep.yml).
+NVLINK_ONLY = {"allow_paths": ["p2p"], "allow_gin": ["none"], "require_nccl_match": True}
+
+
+def test_v2_elastic_run_on_h100_reads_p2p_pinned_nccl_and_passes_the_nvlink_policy():
+    # The collection's V2 build finishing tests/elastic/test_ep.py (EP_DISABLE_GIN=1) with debug lines on.
+    truth = transport_truth(V2_H100_RUN.read_text())
+    assert truth["nccl"]["version"] == "2.30.7" and truth["nccl"]["versions"] == ["2.30.7"]
+    assert truth["nccl"]["paths"] == ["P2P/CUMEM"] and truth["nccl"]["path_classes"] == ["p2p"]
+    assert truth["nccl"]["networks"] == ["Socket"] and truth["nccl"]["gin"] == "none"
+    assert truth["deepep"]["nccl_version"] == "2.30.7" and truth["deepep"]["qps"] == 17
+    assert truth["deepep"]["gin_unavailable"] is None      # GIN was disabled, not found missing
+    assert transport_gate(truth, NVLINK_ONLY) == {"passed": True, "reasons": [], "causes": [], "unknown": []}
+    # The same run held to a multi-node profile: no GIN is named with the line that shows it.
+    verdict = transport_gate(truth, {"allow_gin": ["GDAKI"], "allow_networks": ["IB"]})
+    assert not verdict["passed"]
+    assert "NCCL GIN is none; the profile allows GDAKI" in verdict["reasons"]
+    assert "NCCL used network Socket; the profile allows IB" in verdict["reasons"]
+    assert any(c["kind"] == "nccl_gin_none" for c in verdict["causes"])
+
+
+def test_v2_legacy_intranode_on_h100_says_no_deepep_nccl_line_so_a_match_is_unknown():
+    # tests/legacy/test_intranode.py runs over CUDA IPC: NCCL lines only, no DeepEP or NVSHMEM line.
+    truth = transport_truth(V2_H100_LEGACY.read_text())
+    assert truth["nccl"]["path_classes"] == ["p2p"] and truth["nccl"]["version"] == "2.30.7"
+    assert truth["nvshmem"]["transports"] == {} and truth["deepep"]["nccl_version"] is None
+    verdict = transport_gate(truth, NVLINK_ONLY)
+    assert verdict["passed"] is False and verdict["reasons"] == []
+    assert verdict["unknown"] == ["deepep.nccl_version: no 'DeepEP initialized with NCCL version' line (run with "
+                                  "EP_BUFFER_DEBUG=1)"]
 
 
 def test_h200_channels_are_p2p_cumem():
