@@ -31,6 +31,13 @@ description:
     The same repair runs on a later run when something moved in between (for example a plain C(pip install sglang)).
   - An offline O(wheelhouse) is checked against its C(SHA256SUMS) (or O(wheelhouse_checksums)) before anything is
     installed from it.
+  - With O(state=lock) it installs nothing and writes nothing on the node: pip resolves what O(state=present) would
+    install on this node (SGLang O(version) without its dependencies, then its requirements less O(exclude), the
+    kernel re-pin and the transfer engine, and each held project by itself) from the same sources under the same
+    holds, as dry runs (C(pip install --dry-run --report)), and the module returns each package with the sha256 of
+    the file pip chose (RV(requirements_hashes)): the lock that O(requirements_hashes) takes on every node of the
+    profile, so an install from an index is hash-checked (C(--require-hashes)). Make it on a node where SGLang is not
+    installed yet (it refuses one where it is: the closure would leave out what is installed).
   - Every command runs under a time limit (O(timeout)).
 options:
   python:
@@ -39,12 +46,14 @@ options:
     type: str
     default: python3
   state:
-    description: V(facts) only reads; V(present) installs and guards.
+    description: V(facts) only reads; V(present) installs and guards; V(lock) resolves what V(present) would
+      install and returns its hash lock (RV(requirements_hashes)), changing nothing.
     type: str
-    choices: [facts, present]
+    choices: [facts, present, lock]
     default: facts
   version:
-    description: The SGLang release to install (C(0.5.8), C(0.5.23)). Required with O(state=present).
+    description: The SGLang release to install (C(0.5.8), C(0.5.23)). Required with O(state=present) and
+      O(state=lock).
     type: str
   kernel_version:
     description: Install the kernel package (C(sgl-kernel) or C(sglang-kernel), by O(version)) at this version
@@ -227,6 +236,41 @@ repaired:
   returned: always
   type: list
   elements: str
+requirements_hashes:
+  description: With O(state=lock), C(project==version -> [sha256]) of every package pip would install (names
+    normalized, the excluded projects left out), ready for O(requirements_hashes).
+  returned: when O(state=lock)
+  type: dict
+  sample: {"sglang==0.5.8": ["3f1c...e2"], "numpy==2.2.6": ["9a41...07"]}
+lock:
+  description: With O(state=lock), what the lock was resolved for.
+  returned: when O(state=lock)
+  type: dict
+  contains:
+    packages:
+      description: How many packages the lock holds.
+      type: int
+    requested:
+      description: The requirements resolved (SGLang, the kernel re-pin, the transfer engine, the held projects).
+      type: list
+      elements: str
+    excluded:
+      description: Requirements of SGLang left out of the lock, as the install leaves them out (O(exclude),
+        C(sgl-deep-ep) unless O(use_bundled_deepep)).
+      type: list
+      elements: str
+    holds:
+      description: The C(project -> version) held while resolving (as O(state=present) holds them); the held
+        projects are resolved too, so a repair that reinstalls one is hash-checked.
+      type: dict
+    unlocked_holds:
+      description: Held C(project==version) the sources do not offer (a torch from another index), left out of
+        the lock; a repair of one of them fails naming it.
+      type: list
+      elements: str
+    python:
+      description: The interpreter whose pip resolved it.
+      type: str
 hashed_requirements:
   description: The lines (C(project==version --hash=sha256:...)) of the last hash-checked install.
   returned: when O(requirements_hashes) is given and something was installed
@@ -312,6 +356,7 @@ ansible_facts:
 
 import json
 import os
+import re
 import tempfile
 
 from ansible.module_utils.basic import AnsibleModule
@@ -332,6 +377,7 @@ from ansible_collections.gpufleet.deepep.plugins.module_utils._serve.sglang impo
     check_wheelhouse,
     hashed_requirements,
     deep_ep_state,
+    lock_from_report,
     kernel_package_for,
     moved,
     nixl_package_for,
@@ -349,6 +395,9 @@ from ansible_collections.gpufleet.deepep.plugins.module_utils._serve.sglang_fact
     resolve_python,
 )
 
+
+# The project name at the head of a requirement string (PEP 508).
+_REQ_NAME = re.compile(r"[A-Za-z0-9](?:[A-Za-z0-9._-]*[A-Za-z0-9])?")
 
 # pip's own variables of every command (run_bounded adds LC_ALL=C).
 PIP_ENV = {"PIP_DISABLE_PIP_VERSION_CHECK": "1", "PIP_NO_INPUT": "1"}
@@ -464,6 +513,9 @@ class SglangEnv(object):
         if self.p["state"] == "facts":
             # What the constraints file holds, and what is not as held (a later unconstrained install): read above.
             return self.result
+        if self.p["state"] == "lock":
+            self.lock(probe_result, facts)
+            return self.result
         self.present(probe_result, facts)
         return self.result
 
@@ -513,6 +565,93 @@ class SglangEnv(object):
         self.apply(probe, facts, want, seen)
         self.verify(probe, want, seen)
 
+    def lock(self, probe, facts):
+        """state=lock: pip resolves, as dry runs under the holds present would write, what present would install on
+        this node - sglang without its dependencies, then its requirements less the excluded projects with the
+        kernel re-pin and the transfer engine (what is installed already satisfies its requirement, as in the
+        install) - and each held project by itself (a repair reinstalls it by version); the result is their hash
+        lock. Nothing is installed or written on the node (the holds go to a temporary constraints file), so it runs
+        in check mode too. Made where SGLang is not installed yet: there the install's closure is what pip chooses."""
+        want = self.observe_request(facts)
+        installed = (probe.get("dists") or {}).get("sglang") or {}
+        if installed.get("version"):
+            raise StepFailed("sglang %s is installed in %s: a lock made here would leave out what is installed; make "
+                             "it on a node of the profile before SGLang is installed (after site.yml, before "
+                             "playbooks/sglang.yml)" % (installed["version"], self.python))
+        seen = self.observe_node(probe, facts, want)
+        fd, constraints = tempfile.mkstemp(prefix="gpufleet-sglang-lock-", suffix=".txt", dir=self.module.tmpdir)
+        with os.fdopen(fd, "w") as handle:
+            handle.write(seen["constraints"] or "")
+        top = "sglang==%s" % self.p["version"]
+        report = self._resolve([top], constraints, "--no-deps")
+        if not report["install"]:
+            raise StepFailed("pip's dry run of %s chose nothing to install" % top)
+        hashes = self._lock_of(report, ())[0]
+        excluded = set(normalize(e) for e in want["exclude"])
+        requires, dropped = [], []
+        for req in (report["install"][0].get("metadata") or {}).get("requires_dist") or []:
+            name = _REQ_NAME.match(str(req))
+            (dropped if name and normalize(name.group(0)) in excluded else requires).append(str(req))
+        requested = []
+        if self.p["kernel_version"]:
+            requested.append("%s==%s" % (want["kernel_pkg"], self.p["kernel_version"]))
+        if want["engine_pkg"]:
+            requested.append(want["engine_pkg"] + (("==" + self.p["transfer_engine_version"])
+                                                   if self.p["transfer_engine_version"] else ""))
+        if requires or requested:
+            hashes.update(self._lock_of(self._resolve(requires + requested, constraints), want["exclude"])[0])
+        # The held projects, each by itself; one the sources do not offer (a torch from another index, the
+        # collection's deep_ep) stays out of the lock and is named.
+        held = ["%s==%s" % (project, version) for project, version in sorted(seen["holds"].items())
+                if project != "deep-ep"]
+        unlocked = []
+        for spec in list(held):
+            try:
+                report = self._resolve([spec], constraints, "--no-deps", "--ignore-installed")
+            except StepFailed as exc:
+                words = [ln.strip() for ln in (exc.extra.get("stderr") or "").splitlines() if ln.startswith("ERROR")]
+                unlocked.append(spec)
+                held.remove(spec)
+                self.result["reasons"].append("%s is held but left out of the lock: %s"
+                                              % (spec, " ".join(words[:2]) or exc))
+                continue
+            hashes.update(self._lock_of(report, ())[0])
+        self.result["requirements_hashes"] = hashes
+        self.result["lock"] = {"packages": len(hashes), "requested": [top] + requested + held,
+                               "excluded": dropped, "holds": seen["holds"], "unlocked_holds": unlocked,
+                               "python": self.python}
+
+    def _resolve(self, specs, constraints, *flags):
+        """pip's installation report of a dry run of ``specs`` with ``flags`` under the ``constraints`` file;
+        StepFailed naming the specs and pip's words when it cannot resolve them."""
+        report = os.path.join(self.module.tmpdir, "gpufleet-sglang-lock-report.json")
+        saved, self.pins = self.pins, {}     # resolving, not installing: no --require-hashes of an older lock
+        try:
+            argv = self.pip("--dry-run", "--quiet", "--report", report, *(list(flags) + specs))
+        finally:
+            self.pins = saved
+        argv[argv.index("--constraint") + 1] = constraints   # the holds of this run, not the node's file
+        rc, out, err = self.run(argv, check=False)
+        if rc != 0:
+            raise StepFailed("pip could not resolve %s from the sources given (rc=%s): %s"
+                             % (", ".join(specs), rc, (err or out).strip()[-1500:]),
+                             rc=rc, cmd=argv, stdout=out[-4000:], stderr=err[-4000:])
+        try:
+            with open(report) as handle:
+                data = json.load(handle)
+        except (OSError, IOError, ValueError) as exc:
+            raise StepFailed("pip's resolver report %s could not be read: %s" % (report, exc))
+        if not isinstance(data, dict) or not isinstance(data.get("install"), list):
+            raise StepFailed("pip's resolver report %s is not a report of pip install (no install list)" % report)
+        return data
+
+    @staticmethod
+    def _lock_of(report, exclude):
+        try:
+            return lock_from_report(report, exclude=exclude)
+        except SglangError as exc:
+            raise StepFailed("pip's resolver report: %s" % exc)
+
     # --- observe: what is asked, checked against the node before anything is done ----------------------
 
     def observe_request(self, facts):
@@ -520,7 +659,7 @@ class SglangEnv(object):
         version, a wheelhouse that fails its checksums, or a transfer engine the node cannot run."""
         p = self.p
         if not p["version"]:
-            raise StepFailed("state=present needs version, the SGLang release such as 0.5.8")
+            raise StepFailed("state=%s needs version, the SGLang release such as 0.5.8" % p["state"])
         try:
             kernel_pkg = kernel_package_for(p["version"])
         except SglangError as exc:
@@ -787,7 +926,7 @@ def _main():
     module = AnsibleModule(
         argument_spec=dict(
             python=dict(type="str", default="python3"),
-            state=dict(type="str", choices=["facts", "present"], default="facts"),
+            state=dict(type="str", choices=["facts", "present", "lock"], default="facts"),
             version=dict(type="str"),
             kernel_version=dict(type="str"),
             hold=dict(type="dict", default={}),
@@ -817,7 +956,7 @@ def _main():
             dg_cache_dir=dict(type="path"),
             timeout=dict(type="int", default=1800),
         ),
-        required_if=[("state", "present", ("version",))],
+        required_if=[("state", "present", ("version",)), ("state", "lock", ("version",))],
         supports_check_mode=True,
     )
     env = SglangEnv(module)

@@ -332,3 +332,137 @@ def test_a_json_true_is_no_count_in_config_json(key):
     facts = _sglang.model_facts({"num_attention_heads": 8, key: True})
     assert facts[key if key != "num_experts" else "num_experts"] in (None, 8 if key == "num_key_value_heads" else None)
     assert facts["moe"] is False
+
+
+# ----------------------------------------------------------------------------- the hash lock (state=lock)
+LOCKED = {**PRESENT, "state": "lock"}
+
+
+def _digest(path):
+    import hashlib
+
+    return hashlib.sha256(Path(path).read_bytes()).hexdigest()
+
+
+@pytest.mark.parametrize("check_mode", [False, True], ids=["run", "check"])
+def test_lock_resolves_the_closure_with_the_digests_of_the_files_pip_chose_and_writes_nothing(env, check_mode):
+    constraints = Path(env["venv"]) / "gpufleet-constraints.txt"
+    before = constraints.read_text() if constraints.exists() else None
+    result = run_module(sglang_env, args(env, **LOCKED), check_mode=check_mode)
+    assert not result.failed, (result.get("msg"), result.get("stderr"))
+    assert result["changed"] is False
+    lock = result["requirements_hashes"]
+    # SGLang, its kernel, its requirements, the NIXL build of the asked CUDA, and the held projects (for a repair)
+    for key in ("sglang==0.5.19", "sglang-kernel==0.4.10", "nixl-cu12==1.5.1", "torch==2.13.0+cpu",
+                "nvidia-nccl-cu12==2.28.3", "nvidia-cudnn-cu12==9.16.0.29"):
+        assert key in lock, (key, sorted(lock))
+    # sgl-deep-ep (its deep_ep would shadow the collection's) is left out as the install leaves it out, and said so
+    assert not any(k.startswith("sgl-deep-ep==") for k in lock)
+    assert [k for k in result["lock"]["excluded"] if k.startswith("sgl-deep-ep")], result["lock"]
+    assert result["lock"]["unlocked_holds"] == [] and result["lock"]["packages"] == len(lock)
+    wheels = {w.name: w for w in Path(env["wheels"]).rglob("*.whl")}
+    (sglang_wheel,) = [w for n, w in wheels.items() if n.startswith("sglang-0.5.19-")]
+    assert lock["sglang==0.5.19"] == [_digest(sglang_wheel)]
+    # a dry run: nothing installed, the node's constraints file untouched
+    assert facts(env)["versions"]["sglang"] is None
+    assert (constraints.read_text() if constraints.exists() else None) == before
+
+
+def test_present_installs_hash_checked_from_the_lock_it_made(env):
+    lock = run_module(sglang_env, args(env, **LOCKED))
+    assert not lock.failed, (lock.get("msg"), lock.get("stderr"))
+    result = run_module(sglang_env, args(env, requirements_hashes=lock["requirements_hashes"], **PRESENT))
+    assert not result.failed, (result.get("msg"), result.get("stderr"))
+    installs = [c for c in result["commands"] if c[c.index("-m") + 1:c.index("-m") + 3] == ["pip", "install"]]
+    assert installs and all("--require-hashes" in c for c in installs), installs
+    f = result["ansible_facts"]["gpufleet_sglang"]
+    assert f["versions"]["sglang"] == "0.5.19" and f["moved"] == [] and f["versions"]["sgl_deep_ep"] is None
+
+
+def test_a_held_project_the_sources_do_not_offer_is_left_out_of_the_lock_and_named(env):
+    # torch from another index (+cu130) is installed and held; the mirror has only +cpu
+    old = next(Path(env["site"]).glob("torch-2.13.0+cpu.dist-info"))
+    meta = (old / "METADATA").read_text().replace("Version: 2.13.0+cpu", "Version: 2.13.0+cu130")
+    new = old.with_name("torch-2.13.0+cu130.dist-info")
+    old.rename(new)
+    (new / "METADATA").write_text(meta)
+    result = run_module(sglang_env, args(env, **{**LOCKED, "cuda_version": "13.0"}))
+    assert not result.failed, (result.get("msg"), result.get("stderr"))
+    assert result["lock"]["unlocked_holds"] == ["torch==2.13.0+cu130"]
+    assert any(r.startswith("torch==2.13.0+cu130 is held but left out of the lock: ERROR:") for r in result["reasons"])
+    assert not any(k.startswith("torch==") for k in result["requirements_hashes"])
+    assert "nvidia-nccl-cu12==2.28.3" in result["requirements_hashes"]
+    assert "nixl-cu13==1.5.1" in result["requirements_hashes"]      # the NIXL build of torch's CUDA 13
+
+
+def test_a_lock_is_refused_where_sglang_is_installed_naming_why(env):
+    pip(env["python"], Path(env["wheels"]).parent, "sglang==0.5.19", "--no-deps")
+    result = run_module(sglang_env, args(env, **LOCKED))
+    assert result.failed and "sglang 0.5.19 is installed in" in result["msg"]
+    assert "a lock made here would leave out what is installed" in result["msg"]
+
+
+def test_a_lock_that_cannot_be_resolved_names_what_was_asked(env):
+    result = run_module(sglang_env, args(env, **{**LOCKED, "version": "0.5.99"}))
+    assert result.failed and "pip could not resolve sglang==0.5.99" in result["msg"], result["msg"]
+
+
+def test_lock_needs_a_version():
+    result = run_module(sglang_env, {"state": "lock", "python": sys.executable})
+    assert result.failed and "state is lock but all of the following are missing: version" in result["msg"]
+
+
+REPORT_ITEM = {"metadata": {"name": "Flashinfer_Python", "version": "0.7.2"},
+               "download_info": {"url": "file:///w/flashinfer_python-0.7.2-py3-none-any.whl",
+                                 "archive_info": {"hashes": {"sha256": "a" * 64}}}}
+
+
+@pytest.mark.parametrize("report, exclude, expected, skipped", [
+    ({"version": "1", "install": [REPORT_ITEM]}, (), {"flashinfer-python==0.7.2": ["a" * 64]}, []),
+    # pip before 22.3 wrote only archive_info.hash
+    ({"version": "1", "install": [{**REPORT_ITEM, "download_info": {
+        "url": "https://x/f.whl", "archive_info": {"hash": "sha256=" + "B" * 64}}}]}, (),
+     {"flashinfer-python==0.7.2": ["b" * 64]}, []),
+    ({"version": "1", "install": [REPORT_ITEM]}, ("flashinfer_python",), {}, ["flashinfer-python==0.7.2"]),
+    ({"version": "1", "install": []}, (), {}, []),
+])
+def test_lock_from_report(report, exclude, expected, skipped):
+    assert _sglang.lock_from_report(report, exclude=exclude) == (expected, skipped)
+
+
+@pytest.mark.parametrize("report, words", [
+    (None, "expected pip's installation report version 1"),
+    ({"version": "0", "install": []}, "expected pip's installation report version 1"),
+    ({"version": "1", "install": {}}, "expected pip's installation report version 1"),
+    ({"version": "1", "install": [{"metadata": {"name": "x"}, "download_info": {}}]}, "install[0]"),
+    ({"version": "1", "install": [{"metadata": {"name": "x y", "version": "1"}, "download_info": {}}]}, "install[0]"),
+    ({"version": "1", "install": [{"metadata": {"name": "src", "version": "1.0"},
+                                   "download_info": {"url": "file:///src", "dir_info": {}}}]},
+     "src==1.0 from file:///src has no sha256 in pip's report"),
+    ({"version": "1", "install": [{**REPORT_ITEM, "download_info": {"url": "u", "archive_info": {
+        "hashes": {"sha256": "xyz"}}}}]}, "flashinfer-python==0.7.2 from u has no sha256"),
+    ({"version": "1", "install": [REPORT_ITEM, {**REPORT_ITEM, "metadata": {"name": "flashinfer-python",
+                                                                           "version": "0.6.1"}}]},
+     "flashinfer-python comes twice in pip's report (0.7.2 and 0.6.1)"),
+])
+def test_a_report_the_lock_cannot_use_is_refused_naming_the_entry(report, words):
+    with pytest.raises(_sglang.SglangError) as err:
+        _sglang.lock_from_report(report)
+    assert words in str(err.value)
+
+
+@pytest.mark.parametrize("spec, line, error", [
+    ("torch==2.13.0+cpu", "torch==2.13.0+cpu --hash=sha256:" + "c" * 64, None),
+    # a hold without the local label (the profile's torch version) is met by the pinned +cpu build (PEP 440)
+    ("torch==2.13.0", "torch==2.13.0+cpu --hash=sha256:" + "c" * 64, None),
+    ("torch==2.13.0+cu130", None, "requirements_hashes pins torch==2.13.0+cpu, but torch==2.13.0+cu130 is asked for"),
+    ("torch==2.12.0", None, "requirements_hashes pins torch==2.13.0+cpu, but torch==2.12.0 is asked for"),
+])
+def test_a_pinned_version_meets_a_spec_as_pip_would(spec, line, error):
+    pins = _sglang.check_requirements_hashes({"torch==2.13.0+cpu": ["c" * 64]})
+    if error:
+        with pytest.raises(_sglang.SglangError) as err:
+            _sglang.hashed_requirements([spec], pins)
+        assert error in str(err.value)
+    else:
+        assert _sglang.hashed_requirements([spec], pins) == line + "\n"

@@ -29,6 +29,7 @@ CONSTRAINTS = "/etc/gpufleet/pip-constraints.txt"
 MIRROR = "/srv/fleetsim-mirror/wheels"
 STORE = Path(os.environ["MOLECULE_EPHEMERAL_DIRECTORY"]) / "artifacts"
 DG_CACHE = "/var/cache/sglang/deep_gemm"
+LOCK = Path(os.environ["MOLECULE_EPHEMERAL_DIRECTORY"]) / "sglang-lock.yml"
 
 # Reads the installed stack the way the role proves it: package metadata, and the deep_ep import resolution.
 STACK = r"""
@@ -61,7 +62,7 @@ def sglang_playbook(*args: str) -> subprocess.CompletedProcess:
     bindir = Path(sys.executable).parent
     cmd = [str(bindir / "ansible-playbook"), "-i", str(Path(INVENTORY).parent), str(REPO / "playbooks" / "sglang.yml"),
            "-e", "sglang_hosts=b200_cluster", "-e", "sglang_model_path=/opt/models/deepseek-v3",
-           "-e", f"gpufleet_artifact_store={STORE}", *args]
+           "-e", f"gpufleet_artifact_store={STORE}", "-e", f"@{LOCK}", *args]
     env = dict(os.environ, ANSIBLE_NOCOLOR="1", ANSIBLE_FORCE_COLOR="0", PATH=f"{bindir}:{os.environ.get('PATH', '')}")
     env.setdefault("ANSIBLE_COLLECTIONS_PATH", str(REPO / ".collections"))
     return subprocess.run(cmd, cwd=REPO, env=env, text=True, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
@@ -77,6 +78,36 @@ def recap(output: str) -> dict[str, dict[str, int]]:
     for host, fields in re.findall(r"^(\S+)\s+:\s+(ok=.*)$", ANSI.sub("", output), re.M):
         out[host] = {k: int(v) for k, v in re.findall(r"(\w+)=(\d+)", fields)}
     return out
+
+
+def test_the_lock_pins_every_package_to_the_mirror_file_pip_chose():
+    """playbooks/sglang_lock.yml wrote the closure with the sha256 of each mirror file; sgl-deep-ep is left out."""
+    import hashlib
+
+    import yaml
+
+    lock = yaml.safe_load(LOCK.read_text())["sglang_requirements_hashes"]
+    assert "sglang==0.5.19" in lock and not any(k.startswith("sgl-deep-ep==") for k in lock), sorted(lock)
+    assert any(k.startswith("torch==") for k in lock), sorted(lock)      # a held project, for a repair
+    files = {}
+    for wheel in node(NODES[0]).check_output(f"ls {MIRROR}").split():
+        name, version = re.sub(r"\.(tar\.gz|zip)$", "", wheel).split("-")[:2]
+        files.setdefault(f"{re.sub(r'[-_.]+', '-', name).lower()}=={version}", []).append(wheel)
+    for key, (digest,) in lock.items():
+        assert key in files, (key, sorted(files)[:20])
+        data = node(NODES[0]).check_output(f"sha256sum {MIRROR}/{files[key][0]}").split()[0]
+        assert len(files[key]) > 1 or data == digest, (key, data, digest)
+
+
+def test_an_install_from_the_mirror_without_the_lock_is_refused_before_anything_is_installed():
+    before = {n: stack(n) for n in NODES}
+    run = sglang_playbook("-e", '{"sglang_requirements_hashes": {}}')
+    assert run.returncode != 0
+    out = ANSI.sub("", run.stdout)
+    assert "sglang_requirements_hashes is empty, so SGLang 0.5.19 and its dependencies would be installed" in out, \
+        out[-3000:]
+    assert "ansible-playbook gpufleet.deepep.sglang_lock" in out
+    assert {n: stack(n) for n in NODES} == before
 
 
 def test_sglang_installed_with_the_pins_held():

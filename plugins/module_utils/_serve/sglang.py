@@ -52,6 +52,7 @@ __all__ = [
     "check_source_url",
     "check_requirements_hashes",
     "hashed_requirements",
+    "lock_from_report",
 ]
 
 STAMP_NAME = ".gpufleet-build.json"
@@ -550,6 +551,44 @@ def check_requirements_hashes(hashes):
     return out
 
 
+def lock_from_report(report, exclude=()):
+    """pip's installation report (``pip install --dry-run --report``, format version 1) -> ``({project==version:
+    [sha256]}, [excluded project==version])``: every package pip chose, with the digest of the file it chose, the
+    projects of ``exclude`` left out. SglangError naming the entry when the report is not that format, a package has
+    no sha256 (a directory or VCS requirement: nothing to pin) or one project comes twice."""
+    form = ("expected pip's installation report version 1: {version: '1', install: [{metadata: {name, version}, "
+            "download_info: {url, archive_info: {hashes: {sha256}}}}, ...]}")
+    if not isinstance(report, dict) or str(report.get("version")) != "1" or not isinstance(report.get("install"), list):
+        raise SglangError("%s; got %s" % (form, repr(report)[:200]))
+    skip = set(normalize(e) for e in exclude)
+    hashes, skipped, seen = {}, [], {}
+    for index, item in enumerate(report["install"]):
+        meta = item.get("metadata") if isinstance(item, dict) else None
+        info = item.get("download_info") if isinstance(item, dict) else None
+        if not isinstance(meta, dict) or not _NAME_RE.match(str(meta.get("name") or "")) \
+                or not str(meta.get("version") or "").strip() or not isinstance(info, dict):
+            raise SglangError("install[%d] %s: %s" % (index, repr(item)[:200], form))
+        project, version = normalize(meta["name"]), str(meta["version"]).strip()
+        key = "%s==%s" % (project, version)
+        if project in skip:
+            skipped.append(key)
+            continue
+        archive = info.get("archive_info")
+        digest = None
+        if isinstance(archive, dict):
+            digest = (archive.get("hashes") or {}).get("sha256")
+            if not digest and str(archive.get("hash") or "").startswith("sha256="):
+                digest = archive["hash"][len("sha256="):]
+        if not digest or not _HEX64.fullmatch(str(digest).lower()):
+            raise SglangError("%s from %s has no sha256 in pip's report (a directory, VCS or unhashed source): "
+                              "nothing to pin; install it from a wheel or sdist file" % (key, info.get("url")))
+        if project in seen:
+            raise SglangError("%s: %s comes twice in pip's report (%s and %s)" % (key, project, seen[project], version))
+        seen[project] = version
+        hashes[key] = [str(digest).lower()]
+    return hashes, skipped
+
+
 def hashed_requirements(specs, pins, with_lock=False, exclude=(), installed=()):
     """The requirements file (text) of a hash-checked ``pip install --require-hashes`` of ``specs``: each spec a
     ``project==version`` pinned in ``pins`` (check_requirements_hashes), a requirement by name or range resolved to
@@ -574,7 +613,9 @@ def hashed_requirements(specs, pins, with_lock=False, exclude=(), installed=()):
                               "installed needs one - expected %s==<version>: [<sha256>, ...]"
                               % (project or spec, spec, project or spec))
         version, digests = pins[project]
-        if rest.startswith("==") and rest[2:].strip() != version:
+        # PEP 440: ==2.13.0 (no local label) is met by 2.13.0+cpu; the line carries the pinned version
+        if rest.startswith("==") and rest[2:].strip() != version and \
+                ("+" in rest[2:] or version.split("+", 1)[0] != rest[2:].strip()):
             raise SglangError("requirements_hashes pins %s==%s, but %s is asked for; expected an entry %s%s: "
                               "[<sha256>, ...]" % (project, version, spec, project, rest))
         named.add(project)
