@@ -57,17 +57,30 @@ def sweep_plan(hosts):
     return {"pairs": pairs, "rounds": 2}
 
 
+def _merge_reports(reports):
+    merged = {}
+    for report in reports:
+        if not isinstance(report, dict) or not isinstance(report.get("pair"), str) \
+                or not isinstance(report.get("passed"), bool):
+            raise SweepInputError("each sweep report must be {pair: 'a+b', passed: true/false}; got %r" % (report,))
+        merged[report["pair"]] = merged.get(report["pair"], True) and report["passed"]
+    return merged
+
+
 def sweep_verdict(hosts, results):
-    """Name the bad node or pair from the sweep's ``results`` (pair name -> passed, or -> a record with ``passed``).
+    """Name the bad node or pair from the sweep's ``results``: pair name -> passed (or -> a record with ``passed``),
+    or a list of ``{pair, passed}`` as each member of a pair reports it (a pair passes when every report passed).
 
     Returns ``{nodes, pairs, failed_pairs, passed_pairs, verdict}``: ``nodes`` the nodes every pair of which
     failed (in two pairs), ``pairs`` the failed pairs no named node explains, ``verdict`` one sentence.
     """
     hosts = _hosts(hosts)
     plan = sweep_plan(hosts)
+    if isinstance(results, (list, tuple)):
+        results = _merge_reports(results)
     if not isinstance(results, dict):
-        raise SweepInputError("results must be a mapping of pair name (a+b) to passed (true/false); got %r"
-                              % (results,))
+        raise SweepInputError("results must be a mapping of pair name (a+b) to passed (true/false), or a list of "
+                              "{pair, passed}; got %r" % (results,))
     names = [p["name"] for p in plan["pairs"]]
     unknown = sorted(k for k in results if k not in names)
     if unknown:
