@@ -9,7 +9,8 @@ in a run with a neighbour and every inner node in two). The pairs run in two rou
 (h0,h1), (h2,h3), ...; then (h1,h2), (h3,h4), ...), so the sweep costs two test runs of wall time whatever the
 group size, and never more than N-1 pair runs. A node is named when every pair it is in failed and it is in two
 (its neighbours passed elsewhere); a failed pair with no such node is named as the pair (their link or one of
-the two NICs: the end node of a chain has only one pair, so the pair is as far as the sweep can say). A binary
+the two NICs: the end node of a chain has only one pair, so the pair is as far as the sweep can say). Every pair
+failed is a fabric-wide problem, unless one node is in all of them (the middle of three). A binary
 split was not chosen: a half of one node cannot run an internode test, so it ends in pairs anyway, and it needs
 log2(N) rounds one after another instead of two.
 
@@ -108,7 +109,7 @@ def sweep_verdict(hosts, results):
         verdict = "no sweep: a group of %d node(s) is its own pair" % len(hosts)
     elif not passed:
         verdict = "the sweep gave no result"
-    elif failed and len(failed) == len(names):
+    elif failed and len(failed) == len(names) and not (len(nodes) == 1 and not pairs):
         verdict = ("every pair failed: a fabric-wide or configuration problem (switch, subnet, the profile's gate), "
                    "not one node")
     elif not failed:
