@@ -42,7 +42,7 @@ from ansible_collections.gpufleet.deepep.plugins.plugin_utils._audit.expr import
 from ansible_collections.gpufleet.deepep.plugins.module_utils._fileio import (
     LinkRefused,
     read_json_dict,
-    refuse_links,
+    refuse_write_through_link,
     write_atomic,
 )
 from ansible_collections.gpufleet.deepep.plugins.plugin_utils._audit.verification import (
@@ -117,10 +117,10 @@ class ActionModule(ActionBase):
         # Never through a link: a (dangling) symlink as output_dir would have its target created and written.
         try:
             if output_dir:
-                run_dir = refuse_links(os.path.expanduser(output_dir), "output_dir")
+                run_dir = refuse_write_through_link(os.path.expanduser(output_dir), "output_dir")
             elif output_root:
-                root = refuse_links(os.path.expanduser(output_root), "output_root")
-                run_dir = refuse_links(os.path.join(root, now.strftime("%Y%m%dT%H%M%SZ")), "output_root")
+                root = refuse_write_through_link(os.path.expanduser(output_root), "output_root")
+                run_dir = refuse_write_through_link(os.path.join(root, now.strftime("%Y%m%dT%H%M%SZ")), "output_root")
             else:
                 raise AnsibleActionFail("output_dir or output_root is required (where the report goes)")
         except LinkRefused as exc:
@@ -149,7 +149,7 @@ class ActionModule(ActionBase):
                 os.makedirs(run_dir, 0o755)
             files = []
             for name, _text in rendered:  # every file checked before the first is written
-                refuse_links(os.path.join(run_dir, name), "output_dir", what="file in %s" % run_dir)
+                refuse_write_through_link(os.path.join(run_dir, name), "output_dir", what="file in %s" % run_dir)
             for name, text in rendered:
                 path = os.path.join(run_dir, name)
                 write_atomic(path, text)

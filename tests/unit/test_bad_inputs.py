@@ -979,7 +979,7 @@ def test_serve_state_refuses_a_ca_path_that_is_not_a_file(module_runner, tmp_pat
     ("dangling_parent", "out/run", "is a dangling symlink"), ("file_link", "real/fleet.json", "is a symlink"),
 ])
 def test_refuse_links_names_the_option_and_the_link(tmp_path, layout, named, why):
-    from ansible_collections.gpufleet.deepep.plugins.module_utils._fileio import LinkRefused, refuse_links
+    from ansible_collections.gpufleet.deepep.plugins.module_utils._fileio import LinkRefused, refuse_write_through_link
 
     target = tmp_path / "target"
     if layout == "link_to_dir":
@@ -996,7 +996,7 @@ def test_refuse_links_names_the_option_and_the_link(tmp_path, layout, named, why
 
     before = entries()
     with pytest.raises(LinkRefused) as info:
-        refuse_links(str(tmp_path / named), "output_dir")
+        refuse_write_through_link(str(tmp_path / named), "output_dir")
     assert str(info.value).startswith("output_dir %r: " % str(tmp_path / named)) and why in str(info.value)
     assert "nothing is written through a link - expected a" in str(info.value)
     assert entries() == before

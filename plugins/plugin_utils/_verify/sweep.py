@@ -118,8 +118,9 @@ def sweep_verdict(hosts, results):
     else:
         parts = []
         if nodes:
-            parts.append("node%s %s (every pair with %s failed)" % ("s" if len(nodes) > 1 else "", ", ".join(nodes),
-                                                                   "them" if len(nodes) > 1 else "it"))
+            many = len(nodes) > 1
+            parts.append("node%s %s (every pair with %s failed)"
+                         % ("s" if many else "", ", ".join(nodes), "them" if many else "it"))
         if pairs:
             parts.append("pair%s %s (their link, or a NIC of one of the two)" % ("s" if len(pairs) > 1 else "",
                                                                                  ", ".join(pairs)))
