@@ -150,7 +150,7 @@ class ActionModule(ActionBase):
         stage = os.path.join(dest, ".store-%s-%s" % (kind, key[:16]))
         # Nothing is copied through a link: the module refuses a dest that is or lies under one before it reads a
         # store (here one that cannot exist, so it writes nothing).
-        self._on_node_refuse_links(dest, stage, record, task_vars)
+        self._on_node_refuse_any_link(dest, stage, record, task_vars)
         try:
             # mode=preserve: each file keeps the stored mode (the source's & 0755), a private file stays private.
             self._sub_action("ansible.legacy.copy", dict(src=path, dest=os.path.join(stage, kind) + "/",
@@ -160,7 +160,7 @@ class ActionModule(ActionBase):
             self._execute_module(module_name="ansible.legacy.file", task_vars=task_vars,
                                  module_args=dict(path=stage, state="absent"))
 
-    def _on_node_refuse_links(self, dest, stage, record, task_vars):
+    def _on_node_refuse_any_link(self, dest, stage, record, task_vars):
         args = dict(op="get", mode="shared", store=os.path.join(stage, ".none"), kind=record["kind"],
                     key=record["key"], dest=dest)
         out = self._execute_module(module_name=MODULE, module_args=args, task_vars=task_vars)

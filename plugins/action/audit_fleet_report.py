@@ -17,6 +17,7 @@ with validate_argument_spec):
   groups           inventory groups for drift (default: the inventory's); skip_groups: never compared
   output_dir       a fixed run directory, or empty for <output_root>/<UTC timestamp>
   output_root      where timestamped run directories go; latest_link: point <output_root>/latest at the run
+  verify_summary   the summary.json of the last verification, shown per node (figures beside gates, transport)
   meta             more keys for the report's meta (inventory, limit, ...)
 Returns run_dir, files, summary and status (host -> ok/critical/warning/info/unreachable). The report is the
 audit's output, so it is written under --check too; nothing on the nodes is touched by this step.
@@ -38,7 +39,16 @@ from ansible_collections.gpufleet.deepep.plugins.plugin_utils._audit.engine impo
 )
 from ansible_collections.gpufleet.deepep.plugins.plugin_utils._audit.document import node_document, plain_data
 from ansible_collections.gpufleet.deepep.plugins.plugin_utils._audit.expr import AuditError
-from ansible_collections.gpufleet.deepep.plugins.module_utils._fileio import LinkRefused, refuse_links, write_atomic
+from ansible_collections.gpufleet.deepep.plugins.module_utils._fileio import (
+    LinkRefused,
+    read_json_dict,
+    refuse_write_through_link,
+    write_atomic,
+)
+from ansible_collections.gpufleet.deepep.plugins.plugin_utils._audit.verification import (
+    VerificationInputError,
+    attach_verification,
+)
 from ansible_collections.gpufleet.deepep.plugins.plugin_utils._audit.report import render
 from ansible_collections.gpufleet.deepep.plugins.modules.audit_fleet_report import ARGUMENT_SPEC
 from ansible_collections.gpufleet.deepep.plugins.plugin_utils._action_args import validated_args
@@ -107,21 +117,31 @@ class ActionModule(ActionBase):
         # Never through a link: a (dangling) symlink as output_dir would have its target created and written.
         try:
             if output_dir:
-                run_dir = refuse_links(os.path.expanduser(output_dir), "output_dir")
+                run_dir = refuse_write_through_link(os.path.expanduser(output_dir), "output_dir")
             elif output_root:
-                root = refuse_links(os.path.expanduser(output_root), "output_root")
-                run_dir = refuse_links(os.path.join(root, now.strftime("%Y%m%dT%H%M%SZ")), "output_root")
+                root = refuse_write_through_link(os.path.expanduser(output_root), "output_root")
+                run_dir = refuse_write_through_link(os.path.join(root, now.strftime("%Y%m%dT%H%M%SZ")), "output_root")
             else:
                 raise AnsibleActionFail("output_dir or output_root is required (where the report goes)")
         except LinkRefused as exc:
             raise AnsibleActionFail("audit_fleet_report: %s" % to_native(exc))
+        verify_path = os.path.expanduser(args.get("verify_summary") or "")
+        verify_data = read_json_dict(verify_path) if verify_path else None
+        if verify_path and verify_data is None:
+            raise AnsibleActionFail("audit_fleet_report: verify_summary=%s cannot be read as a JSON object (missing, "
+                                    "unreadable or malformed); expected the summary.json a verification run wrote "
+                                    "(playbooks/verify.yml)" % verify_path)
         meta = {"generated_at": now.strftime("%Y-%m-%dT%H:%M:%SZ"), "check_mode": bool(self._play_context.check_mode),
                 "rules_file": args["rules_file"], "run_dir": run_dir}
         meta.update(plain_data(args.get("meta") or {}))
         try:
             fleet = audit_fleet(documents, catalogue, groups=groups or {},
                                 skip_groups=DEFAULT_DRIFT_SKIP_GROUPS if skip is None else skip, meta=meta)
+            if verify_path:
+                attach_verification(fleet, verify_data, source=verify_path)
             rendered = [(name, render(fleet, fmt)) for name, fmt in REPORT_FILES]
+        except VerificationInputError as exc:
+            raise AnsibleActionFail("audit_fleet_report: verify_summary: %s" % to_native(exc))
         except (AuditError, ValueError) as exc:
             raise AnsibleActionFail("audit: %s" % to_native(exc))
         try:
@@ -129,7 +149,7 @@ class ActionModule(ActionBase):
                 os.makedirs(run_dir, 0o755)
             files = []
             for name, _text in rendered:  # every file checked before the first is written
-                refuse_links(os.path.join(run_dir, name), "output_dir", what="file in %s" % run_dir)
+                refuse_write_through_link(os.path.join(run_dir, name), "output_dir", what="file in %s" % run_dir)
             for name, text in rendered:
                 path = os.path.join(run_dir, name)
                 write_atomic(path, text)

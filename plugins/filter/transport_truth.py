@@ -4,7 +4,8 @@
 """Filters ``gpufleet.deepep.transport_truth`` and ``gpufleet.deepep.transport_gate``: what NVSHMEM, NCCL and
 DeepEP really brought up, read from their debug output, and its gate against a profile's transport policy.
 
-Documentation: ``transport_truth.yml`` and ``transport_gate.yml`` beside this file
+Also ``transport_policy`` (a profile's policy out of a table) and ``transport_verdict`` (truth, gate and a one-line
+brief for a verification record). Documentation: the ``transport_*.yml`` files beside this file
 (``ansible-doc -t filter gpufleet.deepep.transport_truth``). The logic lives in
 ``plugins/plugin_utils/_verify/transport.py``.
 """
@@ -16,8 +17,10 @@ from ansible.errors import AnsibleFilterError
 from ansible_collections.gpufleet.deepep.plugins.plugin_utils._filter_guard import guard_filters
 from ansible_collections.gpufleet.deepep.plugins.plugin_utils._verify.transport import (
     TransportInputError,
+    select_transport_policy,
     transport_gate as _transport_gate,
     transport_truth as _transport_truth,
+    transport_verdict as _transport_verdict,
 )
 
 
@@ -37,8 +40,25 @@ def transport_gate(truth, policy=None):
         raise AnsibleFilterError("transport_gate: %s" % exc) from exc
 
 
+def transport_policy(table, profile=None, generation=None):
+    """The transport policy of a profile (exact name, family token, default), merged for a DeepEP generation."""
+    try:
+        return select_transport_policy(table, profile, generation)
+    except TransportInputError as exc:
+        raise AnsibleFilterError("transport_policy: %s" % exc) from exc
+
+
+def transport_verdict(output, policy=None):
+    """A run's output as the transport part of a verification record: truth, gate, one-line brief, policy."""
+    try:
+        return _transport_verdict(output, policy)
+    except TransportInputError as exc:
+        raise AnsibleFilterError("transport_verdict: %s" % exc) from exc
+
+
 class FilterModule:
     """Transport truth and its gate."""
 
     def filters(self):
-        return guard_filters({"transport_truth": transport_truth, "transport_gate": transport_gate})
+        return guard_filters({"transport_truth": transport_truth, "transport_gate": transport_gate,
+                             "transport_policy": transport_policy, "transport_verdict": transport_verdict})

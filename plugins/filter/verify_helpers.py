@@ -22,6 +22,7 @@ from ansible_collections.gpufleet.deepep.plugins.plugin_utils._verify.gate impor
     gate,
 )
 from ansible_collections.gpufleet.deepep.plugins.plugin_utils._verify.summary import render_markdown, summarize
+from ansible_collections.gpufleet.deepep.plugins.plugin_utils._verify.sweep import sweep_plan, sweep_verdict
 from ansible_collections.gpufleet.deepep.plugins.plugin_utils._verify.traffic import nic_traffic
 
 try:
@@ -114,6 +115,16 @@ def verify_summary_markdown(summary, title=None):
     return _call("verify_summary_markdown", render_markdown, summary, title=title)
 
 
+def verify_sweep_plan(hosts):
+    """The pairwise sweep of a group (a chain of N-1 pairs in two rounds of disjoint pairs)."""
+    return _call("verify_sweep_plan", sweep_plan, hosts)
+
+
+def verify_sweep_verdict(hosts, results):
+    """The node or pair the sweep's results name."""
+    return _call("verify_sweep_verdict", sweep_verdict, hosts, results)
+
+
 class FilterModule:
     """Fleet verification filters."""
 
@@ -127,4 +138,6 @@ class FilterModule:
             "verify_nic_traffic": verify_nic_traffic,
             "verify_summary": verify_summary,
             "verify_summary_markdown": verify_summary_markdown,
+            "verify_sweep_plan": verify_sweep_plan,
+            "verify_sweep_verdict": verify_sweep_verdict,
         })

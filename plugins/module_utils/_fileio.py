@@ -22,7 +22,7 @@ import shutil
 import tempfile
 
 __all__ = ["read_text", "read_json_dict", "file_sha256", "file_digest", "write_atomic", "write_json_file", "copy_atomic", "CopyMismatch",
-           "LinkRefused", "refuse_links"]
+           "LinkRefused", "refuse_write_through_link"]
 
 CHUNK = 1024 * 1024
 
@@ -102,10 +102,11 @@ class LinkRefused(ValueError):
     """A path a writer was given is a symlink (or leads through a dangling one); the message names the option."""
 
 
-def refuse_links(path, option, what="directory"):
+def refuse_write_through_link(path, option, what="directory"):
     """Refuse to write at ``path`` (the value of ``option``) through a link: ``path`` itself must not be a symlink,
     and no component above it may be a dangling symlink (creating the missing directories would create its target).
-    Symlinked ancestors that lead to an existing directory (``/home`` -> ``/srv/home``) are the site's layout and pass.
+    Symlinked ancestors that lead to an existing directory (``/home`` -> ``/srv/home``) are the site's layout and pass
+    (compare ``_store.refuse_any_link``, the artifact store's stricter rule: no link anywhere on the path).
     """
     path = os.path.abspath(path)
     if os.path.islink(path):

@@ -293,15 +293,17 @@ def object_record(path, data, sass=None, ptx=None, name=None):
             "sass": sass, "ptx": ptx}
 
 
-def resolve_needed(library, objects_search, exists=os.path.exists):
-    """The real path of ``library`` (a NEEDED name) in the first of ``objects_search`` (directories) holding it,
-    else None. ``$ORIGIN`` entries are not resolved (the object's place is known only once installed)."""
+def resolve_needed(library, objects_search, exists=os.path.exists, real=True):
+    """The path of ``library`` (a NEEDED name) in the first of ``objects_search`` (directories) holding it, else
+    None. ``$ORIGIN`` entries are not resolved (the object's place is known only once installed). The one NEEDED
+    resolver: the build (``deepep_build``, the real path) and the node's check of a record (``_node.linkage``, the
+    path as found, ``exists`` looking under the node's root) both use it."""
     for directory in objects_search or []:
         if not directory or "$ORIGIN" in directory or "${ORIGIN}" in directory:
             continue
         candidate = os.path.join(directory, library)
         if exists(candidate):
-            return os.path.realpath(candidate)
+            return os.path.realpath(candidate) if real else candidate
     return None
 
 

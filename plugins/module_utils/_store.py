@@ -48,7 +48,7 @@ from ansible_collections.gpufleet.deepep.plugins.module_utils._lock import FileL
 
 __all__ = [
     "KINDS", "RECORD_NAME", "LOCK_TIMEOUT", "MODE_MASK", "StoreError", "check_request", "check_files", "check_pin",
-    "check_lock_timeout", "refuse_links", "key_path", "validate_record", "read_record", "lookup", "lookup_entry",
+    "check_lock_timeout", "refuse_any_link", "key_path", "validate_record", "read_record", "lookup", "lookup_entry",
     "verify_file", "describe_files", "describe_sources", "store_mode", "make_record", "StoreLock", "Incoming",
     "new_incoming", "clean_incoming", "publish", "put_local", "get_local",
 ]
@@ -146,9 +146,10 @@ def _target(path):
         return "?"
 
 
-def refuse_links(path, what):
-    """Refuse ``path`` (absolute) when it or a directory above it is a symbolic link, naming the link; the part of
-    ``path`` that does not exist yet is not checked."""
+def refuse_any_link(path, what):
+    """Refuse ``path`` (absolute) when it or any directory above it is a symbolic link, naming the link; the part of
+    ``path`` that does not exist yet is not checked. The store's rule: no link anywhere on the path (compare
+    ``_fileio.refuse_write_through_link``, which lets a report follow a site's symlinked directories)."""
     if not isinstance(path, str) or not os.path.isabs(path):
         raise StoreError("%s %r must be an absolute path" % (what, path))
     current = os.sep
@@ -388,7 +389,7 @@ def describe_sources(directory, files):
     """``{name: {sha256, size, mode}}`` of ``files`` in ``directory`` (``mode``: the permission bits, an int),
     read without following a link; StoreError naming a file that is not there, is a link or not a regular file,
     or a ``directory`` that is (or lies under) a link."""
-    refuse_links(directory, "src")
+    refuse_any_link(directory, "src")
     out = {}
     for name in check_files(files):
         path = os.path.join(directory, name)
@@ -566,7 +567,7 @@ def put_local(store, kind, key, src, files, host, meta=None, check_mode=False, t
     check_request(store, kind, key)
     check_files(files)
     check_lock_timeout(timeout)
-    refuse_links(src, "src")
+    refuse_any_link(src, "src")
     existing, digest = lookup_entry(store, kind, key, pin)
     path = key_path(store, kind, key)
     if existing is not None:
@@ -595,7 +596,7 @@ def get_local(store, kind, key, dest, check_mode=False, pin=None):
     is installed unless every file verified. Files already in ``dest`` with the recorded checksum stay. Each copy
     gets the stored file's mode (``store_mode``); nothing is read or written through a link."""
     check_request(store, kind, key)
-    refuse_links(dest, "dest")
+    refuse_any_link(dest, "dest")
     record, digest = lookup_entry(store, kind, key, pin)
     path = key_path(store, kind, key)
     if record is None:
@@ -618,7 +619,7 @@ def get_local(store, kind, key, dest, check_mode=False, pin=None):
     if check_mode or not wanted:
         return result
     os.makedirs(dest, exist_ok=True)
-    refuse_links(dest, "dest")
+    refuse_any_link(dest, "dest")
     temps = {}
     try:
         for name in wanted:

@@ -15,6 +15,8 @@ description:
   - Builds each node's facts document from its registered M(gpufleet.deepep.node_stack) result (unreachable and
     failed nodes included), judges every node against the rule catalogue, lists the drift within each inventory
     group, and writes C(fleet.json), C(fleet.md) and C(fleet.html) into the run directory (atomically).
+  - Each node's details show the linkage of its DeepEP build checked against it (C(gpufleet_linkage)) and, with
+    O(verify_summary), its last verification figures beside their gates and the transport that ran.
   - The report is the audit's output, so it is written under C(--check) too; the report's C(meta.check_mode) says
     how the play ran. Run it once per play (C(run_once), C(delegate_to=localhost)).
 author: gpufleet.deepep maintainers (@gpufleet)
@@ -96,6 +98,15 @@ options:
     description: Point C(<output_root>/latest) at the new run directory (only without O(output_dir)).
     type: bool
     default: false
+  verify_summary:
+    description:
+      - The C(summary.json) of the fleet's last verification (playbooks/verify.yml, or the C(*-summary.json) of
+        verify_intranode / verify_internode). Its rows are shown under each node beside the node's linkage facts -
+        every figure beside its gate, the transport that really ran and its policy's verdict - and a line of it at
+        the top of the report.
+      - Empty or unset - no verification section. A path that cannot be read as such a summary fails the task naming
+        this option, the path and the form expected, and no report file is written.
+    type: path
   meta:
     description: More keys for the report's C(meta) (for example C(inventory) and C(limit)).
     type: dict
@@ -162,5 +173,6 @@ ARGUMENT_SPEC = dict(
     output_dir=dict(type="path"),
     output_root=dict(type="path"),
     latest_link=dict(type="bool", default=False),
+    verify_summary=dict(type="path"),
     meta=dict(type="dict", default={}),
 )

@@ -54,7 +54,8 @@ def play(tmp_path):
                                 % results,
                 "audit_expect": {"hca_prefix": "{{ expected_prefix }}"}}},
             {"name": "Report", "gpufleet.deepep.audit_fleet_report": {
-                "rules_file": str(RULES), "output_dir": "{{ out }}", "meta": {"limit": "cluster"}},
+                "rules_file": str(RULES), "output_dir": "{{ out }}", "meta": {"limit": "cluster"},
+                "verify_summary": "{{ verify_summary | default(omit) }}"},
              "run_once": True, "delegate_to": "localhost", "register": "report"},
             {"name": "Keep the result",
              "ansible.builtin.copy": {"content": "{{ report | to_json }}", "dest": "{{ out }}.result.json",
@@ -96,6 +97,75 @@ def test_report_from_registered_results(play, tmp_path):
     assert "HCA_PREFIX_MISMATCH" in (out / "fleet.md").read_text()
     assert "HCA_PREFIX_MISMATCH" in (out / "fleet.html").read_text()
     assert sorted(p.name for p in out.iterdir()) == ["fleet.html", "fleet.json", "fleet.md"]
+
+
+def _verify_summary_file(tmp_path):
+    """A verification summary as playbooks/verify.yml writes it: n1 passes, n2 passed its bandwidth over Socket."""
+    from ansible_collections.gpufleet.deepep.plugins.plugin_utils._verify.summary import summarize
+    from ansible_collections.gpufleet.deepep.plugins.plugin_utils._verify.transport import transport_verdict
+
+    policy = {"allow_networks": ["IB"], "require_ibgda": True}
+    ibgda = ["h:1:1 [0] NVSHMEM INFO NVSHMEM_IBGDA_NIC_HANDLER: auto", "/src/ibgda.cpp 1 NIC handler will be GPU.",
+             "h:1:1 [0] NVSHMEM INFO Successfully initialized the transport: IBGDA. It will be used for device-side "
+             "APIs over IB.", "h:1:1 [0] NCCL INFO NCCL version 2.27.5+cuda12.9"]
+    parsed = {"test": "tests/test_internode.py", "generation": "v1", "cases": {"passed": 24, "failed": 0},
+              "dispatch": {"bf16": {"rdma_gbps": 58.1, "nvl_gbps": 190.0}}, "combine": {"rdma_gbps": 57.0}}
+    thresholds = {"dispatch_bf16_rdma_gbps": 35, "combine_rdma_gbps": 35}
+    records = [
+        {"host": "n1", "scope": "n1 (rank 0 of g)", "stage": "internode", "parsed": parsed,
+         "gate": {"passed": True, "reasons": []}, "thresholds": thresholds,
+         "transport": transport_verdict(ibgda + ["h:1:1 [0] NCCL INFO Using network IB"], policy)},
+        {"host": "n2", "scope": "n2 (rank 1 of g)", "stage": "internode", "parsed": parsed,
+         "gate": {"passed": True, "reasons": []}, "thresholds": thresholds,
+         "transport": transport_verdict(ibgda + ["h:1:1 [0] NCCL INFO NET/IB : No device found.",
+                                                 "h:1:1 [0] NCCL INFO Using network Socket"], policy)},
+        {"host": "elsewhere", "stage": "intranode", "parsed": {}, "gate": {"passed": True}},
+    ]
+    path = tmp_path / "summary.json"
+    path.write_text(json.dumps(summarize(records)))
+    return path
+
+
+def test_report_shows_the_last_verification_beside_the_gates_and_the_transport(play, tmp_path):
+    out = tmp_path / "with-verify"
+    play(out, "-e", "verify_summary=%s" % _verify_summary_file(tmp_path))
+    fleet = json.loads((out / "fleet.json").read_text())
+    assert fleet["verification"]["passed"] is False and fleet["verification"]["other_hosts"] == ["elsewhere"]
+    assert [r["transport"]["passed"] for r in fleet["nodes"]["n2"]["verify"]] == [False]
+    assert "verify" not in fleet["nodes"]["n3"]
+    md = (out / "fleet.md").read_text()
+    assert "## Verification" in md and "Verified but not in this audit: elsewhere." in md
+    assert ("| internode | n1 (rank 0 of g) | BF16 disp NVL 190; BF16 disp RDMA 58.1 (gate >=35); comb RDMA 57 (gate >=35) "
+            "| ok: NVSHMEM ibgda, IBGDA initialized, NIC handler gpu; NCCL 2.27.5 net IB | PASS |") in md
+    assert "NOT ALLOWED: NVSHMEM ibgda, IBGDA initialized, NIC handler gpu; NCCL 2.27.5 net Socket" in md
+    assert "- n2 (rank 1 of g) (internode): transport: NCCL used network Socket; the profile allows IB" in md
+    page = (out / "fleet.html").read_text()
+    assert "<h4>Last verification</h4>" in page and "&ge; 35" in page and "not allowed" in page
+
+
+@pytest.mark.parametrize("content, named", [
+    (None, "cannot be read as a JSON object (missing, unreadable or malformed)"),
+    ("{not json", "cannot be read as a JSON object"),
+    ("[1, 2]", "cannot be read as a JSON object"),
+    ('{"rows": {"n1": 1}}', "expected the summary.json a verification run wrote"),
+    ('{"rows": [{"host": "n1"}]}', "rows[0] must be a mapping with host (a name) and passed (true/false)"),
+])
+def test_a_bad_verify_summary_is_refused_naming_the_option_and_nothing_is_written(tmp_path, content, named):
+    path = tmp_path / "summary.json"
+    if content is not None:
+        path.write_text(content)
+    out = tmp_path / "refused"
+    playbook = tmp_path / "p.yml"
+    playbook.write_text(yaml.safe_dump([{"hosts": "localhost", "gather_facts": False, "tasks": [
+        {"gpufleet.deepep.audit_fleet_report": {"rules_file": str(RULES), "output_dir": str(out), "hosts": [],
+                                                "verify_summary": str(path)}}]}]))
+    env = dict(os.environ, ANSIBLE_CONFIG=str(REPO / "ansible.cfg"), ANSIBLE_COLLECTIONS_PATH=str(REPO / ".collections"))
+    proc = subprocess.run([str(REPO / ".venv" / "bin" / "ansible-playbook"), "-i", "localhost,", "-c", "local",
+                           str(playbook)], cwd=REPO, env=env, capture_output=True, text=True, check=False)
+    assert proc.returncode != 0
+    assert "verify_summary" in proc.stdout and named in proc.stdout, proc.stdout[-2000:]
+    assert str(path) in proc.stdout
+    assert not out.exists()
 
 
 def test_check_mode_writes_the_report_and_says_so(play, tmp_path):

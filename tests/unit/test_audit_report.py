@@ -227,3 +227,63 @@ def test_markdown_node_table_lists_the_rule_ids(fleet):
     md = render_markdown(fleet)
     row = next(line for line in md.splitlines() if line.startswith("| n2 |"))
     assert "DEEPEP_TORCH_ABI" in row
+
+
+# ----------------------------------------------------------------------------- linkage and verification per node
+LINKAGE = {"record": {"present": True, "generation": "v2"}, "ok": False, "failed": ["nccl"], "unknown": ["torch"],
+           "warnings": [], "checks": [
+               {"check": "nccl", "ok": False, "expected": "2.30.4", "found": "2.30.7",
+                "fix": "rebuild DeepEP against the NCCL torch loads, or re-pin NCCL 2.30.4", "reason": None,
+                "warning": None},
+               {"check": "nvshmem", "ok": True, "expected": "3.4.5", "found": "3.4.5", "fix": None, "reason": None,
+                "warning": None},
+               {"check": "gpu_arch", "ok": True, "expected": ["sm_90"], "found": ["sm_90a"], "fix": None,
+                "reason": None, "warning": None},
+               {"check": "libstdcxx", "ok": True, "expected": None, "found": "static", "fix": None, "reason": None,
+                "warning": "statically linked libstdc++"},
+               {"check": "torch", "ok": None, "expected": None, "found": None, "fix": None,
+                "reason": "torch not importable", "warning": None}]}
+
+
+def _fleet_with_linkage():
+    from ansible_collections.gpufleet.deepep.plugins.plugin_utils._audit.verification import attach_verification
+
+    doc = json.loads(json.dumps(HEALTHY))
+    doc["gpufleet_linkage"] = LINKAGE
+    fleet = audit_fleet({"n1": doc}, CATALOGUE)
+    summary = {"passed": False, "counts": {"total": 1, "passed": 0, "failed": 1}, "rows": [
+        {"host": "n1", "scope": "n1", "stage": "intranode", "passed": False, "status": "fail",
+         "gbps": {"dispatch_bf16_nvl_gbps": 290.5, "combine_nvl_gbps": 300.0},
+         "thresholds": {"dispatch_bf16_nvl_gbps": 300, "combine_nvl_gbps": 250},
+         "reasons": ["dispatch_bf16_nvl_gbps 290.5 < 300"], "diagnosis": []}]}
+    return attach_verification(fleet, summary, source="/runs/v/summary.json")
+
+
+@pytest.mark.parametrize("check, state, expected, found, note", [
+    ("nccl", "FAIL", "2.30.4", "2.30.7", "rebuild DeepEP against the NCCL torch loads, or re-pin NCCL 2.30.4"),
+    ("nvshmem", "ok", "3.4.5", "3.4.5", "-"),
+    ("gpu_arch", "ok", "sm_90", "sm_90a", "-"),
+    ("libstdcxx", "ok", "-", "static", "statically linked libstdc++"),
+    ("torch", "unknown", "-", "-", "torch not importable"),
+])
+def test_markdown_shows_every_linkage_check_of_the_node(check, state, expected, found, note):
+    md = render_markdown(_fleet_with_linkage())
+    assert "Linkage of the DeepEP build (checked against this node):" in md
+    assert "| %s | %s | %s | %s | %s |" % (check, state, expected, found, note) in md
+
+
+def test_markdown_and_html_show_the_figures_beside_their_gates_and_name_the_one_under():
+    fleet = _fleet_with_linkage()
+    md = render_markdown(fleet)
+    assert "| intranode | n1 | BF16 disp NVL 290.5 (gate >=300, UNDER); comb NVL 300 (gate >=250) | - | FAIL |" in md
+    assert "- n1 (intranode): dispatch_bf16_nvl_gbps 290.5 < 300" in md
+    assert "Last verification (/runs/v/summary.json): FAIL, 0 of 1 checks passed" in md
+    page = render_html(fleet)
+    assert '<div class="under">&ge; 300</div>' in page and "<div>&ge; 250</div>" in page
+    assert "<h4>Linkage of the DeepEP build</h4>" in page and "rebuild DeepEP against the NCCL torch loads" in page
+
+
+def test_a_node_without_linkage_or_verification_shows_neither():
+    fleet = audit_fleet({"n1": json.loads(json.dumps(HEALTHY))}, CATALOGUE)
+    md = render_markdown(fleet)
+    assert "Linkage of the DeepEP build" not in md and "## Verification" not in md and "Last verification" not in md

@@ -486,7 +486,67 @@ FILTER_BAD = [
      "require_nccl_match must be true or false; got 'no' (str)"),
     (transport_filter.transport_gate, ({"nvshmem": [], "nccl": {}, "deepep": {}},), {},
      "truth must be the mapping transport_truth returns"),
+] + [
+    # transport_policy: a bad value of every policy key, in an entry and in its by_generation, names the profile
+    (transport_filter.transport_policy, ({"default": {}, "b200": {key: bad}}, "gcp_b200"), {},
+     "transport policy 'b200': policy %s" % key)
+    for key, bad in (("allow_paths", ["nvlink"]), ("allow_transports", "p2p"), ("allow_networks", [""]),
+                     ("allow_gin", ["CPU"]), ("require_ibgda", "yes"), ("allow_cpu_fallback", 1),
+                     ("require_nccl_match", "no"))
+] + [
+    (transport_filter.transport_policy, ({"default": {"by_generation": {"v2": {key: bad}}}}, "x"), {},
+     "transport policy 'default' by_generation['v2']: policy %s" % key)
+    for key, bad in (("allow_paths", "p2p"), ("allow_gin", ["gdaki-ish"]), ("require_ibgda", "true"))
+] + [
+    (transport_filter.transport_policy, ({"default": {"allow_path": ["p2p"]}}, "x"), {},
+     "transport policy 'default': policy key(s) 'allow_path' unknown; expected a mapping with some of allow_paths"),
+    (transport_filter.transport_policy, ({"default": {"by_generation": {"v3": {}}}}, "x"), {},
+     "by_generation key 'v3' is not one of v1, v2"),
+    (transport_filter.transport_policy, ({"default": {"by_generation": ["v2"]}}, "x"), {},
+     "by_generation must be a mapping of v1/v2 to a policy; got ['v2']"),
+    (transport_filter.transport_policy, ({"default": {"by_generation": {"v1": "ibgda"}}}, "x"), {},
+     "by_generation['v1'] must be a mapping"),
+    (transport_filter.transport_policy, ({"default": "p2p"}, "x"), {}, "transport policy 'default' must be a mapping"),
+    (transport_filter.transport_policy, ({"b200": {}}, "h100"), {},
+     "profile 'h100' matches no transport policy and there is no 'default' entry; expected one of b200"),
+    (transport_filter.transport_policy, ([], "b200"), {}, "transport policies must be a mapping of profile name"),
+    (transport_filter.transport_policy, ({"default": {}}, 5), {}, "profile 5 is not a string"),
+    (transport_filter.transport_policy, ({"default": {}}, "x"), {"generation": "v3"},
+     "generation 'v3' is not one of v1, v2"),
+    (transport_filter.transport_verdict, ("",), {"policy": {"allow_gin": "GDAKI"}},
+     "transport_verdict: policy allow_gin must be a list of GDAKI/PROXY/GPI/none; got 'GDAKI'"),
+    (transport_filter.transport_verdict, (7,), {}, "output must be a string, a list of lines or a command result"),
+    (verify_helpers.verify_sweep_plan, ("n1,n2,n3",), {}, "hosts must be a list of host names"),
+    (verify_helpers.verify_sweep_plan, (["n1", "n1", "n2"],), {}, "must not repeat a host"),
+    (verify_helpers.verify_sweep_plan, (["n1", "a+b", "n2"],), {}, "non-empty host names without '+'"),
+    (verify_helpers.verify_sweep_verdict, (["n1", "n2", "n3"], {"n1+n3": False}), {},
+     "results name pair(s) n1+n3 that the sweep of n1, n2, n3 does not run; expected some of n1+n2, n2+n3"),
+    (verify_helpers.verify_sweep_verdict, (["n1", "n2", "n3"], {"n1+n2": "failed"}), {},
+     "results['n1+n2'] must be true/false"),
+    (verify_helpers.verify_sweep_verdict, (["n1", "n2", "n3"], "n1+n2"), {},
+     "results must be a mapping of pair name (a+b) to passed"),
+    (verify_helpers.verify_sweep_verdict, (["n1", "n2", "n3"], [{"pair": "n1+n2", "passed": "no"}]), {},
+     "each sweep report must be {pair: 'a+b', passed: true/false}"),
 ]
+
+
+def test_transport_policy_cases_cover_every_policy_key():
+    from ansible_collections.gpufleet.deepep.plugins.plugin_utils._verify.transport import POLICY_KEYS
+
+    named = {key for func, args, _k, _n in FILTER_BAD if func is transport_filter.transport_policy
+             if isinstance(args[0], dict) for entry in args[0].values() if isinstance(entry, dict)
+             for key in entry if key in POLICY_KEYS}
+    assert named == set(POLICY_KEYS)
+
+
+@pytest.mark.parametrize("role", ["verify_intranode", "verify_internode"])
+def test_default_transport_policies_are_valid_for_every_generation(role):
+    from ansible_collections.gpufleet.deepep.plugins.plugin_utils._verify.transport import check_policy
+
+    table = yaml.safe_load((REPO / "roles" / role / "defaults" / "main.yml").read_text())[role + "_transport_policies"]
+    for generation in (None, "v1", "v2"):
+        chosen = transport_filter.transport_policy(table, "gcp_b200", generation)
+        assert chosen["matched"] == "default" and check_policy(chosen["policy"]), (role, generation)
 
 
 def test_transport_gate_cases_cover_every_policy_key():
@@ -919,7 +979,7 @@ def test_serve_state_refuses_a_ca_path_that_is_not_a_file(module_runner, tmp_pat
     ("dangling_parent", "out/run", "is a dangling symlink"), ("file_link", "real/fleet.json", "is a symlink"),
 ])
 def test_refuse_links_names_the_option_and_the_link(tmp_path, layout, named, why):
-    from ansible_collections.gpufleet.deepep.plugins.module_utils._fileio import LinkRefused, refuse_links
+    from ansible_collections.gpufleet.deepep.plugins.module_utils._fileio import LinkRefused, refuse_write_through_link
 
     target = tmp_path / "target"
     if layout == "link_to_dir":
@@ -936,7 +996,7 @@ def test_refuse_links_names_the_option_and_the_link(tmp_path, layout, named, why
 
     before = entries()
     with pytest.raises(LinkRefused) as info:
-        refuse_links(str(tmp_path / named), "output_dir")
+        refuse_write_through_link(str(tmp_path / named), "output_dir")
     assert str(info.value).startswith("output_dir %r: " % str(tmp_path / named)) and why in str(info.value)
     assert "nothing is written through a link - expected a" in str(info.value)
     assert entries() == before

@@ -274,6 +274,24 @@ def test_resolve_needed_follows_the_search_path_not_origin(tmp_path):
     assert resolve_needed("libnccl.so.2", ["$ORIGIN/../lib", str(first)]) is None
 
 
+@pytest.mark.parametrize("origin", ["$ORIGIN/../lib", "${ORIGIN}/lib"])
+def test_resolve_needed_as_the_node_check_uses_it_keeps_the_path_and_looks_under_a_root(tmp_path, origin):
+    """The node's check of a record resolves through the same function: the path as found (not followed), existence
+    asked of the node's root, $ORIGIN skipped in both spellings."""
+    root = tmp_path / "root"
+    (root / "opt" / "nccl" / "lib").mkdir(parents=True)
+    (root / "opt" / "nccl" / "lib" / "libnccl.so.2").write_text("")
+    seen = []
+
+    def exists(path):
+        seen.append(path)
+        return os.path.isfile(str(root) + path)
+
+    got = resolve_needed("libnccl.so.2", [origin, "/usr/lib", "/opt/nccl/lib"], exists=exists, real=False)
+    assert got == "/opt/nccl/lib/libnccl.so.2"
+    assert seen == ["/usr/lib/libnccl.so.2", "/opt/nccl/lib/libnccl.so.2"]
+
+
 def test_tree_objects_and_installed_library(tmp_path, objects):
     lib = tmp_path / "staged" / "lib"
     lib.mkdir(parents=True)

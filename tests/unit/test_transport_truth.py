@@ -546,7 +546,7 @@ def test_policy_normalizes_case_and_defaults():
 # ----------------------------------------------------------------------------------------------------- the filters
 def test_filters_are_registered_and_wrap_errors():
     filters = plugin.FilterModule().filters()
-    assert set(filters) == {"transport_truth", "transport_gate"}
+    assert set(filters) == {"transport_truth", "transport_gate", "transport_policy", "transport_verdict"}
     assert filters["transport_truth"](text(IBGDA_GPU))["nvshmem"]["nic_handler"] == "gpu"
     with pytest.raises(AnsibleFilterError, match=r"^transport_truth: output must be a string"):
         filters["transport_truth"](42)

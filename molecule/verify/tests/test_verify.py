@@ -1,7 +1,8 @@
 # Copyright: (c) 2026, gpufleet.deepep contributors
 # GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
 """Verifier of the verify scenario: the five runs of converge.yml gave the right verdicts on the right nodes,
-with the right diagnosis, the hang was killed at its timeout (no test process left), the quick connectivity
+with the right diagnosis (transport faults included: each fails its node alone, naming the cause, and the
+pairwise sweep names the bad node of a failed 4-node group), the hang was killed at its timeout (no test process left), the quick connectivity
 stage passed over 16 ranks and stopped the group where one node's DeepEP lacks NVSHMEM, and a rerun of the
 playbook changes no file on the nodes outside the directory the verification owns, and a node a few percent
 under its gate fails alone."""
@@ -158,7 +159,64 @@ def test_a_node_just_under_its_gate_fails_alone():
     assert all(r["passed"] for r in rows("verify-under-gate", "intranode") if r["host"] != "b200-a-2")
 
 
+def test_healthy_fleet_records_the_transport_that_ran():
+    for row in rows("verify-pass"):
+        assert row["transport"]["passed"], row
+    for row in rows("verify-pass", "intranode"):
+        assert row["transport"]["truth"]["nccl"]["path_classes"] == ["p2p"], row
+    for row in rows("verify-pass", "internode"):
+        nv = row["transport"]["truth"]["nvshmem"]
+        assert nv["ibgda"] == "initialized" and nv["nic_handler"] == "gpu" and nv["cpu_fallback"] is False, row
+        assert row["transport"]["truth"]["nccl"]["networks"] == ["IB"] and row["thresholds"], row
+    table = (EPHEMERAL / "verify-pass" / "summary.md").read_text()
+    assert "| transport |" in table and "ok: NVSHMEM ibgda+p2p, IBGDA initialized, NIC handler gpu" in table
+    assert "(>=45)" in table   # the b200 internode gate beside the figure
+
+
+def _failed_hosts(run, stage):
+    return {r["host"] for r in rows(run, stage) if not r["passed"]}
+
+
+def test_cpu_fallback_and_nvlink_off_fail_on_their_node_with_the_cause():
+    # intranode: only b200-b-1, its channels through shared memory
+    assert _failed_hosts("verify-transport", "intranode") == {"b200-b-1"}
+    (row,) = rows("verify-transport", "intranode", "b200-b-1")
+    assert row["gbps"]["dispatch_bf16_nvl_gbps"] > 380, row      # it passed its bandwidth gate
+    assert any("NCCL channel path(s) SHM/direct/direct; the profile allows p2p" in r for r in row["reasons"]), row
+    # internode (4 nodes): only b200-a-2's record fails, on the CPU fallback, with the regkey named
+    assert _failed_hosts("verify-transport", "internode") == {"b200-a-2"}
+    (row,) = rows("verify-transport", "internode", "b200-a-2")
+    assert any("NIC handler is cpu" in r for r in row["reasons"]), row
+    assert any("PeerMappingOverride" in d for d in row["diagnosis"]), row
+
+
+def test_the_pairwise_sweep_names_the_bad_node():
+    sweep = rows("verify-transport", "sweep")
+    assert sorted({r["scope"].split(" ")[0] for r in sweep}) == [
+        "b200-a-1+b200-a-2", "b200-a-2+b200-b-1", "b200-b-1+b200-b-2"]
+    assert {r["scope"].split(" ")[0] for r in sweep if not r["passed"]} == {"b200-a-1+b200-a-2", "b200-a-2+b200-b-1"}
+    isolation = rows("verify-transport", "isolation")
+    assert sorted(r["host"] for r in isolation) == NODES
+    assert {r["host"] for r in isolation if not r["passed"]} == {"b200-a-2"}
+    (named,) = [r for r in isolation if not r["passed"]]
+    assert "node b200-a-2 (every pair with it failed)" in named["reasons"][0], named
+
+
+@pytest.mark.parametrize("node, reason, cause", [
+    ("b200-a-1", "NCCL used network Socket; the profile allows IB", "NCCL found no IB device"),
+    ("b200-b-2", "NVSHMEM IBGDA failed; the profile requires it initialized", "nvidia_peermem not loaded"),
+])
+def test_socket_and_failed_ibgda_fail_on_their_node_with_the_cause(node, reason, cause):
+    assert _failed_hosts("verify-transport-net", "internode") == {"b200-a-1", "b200-b-2"}
+    (row,) = rows("verify-transport-net", "internode", node)
+    assert row["gbps"]["dispatch_bf16_rdma_gbps"] > 45, row          # the bandwidth passed
+    assert any(reason in r for r in row["reasons"]), row
+    assert any(cause in d for d in row["diagnosis"]), row
+    assert not rows("verify-transport-net", "sweep")                  # groups of two are their own pair
+
+
 @pytest.mark.parametrize("run", ["verify-pass", "verify-unmapped", "verify-hang", "verify-connectivity",
-                                 "verify-no-nvshmem", "verify-under-gate"])
+                                 "verify-no-nvshmem", "verify-under-gate", "verify-transport",
+                                 "verify-transport-net"])
 def test_every_run_wrote_its_table(run):
     assert (EPHEMERAL / run / "summary.md").read_text().startswith("# DeepEP fleet verification")

@@ -34,6 +34,7 @@ import re
 
 from ansible_collections.gpufleet.deepep.plugins.module_utils._buildkey import read_stamp, stamp_path
 from ansible_collections.gpufleet.deepep.plugins.module_utils._guard import RecordShapeError, check_record
+from ansible_collections.gpufleet.deepep.plugins.module_utils._linkage import resolve_needed
 from ansible_collections.gpufleet.deepep.plugins.module_utils._node.fact_sets import (
     NVIDIA_SMI_QUERY_FIELDS,
     nvidia_smi_query_argv,
@@ -120,13 +121,8 @@ def _resolve_needed(root, objects, prefix):
         if not names:
             continue
         dirs = _search_dirs(obj)
-        for directory in dirs:
-            if "$ORIGIN" in directory:
-                continue
-            candidate = os.path.join(directory, names[0])
-            if os.path.isfile(under(root, candidate)):
-                return names[0], candidate, dirs
-        return names[0], None, dirs
+        found = resolve_needed(names[0], dirs, exists=lambda path: os.path.isfile(under(root, path)), real=False)
+        return names[0], found, dirs
     return None, None, []
 
 

@@ -4,13 +4,16 @@
 
 Pure controller-side logic. The HTML page has its CSS inline and loads nothing (no scripts, fonts or
 images), so it opens offline. Every string that comes from a node (host names, fact values, error text)
-is escaped.
+is escaped. Each node's details show, beside its findings, the linkage of its DeepEP build checked against it and
+its last verification (every figure beside its gate, the transport that ran): ``_audit.verification``.
 """
 
 from __future__ import annotations
 
 import html
 import json
+
+from ansible_collections.gpufleet.deepep.plugins.plugin_utils._audit.verification import linkage_rows, verify_rows
 
 SEVERITIES = ("critical", "warning", "info")
 STATUS_ORDER = {"unreachable": 0, "critical": 1, "warning": 2, "info": 3, "ok": 4}
@@ -110,6 +113,56 @@ def _serving_markdown(nodes):
     return out
 
 
+def _linkage_markdown(node):
+    rows = linkage_rows(node)
+    if not rows:
+        return []
+    out = ["Linkage of the DeepEP build (checked against this node):", "",
+           "| check | state | expected | found | note |", "|---|---|---|---|---|"]
+    for row in rows:
+        out.append("| %s |" % " | ".join(_md_cell(row[k]) for k in ("check", "state", "expected", "found", "note")))
+    return out + [""]
+
+
+def _figure_text(figure):
+    if figure["gate"] is None:
+        return "%s %s" % (figure["label"], figure["value"])
+    return "%s %s (gate >=%s%s)" % (figure["label"], figure["value"], figure["gate"],
+                                    "" if figure["ok"] is not False else ", UNDER")
+
+
+def _verify_markdown(node):
+    rows = verify_rows(node)
+    if not rows:
+        return []
+    out = ["Last verification (figures in GB/s beside their gates):", "",
+           "| stage | scope | figures | transport | result |", "|---|---|---|---|---|"]
+    for row in rows:
+        transport = "-" if row["transport"] is None else "%s: %s" % (
+            "ok" if row["transport_ok"] else "NOT ALLOWED", row["transport"])
+        out.append("| %s |" % " | ".join(_md_cell(v) for v in (
+            row["stage"], row["scope"], "; ".join(_figure_text(f) for f in row["figures"]) or "-", transport,
+            row["result"])))
+    for row in rows:
+        for reason in row["reasons"] if row["result"] != "PASS" else []:
+            out.append("- %s (%s): %s" % (_md_cell(row["scope"]), row["stage"], _md_cell(reason)))
+    return out + [""]
+
+
+def _verification_summary_markdown(fleet):
+    verification = fleet.get("verification")
+    if not verification:
+        return []
+    counts = verification.get("counts") or {}
+    out = ["## Verification", "",
+           "Last verification%s: %s, %s of %s checks passed (per node under Node details)."
+           % (" (%s)" % verification["source"] if verification.get("source") else "",
+              "PASS" if verification.get("passed") else "FAIL", counts.get("passed", 0), counts.get("total", 0))]
+    if verification.get("other_hosts"):
+        out.append("Verified but not in this audit: %s." % ", ".join(verification["other_hosts"]))
+    return out + [""]
+
+
 def render_markdown(fleet):
     meta = fleet.get("meta") or {}
     summary = fleet.get("summary") or {}
@@ -145,6 +198,7 @@ def render_markdown(fleet):
     out.append("")
 
     out += _serving_markdown(nodes)
+    out += _verification_summary_markdown(fleet)
 
     out += ["## Findings by severity", ""]
     rows = _findings_by_severity(fleet)
@@ -186,17 +240,19 @@ def render_markdown(fleet):
             out += ["Groups: %s" % ", ".join(node["groups"]), ""]
         if not node.get("reachable", True):
             out += ["Not reachable: no facts gathered.", ""]
+            out += _verify_markdown(node)
             continue
         if not node.get("findings"):
             out += ["No findings.", ""]
-            continue
-        for finding in node["findings"]:
+        for finding in node.get("findings") or []:
             out.append("- **%s** `%s` %s" % (finding["severity"].upper(), finding["id"], finding["title"]))
             if finding.get("evidence") not in (None, "", [], {}):
                 out.append("  - evidence: `%s`" % _pretty(finding["evidence"]).replace("\n", "; ").replace("`", "'"))
             out.append("  - fix: %s" % finding["fix"])
             out.append("  - source: %s" % finding["source"])
-        out.append("")
+        if node.get("findings"):
+            out.append("")
+        out += _linkage_markdown(node) + _verify_markdown(node)
     return "\n".join(out).rstrip("\n") + "\n"
 
 
@@ -273,6 +329,8 @@ pre { background: #f2f4f7; border-radius: 6px; padding: 8px 10px; margin: 6px 0 
 .values .odd code { background: var(--warn-bg); border: 1px solid #fec84b; }
 .values .count { display: inline-block; min-width: 58px; color: var(--muted); font-size: 12px; }
 .muted { color: var(--muted); }
+h4 { font-size: 13px; margin: 14px 0 6px; color: #344054; }
+table.sub { font-size: 12px; } .under { color: var(--crit); font-weight: 600; }
 a { color: #175cd3; text-decoration: none; } a:hover { text-decoration: underline; }
 """
 
@@ -306,6 +364,44 @@ def _host_links(hosts):
 
 def _plural(n, word):
     return "%d %s%s" % (n, word, "" if n == 1 else "s")
+
+
+def _linkage_html(node):
+    rows = linkage_rows(node)
+    if not rows:
+        return []
+    out = ['<h4>Linkage of the DeepEP build</h4>', '<table class="sub"><thead><tr><th>check</th><th>state</th>'
+           '<th>expected</th><th>found</th><th>note</th></tr></thead><tbody>']
+    for row in rows:
+        cls = {"ok": "ok", "FAIL": "critical"}.get(row["state"], "unreachable")
+        out.append('<tr class="row-%s"><td><code>%s</code></td><td>%s</td><td>%s</td><td>%s</td><td>%s</td></tr>'
+                   % (cls, _e(row["check"]), _e(row["state"]), _e(row["expected"]), _e(row["found"]),
+                      _e(row["note"])))
+    return out + ["</tbody></table>"]
+
+
+def _verify_html(node):
+    rows = verify_rows(node)
+    if not rows:
+        return []
+    out = ['<h4>Last verification</h4>', '<table class="sub"><thead><tr><th>stage</th><th>scope</th>'
+           '<th>figure (GB/s)</th><th>gate</th><th>transport</th><th>result</th></tr></thead><tbody>']
+    for row in rows:
+        cls = "ok" if row["result"] == "PASS" else "critical"
+        figures = "".join("<div>%s <b>%s</b></div>" % (_e(f["label"]), _e(f["value"])) for f in row["figures"]) \
+            or "-"
+        gates = "".join("<div%s>%s</div>" % (' class="under"' if f["ok"] is False else "",
+                                             "&ge; %s" % _e(f["gate"]) if f["gate"] is not None else "-")
+                        for f in row["figures"]) or "-"
+        transport = "-" if row["transport"] is None else "%s %s" % (
+            _badge("ok") if row["transport_ok"] else '<span class="badge s-critical">not allowed</span>',
+            _e(row["transport"]))
+        reasons = "".join("<div class=\"rulefix\">%s</div>" % _e(r) for r in row["reasons"]) \
+            if row["result"] != "PASS" else ""
+        out.append('<tr class="row-%s"><td>%s</td><td>%s</td><td>%s</td><td>%s</td><td>%s</td><td>%s%s</td></tr>'
+                   % (cls, _e(row["stage"]), _e(row["scope"]), figures, gates, transport, _e(row["result"]),
+                      reasons))
+    return out + ["</tbody></table>"]
 
 
 def render_html(fleet):
@@ -441,6 +537,7 @@ def render_html(fleet):
                 % (" %s" % _e(reason) if reason else ""))
         elif not node.get("findings"):
             add('<p class="muted">No findings.</p>')
+        tail = _linkage_html(node) + _verify_html(node)
         for finding in node.get("findings") or []:
             add('<div class="finding %s" id="%s">' % (html.escape(finding["severity"]), _anchor(host, finding["id"])))
             add('<div>%s <span class="title">%s</span><span class="id">%s</span></div>'
@@ -450,6 +547,8 @@ def render_html(fleet):
             add('<p class="fix"><b>Fix:</b> %s</p>' % _e(finding["fix"]))
             add('<div class="source">Source: %s</div>' % _e(finding["source"]))
             add("</div>")
+        for line in tail:
+            add(line)
         add("</section>")
 
     add("</main>")

@@ -2,7 +2,9 @@
 # GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
 
 """The verification summary: the records of every node and stage as rows, failures and counts (``summarize``),
-and their Markdown table with the failures and their diagnosis (``render_markdown``).
+and their Markdown table with the failures and their diagnosis (``render_markdown``). A row keeps the gate each
+figure was held against (``thresholds``) and the transport that really ran with its policy's verdict
+(``transport``), so the table shows every figure beside its gate.
 
 Pure logic, standard library only, Python 3.8+.
 """
@@ -30,10 +32,12 @@ def summarize(records, missing_hosts=None):
     """Summary of verification records, one per node and stage.
 
     A record: ``{host, scope, test, stage, parsed, gate, nic (optional), log (optional), group,
-    rank, figures (optional)}``; ``scope`` is the node (intranode) or the node pair/group (internode).
+    rank, figures (optional), thresholds (optional), transport (optional)}``; ``scope`` is the node (intranode) or the node pair/group (internode).
     ``figures``: a mapping of name to value a check measured or read (a check that is not a DeepEP
     run, e.g. serving: ``{router: smg, latency_ms: 84}``), kept in the row in the record's order and
-    shown by :func:`render_markdown`. ``missing_hosts``: nodes that failed or were unreachable before
+    shown by :func:`render_markdown`. ``thresholds``: the gate of each figure (metric -> GB/s or null), kept in
+    the row. ``transport``: ``transport_verdict``'s result (``{truth, gate, brief, policy}``); a run whose transport
+    the profile does not allow fails, its reasons and likely causes added to the row's. ``missing_hosts``: nodes that failed or were unreachable before
     giving a result (each adds a failed row). Returns ``{passed, rows, failures, counts}``; rows keep
     the order of the records.
     """
@@ -71,6 +75,11 @@ def summarize(records, missing_hosts=None):
             "diagnosis": list(verdict.get("diagnosis") or []),
             "log": record.get("log"),
         }
+        if record.get("thresholds"):
+            row["thresholds"] = dict((metric, (record["thresholds"] or {}).get(metric)) for metric, dummy in _COLUMNS)
+        transport = record.get("transport")
+        if transport is not None:
+            _add_transport(row, transport)
         figures = record.get("figures")
         if figures is not None:
             if not isinstance(figures, dict):
@@ -98,6 +107,29 @@ def summarize(records, missing_hosts=None):
     counts = {"total": len(rows), "passed": sum(1 for r in rows if r["passed"]),
               "failed": sum(1 for r in rows if not r["passed"])}
     return {"passed": bool(rows) and not failures, "rows": rows, "failures": failures, "counts": counts}
+
+
+def _add_transport(row, transport):
+    if not isinstance(transport, dict) or not isinstance(transport.get("gate"), dict):
+        raise VerifyInputError("the transport of a verification record must be transport_verdict's result (truth, gate, "
+                               "brief, policy); got %r for host %r" % (transport, row.get("host")))
+    gate = transport["gate"]
+    row["transport"] = {"passed": bool(gate.get("passed")), "brief": transport.get("brief"),
+                        "reasons": list(gate.get("reasons") or []), "unknown": list(gate.get("unknown") or []),
+                        "causes": [c.get("cause") for c in gate.get("causes") or [] if isinstance(c, dict)],
+                        "truth": transport.get("truth"), "policy": transport.get("policy")}
+    if gate.get("passed"):
+        return
+    row["passed"] = False
+    if row["status"] == "pass":
+        row["status"] = "fail"
+    for reason in row["transport"]["reasons"]:
+        row["reasons"].append("transport: %s" % reason)
+    for what in row["transport"]["unknown"]:
+        row["reasons"].append("transport unknown: %s" % what)
+    for cause in row["transport"]["causes"]:
+        if cause not in row["diagnosis"]:
+            row["diagnosis"].append("likely cause: %s" % cause)
 
 
 def _fmt(value):
@@ -129,6 +161,20 @@ def _figures_text(row):
     return ", ".join("%s=%s" % (name, _fmt_figure(value)) for name, value in figures.items())
 
 
+def _beside_gate(row, metric):
+    """A figure and, where the row keeps its gate, the gate beside it: ``340.61 (>=300)``."""
+    text = _fmt((row.get("gbps") or {}).get(metric))
+    gate = (row.get("thresholds") or {}).get(metric)
+    return text if gate is None else "%s (>=%s)" % (text, _fmt(gate))
+
+
+def _transport_text(row):
+    transport = row.get("transport")
+    if transport is None:
+        return "-"
+    return "%s: %s" % ("ok" if transport["passed"] else "NOT ALLOWED", transport.get("brief") or "-")
+
+
 def _has_deepep_data(row):
     gbps = row.get("gbps") or {}
     return bool(row.get("cases") or row.get("nic") is not None or row.get("generation")
@@ -147,6 +193,7 @@ def render_markdown(summary, title=None):
         raise VerifyInputError("expected the result of verify_summary (a mapping with 'rows')")
     rows = summary["rows"]
     with_figures = any("figures" in row for row in rows)
+    with_transport = any("transport" in row for row in rows)
     compact = with_figures and not any(_has_deepep_data(row) for row in rows)
     lines = []
     if title:
@@ -155,7 +202,7 @@ def render_markdown(summary, title=None):
         header = ["node", "scope", "check", "figures", "result"]
     else:
         header = ["node / pair", "test", "cases"] + [label for dummy, label in _COLUMNS] + ["NICs"] \
-            + (["figures"] if with_figures else []) + ["result"]
+            + (["transport"] if with_transport else []) + (["figures"] if with_figures else []) + ["result"]
     lines.append("| " + " | ".join(header) + " |")
     lines.append("|" + "|".join(" --- " for dummy in header) + "|")
     for row in rows:
@@ -174,8 +221,9 @@ def render_markdown(summary, title=None):
         nic = row.get("nic")
         nic_text = "-" if nic is None else ("ok" if nic["passed"] else "idle: " + (", ".join(nic["idle"]) or "all"))
         cells = [row.get("scope") or row.get("host") or "-", test, case_text]
-        cells += [_fmt((row.get("gbps") or {}).get(metric)) for metric, dummy in _COLUMNS]
-        cells += [nic_text] + ([_figures_text(row)] if with_figures else []) + [result]
+        cells += [_beside_gate(row, metric) for metric, dummy in _COLUMNS]
+        cells += [nic_text] + ([_transport_text(row)] if with_transport else []) \
+            + ([_figures_text(row)] if with_figures else []) + [result]
         lines.append("| " + " | ".join(_cell(c) for c in cells) + " |")
     counts = summary.get("counts") or {}
     lines += ["", "%s of %s passed." % (counts.get("passed", 0), counts.get("total", 0))]

@@ -31,7 +31,8 @@ from ansible_collections.gpufleet.deepep.plugins.plugin_utils._verify.bandwidth 
 
 __all__ = [
     "TransportInputError", "transport_truth", "transport_gate", "POLICY_KEYS", "PATH_CLASSES",
-    "NVSHMEM_TRANSPORTS", "GIN_TYPES", "NIC_HANDLERS", "path_class",
+    "NVSHMEM_TRANSPORTS", "GIN_TYPES", "NIC_HANDLERS", "path_class", "select_transport_policy", "truth_brief",
+    "transport_verdict",
 ]
 
 IBGDA_STATES = ("initialized", "failed", "disabled")
@@ -553,3 +554,106 @@ def transport_gate(truth, policy=None):
             if lines:
                 causes.append({"cause": CAUSES[kind], "kind": kind, "evidence": lines[:3]})
     return {"passed": not reasons and not unknown, "reasons": reasons, "causes": causes, "unknown": unknown}
+
+
+# ---------------------------------------------------------------------------------------------- profile policies
+GENERATIONS = ("v1", "v2")
+
+
+def select_transport_policy(table, profile=None, generation=None):
+    """The transport policy of ``profile`` from ``table`` (profile -> policy), looked up as the bandwidth gates are.
+
+    Exact name first, then the first table key found as a ``_``/``-`` separated token of the profile name
+    (``gcp_b200`` takes ``b200``), then ``default``. An entry holds the policy keys of :func:`check_policy` and may
+    carry ``by_generation`` (``v1``/``v2`` -> policy keys) whose values replace the entry's own for that DeepEP
+    generation (V2 runs NCCL GIN, V1 NVSHMEM IBGDA). Every entry is checked, so a typo fails before any run.
+    Returns ``{profile, matched, generation, policy}`` with ``policy`` the merged keys as given (not normalized).
+    """
+    if not isinstance(table, dict) or not table:
+        raise TransportInputError("transport policies must be a mapping of profile name to a policy (%s, optionally "
+                                  "by_generation: {v1|v2: policy}); got %r" % (_POLICY_FORM, table))
+    if profile is not None and not isinstance(profile, str):
+        raise TransportInputError("profile %r is not a string; expected a profile name out of %s"
+                                  % (profile, ", ".join(sorted(map(str, table)))))
+    if generation not in (None, "") + GENERATIONS:
+        raise TransportInputError("generation %r is not one of %s" % (generation, ", ".join(GENERATIONS)))
+    for name, entry in table.items():
+        if entry is None:
+            entry = {}
+        if not isinstance(entry, dict):
+            raise TransportInputError("transport policy %r must be a mapping (%s); got %r" % (name, _POLICY_FORM, entry))
+        own = dict((k, v) for k, v in entry.items() if k != "by_generation")
+        _named(name, None, own)
+        by_gen = entry.get("by_generation") or {}
+        if not isinstance(by_gen, dict):
+            raise TransportInputError("transport policy %r by_generation must be a mapping of v1/v2 to a policy; got %r"
+                                      % (name, by_gen))
+        for gen, keys in by_gen.items():
+            if gen not in GENERATIONS:
+                raise TransportInputError("transport policy %r by_generation key %r is not one of %s"
+                                          % (name, gen, ", ".join(GENERATIONS)))
+            if not isinstance(keys, dict):
+                raise TransportInputError("transport policy %r by_generation[%r] must be a mapping (%s); got %r"
+                                          % (name, gen, _POLICY_FORM, keys))
+            _named(name, gen, dict(own, **keys))
+    matched = None
+    if profile and profile in table:
+        matched = profile
+    elif profile:
+        tokens = [t for t in re.split(r"[_\-.\s]+", profile.lower()) if t]
+        matched = next((k for k in table if k != "default" and str(k).lower() in tokens), None)
+    if matched is None and "default" not in table:
+        raise TransportInputError("profile %r matches no transport policy and there is no 'default' entry; expected "
+                                  "one of %s (or a name with one of them as a '_'/'-' token), or add 'default'"
+                                  % (profile, ", ".join(sorted(map(str, table)))))
+    matched = matched if matched is not None else "default"
+    entry = table[matched] or {}
+    policy = dict((k, v) for k, v in entry.items() if k != "by_generation")
+    if generation:
+        policy.update((entry.get("by_generation") or {}).get(generation) or {})
+    return {"profile": profile, "matched": matched, "generation": generation or None, "policy": policy}
+
+
+def _named(name, generation, policy):
+    try:
+        check_policy(policy)
+    except TransportInputError as exc:
+        where = "transport policy %r%s: " % (name, " by_generation[%r]" % generation if generation else "")
+        raise TransportInputError(where + str(exc)) from exc
+
+
+def truth_brief(truth):
+    """One line of what ran: NVSHMEM IBGDA and its NIC handler, NCCL's network, GIN and channel paths."""
+    _check_truth(truth)
+    nv, nccl, ep = truth["nvshmem"], truth["nccl"], truth["deepep"]
+    parts = []
+    up = sorted(t for t, s in (nv.get("transports") or {}).items() if s == "initialized")
+    if nv.get("ibgda") or up:
+        text = "NVSHMEM %s" % ("+".join(up) or "-")
+        if nv.get("ibgda"):
+            text += ", IBGDA %s" % nv["ibgda"]
+        if nv.get("nic_handler") not in (None, "auto"):
+            text += ", NIC handler %s" % nv["nic_handler"]
+        if nv.get("cpu_fallback"):
+            text += ", CPU fallback"
+        parts.append(text)
+    if nccl.get("version") or nccl.get("networks") or nccl.get("paths"):
+        text = "NCCL %s" % (nccl.get("version") or "?")
+        if nccl.get("networks"):
+            text += " net %s" % "+".join(nccl["networks"])
+        if nccl.get("gin"):
+            text += " GIN %s" % nccl["gin"]
+        if nccl.get("path_classes"):
+            text += " paths %s" % "+".join(nccl["path_classes"])
+        parts.append(text)
+    if ep.get("nccl_version") or ep.get("qps") is not None:
+        parts.append("DeepEP on NCCL %s%s" % (ep.get("nccl_version") or "?",
+                                              ", %s QPs" % ep["qps"] if ep.get("qps") is not None else ""))
+    return "; ".join(parts) or "nothing said (no debug output)"
+
+
+def transport_verdict(output, policy=None):
+    """The transport part of a verification record: ``{truth, gate, brief, policy}`` from a run's output."""
+    truth = output if isinstance(output, dict) and "nvshmem" in output else transport_truth(output)
+    gate = transport_gate(truth, policy)
+    return {"truth": truth, "gate": gate, "brief": truth_brief(truth), "policy": check_policy(policy)}

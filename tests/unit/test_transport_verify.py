@@ -1,0 +1,259 @@
+# Copyright: (c) 2026, gpufleet.deepep contributors
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
+"""Transport truth wired into verify: the per-profile policies of the verify roles held against real captures and
+against the fixture DeepEP's debug lines (every fault of its knob), the record's transport in the summary (a run
+over a transport its profile does not allow fails, with the cause; every figure shown beside its gate), and the
+pairwise sweep that names the bad node or pair of a failed internode group."""
+
+from __future__ import annotations
+
+import itertools
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from ansible_collections.gpufleet.deepep.plugins.plugin_utils._verify import summary as _summary
+from ansible_collections.gpufleet.deepep.plugins.plugin_utils._verify.bandwidth import parse_output
+from ansible_collections.gpufleet.deepep.plugins.plugin_utils._verify.gate import gate
+from ansible_collections.gpufleet.deepep.plugins.plugin_utils._verify.sweep import sweep_plan, sweep_verdict
+from ansible_collections.gpufleet.deepep.plugins.plugin_utils._verify.transport import (
+    select_transport_policy,
+    transport_verdict,
+    truth_brief,
+)
+
+REPO = Path(__file__).resolve().parents[2]
+CAPTURED = REPO / "tests" / "fixtures" / "captured"
+V2_H100 = CAPTURED / "h100x2" / "deepep_v2_test_ep_transport_debug.txt"
+V1_H100 = CAPTURED / "h100x2" / "deepep_v1_test_low_latency_nvshmem_nccl_debug.txt"
+FIXTURE = REPO / "tools" / "fleetsim" / "fixtures" / "shared" / "deepep" / "tests"
+DEBUG_ENV = {"NVSHMEM_DEBUG": "INFO", "NVSHMEM_DEBUG_SUBSYS": "INIT,TRANSPORT", "NCCL_DEBUG": "INFO",
+             "NCCL_DEBUG_SUBSYS": "INIT,NET,ENV", "EP_BUFFER_DEBUG": "1"}
+
+
+def role_defaults(role):
+    return yaml.safe_load((REPO / "roles" / role / "defaults" / "main.yml").read_text())
+
+
+def policy(role, generation, profile="gcp_b200"):
+    return select_transport_policy(role_defaults(role)[role + "_transport_policies"], profile, generation)["policy"]
+
+
+# ------------------------------------------------------------------------------------------------- the roles' env
+@pytest.mark.parametrize("role", ["verify_intranode", "verify_internode"])
+def test_roles_run_with_the_debug_settings_the_truth_needs(role):
+    defaults = role_defaults(role)
+    assert defaults[role + "_transport_check"] is True
+    assert defaults[role + "_transport_env"] == DEBUG_ENV
+
+
+# ------------------------------------------------------------------------------------------------ policy selection
+TABLE = {"default": {"allow_cpu_fallback": False},
+         "b200": {"allow_networks": ["IB"], "require_ibgda": True,
+                  "by_generation": {"v2": {"require_ibgda": False, "allow_gin": ["GDAKI"]}}},
+         "intranode_only": {"allow_paths": ["p2p"]}}
+
+
+@pytest.mark.parametrize("profile, generation, matched, expected", [
+    ("b200", None, "b200", {"allow_networks": ["IB"], "require_ibgda": True}),
+    ("gcp_b200", "v1", "b200", {"allow_networks": ["IB"], "require_ibgda": True}),
+    ("b200-cuda13", "v2", "b200", {"allow_networks": ["IB"], "require_ibgda": False, "allow_gin": ["GDAKI"]}),
+    ("intranode_only", "v2", "intranode_only", {"allow_paths": ["p2p"]}),
+    ("h100", "v1", "default", {"allow_cpu_fallback": False}),
+    (None, None, "default", {"allow_cpu_fallback": False}),
+])
+def test_policy_lookup_by_name_token_default_and_generation(profile, generation, matched, expected):
+    got = select_transport_policy(TABLE, profile, generation)
+    assert got["matched"] == matched and got["policy"] == expected and got["generation"] == (generation or None)
+
+
+# -------------------------------------------------------------------------------------- the defaults on captures
+def test_v2_on_h100_passes_the_intranode_policy_and_says_what_ran():
+    verdict = transport_verdict(V2_H100.read_text(), policy("verify_intranode", "v2"))
+    assert verdict["gate"] == {"passed": True, "reasons": [], "causes": [], "unknown": []}
+    assert verdict["brief"] == "NCCL 2.30.7 net Socket GIN none paths p2p; DeepEP on NCCL 2.30.7, 17 QPs"
+
+
+def test_v1_on_h100_without_nic_passes_intranode_but_fails_internode_naming_the_causes():
+    text = V1_H100.read_text()
+    assert transport_verdict(text, policy("verify_intranode", "v1"))["gate"]["passed"]
+    verdict = transport_verdict(text, policy("verify_internode", "v1"))
+    assert not verdict["gate"]["passed"]
+    assert "NVSHMEM IBGDA failed; the profile requires it initialized" in verdict["gate"]["reasons"]
+    assert "NCCL used network Socket; the profile allows IB" in verdict["gate"]["reasons"]
+    kinds = {c["kind"] for c in verdict["gate"]["causes"]}
+    assert {"no_ib_device", "nccl_no_ib_device"} <= kinds
+    assert verdict["brief"].startswith("NVSHMEM p2p, IBGDA failed; NCCL 2.28.9 net Socket paths p2p")
+
+
+def test_v2_internode_policy_refuses_no_gin_and_requires_the_deepep_line():
+    verdict = transport_verdict(V2_H100.read_text(), policy("verify_internode", "v2"))
+    assert "NCCL GIN is none; the profile allows GDAKI" in verdict["gate"]["reasons"]
+    assert any(c["kind"] == "nccl_gin_none" for c in verdict["gate"]["causes"])
+
+
+def test_an_empty_output_says_nothing_and_the_brief_says_so():
+    verdict = transport_verdict("", {})
+    assert verdict["gate"]["passed"] and verdict["brief"] == "nothing said (no debug output)"
+    assert truth_brief(verdict["truth"]) == verdict["brief"]
+
+
+# ------------------------------------------------------------------------------------------ the fixture's lines
+def fixture_lines(fault, num_nodes, env_extra=None):
+    env = dict(os.environ, **DEBUG_ENV)
+    env.pop("FLEETSIM_TRANSPORT_FAULT", None)
+    if fault:
+        env["FLEETSIM_TRANSPORT_FAULT"] = fault
+    env.update(env_extra or {})
+    code = ("import sys; sys.path.insert(0, %r); import fleetsim_fixture as fx; "
+            "fx.transport_debug(8, num_nodes=%d, node_rank=%d, nvshmem=%r)"
+            % (str(FIXTURE), num_nodes, num_nodes - 1, num_nodes > 1))
+    return subprocess.run([sys.executable, "-c", code], env=env, check=False, stdout=subprocess.PIPE,
+                          stderr=subprocess.PIPE, universal_newlines=True)
+
+
+FAULTS = [
+    # fault, stage (role), reason in the gate, kind of the cause named
+    (None, "verify_intranode", None, None),
+    (None, "verify_internode", None, None),
+    ("nvlink_off", "verify_intranode", "NCCL channel path(s) SHM/direct/direct; the profile allows p2p", None),
+    ("cpu_fallback", "verify_internode", "NVSHMEM IBGDA NIC handler is cpu; the profile requires gpu", "regkey"),
+    ("socket", "verify_internode", "NCCL used network Socket; the profile allows IB", "nccl_no_ib_device"),
+    ("ibgda_failed", "verify_internode", "NVSHMEM IBGDA failed; the profile requires it initialized",
+     "peermem_missing"),
+]
+
+
+@pytest.mark.parametrize("fault, role, reason, kind", FAULTS, ids=["%s-%s" % (f[0], f[1]) for f in FAULTS])
+def test_every_fixture_fault_fails_its_stage_with_the_cause(fault, role, reason, kind):
+    run = fixture_lines(fault, 2 if role == "verify_internode" else 1)
+    assert run.returncode == 0, run.stderr
+    verdict = transport_verdict(run.stdout, policy(role, "v1"))
+    if reason is None:
+        assert verdict["gate"]["passed"], verdict["gate"]
+        return
+    assert not verdict["gate"]["passed"] and reason in verdict["gate"]["reasons"], verdict["gate"]
+    if kind:
+        assert kind in {c["kind"] for c in verdict["gate"]["causes"]}, verdict["gate"]
+
+
+def test_fixture_prints_nothing_without_the_debug_settings():
+    run = fixture_lines("socket", 2, {"NCCL_DEBUG": "", "NVSHMEM_DEBUG": ""})
+    assert run.returncode == 0 and run.stdout == ""
+
+
+def test_fixture_refuses_an_unknown_fault_naming_the_expected_words():
+    run = fixture_lines("slow", 2)
+    assert run.returncode == 2 and run.stdout == ""
+    assert "bad transport fault 'slow' (expected one of cpu_fallback, socket, ibgda_failed, nvlink_off)" in run.stderr
+
+
+# ---------------------------------------------------------------------------------------------------- the summary
+def record(host, text, role="verify_internode", thresholds=None):
+    parsed = parse_output((CAPTURED / "h200x2" / "deepep_v1_test_intranode_2gpu.txt").read_text(), test="intranode")
+    thresholds = thresholds if thresholds is not None else {"dispatch_bf16_nvl_gbps": 300, "combine_nvl_gbps": 250}
+    return {"host": host, "scope": host, "stage": "intranode", "test": "tests/test_intranode.py", "parsed": parsed,
+            "gate": gate(parsed, thresholds), "thresholds": thresholds,
+            "transport": transport_verdict(text, policy(role, "v1"))}
+
+
+def test_a_run_that_passed_over_a_wrong_transport_fails_in_the_summary_with_its_cause():
+    good = record("n1", fixture_lines(None, 2).stdout)
+    bad = record("n2", fixture_lines("cpu_fallback", 2).stdout)
+    summary = _summary.summarize([good, bad])
+    assert not summary["passed"] and [f["host"] for f in summary["failures"]] == ["n2"]
+    row = summary["rows"][1]
+    assert row["transport"]["passed"] is False and row["status"] == "fail"
+    assert "transport: NVSHMEM IBGDA NIC handler is cpu; the profile requires gpu" in row["reasons"]
+    assert any(d.startswith("likely cause: the NIC doorbell could not be mapped") for d in row["diagnosis"])
+    assert row["transport"]["truth"]["nvshmem"]["nic_handler"] == "cpu"
+    assert summary["rows"][0]["transport"]["passed"] and summary["rows"][0]["passed"]
+
+
+def test_markdown_shows_the_transport_and_every_figure_beside_its_gate():
+    summary = _summary.summarize([record("n1", fixture_lines(None, 2).stdout),
+                                  record("n2", fixture_lines("socket", 2).stdout)])
+    text = _summary.render_markdown(summary)
+    header = text.splitlines()[0]
+    assert header.endswith("| NICs | transport | result |")
+    assert "| 340.61 (>=300) | - | 247.83 | - | 293.21 (>=250) | - |" in text
+    assert "| ok: NVSHMEM ibgda+p2p, IBGDA initialized, NIC handler gpu; NCCL 2.27.5 net IB paths net_gdrdma+p2p |" \
+        in text
+    assert "NOT ALLOWED: NVSHMEM ibgda+p2p, IBGDA initialized, NIC handler gpu; NCCL 2.27.5 net Socket" in text
+    assert "likely cause: NCCL found no IB device" in text
+
+
+def test_an_unknown_transport_fails_with_what_was_not_said():
+    summary = _summary.summarize([record("n1", "")])
+    row = summary["rows"][0]
+    assert not row["passed"] and any(r.startswith("transport unknown: nvshmem.ibgda") for r in row["reasons"])
+
+
+def test_a_malformed_transport_is_refused_naming_the_host():
+    with pytest.raises(_summary.VerifyInputError, match="transport of a verification record must be .* host 'n1'"):
+        _summary.summarize([{"host": "n1", "parsed": {}, "gate": {"passed": True}, "transport": {"brief": "x"}}])
+
+
+# ------------------------------------------------------------------------------------------------------ the sweep
+@pytest.mark.parametrize("size", [3, 4, 5, 6, 8])
+def test_sweep_is_a_chain_of_n_minus_1_pairs_in_two_rounds_of_disjoint_pairs(size):
+    hosts = ["n%d" % i for i in range(size)]
+    plan = sweep_plan(hosts)
+    assert len(plan["pairs"]) == size - 1 and plan["rounds"] == 2
+    for number in (1, 2):
+        members = [h for p in plan["pairs"] if p["round"] == number for h in p["hosts"]]
+        assert len(members) == len(set(members))
+    assert all(p["ranks"] == {p["hosts"][0]: 0, p["hosts"][1]: 1} and p["master"] == p["hosts"][0]
+               for p in plan["pairs"])
+    assert {h for p in plan["pairs"] for h in p["hosts"]} == set(hosts)
+
+
+@pytest.mark.parametrize("size", [1, 2])
+def test_a_group_of_two_is_its_own_pair(size):
+    hosts = ["n%d" % i for i in range(size)]
+    assert sweep_plan(hosts) == {"pairs": [], "rounds": 0}
+    assert sweep_verdict(hosts, {})["verdict"] == "no sweep: a group of %d node(s) is its own pair" % size
+
+
+def results_with_bad(hosts, bad):
+    return dict((p["name"], bad not in p["hosts"]) for p in sweep_plan(hosts)["pairs"])
+
+
+@pytest.mark.parametrize("size, bad", [(n, b) for n in (3, 4, 5) for b in range(1, n - 1)])
+def test_an_inner_bad_node_is_named_alone(size, bad):
+    hosts = ["n%d" % i for i in range(size)]
+    verdict = sweep_verdict(hosts, results_with_bad(hosts, hosts[bad]))
+    assert verdict["nodes"] == [hosts[bad]] and verdict["pairs"] == []
+    assert verdict["verdict"] == "slow or broken: node %s (every pair with it failed)" % hosts[bad]
+
+
+@pytest.mark.parametrize("size, end", list(itertools.product((3, 4, 5), (0, -1))))
+def test_an_end_node_is_named_with_its_pair(size, end):
+    hosts = ["n%d" % i for i in range(size)]
+    verdict = sweep_verdict(hosts, results_with_bad(hosts, hosts[end]))
+    (pair,) = verdict["pairs"]
+    assert hosts[end] in pair.split("+") and verdict["nodes"] == []
+    assert "pair %s (their link, or a NIC of one of the two)" % pair in verdict["verdict"]
+
+
+def test_every_pair_failed_or_passed_is_said_so():
+    hosts = ["n1", "n2", "n3", "n4"]
+    names = [p["name"] for p in sweep_plan(hosts)["pairs"]]
+    failed = sweep_verdict(hosts, dict.fromkeys(names, False))
+    assert failed["verdict"].startswith("every pair failed: a fabric-wide")
+    passed = sweep_verdict(hosts, dict.fromkeys(names, True))
+    assert passed["verdict"].startswith("every pair passed") and passed["nodes"] == passed["pairs"] == []
+    assert sweep_verdict(hosts, {})["verdict"] == "the sweep gave no result"
+
+
+def test_reports_of_both_members_are_anded_per_pair():
+    hosts = ["n1", "n2", "n3"]
+    reports = [{"pair": "n1+n2", "passed": True}, {"pair": "n1+n2", "passed": False},
+               {"pair": "n2+n3", "passed": False}, {"pair": "n2+n3", "passed": True}]
+    assert sweep_verdict(hosts, reports)["nodes"] == ["n2"]
+    records = {"n1+n2": {"passed": False}, "n2+n3": {"passed": True}}
+    assert sweep_verdict(hosts, records)["pairs"] == ["n1+n2"]
