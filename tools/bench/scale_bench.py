@@ -1,9 +1,10 @@
 # Copyright: (c) 2026, gpufleet.deepep contributors
 # GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
-"""Converge and audit time against fleet size: 8, 16 and 32 simulated gcp_b200 nodes, and the cost per added node.
+"""Converge and audit time against fleet size: 8, 16, 32 and 64 simulated gcp_b200 nodes, the cost per added node,
+the controller's CPU and memory per run and the memory each simulated node holds.
 
-    .venv/bin/python tools/bench/scale_bench.py [--sizes 8 16 32] [--repeat 1] [--fleet bench-scale]
-        [--reuse] [--keep] [--skip-every-phase] [--json] [--time-limit 5400]
+    .venv/bin/python tools/bench/scale_bench.py [--sizes 8 16 32 64] [--repeat 1] [--fleet bench-scale]
+        [--reuse] [--keep] [--skip-every-phase] [--json] [--time-limit 5400] [--run-timeout 1800]
 
 One fleetsim fleet is grown to each size in turn (nodes are added, never rebuilt); only the added nodes are
 converged (untimed, ``gpufleet_serial=100%``). At each size three runs that change nothing are timed:
@@ -15,7 +16,15 @@ converged (untimed, ``gpufleet_serial=100%``). At each size three runs that chan
 
 The median of ``--repeat`` runs is kept, with the host's 1-minute load before each run (the machine may be
 shared). The cost per added node is the slope between consecutive sizes. Goals on 2 cores: 32 nodes no-op
-converge <= 10 s, audit of 32 nodes <= 10 s. ``--reuse`` keeps a fleet of that name that is up (its nodes are
+converge <= 10 s, audit of 32 nodes <= 10 s; 64 nodes no-op converge <= 10 s, audit of 64 nodes <= 15 s.
+
+Each timed run also records the controller's side: the CPU seconds of ``ansible-playbook`` and every process it
+waited for (``getrusage(RUSAGE_CHILDREN)``: the forks and their ssh clients; the detached ControlPersist masters are
+not counted) and the peak resident memory of its process tree (sampled every 0.2 s from /proc). At each size the
+memory of the simulated nodes is read the same way: the proportional set size (PSS, ``smaps_rollup``) of each
+node's supervisor tree (its PID 1, sshd, and whatever the node runs), summed and divided by the node count, and
+the host's MemAvailable before the first node and after each size (that one moves with whatever else the
+machine runs). ``--reuse`` keeps a fleet of that name that is up (its nodes are
 converged again, untimed, in case another checkout converged them); ``--keep`` leaves the fleet up, otherwise it
 is torn down at the end, also after a failure. ``--time-limit`` bounds the whole bench (seconds): a size that
 would start after it is left out and said so. Results also go to ``build/bench/scale_bench.json``.
@@ -29,17 +38,21 @@ import argparse
 import json
 import os
 import re
+import resource
 import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
 GROUP = "b200_cluster"
 PROFILE = "gcp_b200"
-GOALS = {"noop": 10.0, "audit": 10.0}
+GOALS = {32: {"noop": 10.0, "audit": 10.0}, 64: {"noop": 10.0, "audit": 15.0}}
+STATE_ROOT = Path(os.environ.get("FLEETSIM_STATE_DIR", "/srv/fleetsim"))
+RUN_TIMEOUT = [1800.0]  # seconds one playbook run may take (--run-timeout)
 RECAP = re.compile(r"^(\S+)\s+:\s+ok=(\d+)\s+changed=(\d+)\s+unreachable=(\d+)\s+failed=(\d+)", re.M)
 RUNS = (("noop", "no-op converge"), ("audit", "audit"), ("every_phase", "every-phase converge"))
 RUN_KINDS = tuple(run[0] for run in RUNS)
@@ -47,7 +60,7 @@ RUN_KINDS = tuple(run[0] for run in RUNS)
 
 def fleetsim(fleet: str, *args: str, check: bool = True, capture: bool = False) -> str:
     proc = subprocess.run([sys.executable, "-m", "tools.fleetsim", "--fleet", fleet, *args], cwd=REPO, check=check,
-                          text=True, stdout=subprocess.PIPE if capture else None)
+                          text=True, stdout=subprocess.PIPE if capture else None, timeout=1800)
     return proc.stdout if capture else ""
 
 
@@ -61,23 +74,124 @@ def node_count(fleet: str) -> int:
     return sum(1 for node in (data.get("nodes") or {}).values() if node.get("state") == "up")
 
 
+def _children() -> dict:
+    """Parent pid -> child pids, of every process now (from /proc)."""
+    out: dict = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open("/proc/%s/stat" % entry, encoding="utf-8", errors="replace") as fh:
+                ppid = int(fh.read().rsplit(")", 1)[1].split()[1])
+        except (OSError, IndexError, ValueError):
+            continue
+        out.setdefault(ppid, []).append(int(entry))
+    return out
+
+
+def tree(root: int, children: dict | None = None) -> list:
+    """``root`` and every process below it."""
+    children = _children() if children is None else children
+    out, todo = [], [root]
+    while todo:
+        pid = todo.pop()
+        out.append(pid)
+        todo.extend(children.get(pid, ()))
+    return out
+
+
+def memory_kib(pid: int, field: str = "Rss") -> int:
+    """A process's resident (``Rss``) or proportional (``Pss``) memory in KiB; 0 when it is gone."""
+    try:
+        with open("/proc/%d/smaps_rollup" % pid, encoding="utf-8") as fh:
+            for line in fh:
+                if line.startswith(field + ":"):
+                    return int(line.split()[1])
+    except (OSError, ValueError, IndexError):
+        pass
+    return 0
+
+
+def mem_available_mib() -> float:
+    with open("/proc/meminfo", encoding="utf-8") as fh:
+        for line in fh:
+            if line.startswith("MemAvailable:"):
+                return round(int(line.split()[1]) / 1024.0, 1)
+    return 0.0
+
+
+def node_memory(fleet: str) -> dict:
+    """PSS of every up node's supervisor tree (PID 1, sshd, what the node runs): total and per node, in MiB."""
+    try:
+        nodes = json.loads((STATE_ROOT / fleet / "state.json").read_text())["nodes"]
+    except (OSError, ValueError, KeyError):
+        return {}
+    children = _children()
+    per = []
+    for node in nodes.values():
+        pid = node.get("supervisor_pid")
+        if isinstance(pid, int) and os.path.exists("/proc/%d" % pid):
+            per.append(sum(memory_kib(p, "Pss") for p in tree(pid, children)) / 1024.0)
+    if not per:
+        return {}
+    return {"nodes": len(per), "total_mib": round(sum(per), 1), "per_node_mib": round(sum(per) / len(per), 1),
+            "max_node_mib": round(max(per), 1)}
+
+
+class PeakRss(threading.Thread):
+    """The peak of the summed resident memory of a process tree, sampled every 0.2 s until stopped."""
+
+    def __init__(self, pid: int):
+        super().__init__(daemon=True)
+        self.pid, self.peak_kib, self.done = pid, 0, threading.Event()
+
+    def run(self) -> None:
+        while not self.done.is_set():
+            self.peak_kib = max(self.peak_kib, sum(memory_kib(p) for p in tree(self.pid)))
+            self.done.wait(0.2)
+
+
 def env() -> dict:
     return dict(os.environ, ANSIBLE_CONFIG=str(REPO / "ansible.cfg"), ANSIBLE_NOCOLOR="1",
                 ANSIBLE_COLLECTIONS_PATH=str(REPO / ".collections"),
                 PATH="%s:%s" % (Path(sys.executable).parent, os.environ.get("PATH", "")))
 
 
+LAST_RUN: dict = {}  # the controller's CPU seconds and peak memory of the last playbook run
+
+
 def playbook(inventory: Path, name: str, limit: str, extra: list[str]) -> tuple[float, str]:
     argv = [str(Path(sys.executable).parent / "ansible-playbook"), "-i", str(inventory), "-i",
             str(REPO / "inventories" / "fleetsim"), str(REPO / "playbooks" / name), "-l", limit, *extra]
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
     start = time.monotonic()
-    proc = subprocess.run(argv, cwd=REPO, env=env(), text=True, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                          check=False)
-    elapsed = time.monotonic() - start
-    if proc.returncode != 0:
-        sys.stderr.write(proc.stdout[-4000:])
-        raise SystemExit("%s failed on %s (rc %d)" % (name, limit, proc.returncode))
-    return elapsed, proc.stdout
+    with tempfile.TemporaryFile(mode="w+") as log:
+        proc = subprocess.Popen(argv, cwd=REPO, env=env(), text=True, stdout=log, stderr=subprocess.STDOUT)
+        sampler = PeakRss(proc.pid)
+        sampler.start()
+        try:
+            returncode = proc.wait(timeout=RUN_TIMEOUT[0])
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+            returncode = None
+        finally:
+            sampler.done.set()
+            sampler.join()
+        elapsed = time.monotonic() - start
+        log.seek(0)
+        output = log.read()
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    LAST_RUN.clear()
+    LAST_RUN.update(cpu_s=round((after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime), 1),
+                    peak_rss_mib=round(sampler.peak_kib / 1024.0, 1))
+    if returncode is None:
+        sys.stderr.write(output[-4000:])
+        raise SystemExit("%s on %s ran past --run-timeout %.0f s and was stopped" % (name, limit, RUN_TIMEOUT[0]))
+    if returncode != 0:
+        sys.stderr.write(output[-4000:])
+        raise SystemExit("%s failed on %s (rc %d)" % (name, limit, returncode))
+    return elapsed, output
 
 
 def changed(output: str) -> int:
@@ -124,34 +238,51 @@ def print_table(results: dict) -> None:
         loads = " ".join("%.1f" % x for x in row["loads"])
         print("%5d  %9s  %8s  %12s   %-33s  %s" % (row["nodes"], cell["noop"], cell["audit"], cell["every_phase"],
                                                    slope, loads))
-    for kind, goal in GOALS.items():
-        top = [row for row in rows if row.get(kind) is not None]
-        if top:
-            last = top[-1]
-            print("goal %s of %d nodes <= %.0f s: %.1f s (%s)" % (kind, last["nodes"], goal, last[kind],
-                                                                  "met" if last[kind] <= goal else "missed"))
+    print()
+    print("controller per run: CPU s (ansible-playbook and its forks) / peak RSS MiB of its process tree; "
+          "simulated nodes: PSS per node")
+    print("%5s  %-17s  %-17s  %-17s  %-14s  %s" % ("nodes", "no-op cpu/rss", "audit cpu/rss", "every cpu/rss",
+                                                  "node PSS MiB", "host MemAvailable MiB"))
+    for row in rows:
+        cells = []
+        for kind in RUN_KINDS:
+            ctl = (row.get("controller") or {}).get(kind)
+            cells.append("-" if not ctl else "%.1f / %.0f" % (ctl["cpu_s"], ctl["peak_rss_mib"]))
+        mem = row.get("node_memory") or {}
+        print("%5d  %-17s  %-17s  %-17s  %-14s  %s" % (row["nodes"], cells[0], cells[1], cells[2],
+                                                      "-" if not mem else "%.1f" % mem["per_node_mib"],
+                                                      row.get("mem_available_mib", "-")))
+    for size, goals in sorted(GOALS.items()):
+        row = next((r for r in rows if r["nodes"] == size), None)
+        for kind, goal in goals.items():
+            if row is not None and row.get(kind) is not None:
+                print("goal %s of %d nodes <= %.0f s: %.1f s (%s)" % (kind, size, goal, row[kind],
+                                                                      "met" if row[kind] <= goal else "missed"))
     for note in results["notes"]:
         print("note: %s" % note)
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--sizes", type=int, nargs="+", default=[8, 16, 32])
+    parser.add_argument("--sizes", type=int, nargs="+", default=[8, 16, 32, 64])
     parser.add_argument("--repeat", type=int, default=1)
     parser.add_argument("--fleet", default="bench-scale")
     parser.add_argument("--reuse", action="store_true", help="use the fleet of that name when it is up")
     parser.add_argument("--keep", action="store_true", help="leave the fleet up")
     parser.add_argument("--skip-every-phase", action="store_true", help="time only the no-op converge and the audit")
     parser.add_argument("--time-limit", type=float, default=5400.0, help="seconds; no new size starts after it")
+    parser.add_argument("--run-timeout", type=float, default=1800.0, help="seconds one playbook run may take")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
     sizes = sorted(set(args.sizes))
-    if sizes[0] < 1 or sizes[-1] > 200 or args.repeat < 1:
-        parser.error("--sizes: 1 to 200 nodes; --repeat: at least 1")
+    if sizes[0] < 1 or sizes[-1] > 200 or args.repeat < 1 or args.run_timeout <= 0:
+        parser.error("--sizes: 1 to 200 nodes; --repeat: at least 1; --run-timeout: seconds above 0")
+    RUN_TIMEOUT[0] = args.run_timeout
     started = time.monotonic()
     inventory = REPO / "build" / ("%s.yml" % args.fleet)
     inventory.parent.mkdir(parents=True, exist_ok=True)
-    results = {"cpus": os.cpu_count(), "fleet": args.fleet, "rows": [], "converge": [], "notes": []}
+    results = {"cpus": os.cpu_count(), "fleet": args.fleet, "rows": [], "converge": [], "notes": [],
+               "mem_available_mib_before": mem_available_mib()}
     kinds = [kind for kind in RUN_KINDS if not (kind == "every_phase" and args.skip_every_phase)]
     try:
         up = node_count(args.fleet) if args.reuse else 0
@@ -179,13 +310,18 @@ def main() -> int:
                                             "fleet_up_s": round(fleet_up, 1),
                                             "converge_s": round(time.monotonic() - start, 1)})
                 converged = size
-                row = {"nodes": size, "loads": []}
+                row = {"nodes": size, "loads": [], "controller": {}, "node_memory": node_memory(args.fleet),
+                       "mem_available_mib": mem_available_mib()}
                 for kind in kinds:
-                    times = []
+                    times, runs = [], []
                     for attempt in range(args.repeat):
                         row["loads"].append(round(os.getloadavg()[0], 1))
                         times.append(timed(kind, inventory, size, Path(tmp)))
+                        runs.append(dict(LAST_RUN))
                     row[kind] = round(statistics.median(times), 1)
+                    row["controller"][kind] = {
+                        "cpu_s": round(statistics.median(r["cpu_s"] for r in runs), 1),
+                        "peak_rss_mib": round(max(r["peak_rss_mib"] for r in runs), 1)}
                 results["rows"].append(row)
                 print("%d nodes: %s" % (size, ", ".join("%s %.1f s" % (k, row[k]) for k in kinds)), flush=True)
     finally:
