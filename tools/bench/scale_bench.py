@@ -5,6 +5,7 @@ the controller's CPU and memory per run and the memory each simulated node holds
 
     .venv/bin/python tools/bench/scale_bench.py [--sizes 8 16 32 64] [--repeat 1] [--fleet bench-scale]
         [--reuse] [--keep] [--skip-every-phase] [--json] [--time-limit 5400] [--run-timeout 1800]
+        [--mitogen DIR]
 
 One fleetsim fleet is grown to each size in turn (nodes are added, never rebuilt); only the added nodes are
 converged (untimed, ``gpufleet_serial=100%``). At each size three runs that change nothing are timed:
@@ -20,11 +21,15 @@ converge <= 10 s, audit of 32 nodes <= 10 s; 64 nodes no-op converge <= 10 s, au
 
 Each timed run also records the controller's side: the CPU seconds of ``ansible-playbook`` and every process it
 waited for (``getrusage(RUSAGE_CHILDREN)``: the forks and their ssh clients; the detached ControlPersist masters are
-not counted) and the peak resident memory of its process tree (sampled every 0.2 s from /proc). At each size the
+not counted), the CPU seconds of its main process alone (the strategy and the processing of every result: the one
+process that does not scale with forks; sampled every 0.2 s, so the last 0.2 s may be missed) and the peak resident memory of its process tree (sampled every 0.2 s from /proc). At each size the
 memory of the simulated nodes is read the same way: the proportional set size (PSS, ``smaps_rollup``) of each
 node's supervisor tree (its PID 1, sshd, and whatever the node runs), summed and divided by the node count, and
 the host's MemAvailable before the first node and after each size (that one moves with whatever else the
-machine runs). ``--reuse`` keeps a fleet of that name that is up (its nodes are
+machine runs).
+
+``--mitogen DIR`` (optional, never needed): DIR holds an installed Mitogen (``pip install --target DIR mitogen``);
+the no-op converge and the audit are then timed a second time with its ``mitogen_linear`` strategy. ``--reuse`` keeps a fleet of that name that is up (its nodes are
 converged again, untimed, in case another checkout converged them); ``--keep`` leaves the fleet up, otherwise it
 is torn down at the end, also after a failure. ``--time-limit`` bounds the whole bench (seconds): a size that
 would start after it is left out and said so. Results also go to ``build/bench/scale_bench.json``.
@@ -56,6 +61,8 @@ RUN_TIMEOUT = [1800.0]  # seconds one playbook run may take (--run-timeout)
 RECAP = re.compile(r"^(\S+)\s+:\s+ok=(\d+)\s+changed=(\d+)\s+unreachable=(\d+)\s+failed=(\d+)", re.M)
 RUNS = (("noop", "no-op converge"), ("audit", "audit"), ("every_phase", "every-phase converge"))
 RUN_KINDS = tuple(run[0] for run in RUNS)
+MITOGEN_KINDS = ("noop_mitogen", "audit_mitogen")
+MITOGEN: list = [None]  # the directory of an installed Mitogen (--mitogen)
 
 
 def fleetsim(fleet: str, *args: str, check: bool = True, capture: bool = False) -> str:
@@ -138,16 +145,28 @@ def node_memory(fleet: str) -> dict:
             "max_node_mib": round(max(per), 1)}
 
 
+def cpu_seconds(pid: int) -> float | None:
+    """The user + system CPU seconds of one process (not its children); None when it is gone."""
+    try:
+        with open("/proc/%d/stat" % pid, encoding="utf-8", errors="replace") as fh:
+            fields = fh.read().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / float(os.sysconf("SC_CLK_TCK"))
+    except (OSError, IndexError, ValueError):
+        return None
+
+
 class PeakRss(threading.Thread):
-    """The peak of the summed resident memory of a process tree, sampled every 0.2 s until stopped."""
+    """The peak of the summed resident memory of a process tree, sampled every 0.2 s until stopped, and the CPU
+    seconds of its root process alone (ansible-playbook's main process: the strategy, the results it processes)."""
 
     def __init__(self, pid: int):
         super().__init__(daemon=True)
-        self.pid, self.peak_kib, self.done = pid, 0, threading.Event()
+        self.pid, self.peak_kib, self.main_cpu_s, self.done = pid, 0, 0.0, threading.Event()
 
     def run(self) -> None:
         while not self.done.is_set():
             self.peak_kib = max(self.peak_kib, sum(memory_kib(p) for p in tree(self.pid)))
+            self.main_cpu_s = max(self.main_cpu_s, cpu_seconds(self.pid) or 0.0)
             self.done.wait(0.2)
 
 
@@ -160,13 +179,17 @@ def env() -> dict:
 LAST_RUN: dict = {}  # the controller's CPU seconds and peak memory of the last playbook run
 
 
-def playbook(inventory: Path, name: str, limit: str, extra: list[str]) -> tuple[float, str]:
+def playbook(inventory: Path, name: str, limit: str, extra: list[str], mitogen: bool = False) -> tuple[float, str]:
+    variables = env()
+    if mitogen:
+        variables.update(PYTHONPATH=str(MITOGEN[0]), ANSIBLE_STRATEGY="mitogen_linear",
+                         ANSIBLE_STRATEGY_PLUGINS=str(Path(MITOGEN[0]) / "ansible_mitogen" / "plugins" / "strategy"))
     argv = [str(Path(sys.executable).parent / "ansible-playbook"), "-i", str(inventory), "-i",
             str(REPO / "inventories" / "fleetsim"), str(REPO / "playbooks" / name), "-l", limit, *extra]
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     start = time.monotonic()
     with tempfile.TemporaryFile(mode="w+") as log:
-        proc = subprocess.Popen(argv, cwd=REPO, env=env(), text=True, stdout=log, stderr=subprocess.STDOUT)
+        proc = subprocess.Popen(argv, cwd=REPO, env=variables, text=True, stdout=log, stderr=subprocess.STDOUT)
         sampler = PeakRss(proc.pid)
         sampler.start()
         try:
@@ -184,7 +207,7 @@ def playbook(inventory: Path, name: str, limit: str, extra: list[str]) -> tuple[
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     LAST_RUN.clear()
     LAST_RUN.update(cpu_s=round((after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime), 1),
-                    peak_rss_mib=round(sampler.peak_kib / 1024.0, 1))
+                    peak_rss_mib=round(sampler.peak_kib / 1024.0, 1), main_cpu_s=round(sampler.main_cpu_s, 1))
     if returncode is None:
         sys.stderr.write(output[-4000:])
         raise SystemExit("%s on %s ran past --run-timeout %.0f s and was stopped" % (name, limit, RUN_TIMEOUT[0]))
@@ -200,15 +223,17 @@ def changed(output: str) -> int:
 
 def timed(kind: str, inventory: Path, size: int, report_dir: Path) -> float:
     limit = "%s[0:%d]" % (GROUP, size - 1)
+    mitogen = kind.endswith("_mitogen")
+    kind = kind.replace("_mitogen", "")
     if kind == "audit":
-        out = report_dir / ("audit-%d" % size)
-        elapsed = playbook(inventory, "audit.yml", limit, ["-e", "audit_output_dir=%s" % out])[0]
+        out = report_dir / ("audit-%d%s" % (size, "-mitogen" if mitogen else ""))
+        elapsed = playbook(inventory, "audit.yml", limit, ["-e", "audit_output_dir=%s" % out], mitogen)[0]
         summary = json.loads((out / "fleet.json").read_text())["summary"]
         if summary.get("unreachable"):
             raise SystemExit("the audit of %d nodes found unreachable nodes: %s" % (size, summary))
         return elapsed
     extra = ["-e", "gpufleet_site_fast=false"] if kind == "every_phase" else []
-    elapsed, text = playbook(inventory, "site.yml", limit, extra)
+    elapsed, text = playbook(inventory, "site.yml", limit, extra, mitogen)
     if changed(text):
         raise SystemExit("the %s of %d nodes changed %d task results (expected none)" % (kind, size, changed(text)))
     if kind == "noop" and text.count("intact: the node is as its last full converge left it") != size:
@@ -239,19 +264,24 @@ def print_table(results: dict) -> None:
         print("%5d  %9s  %8s  %12s   %-33s  %s" % (row["nodes"], cell["noop"], cell["audit"], cell["every_phase"],
                                                    slope, loads))
     print()
-    print("controller per run: CPU s (ansible-playbook and its forks) / peak RSS MiB of its process tree; "
-          "simulated nodes: PSS per node")
-    print("%5s  %-17s  %-17s  %-17s  %-14s  %s" % ("nodes", "no-op cpu/rss", "audit cpu/rss", "every cpu/rss",
-                                                  "node PSS MiB", "host MemAvailable MiB"))
+    print("controller per run: CPU s of ansible-playbook and its forks (of its main process alone) / peak RSS MiB "
+          "of its process tree; simulated nodes: PSS per node")
+    print("%5s  %-21s  %-21s  %-21s  %-14s  %s" % ("nodes", "no-op cpu(main)/rss", "audit cpu(main)/rss",
+                                                  "every cpu(main)/rss", "node PSS MiB", "host MemAvailable MiB"))
     for row in rows:
         cells = []
         for kind in RUN_KINDS:
             ctl = (row.get("controller") or {}).get(kind)
-            cells.append("-" if not ctl else "%.1f / %.0f" % (ctl["cpu_s"], ctl["peak_rss_mib"]))
+            cells.append("-" if not ctl else "%.1f (%s) / %.0f" % (ctl["cpu_s"], ctl.get("main_cpu_s", "-"),
+                                                                    ctl["peak_rss_mib"]))
         mem = row.get("node_memory") or {}
-        print("%5d  %-17s  %-17s  %-17s  %-14s  %s" % (row["nodes"], cells[0], cells[1], cells[2],
+        print("%5d  %-21s  %-21s  %-21s  %-14s  %s" % (row["nodes"], cells[0], cells[1], cells[2],
                                                       "-" if not mem else "%.1f" % mem["per_node_mib"],
                                                       row.get("mem_available_mib", "-")))
+    for row in rows:
+        if any(row.get(kind) is not None for kind in MITOGEN_KINDS):
+            print("%d nodes with mitogen_linear: no-op %s s, audit %s s" % (
+                row["nodes"], row.get("noop_mitogen", "-"), row.get("audit_mitogen", "-")))
     for size, goals in sorted(GOALS.items()):
         row = next((r for r in rows if r["nodes"] == size), None)
         for kind, goal in goals.items():
@@ -272,18 +302,24 @@ def main() -> int:
     parser.add_argument("--skip-every-phase", action="store_true", help="time only the no-op converge and the audit")
     parser.add_argument("--time-limit", type=float, default=5400.0, help="seconds; no new size starts after it")
     parser.add_argument("--run-timeout", type=float, default=1800.0, help="seconds one playbook run may take")
+    parser.add_argument("--mitogen", metavar="DIR", help="time no-op and audit again with Mitogen installed in DIR")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
     sizes = sorted(set(args.sizes))
     if sizes[0] < 1 or sizes[-1] > 200 or args.repeat < 1 or args.run_timeout <= 0:
         parser.error("--sizes: 1 to 200 nodes; --repeat: at least 1; --run-timeout: seconds above 0")
     RUN_TIMEOUT[0] = args.run_timeout
+    if args.mitogen and not (Path(args.mitogen) / "ansible_mitogen" / "plugins" / "strategy").is_dir():
+        parser.error("--mitogen %s: no ansible_mitogen/plugins/strategy there (pip install --target DIR mitogen)"
+                     % args.mitogen)
+    MITOGEN[0] = args.mitogen
     started = time.monotonic()
     inventory = REPO / "build" / ("%s.yml" % args.fleet)
     inventory.parent.mkdir(parents=True, exist_ok=True)
     results = {"cpus": os.cpu_count(), "fleet": args.fleet, "rows": [], "converge": [], "notes": [],
                "mem_available_mib_before": mem_available_mib()}
     kinds = [kind for kind in RUN_KINDS if not (kind == "every_phase" and args.skip_every_phase)]
+    kinds += list(MITOGEN_KINDS) if args.mitogen else []
     try:
         up = node_count(args.fleet) if args.reuse else 0
         if not up:
@@ -321,7 +357,8 @@ def main() -> int:
                     row[kind] = round(statistics.median(times), 1)
                     row["controller"][kind] = {
                         "cpu_s": round(statistics.median(r["cpu_s"] for r in runs), 1),
-                        "peak_rss_mib": round(max(r["peak_rss_mib"] for r in runs), 1)}
+                        "peak_rss_mib": round(max(r["peak_rss_mib"] for r in runs), 1),
+                        "main_cpu_s": round(statistics.median(r["main_cpu_s"] for r in runs), 1)}
                 results["rows"].append(row)
                 print("%d nodes: %s" % (size, ", ".join("%s %.1f s" % (k, row[k]) for k in kinds)), flush=True)
     finally:
