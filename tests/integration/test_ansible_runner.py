@@ -126,7 +126,15 @@ def test_audit_through_runner_reads_every_node_and_changes_nothing(converged, la
     assert job.runner.status == "successful" and job.runner.rc == 0, job.text()
     stats = job.stats
     assert set(NODES) <= set(stats["ok"]), stats
-    assert not stats.get("changed") and not stats.get("failures") and not stats.get("dark"), stats
+    assert not stats.get("failures") and not stats.get("dark"), stats
+    # Nothing changed on a node: the one change is the report the controller writes (run once, delegated to
+    # localhost, counted on the first host).
+    changed = [e["event_data"] for e in job.host_events("runner_on_ok") if e["event_data"]["res"].get("changed")]
+    assert [e["task_action"] for e in changed] == ["gpufleet.deepep.audit_fleet_report"], changed
+    node_tasks = [e["event_data"] for e in job.host_events("runner_on_ok")
+                  if e["event_data"]["task_action"] == "gpufleet.deepep.node_stack"]
+    assert sorted(e["host"] for e in node_tasks) == NODES
+    assert not any(e["res"].get("changed") for e in node_tasks)
     assert job.hosts_with("runner_on_ok") >= set(NODES)
     assert job.hosts_with("runner_on_failed") == set()
     report = json.loads((out / "fleet.json").read_text())

@@ -22,16 +22,17 @@ converge <= 10 s, audit of 32 nodes <= 10 s; 64 nodes no-op converge <= 10 s, au
 Each timed run also records the controller's side: the CPU seconds of ``ansible-playbook`` and every process it
 waited for (``getrusage(RUSAGE_CHILDREN)``: the forks and their ssh clients; the detached ControlPersist masters are
 not counted), the CPU seconds of its main process alone (the strategy and the processing of every result: the one
-process that does not scale with forks; sampled every 0.2 s, so the last 0.2 s may be missed) and the peak resident memory of its process tree (sampled every 0.2 s from /proc). At each size the
-memory of the simulated nodes is read the same way: the proportional set size (PSS, ``smaps_rollup``) of each
-node's supervisor tree (its PID 1, sshd, and whatever the node runs), summed and divided by the node count, and
-the host's MemAvailable before the first node and after each size (that one moves with whatever else the
-machine runs).
+process that does not scale with forks; sampled every 0.2 s, so the last 0.2 s may be missed) and the peak
+resident memory of its process tree (sampled every 0.2 s from /proc). At each size the memory of the simulated
+nodes is read the same way: the proportional set size (PSS, ``smaps_rollup``) of each node's supervisor tree (its
+PID 1, sshd, and whatever the node runs), summed and divided by the node count, and the host's MemAvailable before
+the first node and after each size (that one moves with whatever else the machine runs).
 
 ``--mitogen DIR`` (optional, never needed): DIR holds an installed Mitogen (``pip install --target DIR mitogen``);
-the no-op converge and the audit are then timed a second time with its ``mitogen_linear`` strategy. ``--reuse`` keeps a fleet of that name that is up (its nodes are
-converged again, untimed, in case another checkout converged them); ``--keep`` leaves the fleet up, otherwise it
-is torn down at the end, also after a failure. ``--time-limit`` bounds the whole bench (seconds): a size that
+the no-op converge and the audit are then timed a second time with its ``mitogen_linear`` strategy.
+
+``--reuse`` keeps a fleet of that name that is up (its nodes are converged again, untimed, in case another checkout
+converged them); ``--keep`` leaves the fleet up, otherwise it is torn down at the end, also after a failure. ``--time-limit`` bounds the whole bench (seconds): a size that
 would start after it is left out and said so. Results also go to ``build/bench/scale_bench.json``.
 
 Run from the repository root as root (the simulated fleet needs namespaces).
@@ -267,17 +268,19 @@ def print_table(results: dict) -> None:
     print("controller per run: CPU s of ansible-playbook and its forks (of its main process alone) / peak RSS MiB "
           "of its process tree; simulated nodes: PSS per node")
     print("%5s  %-21s  %-21s  %-21s  %-14s  %s" % ("nodes", "no-op cpu(main)/rss", "audit cpu(main)/rss",
-                                                  "every cpu(main)/rss", "node PSS MiB", "host MemAvailable MiB"))
+                                                   "every cpu(main)/rss", "node PSS MiB", "host MemAvailable MiB"))
     for row in rows:
         cells = []
         for kind in RUN_KINDS:
             ctl = (row.get("controller") or {}).get(kind)
-            cells.append("-" if not ctl else "%.1f (%s) / %.0f" % (ctl["cpu_s"], ctl.get("main_cpu_s", "-"),
-                                                                    ctl["peak_rss_mib"]))
+            if ctl:
+                cells.append("%.1f (%s) / %.0f" % (ctl["cpu_s"], ctl.get("main_cpu_s", "-"), ctl["peak_rss_mib"]))
+            else:
+                cells.append("-")
         mem = row.get("node_memory") or {}
-        print("%5d  %-21s  %-21s  %-21s  %-14s  %s" % (row["nodes"], cells[0], cells[1], cells[2],
-                                                      "-" if not mem else "%.1f" % mem["per_node_mib"],
-                                                      row.get("mem_available_mib", "-")))
+        node_mib = "-" if not mem else "%.1f" % mem["per_node_mib"]
+        print("%5d  %-21s  %-21s  %-21s  %-14s  %s" % (row["nodes"], cells[0], cells[1], cells[2], node_mib,
+                                                       row.get("mem_available_mib", "-")))
     for row in rows:
         if any(row.get(kind) is not None for kind in MITOGEN_KINDS):
             print("%d nodes with mitogen_linear: no-op %s s, audit %s s" % (
