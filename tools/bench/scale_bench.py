@@ -33,7 +33,8 @@ the no-op converge and the audit are then timed a second time with its ``mitogen
 
 ``--reuse`` keeps a fleet of that name that is up (its nodes are converged again, untimed, in case another checkout
 converged them); ``--keep`` leaves the fleet up, otherwise it is torn down at the end, also after a failure.
-``--time-limit`` bounds the whole bench (seconds): a size that would start after it is left out and said so. Results also go to ``build/bench/scale_bench.json``.
+``--time-limit`` bounds the whole bench (seconds): a size that would start after it is left out and said so.
+Results also go to ``build/bench/scale_bench.json``.
 
 Run from the repository root as root (the simulated fleet needs namespaces).
 """
