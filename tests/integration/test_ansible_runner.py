@@ -105,9 +105,12 @@ def converged(launch):
     return job
 
 
+PLAN_TASK = "Plan the lane of the node"  # site.yml's first play; site_plan also records and reports later
+
+
 def _plan_results(job: Job) -> dict:
     return {e["event_data"]["host"]: e["event_data"]["res"] for e in job.host_events("runner_on_ok")
-            if e["event_data"].get("task_action") == "gpufleet.deepep.site_plan"}
+            if e["event_data"].get("task") == PLAN_TASK}
 
 
 def test_first_converge_reports_every_node_ok_and_changed(converged):
@@ -164,7 +167,7 @@ def test_a_broken_node_is_that_hosts_failure_event(converged, launch, fleet):
     assert job.runner.status == "failed" and job.runner.rc == 2, (job.runner.status, job.runner.rc)
     assert job.hosts_with("runner_on_failed") == {BROKEN}
     failed = job.host_events("runner_on_failed", BROKEN)[0]["event_data"]
-    assert failed["task_action"] == "gpufleet.deepep.site_plan", failed["task_action"]
+    assert (failed["task"], failed["task_action"]) == (PLAN_TASK, "gpufleet.deepep.site_plan"), failed["task"]
     assert "broken image" in json.dumps(failed["res"]), failed["res"]
     assert job.stats["failures"] == {BROKEN: 1}, job.stats
     assert not job.stats.get("dark"), job.stats
