@@ -210,6 +210,11 @@ def playbook(inventory: Path, name: str, limit: str, extra: list[str], mitogen: 
     LAST_RUN.clear()
     LAST_RUN.update(cpu_s=round((after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime), 1),
                     peak_rss_mib=round(sampler.peak_kib / 1024.0, 1), main_cpu_s=round(sampler.main_cpu_s, 1))
+    if returncode != 0:
+        failed = REPO / "build" / "bench" / ("failed-%s-%d.log" % (name.replace(".yml", ""), int(time.time())))
+        failed.parent.mkdir(parents=True, exist_ok=True)
+        failed.write_text(output)
+        sys.stderr.write("the whole output: %s\n" % failed)
     if returncode is None:
         sys.stderr.write(output[-4000:])
         raise SystemExit("%s on %s ran past --run-timeout %.0f s and was stopped" % (name, limit, RUN_TIMEOUT[0]))
