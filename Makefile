@@ -12,7 +12,7 @@ export PYTHONDONTWRITEBYTECODE := 1
 MOLECULE_SCENARIOS ?= $(sort $(notdir $(patsubst %/molecule.yml,%,$(wildcard molecule/*/molecule.yml))))
 FLEETSIM := $(VENV)/bin/python -m tools.fleetsim
 DEMO_NODES ?= 4
-BENCH_SIZES ?= 8 16 32
+BENCH_SIZES ?= 8 16 32 64
 BENCH_TIME_LIMIT ?= 5400
 # Molecule: scenarios at a time, the limit of one scenario (seconds), where each scenario's log goes.
 MOLECULE_JOBS ?= 2
@@ -27,7 +27,7 @@ help:
 	@echo "make demo       converge, verify and audit 4 simulated gcp_b200 nodes (a second run reuses them: changed=0)"
 	@echo "make demo-down  stop the simulated fleet of the demo"
 	@echo "make test       every test: lint, yamllint, ansible-test sanity, unit tests, Molecule scenarios"
-	@echo "make bench      no-op converge, audit and every-phase converge at 8, 16, 32 simulated nodes, cost per added node"
+	@echo "make bench      no-op converge, audit and every-phase converge at 8, 16, 32, 64 simulated nodes: cost per added node, controller CPU and memory, memory per node"
 	@echo "make bench-more the other figures of tools/bench (fleet start, site.yml batches, audit, builds)"
 
 bootstrap:
