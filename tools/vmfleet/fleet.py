@@ -155,6 +155,8 @@ class Fleet:
                 "-serial", f"file:{ndir / 'console.log'}", "-daemonize", "-pidfile", str(ndir / "qemu.pid"),
                 "-kernel", str(image / "vmlinuz"), "-initrd", str(image / "initrd.img"), "-append", append,
                 "-drive", f"file={overlay},if=virtio,format=qcow2,cache=unsafe",
+                # The host's entropy: without it the first boot's key generation waits minutes for the guest's.
+                "-object", "rng-random,id=rng0,filename=/dev/urandom", "-device", "virtio-rng-pci,rng=rng0",
                 "-netdev", f"user,id=n0,hostfwd=tcp:127.0.0.1:{node['ssh_port']}-:22",
                 "-device", f"virtio-net-pci,netdev=n0,mac=52:54:00:00:00:{seq:02x}",
                 "-netdev", f"socket,id=n1,mcast={MCAST_GROUP}:{state['mcast_port']},localaddr=127.0.0.1",
