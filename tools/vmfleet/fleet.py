@@ -129,8 +129,7 @@ class Fleet:
             proc = subprocess.run(argv, timeout=KVM_PROBE_SECONDS, capture_output=True, text=True, errors="replace",
                                   check=False)
             out = proc.stdout + proc.stderr
-        except subprocess.TimeoutExpired as exc:
-            out = (exc.stdout or b"").decode(errors="replace") if isinstance(exc.stdout, bytes) else (exc.stdout or "")
+        except subprocess.TimeoutExpired:
             self.stages.say(f"vmfleet: KVM guest did not finish its probe within {KVM_PROBE_SECONDS} s")
             return "tcg"
         if "Kernel panic" in out:
