@@ -23,9 +23,11 @@ SUITE = "bookworm"
 MIRROR = "http://deb.debian.org/debian"
 IMAGE_SIZE = "3G"
 GUEST = Path(__file__).resolve().parent / "guest"
+# dbus: ansible.builtin.reboot runs `shutdown -r 0 MSG`, which schedules the reboot through logind over D-Bus
+# ("Failed to connect to bus" without it, as on a minbase system).
 PACKAGES = (
     "systemd-sysv", "udev", "openssh-server", "iproute2", "python3", "rdma-core", "ibverbs-utils",
-    "ibverbs-providers", "perftest", "kmod", "ifupdown", "isc-dhcp-client", "linux-image-amd64",
+    "ibverbs-providers", "perftest", "kmod", "ifupdown", "isc-dhcp-client", "linux-image-amd64", "dbus",
     "initramfs-tools",
 )
 # Where each guest file goes in the image, and its mode.
