@@ -32,6 +32,8 @@ EXPECTED_SECONDS = {"build": 600, "site": 540, "verify": 420, "infiniband": 360,
 ACTION = re.compile(r"\x1b\[[0-9;]*m|\r")
 ACTION_LINE = re.compile(r"^INFO\s+(\S+) \S+ (\w+): Executing")
 KILL_GRACE = 30
+# Scenarios whose nodes are QEMU guests of tools/vmfleet (not fleetsim nodes).
+VM_SCENARIOS = ("realvm",)
 TAIL_LINES = 300
 
 
@@ -99,9 +101,11 @@ class Run:
                 continue
 
     def _take_down_fleet(self) -> None:
+        # The realvm scenario runs QEMU guests (tools/vmfleet), the others the simulated fleet.
+        tool = ["tools.vmfleet", "--quiet", "--fleet", f"mol-{self.scenario}", "down"] if self.scenario in VM_SCENARIOS \
+            else ["tools.fleetsim", "--fleet", f"mol-{self.scenario}", "down", "--purge", "--quiet"]
         try:
-            subprocess.run([sys.executable, "-m", "tools.fleetsim", "--fleet", f"mol-{self.scenario}", "down",
-                            "--purge", "--quiet"], cwd=self.repo, stdout=subprocess.DEVNULL,
+            subprocess.run([sys.executable, "-m", *tool], cwd=self.repo, stdout=subprocess.DEVNULL,
                            stderr=subprocess.DEVNULL, timeout=180, check=False)
         except subprocess.TimeoutExpired:
             print(f"== molecule {self.scenario}: fleet mol-{self.scenario} did not go down within 180 s", flush=True)

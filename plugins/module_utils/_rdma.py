@@ -203,6 +203,11 @@ def read_device(sysfs_root, name, use_netaddr=None):
     pci_address = pci_path[-1] if pci_path else None
     numa = _int_or_none(_read(os.path.join(pci_link, "numa_node")))
     netdevs = sorted(_listdir(os.path.join(pci_link, "net")))
+    if not netdevs and not os.path.exists(pci_link):
+        # A software RDMA device (soft-RoCE rxe, siw) has no PCI device: the kernel names its net device in
+        # <dev>/parent instead.
+        parent = _read(os.path.join(dev_dir, "parent"))
+        netdevs = [parent] if parent else []
     ports = []
     ports_dir = os.path.join(dev_dir, "ports")
     for pname in sorted((n for n in _listdir(ports_dir) if n.isdigit()), key=int):

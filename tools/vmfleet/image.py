@@ -1,0 +1,141 @@
+# Copyright: (c) 2026, gpufleet.deepep contributors
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
+"""The guest image: Debian bookworm by debootstrap, built once per package list and guest files.
+
+The image lives in ``build/vm/image-<key>/`` (``rootfs.img`` a sparse raw ext4 file system, ``vmlinuz`` and
+``initrd.img`` for QEMU's direct kernel boot), where ``key`` is the sha256 of the suite, the package list and the
+files installed into the guest: a changed list builds a new image, an unchanged one is reused. The image is
+built in a temporary directory and renamed into place when complete, under a lock.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import hashlib
+import json
+import shutil
+import time
+from pathlib import Path
+
+from tools.vmfleet.common import BUILD_DIR, Stages, VmError, run
+
+SUITE = "bookworm"
+MIRROR = "http://deb.debian.org/debian"
+IMAGE_SIZE = "3G"
+GUEST = Path(__file__).resolve().parent / "guest"
+# dbus: ansible.builtin.reboot runs `shutdown -r 0 MSG`, which schedules the reboot through logind over D-Bus
+# ("Failed to connect to bus" without it, as on a minbase system).
+PACKAGES = (
+    "systemd-sysv", "udev", "openssh-server", "iproute2", "python3", "rdma-core", "ibverbs-utils",
+    "ibverbs-providers", "perftest", "kmod", "ifupdown", "isc-dhcp-client", "linux-image-amd64", "dbus",
+    "initramfs-tools",
+)
+# Where each guest file goes in the image, and its mode.
+GUEST_FILES = {
+    "vmfleet-identity": ("usr/local/sbin/vmfleet-identity", 0o755),
+    "vmfleet-identity.service": ("etc/systemd/system/vmfleet-identity.service", 0o644),
+    "vmfleet-rxe.service": ("etc/systemd/system/vmfleet-rxe.service", 0o644),
+    "interfaces": ("etc/network/interfaces", 0o644),
+    "sshd.conf": ("etc/ssh/sshd_config.d/vmfleet.conf", 0o644),
+}
+# Units that only slow a disposable guest's boot down.
+MASKED = ("apt-daily.timer", "apt-daily-upgrade.timer", "e2scrub_all.timer", "fstrim.timer",
+          "systemd-timesyncd.service", "getty@tty1.service")
+LOCK_TIMEOUT = 1800
+DEBOOTSTRAP_TIMEOUT = 1200
+
+
+def image_key(packages: tuple[str, ...] = PACKAGES) -> str:
+    digest = hashlib.sha256()
+    digest.update(json.dumps({"suite": SUITE, "mirror": MIRROR, "size": IMAGE_SIZE,
+                              "packages": sorted(packages), "masked": MASKED}).encode())
+    for name in sorted(GUEST_FILES):
+        digest.update(name.encode() + b"\0" + (GUEST / name).read_bytes() + b"\0")
+    return digest.hexdigest()[:16]
+
+
+def image_dir(packages: tuple[str, ...] = PACKAGES) -> Path:
+    return BUILD_DIR / f"image-{image_key(packages)}"
+
+
+def _lock(path: Path, timeout: float):
+    path.parent.mkdir(parents=True, exist_ok=True)
+    handle = open(path, "w", encoding="utf-8")  # pylint: disable=consider-using-with
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return handle
+        except BlockingIOError:
+            if time.monotonic() > deadline:
+                handle.close()
+                raise VmError(f"another image build holds {path} for more than {timeout:.0f} s") from None
+            time.sleep(2)
+
+
+def ensure_image(stages: Stages, packages: tuple[str, ...] = PACKAGES) -> Path:
+    """The image directory for packages, built when missing."""
+    final = image_dir(packages)
+    if (final / "DONE").exists():
+        stages.say(f"vmfleet: image {final.name} cached")
+        return final
+    with _lock(BUILD_DIR / ".image.lock", LOCK_TIMEOUT):
+        if (final / "DONE").exists():
+            return final
+        work = BUILD_DIR / f"tmp-{final.name}"
+        shutil.rmtree(work, ignore_errors=True)
+        root = work / "root"
+        root.mkdir(parents=True)
+        try:
+            _build(stages, packages, work, root)
+            shutil.rmtree(root)
+            if final.exists():
+                shutil.rmtree(final)
+            work.rename(final)
+        finally:
+            if work.exists():
+                _umount_all(root)
+                shutil.rmtree(work, ignore_errors=True)
+    # Older images (other package lists) are left for `vmfleet prune`.
+    return final
+
+
+def _umount_all(root: Path) -> None:
+    for sub in ("dev/pts", "dev", "proc", "sys"):
+        run(["umount", "-l", str(root / sub)], timeout=30, check=False)
+
+
+def _build(stages: Stages, packages: tuple[str, ...], work: Path, root: Path) -> None:
+    with stages.stage("image: debootstrap"):
+        run(["debootstrap", "--variant=minbase", "--include=" + ",".join(packages), SUITE, str(root), MIRROR],
+            timeout=DEBOOTSTRAP_TIMEOUT)
+    with stages.stage("image: configure"):
+        for name, (dest, mode) in GUEST_FILES.items():
+            target = root / dest
+            target.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(GUEST / name, target)
+            target.chmod(mode)
+        (root / "etc/fstab").write_text("/dev/vda / ext4 defaults,errors=remount-ro 0 1\n", encoding="utf-8")
+        (root / "etc/hostname").write_text("vmfleet\n", encoding="utf-8")
+        # An empty machine-id: systemd draws a new one at each overlay's first boot and keeps it.
+        (root / "etc/machine-id").write_text("", encoding="utf-8")
+        dbus_id = root / "var/lib/dbus/machine-id"
+        if dbus_id.exists() or dbus_id.is_symlink():
+            dbus_id.unlink()
+        for key in (root / "etc/ssh").glob("ssh_host_*"):
+            key.unlink()
+        run(["chroot", str(root), "systemctl", "enable", "vmfleet-identity.service", "vmfleet-rxe.service"],
+            timeout=60)
+        run(["chroot", str(root), "systemctl", "mask", *MASKED], timeout=60)
+        kernels = sorted((root / "boot").glob("vmlinuz-*"))
+        initrds = sorted((root / "boot").glob("initrd.img-*"))
+        if not kernels or not initrds:
+            raise VmError(f"no kernel or initramfs under {root / 'boot'} after debootstrap")
+        shutil.copyfile(kernels[-1], work / "vmlinuz")
+        shutil.copyfile(initrds[-1], work / "initrd.img")
+        run(["chroot", str(root), "apt-get", "clean"], timeout=120)
+    with stages.stage("image: mkfs.ext4 -d"):
+        run(["mkfs.ext4", "-q", "-L", "vmroot", "-d", str(root), str(work / "rootfs.img"), IMAGE_SIZE], timeout=600)
+    (work / "packages.txt").write_text("\n".join(sorted(packages)) + "\n", encoding="utf-8")
+    (work / "kernel.txt").write_text(kernels[-1].name.removeprefix("vmlinuz-") + "\n", encoding="utf-8")
+    (work / "DONE").write_text(time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()) + "\n", encoding="utf-8")
