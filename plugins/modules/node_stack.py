@@ -240,7 +240,7 @@ options:
   deepep_v2_tree:
     description:
       - For V(deepep_v2), the DeepEP V2 tree whose headers are read for the CUDA 12.8 host-code workaround, the SM100
-        st.bulk fix (DeepEP #692) and the GIN barrier fix (DeepEP #715) - a source checkout or an installed
+        st.bulk fix (DeepEP issue 692) and the GIN barrier fix (DeepEP PR 715) - a source checkout or an installed
         C(deep_ep) package directory.
       - Default the installed C(deep_ep) package of O(python); with neither, those checks say the tree is unknown.
     type: path
@@ -257,7 +257,7 @@ options:
     default: true
   deepep_v2_across_nodes:
     description:
-      - For V(deepep_v2), whether V2 runs across nodes. V(false) makes the GIN barrier check (DeepEP #715) not
+      - For V(deepep_v2), whether V2 runs across nodes. V(false) makes the GIN barrier check (DeepEP PR 715) not
         applicable.
     type: bool
     default: true
@@ -336,7 +336,7 @@ ansible_facts:
           (C(present), C(uverbs)). C(libmlx5) (C(path), C(versions) - the symbol versions its ELF defines, C(newest),
           C(required) - MLX5_1.8 defined, C(optional) - MLX5_1.25 defined, C(error)). C(nic) (C(name) - the
           E(EP_NIC_NAME), C(source) - option, env_script or default, C(present), C(active), C(active_devices)).
-          C(cumem_disabled) (where E(NCCL_CUMEM_ENABLE=0) is set: C(where), C(value)). C(tree) (C(path),
+          C(cumem_disabled) (each place E(NCCL_CUMEM_ENABLE=0) is set, with C(where) and C(value)). C(tree) (C(path),
           C(headers), C(cuda128_host_code), C(sm100_st_bulk), C(gin_barrier) - true, false or null, C(error)).
           C(compute_capabilities) of the GPUs. C(nccl) (C(built), C(loaded)). C(over_rdma), C(across_nodes).
         - C(checks) - one entry per check, in this order - C(nvcc), C(cuobjdump), C(sm100_cuda),

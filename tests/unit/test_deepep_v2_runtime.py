@@ -413,3 +413,118 @@ def test_gather_node_reads_the_set_with_the_stack_s_commands_only(tmp_path, libs
 def test_the_facts_are_plain_data(tmp_path, libs):
     facts = gather_deepep_v2(root=str(node_root(tmp_path, libs)), cuda=CUDA, rdma=RDMA, environ={})
     assert copy.deepcopy(facts) == facts
+
+
+# --- the rules (audit and preflight) -----------------------------------------------------------------------------
+
+import yaml  # noqa: E402
+from test_preflight_rules import HEALTHY as PREFLIGHT_HEALTHY  # noqa: E402
+
+from ansible_collections.gpufleet.deepep.plugins.plugin_utils._audit.engine import (  # noqa: E402
+    evaluate_rules,
+    validate_rules,
+)
+
+CATALOGUE = yaml.safe_load((REPO / "roles" / "audit" / "files" / "rules.yml").read_text())
+RULE_OF_CHECK = {"nvcc": "DEEPEP_V2_NVCC", "cuobjdump": "DEEPEP_V2_CUOBJDUMP", "sm100_cuda": "DEEPEP_V2_SM100_CUDA",
+                 "cuda128_host_code": "DEEPEP_V2_CUDA128_HOST_CODE", "ibstat": "DEEPEP_V2_IBSTAT",
+                 "nic_name": "DEEPEP_V2_NIC_NAME", "libmlx5": "DEEPEP_V2_LIBMLX5",
+                 "dev_infiniband": "DEEPEP_V2_DEV_INFINIBAND", "nccl_cumem": "DEEPEP_V2_NCCL_CUMEM",
+                 "nccl_build_runtime": "DEEPEP_V2_NCCL_BUILD_RUNTIME", "gin_barrier": "DEEPEP_V2_GIN_BARRIER"}
+FAILING = {check: next(c for c in CASES if c[0] == check and c[2] == "fail") for check in RULE_OF_CHECK}
+
+
+def v2_doc(facts=None, v2=True, generation=None, linkage=None, **expect):
+    """A node's document with ``gpufleet_deepep_v2``: for preflight it is completed with the preflight document of a
+    healthy node (test_preflight_rules.HEALTHY), whose own rules stay quiet."""
+    facts = facts if facts is not None else base_facts()
+    facts = dict(facts, checks=v2_checks(facts))
+    return {"host": "h100-1", "gather_errors": {}, "gpufleet_deepep_v2": facts,
+            "gpufleet_deepep": {"installed": bool(generation), "generation": generation},
+            "gpufleet_linkage": linkage, "expect": dict({"deepep_v2": v2}, **expect)}
+
+
+def v2_findings(document, context):
+    if context == "preflight":
+        document = dict(copy.deepcopy(PREFLIGHT_HEALTHY), **{k: v for k, v in document.items() if k != "expect"},
+                        expect=dict(PREFLIGHT_HEALTHY["expect"], **document["expect"]))
+    found = evaluate_rules(document, CATALOGUE, context=context, order="catalogue")
+    return [f for f in found if f["id"].startswith("DEEPEP_V2_") and f["id"] != "DEEPEP_V2_NCCL_OLD"]
+
+
+def test_every_check_has_its_rule_and_every_rule_a_case():
+    rules = {r["id"] for r in validate_rules(CATALOGUE) if r["id"].startswith("DEEPEP_V2_")}
+    assert rules - {"DEEPEP_V2_NCCL_OLD"} == set(RULE_OF_CHECK.values()) | {"DEEPEP_V2_CHECK_WARN"}
+    assert set(RULE_OF_CHECK) == set(CHECKS)
+
+
+@pytest.mark.parametrize("context", ["audit", "preflight"])
+def test_a_ready_v2_node_has_no_finding(context):
+    assert v2_findings(v2_doc(), context) == []
+    if context == "preflight":
+        document = dict(copy.deepcopy(PREFLIGHT_HEALTHY), gpufleet_deepep_v2=v2_doc()["gpufleet_deepep_v2"])
+        document["expect"]["deepep_v2"] = True
+        assert evaluate_rules(document, CATALOGUE, context="preflight") == []
+
+
+@pytest.mark.parametrize("context", ["audit", "preflight"])
+@pytest.mark.parametrize("check", sorted(RULE_OF_CHECK))
+def test_each_failed_check_is_its_rule_s_critical_finding_with_the_fix(context, check):
+    dummy, changes, dummy2, reason, fix = FAILING[check]
+    facts = base_facts(**changes)
+    found = v2_findings(v2_doc(facts), context)
+    assert [f["id"] for f in found] == [RULE_OF_CHECK[check]]
+    assert found[0]["severity"] == "critical"
+    decision = decided(facts, check)
+    assert found[0]["message"] == "DeepEP V2 (%s): %s. Fix: %s." % (check, decision["reason"], decision["fix"])
+    assert reason in found[0]["message"] and fix in found[0]["message"]
+
+
+@pytest.mark.parametrize("check", sorted(RULE_OF_CHECK))
+def test_a_node_that_does_not_run_v2_is_not_judged(check):
+    dummy, changes, dummy2, dummy3, dummy4 = FAILING[check]
+    assert v2_findings(v2_doc(base_facts(**changes), v2=False), "audit") == []
+    # an installed V2 build makes it judged even where the profile does not say so
+    assert v2_findings(v2_doc(base_facts(**changes), v2=False, generation="v2"), "audit") != []
+
+
+@pytest.mark.parametrize("context", ["audit", "preflight"])
+def test_warnings_are_one_rule_at_warning_severity(context):
+    facts = base_facts(libmlx5__optional=False, libmlx5__newest="MLX5_1.17", tree__gin_barrier=None,
+                       tree__error="no tree")
+    found = v2_findings(v2_doc(facts), context)
+    assert [(f["id"], f["severity"]) for f in found] == [("DEEPEP_V2_CHECK_WARN", "warning")] * 2
+    assert "DeepEP V2 (libmlx5)" in found[0]["message"] and "#628" in found[0]["message"]
+    assert "DeepEP V2 (gin_barrier)" in found[1]["message"]
+
+
+@pytest.mark.parametrize("check, changes, expect, fires", [
+    # preflight: a gap a later phase fills is no failure yet
+    ("nvcc", {"nvcc__present": False}, {"cuda_by_play": True, "cuda_version": "12.9"}, False),
+    ("nvcc", {"nvcc__present": False}, {"cuda_by_play": True, "cuda_version": "12.2"}, True),
+    ("nvcc", {"nvcc__present": False}, {"cuda_by_play": False, "cuda_version": "12.9"}, True),
+    ("cuobjdump", {"cuobjdump__present": False, "nvcc__present": False}, {"cuda_by_play": True,
+                                                                           "cuda_version": "13.0"}, False),
+    ("cuobjdump", {"cuobjdump__present": False}, {"cuda_by_play": True, "cuda_version": "13.0"}, True),
+    ("ibstat", {"ibstat__present": False}, {"rdma_stack_by_play": True}, False),
+    ("libmlx5", {"libmlx5__required": False}, {"rdma_stack_by_play": True}, False),
+    ("dev_infiniband", {"dev_infiniband__present": False}, {"rdma_stack_by_play": True}, False),
+    ("ibstat", {"ibstat__present": False}, {"rdma_stack_by_play": False}, True),
+    ("nic_name", {"nic__active": False, "nic__source": "default"}, {"env_script_sets_nic_name": True}, False),
+    ("nic_name", {"nic__active": False, "nic__source": "env_script"}, {"env_script_sets_nic_name": True}, True),
+    ("nic_name", {"nic__active": False, "nic__source": "default"}, {"env_script_sets_nic_name": False}, True),
+])
+def test_preflight_leaves_what_a_later_phase_installs(check, changes, expect, fires):
+    found = v2_findings(v2_doc(base_facts(**changes), **expect), "preflight")
+    assert [f["id"] for f in found] == ([RULE_OF_CHECK[check]] if fires else [])
+
+
+@pytest.mark.parametrize("linkage, fires", [
+    (None, True),
+    ({"checks": [{"check": "nccl", "ok": False}]}, False),  # LINKAGE_NCCL_MISMATCH reports it already
+    ({"checks": [{"check": "torch", "ok": True}]}, True),
+])
+def test_the_nccl_rule_stands_down_where_the_linkage_record_judges_nccl(linkage, fires):
+    facts = base_facts(nccl__loaded="2.28.9")
+    ids = [f["id"] for f in v2_findings(v2_doc(facts, linkage=linkage), "audit")]
+    assert ids == (["DEEPEP_V2_NCCL_BUILD_RUNTIME"] if fires else [])
