@@ -107,6 +107,9 @@ def tree_markers(root, tree):
     if not tree:
         markers["error"] = "no DeepEP V2 tree on the node (neither the deepep_v2_tree option nor an installed deep_ep)"
         return markers
+    if not os.path.isdir(under(root, tree)):
+        markers["error"] = "the DeepEP V2 tree %s does not exist (yet)" % tree
+        return markers
     headers = next((os.path.join(tree, d) for d in HEADER_DIRS
                     if os.path.isfile(under(root, os.path.join(tree, d, "ptx.cuh")))), None)
     if headers is None:
