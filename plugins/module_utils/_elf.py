@@ -116,13 +116,15 @@ def _sections(data, name):
     if bits == 64:
         shoff, = struct.unpack_from(order + "Q", data, 0x28)
         shentsize, shnum = struct.unpack_from(order + "HH", data, 0x3A)
-        fmt, pick = order + "IIQQQQIIQQ", lambda f: (f[1], f[4], f[5], f[6])
+        fmt = order + "IIQQQQIIQQ"
     else:
         shoff, = struct.unpack_from(order + "I", data, 0x20)
         shentsize, shnum = struct.unpack_from(order + "HH", data, 0x2E)
-        fmt, pick = order + "IIIIIIIIII", lambda f: (f[1], f[4], f[5], f[6])
+        fmt = order + "IIIIIIIIII"
     try:
-        return [pick(struct.unpack_from(fmt, data, shoff + index * shentsize)) for index in range(shnum)]
+        # sh_type, sh_offset, sh_size, sh_link of each section header
+        return [tuple(fields[i] for i in (1, 4, 5, 6))
+                for fields in (struct.unpack_from(fmt, data, shoff + index * shentsize) for index in range(shnum))]
     except struct.error:
         raise ElfError("%s is truncated (its section headers run past the end)" % name)
 
@@ -133,7 +135,7 @@ def version_definitions_of_bytes(data, name="<bytes>"):
     ``["MLX5_1.0", ..., "MLX5_1.25"]`` for rdma-core's libmlx5.so.1. An object without version definitions gives
     ``[]``. Raises ElfError for what is not an ELF object or is truncated."""
     sections = _sections(data, name)
-    _, order = elf_ident(data, name)
+    order = elf_ident(data, name)[1]
     names = []
     for stype, offset, size, link in sections:
         if stype != _SHT_GNU_VERDEF:
@@ -145,7 +147,8 @@ def version_definitions_of_bytes(data, name="<bytes>"):
         position, seen = offset, 0
         try:
             while seen < 65536:
-                _, flags, _, count, _, aux, following = struct.unpack_from(order + "HHHHIII", data, position)
+                entry = struct.unpack_from(order + "HHHHIII", data, position)
+                flags, count, aux, following = entry[1], entry[3], entry[5], entry[6]
                 if count:
                     vda_name, = struct.unpack_from(order + "I", data, position + aux)
                     start = strtab + vda_name

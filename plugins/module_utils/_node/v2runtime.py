@@ -333,8 +333,8 @@ def _libmlx5(f):
         return _check("libmlx5", "warn", lib["newest"], "%s defines %s but not %s (newest %s): NCCL GIN may report "
                       "ginType NONE and V2 assert at construction (DeepEP #628)" % (
                           lib["path"], MLX5_REQUIRED, MLX5_OPTIONAL, lib["newest"]), fix)
-    return _check("libmlx5", "pass", lib["newest"], "%s defines %s and %s" % (lib["path"], MLX5_REQUIRED,
-                                                                               MLX5_OPTIONAL))
+    found = "%s defines %s and %s" % (lib["path"], MLX5_REQUIRED, MLX5_OPTIONAL)
+    return _check("libmlx5", "pass", lib["newest"], found)
 
 
 def _dev_ib(f):
@@ -369,8 +369,8 @@ def _nccl(f):
         return _check("nccl_build_runtime", "pass", found, "built against NCCL %s, loads %s" % (built, loaded))
     return _check("nccl_build_runtime", "fail", found, "built against NCCL %s but loads %s: below %s V2 asserts "
                   "\"Prior to NCCL 2.31, NCCL compile-time and runtime versions must be the same\"; from %s on "
-                  "the runtime must be at least the build's" % (built, loaded, NCCL_RUNTIME_VERSION_FROM,
-                                                                 NCCL_RUNTIME_VERSION_FROM),
+                  "the runtime must be at least the build's" % (
+                      built, loaded, NCCL_RUNTIME_VERSION_FROM, NCCL_RUNTIME_VERSION_FROM),
                   "pin the torch environment's NCCL back to %s (nccl phase), or rebuild DeepEP against %s "
                   "(deepep phase)" % (built, loaded))
 
