@@ -11,10 +11,13 @@ from __future__ import annotations
 
 import struct
 
-__all__ = ["ElfError", "dynamic_section", "dynamic_section_of_bytes", "elf_ident", "is_elf", "libstdcxx_linkage"]
+__all__ = ["ElfError", "dynamic_section", "dynamic_section_of_bytes", "elf_ident", "is_elf", "libstdcxx_linkage",
+           "version_definitions", "version_definitions_of_bytes"]
 
 _DT_NULL, _DT_NEEDED, _DT_STRTAB, _DT_SONAME, _DT_RPATH, _DT_RUNPATH = 0, 1, 5, 14, 15, 29
 _PT_LOAD, _PT_DYNAMIC = 1, 2
+_SHT_GNU_VERDEF = 0x6FFFFFFD
+_VER_FLG_BASE = 0x1
 # The largest object read whole (a CUDA extension with embedded cubins is some 100 MB).
 MAX_BYTES = 1 << 30
 
@@ -107,8 +110,63 @@ def dynamic_section_of_bytes(data, name="<bytes>"):
     return result
 
 
-def dynamic_section(path):
-    """:func:`dynamic_section_of_bytes` of the file at ``path`` (ElfError when it is unreadable or too large)."""
+def _sections(data, name):
+    """``[(type, offset, size, link)]`` of the section headers of the ELF object in ``data``."""
+    bits, order = elf_ident(data, name)
+    if bits == 64:
+        shoff, = struct.unpack_from(order + "Q", data, 0x28)
+        shentsize, shnum = struct.unpack_from(order + "HH", data, 0x3A)
+        fmt = order + "IIQQQQIIQQ"
+    else:
+        shoff, = struct.unpack_from(order + "I", data, 0x20)
+        shentsize, shnum = struct.unpack_from(order + "HH", data, 0x2E)
+        fmt = order + "IIIIIIIIII"
+    try:
+        # sh_type, sh_offset, sh_size, sh_link of each section header
+        return [tuple(fields[i] for i in (1, 4, 5, 6))
+                for fields in (struct.unpack_from(fmt, data, shoff + index * shentsize) for index in range(shnum))]
+    except struct.error:
+        raise ElfError("%s is truncated (its section headers run past the end)" % name)
+
+
+def version_definitions_of_bytes(data, name="<bytes>"):
+    """The symbol versions the ELF object in ``data`` defines (its ``.gnu.version_d``), in file order, without the
+    base entry (the object's own SONAME): what ``objdump -p`` prints under "Version definitions", e.g.
+    ``["MLX5_1.0", ..., "MLX5_1.25"]`` for rdma-core's libmlx5.so.1. An object without version definitions gives
+    ``[]``. Raises ElfError for what is not an ELF object or is truncated."""
+    sections = _sections(data, name)
+    order = elf_ident(data, name)[1]
+    names = []
+    for stype, offset, size, link in sections:
+        if stype != _SHT_GNU_VERDEF:
+            continue
+        if link >= len(sections):
+            raise ElfError("%s has a version definition section whose string table index %d is out of range"
+                           % (name, link))
+        strtab = sections[link][1]
+        position, seen = offset, 0
+        try:
+            while seen < 65536:
+                entry = struct.unpack_from(order + "HHHHIII", data, position)
+                flags, count, aux, following = entry[1], entry[3], entry[5], entry[6]
+                if count:
+                    vda_name, = struct.unpack_from(order + "I", data, position + aux)
+                    start = strtab + vda_name
+                    end = data.find(b"\0", start)
+                    if start >= len(data) or end < 0:
+                        raise ElfError("%s has a version name that runs past the end of the file" % name)
+                    if not flags & _VER_FLG_BASE:
+                        names.append(data[start:end].decode("utf-8", "replace"))
+                seen += 1
+                if not following or position + following >= offset + size:
+                    break
+                position += following
+        except struct.error:
+            raise ElfError("%s is truncated (its version definitions run past the end)" % name)
+    return names
+
+
+def _read_object(path):
     try:
         with open(path, "rb") as handle:
             data = handle.read(MAX_BYTES + 1)
@@ -116,7 +174,17 @@ def dynamic_section(path):
         raise ElfError("cannot read %s: %s" % (path, exc))
     if len(data) > MAX_BYTES:
         raise ElfError("%s is larger than %d bytes; not read" % (path, MAX_BYTES))
-    return dynamic_section_of_bytes(data, path)
+    return data
+
+
+def version_definitions(path):
+    """:func:`version_definitions_of_bytes` of the file at ``path`` (ElfError when unreadable or too large)."""
+    return version_definitions_of_bytes(_read_object(path), path)
+
+
+def dynamic_section(path):
+    """:func:`dynamic_section_of_bytes` of the file at ``path`` (ElfError when it is unreadable or too large)."""
+    return dynamic_section_of_bytes(_read_object(path), path)
 
 
 def libstdcxx_linkage(needed, data=b""):

@@ -62,11 +62,15 @@ options:
         O(python) loads, the NVSHMEM host library that would load, each GPU's compute capability against the
         embedded SASS/PTX, torch unchanged since the build, and no static libstdc++ in a DeepEP V2 extension.
         Nothing is imported; the libraries' version strings are read from their files.
+      - V(deepep_v2) is RV(ansible_facts.gpufleet_deepep_v2), DeepEP V2's runtime requirements on the node, each
+        decided as a check (pass, fail with its fix, warn, or not applicable with the reason). It runs no command
+        of its own (it shares nvcc, C(ldconfig -p) and the Python probe with V(stack)) and reads libmlx5's symbol
+        versions from its ELF file.
       - A set that cannot be gathered is left out and named in RV(gather_errors); the others are still returned.
     type: list
     elements: str
-    choices: [stack, nvidia, rdma, gpus, bundled_nvshmem, sglang, serve_node, linkage, modules, paths, cuda_toolkit,
-              imports, symbols, initramfs, torch, hca_mapping, packages, gdrdrv]
+    choices: [stack, nvidia, rdma, gpus, bundled_nvshmem, sglang, serve_node, linkage, deepep_v2, modules, paths,
+              cuda_toolkit, imports, symbols, initramfs, torch, hca_mapping, packages, gdrdrv]
     default: [stack]
   paths:
     description:
@@ -233,6 +237,30 @@ options:
     description: For V(serve_node), the DeepGEMM cache directory the sglang role installs into (its markers).
     type: path
     default: /var/cache/sglang/deep_gemm
+  deepep_v2_tree:
+    description:
+      - For V(deepep_v2), the DeepEP V2 tree whose headers are read for the CUDA 12.8 host-code workaround, the SM100
+        st.bulk fix (DeepEP issue 692) and the GIN barrier fix (DeepEP PR 715) - a source checkout or an installed
+        C(deep_ep) package directory.
+      - Default the installed C(deep_ep) package of O(python); with neither, those checks say the tree is unknown.
+    type: path
+  deepep_v2_nic_name:
+    description:
+      - For V(deepep_v2), the E(EP_NIC_NAME) V2 will run with (an RDMA device name such as C(mlx5_0)).
+      - Default the value the env script O(env_script) exports, else V2's own default C(mlx5_0).
+    type: str
+  deepep_v2_over_rdma:
+    description:
+      - For V(deepep_v2), whether V2 runs over RDMA on this node. V(false) (NVLink only) makes the ibstat,
+        E(EP_NIC_NAME), libmlx5 and C(/dev/infiniband) checks not applicable.
+    type: bool
+    default: true
+  deepep_v2_across_nodes:
+    description:
+      - For V(deepep_v2), whether V2 runs across nodes. V(false) makes the GIN barrier check (DeepEP PR 715) not
+        applicable.
+    type: bool
+    default: true
   timeout:
     description:
       - Seconds each Python probe (metadata, import, the SGLang probe) and C(ip -j addr show) (V(serve_node)) may
@@ -300,6 +328,47 @@ ansible_facts:
       type: dict
       sample: {driver_loaded: true, driver_version: 580.95.05, peer_mapping_override_active: true,
                reboot_required: false, reboot_reasons: []}
+    gpufleet_deepep_v2:
+      description:
+        - With V(deepep_v2) in O(gather), DeepEP V2's runtime requirements on the node.
+        - C(nvcc) (C(path), C(present), C(release), C(version), C(error)) and C(cuobjdump) (C(path), C(present)) -
+          V2 compiles its kernels on the node (JIT). C(ibstat) (C(path), C(present)). C(dev_infiniband)
+          (C(present), C(uverbs)). C(libmlx5) (C(path), C(versions) - the symbol versions its ELF defines, C(newest),
+          C(required) - MLX5_1.8 defined, C(optional) - MLX5_1.25 defined, C(error)). C(nic) (C(name) - the
+          E(EP_NIC_NAME), C(source) - option, env_script or default, C(present), C(active), C(active_devices)).
+          C(cumem_disabled) (each place E(NCCL_CUMEM_ENABLE=0) is set, with C(where) and C(value)). C(tree) (C(path),
+          C(headers), C(cuda128_host_code), C(sm100_st_bulk), C(gin_barrier) - true, false or null, C(error)).
+          C(compute_capabilities) of the GPUs. C(nccl) (C(built), C(loaded)). C(over_rdma), C(across_nodes).
+        - C(checks) - one entry per check, in this order - C(nvcc), C(cuobjdump), C(sm100_cuda),
+          C(cuda128_host_code), C(ibstat), C(nic_name), C(libmlx5), C(dev_infiniband), C(nccl_cumem),
+          C(nccl_build_runtime), C(gin_barrier) - each C(check), C(status) (C(pass), C(fail), C(warn) or
+          C(not_applicable)), C(found), C(reason) and C(fix) (what to do; null on a pass).
+        - C(failed) and C(warnings) name the checks of that status; C(ready) is true when none failed.
+      returned: when O(gather) holds V(deepep_v2)
+      type: dict
+      sample:
+        nvcc: {path: /usr/local/cuda/bin/nvcc, present: true, release: "12.9", version: 12.9.86, error: null}
+        cuobjdump: {path: /usr/local/cuda/bin/cuobjdump, present: true}
+        ibstat: {path: /usr/sbin/ibstat, present: true}
+        dev_infiniband: {present: true, uverbs: [uverbs0]}
+        libmlx5: {path: /usr/lib/x86_64-linux-gnu/libmlx5.so.1, versions: [MLX5_1.0, MLX5_1.8, MLX5_1.25],
+                  newest: MLX5_1.25, required: true, optional: true, error: null}
+        nic: {name: mlx5_0, source: env_script, present: true, active: true, active_devices: [mlx5_0]}
+        cumem_disabled: []
+        tree: {path: /opt/torch/.venv/lib/python3.12/site-packages/deep_ep,
+               headers: /opt/torch/.venv/lib/python3.12/site-packages/deep_ep/include/deep_ep/common,
+               cuda128_host_code: true, sm100_st_bulk: false, gin_barrier: false, error: null}
+        compute_capabilities: ["9.0"]
+        nccl: {built: 2.30.7, loaded: 2.30.7}
+        over_rdma: true
+        across_nodes: true
+        checks:
+          - {check: nvcc, status: pass, found: "12.9", reason: nvcc 12.9 >= 12.3, fix: null}
+          - {check: gin_barrier, status: fail, found: false, reason: the V2 tree lacks the GIN barrier fix,
+             fix: use a DeepEP V2 tree with PR 715}
+        failed: [gin_barrier]
+        warnings: []
+        ready: false
     gpufleet_linkage:
       description:
         - With V(linkage) in O(gather), the linkage record of the installed DeepEP (C(linkage) of schema 1 in its
@@ -618,6 +687,8 @@ ansible_facts:
           sample: {python: "/usr/bin/python3 failed (rc=127): No such file or directory"}
 """
 
+import re
+
 from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.gpufleet.deepep.plugins.module_utils._node.fact_sets import GatherError
@@ -651,6 +722,7 @@ from ansible_collections.gpufleet.deepep.plugins.module_utils._node.stack import
     subprocess_runner,
 )
 
+NIC_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}\Z")
 ROLE_SETS = ("modules", "paths", "cuda_toolkit", "imports", "symbols", "initramfs", "torch", "hca_mapping", "packages",
              "gdrdrv")
 
@@ -690,6 +762,10 @@ def build_module():
             sglang_constraint_file=dict(type="path"),
             serve_env_scripts=dict(type="list", elements="path", default=[]),
             serve_dg_cache_dir=dict(type="path", default=DEFAULT_SERVE_DG_CACHE_DIR),
+            deepep_v2_tree=dict(type="path"),
+            deepep_v2_nic_name=dict(type="str"),
+            deepep_v2_over_rdma=dict(type="bool", default=True),
+            deepep_v2_across_nodes=dict(type="bool", default=True),
             timeout=dict(type="int", default=60),
             root=dict(type="path", default="/"),
         ),
@@ -702,6 +778,10 @@ def _main():
     params = module.params
     if params["timeout"] < 1:
         module.fail_json(msg="timeout=%r: expected a positive number of seconds" % params["timeout"])
+    nic = params["deepep_v2_nic_name"]
+    if nic is not None and not NIC_NAME_RE.match(nic):
+        module.fail_json(msg="deepep_v2_nic_name=%r: expected an RDMA device name (letters, digits, '_', '-' or '.', "
+                             "such as mlx5_0)" % (nic,))
     facts, errors = {}, {}
     wanted = set(params["gather"])
     try:
@@ -764,6 +844,10 @@ def _main():
             sglang_constraint_file=params["sglang_constraint_file"],
             serve_env_scripts=params["serve_env_scripts"],
             serve_dg_cache_dir=params["serve_dg_cache_dir"],
+            deepep_v2_tree=params["deepep_v2_tree"],
+            deepep_v2_nic_name=params["deepep_v2_nic_name"],
+            deepep_v2_over_rdma=params["deepep_v2_over_rdma"],
+            deepep_v2_across_nodes=params["deepep_v2_across_nodes"],
         )
     except GatherError as exc:
         module.fail_json(msg=str(exc), gather_errors={})

@@ -1040,3 +1040,28 @@ def test_every_http_request_of_the_roles_has_a_deadline_for_the_whole_exchange(p
 
 def test_the_uri_tasks_are_found():
     assert len(URI_TASKS) >= 14
+
+
+# ----------------------------------------------- node_stack gather: [deepep_v2]: the options of V2's runtime checks
+BAD_DEEPEP_V2 = [
+    ({"deepep_v2_nic_name": "mlx5 0"}, "deepep_v2_nic_name='mlx5 0'"),
+    ({"deepep_v2_nic_name": "../mlx5_0"}, "deepep_v2_nic_name='../mlx5_0'"),
+    ({"deepep_v2_nic_name": "mlx5_0\nexport X=1"}, "deepep_v2_nic_name='mlx5_0\\nexport X=1'"),
+    ({"deepep_v2_nic_name": "m" * 65}, "deepep_v2_nic_name='" + "m" * 65 + "'"),
+    ({"deepep_v2_over_rdma": "sometimes"}, "deepep_v2_over_rdma"),
+    ({"deepep_v2_across_nodes": "maybe"}, "deepep_v2_across_nodes"),
+    ({"gather": ["deepep_v2", "deepep_v3"]}, "deepep_v3"),
+]
+
+
+@pytest.mark.parametrize("args, named", BAD_DEEPEP_V2, ids=[str(i) for i in range(len(BAD_DEEPEP_V2))])
+def test_node_stack_deepep_v2_options_refused_and_nothing_written(module_runner, tmp_path, args, named):
+    before = snapshot(tmp_path)
+    result = module_runner(node_stack, dict({"gather": ["deepep_v2"], "root": str(tmp_path),
+                                             "sysfs_root": str(tmp_path)}, **args))
+    assert result.failed, result
+    assert named in result["msg"], result["msg"]
+    assert "Traceback" not in result["msg"]
+    if "nic_name" in named:
+        assert "expected an RDMA device name" in result["msg"]
+    assert snapshot(tmp_path) == before

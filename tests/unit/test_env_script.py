@@ -241,3 +241,94 @@ def test_nodes_of_one_profile_get_the_same_script(tmp_path):
     two, dummy = render_script(tmp_path, facts, bundled=BUNDLED, hostname="b200-cluster-2")
     assert "b200-cluster-1" not in text
     assert two.read_text(encoding="utf-8") == text
+
+
+# --- the DeepEP V2 block -----------------------------------------------------------------------------------------
+
+V2_VARIABLES = ("EP_NIC_NAME", "EP_DISABLE_GIN")
+
+
+@pytest.mark.parametrize("profile, naming, disable_gin, nic", [
+    ("h200_nvlink", "as-profile", "1", None),      # no RDMA device: no GIN, V2 needs EP_DISABLE_GIN=1
+    ("h100_ib", "as-profile", None, "mlx5_0"),     # ACTIVE InfiniBand devices: GIN, never disabled
+    ("gcp_b200", "mlx5", None, "mlx5_0"),
+    ("gcp_b200", "rocep", None, "rocep"),
+])
+def test_v2_block_follows_the_active_rdma_devices(tmp_path, profile, naming, disable_gin, nic):
+    facts = node_facts(tmp_path, profile, naming=naming)
+    path, decided = render_script(tmp_path, facts)
+    bash_n(path)
+    env = sourced(path)
+    assert env.get("EP_DISABLE_GIN") == disable_gin
+    if nic is None:
+        assert "EP_NIC_NAME" not in env
+    else:
+        assert env["EP_NIC_NAME"].startswith(nic)
+        assert env["EP_NIC_NAME"] == facts["gpufleet_rdma"]["active_devices"][0]
+    assert "NCCL_CUMEM_ENABLE" not in env
+    assert "NCCL_CUMEM_ENABLE" not in path.read_text()
+
+
+@pytest.mark.parametrize("setting, profile, expected", [
+    ("auto", "h200_nvlink", "1"), ("auto", "h100_ib", None),
+    ("1", "h100_ib", "1"), ("1", "h200_nvlink", "1"),
+    ("", "h200_nvlink", None), ("", "h100_ib", None),
+])
+def test_ep_disable_gin_setting(tmp_path, setting, profile, expected):
+    path, dummy = render_script(tmp_path, node_facts(tmp_path, profile), env_script_ep_disable_gin=setting)
+    assert sourced(path).get("EP_DISABLE_GIN") == expected
+
+
+@pytest.mark.parametrize("profile", ["h200_nvlink", "h100_ib"])
+def test_every_v2_variable_is_documented_in_the_script_and_the_readme(tmp_path, profile):
+    path, decided = render_script(tmp_path, node_facts(tmp_path, profile))
+    lines = path.read_text().splitlines()
+    exported = [i for i, line in enumerate(lines) if line.startswith("export EP_")]
+    assert exported
+    for index in exported:
+        name = lines[index].split()[1].split("=")[0]
+        assert name in V2_VARIABLES
+        comment = lines[index - 1]
+        assert comment.startswith("# DeepEP V2: ") and len(comment) > 60, comment
+    readme = (ROLE / "README.md").read_text()
+    spec = (ROLE / "meta" / "argument_specs.yml").read_text()
+    for name in V2_VARIABLES:
+        assert ("`%s`" % name in readme or "`%s=" % name in readme) and name in spec
+
+
+def settings_check(**variables):
+    """The role's "Check the settings against the node" assert, judged with ``variables``: (passed, message)."""
+    tasks = yaml.safe_load((ROLE / "tasks" / "main.yml").read_text())
+    block = next(t for t in tasks if t.get("name") == "Render the script from the facts")["block"]
+    task = next(t for t in block if t.get("name") == "Check the settings against the node")
+    values = role_defaults()
+    values.update({"inventory_hostname": "h100-1", "env_script_installed": {"gdrdrv_loaded": True}})
+    values.update(variables)
+    values.update({k: render(v, values) for k, v in task["vars"].items()})
+    passed = all(render("{{ %s }}" % cond, values) in (True, "True") for cond in task["ansible.builtin.assert"]["that"])
+    return passed, render(task["ansible.builtin.assert"]["fail_msg"], values)
+
+
+ACTIVE = {"gpufleet_rdma": {"active_devices": ["mlx5_0", "mlx5_1"]}}
+
+
+@pytest.mark.parametrize("variables, passed, words", [
+    ({"ansible_facts": ACTIVE}, True, None),
+    ({"ansible_facts": ACTIVE, "env_script_ep_nic_name": "mlx5_1"}, True, None),
+    ({"ansible_facts": ACTIVE, "env_script_ep_nic_name": "mlx5_7"},
+     False, "env_script_ep_nic_name is mlx5_7, which is not an ACTIVE RDMA device of h100-1 (expected auto, or one "
+            "of: mlx5_0, mlx5_1)"),
+    ({"ansible_facts": {"gpufleet_rdma": {"active_devices": []}}, "env_script_ep_nic_name": "mlx5_0"},
+     False, "(expected auto, or one of: none)"),
+    ({"ansible_facts": ACTIVE, "env_script_extra_env": {"NCCL_CUMEM_ENABLE": "0"}},
+     False, "env_script_extra_env sets NCCL_CUMEM_ENABLE=0, which breaks DeepEP V2"),
+    ({"ansible_facts": ACTIVE, "env_script_extra_env": {"NCCL_CUMEM_ENABLE": 0}}, False, "expected it left out"),
+    ({"ansible_facts": ACTIVE, "env_script_extra_env": {"NCCL_CUMEM_ENABLE": "1"}}, True, None),
+])
+def test_the_role_refuses_an_inactive_nic_and_cumem_off(variables, passed, words):
+    ok, message = settings_check(**variables)
+    assert ok is passed
+    if words:
+        assert words in message
+    else:
+        assert message.strip() == ""

@@ -41,6 +41,7 @@ from ansible_collections.gpufleet.deepep.plugins.module_utils._node.installs imp
     unchanged_install,
 )
 from ansible_collections.gpufleet.deepep.plugins.module_utils._node.linkage import gather_linkage, node_gpus
+from ansible_collections.gpufleet.deepep.plugins.module_utils._node.v2runtime import gather_deepep_v2
 from ansible_collections.gpufleet.deepep.plugins.module_utils._nvidia.modprobe import DEFAULT_MODPROBE_DIRS
 from ansible_collections.gpufleet.deepep.plugins.module_utils._node.probes import (
     PYTHON_PROBE,
@@ -94,10 +95,10 @@ DEFAULT_DPKG_PACKAGES = (
 )
 C_ENV = {"LC_ALL": "C", "LANG": "C", "PYTHONDONTWRITEBYTECODE": "1"}
 # What gather_node can read besides the stack, by facts name (each the facts of one facts module).
-GATHERABLE = ("stack", "nvidia", "rdma", "gpus", "bundled_nvshmem", "sglang", "serve_node", "linkage")
+GATHERABLE = ("stack", "nvidia", "rdma", "gpus", "bundled_nvshmem", "sglang", "serve_node", "linkage", "deepep_v2")
 FACT_NAMES = {"stack": "gpufleet_stack", "nvidia": "gpufleet_nvidia", "rdma": "gpufleet_rdma",
               "gpus": "gpufleet_gpus", "bundled_nvshmem": "gpufleet_bundled_nvshmem", "sglang": "gpufleet_sglang",
-              "serve_node": "gpufleet_serve_node", "linkage": "gpufleet_linkage"}
+              "serve_node": "gpufleet_serve_node", "linkage": "gpufleet_linkage", "deepep_v2": "gpufleet_deepep_v2"}
 SBIN_DIRS = ("/sbin", "/usr/sbin", "/usr/local/sbin")
 
 
@@ -240,7 +241,8 @@ def gather_node(gather=("stack",), root="/", sysfs_root="/sys", params_path=DEFA
                 nvidia_reboot_required=None, import_check=True, timeout=60, runner=subprocess_runner,
                 sglang_python="python3", sglang_nvshmem_home=None, sglang_cuda_home=DEFAULT_CUDA_HOME,
                 sglang_dg_cache_dir=None, sglang_constraint_file=None, serve_env_scripts=(),
-                serve_dg_cache_dir=DEFAULT_SERVE_DG_CACHE_DIR):
+                serve_dg_cache_dir=DEFAULT_SERVE_DG_CACHE_DIR, deepep_v2_tree=None, deepep_v2_nic_name=None,
+                deepep_v2_over_rdma=True, deepep_v2_across_nodes=True):
     """Every facts set named in ``gather`` (see :data:`GATHERABLE`) in one pass over the node.
 
     Returns ``(facts, errors)``: facts by facts name (``gpufleet_stack``, ``gpufleet_nvidia``, ...) and, by the
@@ -257,6 +259,13 @@ def gather_node(gather=("stack",), root="/", sysfs_root="/sys", params_path=DEFA
     node (``_node/linkage``): the NCCL and NVSHMEM host library that load, the GPUs' compute capabilities (those of
     ``gpufleet_gpus`` when gathered too, else the PCI tree and nvidia-smi), torch, the libstdc++ linkage.
 
+    ``deepep_v2``: ``gpufleet_deepep_v2``, DeepEP V2's runtime requirements and their checks (``_node/v2runtime``):
+    nvcc and cuobjdump for the JIT, the SM100 and CUDA 12.8 cases against the V2 tree ``deepep_v2_tree`` (default:
+    the installed deep_ep package), ibstat, EP_NIC_NAME (``deepep_v2_nic_name``, else the env script's, else
+    mlx5_0) ACTIVE, libmlx5's symbol versions, /dev/infiniband, NCCL_CUMEM_ENABLE=0 anywhere, NCCL build vs
+    runtime, the GIN barrier fix; ``deepep_v2_over_rdma``/``deepep_v2_across_nodes`` say where the RDMA and
+    multi-node checks apply. It reuses the stack's nvcc, ldconfig and Python probe (no command of its own).
+
     ``serve_node``: ``gpufleet_serve_node``, what serving's preflight (gpufleet.deepep.serve_plan's ``nodes``) needs
     of an engine node - its interfaces (``ip -j addr show``, started with the others), the values of the env scripts
     ``serve_env_scripts`` (in source order) and the DeepGEMM cache markers of ``serve_dg_cache_dir``.
@@ -272,7 +281,7 @@ def gather_node(gather=("stack",), root="/", sysfs_root="/sys", params_path=DEFA
         errors["gpufleet_gpus"] = ("nvidia_smi %r is not an executable file (expected the path of nvidia-smi, "
                                    "or leave the option out to search PATH)" % (nvidia_smi,))
         wanted.discard("gpus")
-    if wanted & set(("gpus", "linkage")) and smi_usable:
+    if wanted & set(("gpus", "linkage", "deepep_v2")) and smi_usable:
         smi = nvidia_smi if nvidia_smi is not None else find_executable("nvidia-smi")
     calls = []
     sglang_resolved = None
@@ -283,18 +292,19 @@ def gather_node(gather=("stack",), root="/", sysfs_root="/sys", params_path=DEFA
         except SglangError as exc:
             errors["gpufleet_sglang"] = str(exc)
             wanted.discard("sglang")
-    if "stack" in wanted:
+    if wanted & set(("stack", "deepep_v2")):
         calls.append(([under(root, os.path.join(cuda_home, "bin", "nvcc")), "--version"], 30))
+        calls.append((["ldconfig", "-p"], 30))
+    if "stack" in wanted:
         calls.append((["dpkg-query", "-W", "-f", "${Package}\\t${Version}\\t${db:Status-Status}\\n"]
                       + list(dpkg_packages), 30))
-        calls.append((["ldconfig", "-p"], 30))
         env_full = under(root, env_script)
         # With import_check "changed" the import runs after the Python probe, only where the install changed.
         if import_check is True:
             probe_env, refusal = import_probe_env(env_full, os.path.isfile(env_full))
             if not refusal:
                 calls.append(([python, "-c", IMPORT_PROBE], timeout, probe_env))
-    if wanted & set(("stack", "bundled_nvshmem", "linkage")):
+    if wanted & set(("stack", "bundled_nvshmem", "linkage", "deepep_v2")):
         calls.append(([python, "-c", PYTHON_PROBE], timeout))
     if "serve_node" in wanted:
         calls.append((list(IP_ADDR_ARGV), timeout))
@@ -314,7 +324,7 @@ def gather_node(gather=("stack",), root="/", sysfs_root="/sys", params_path=DEFA
     if "nvidia" in wanted:
         attempt("nvidia", lambda: gather_nvidia(params_path, version_path, modprobe_dirs))
     rdma, rdma_error = None, None
-    if wanted & set(("rdma", "gpus")):
+    if wanted & set(("rdma", "gpus", "deepep_v2")):
         try:
             check_sysfs(sysfs_root)
             rdma = collect_rdma(sysfs_root)
@@ -333,7 +343,7 @@ def gather_node(gather=("stack",), root="/", sysfs_root="/sys", params_path=DEFA
         else:
             errors["gpufleet_gpus"] = rdma_error
     py = None
-    if wanted & set(("stack", "bundled_nvshmem", "linkage")):
+    if wanted & set(("stack", "bundled_nvshmem", "linkage", "deepep_v2")):
         py = gather_python(python, prefetch, timeout)
     if "bundled_nvshmem" in wanted:
         resolved = python if os.path.isabs(python) else (find_executable(python) or python)
@@ -366,5 +376,30 @@ def gather_node(gather=("stack",), root="/", sysfs_root="/sys", params_path=DEFA
             exports = gather_env_script(root, env_script)["exports"]
             return gather_linkage(root, py, gpus, env_exports=exports)
         attempt("linkage", linkage)
+    if "deepep_v2" in wanted:
+        def deepep_v2():
+            if rdma is None:
+                raise GatherError("the RDMA devices could not be read: %s" % rdma_error)
+            stack = facts.get("gpufleet_stack") if isinstance(facts.get("gpufleet_stack"), dict) else None
+            if stack is not None:
+                cuda, nccl, deepep = stack["cuda"], stack["nccl"], stack["deepep"]
+            else:
+                cuda = gather_cuda(root, cuda_home, prefetch)
+                nccl = nccl_facts(root, py, cuda_home, {})
+                package = find_packages(py["packages"], r"^deep[-_]ep$")
+                deepep = gather_deepep_install(root, python, package[0] if package else None, None)
+            if isinstance(facts.get("gpufleet_gpus"), dict):
+                gpus = facts["gpufleet_gpus"].get("gpus") or []
+            else:
+                gpus = node_gpus(sysfs_root, smi, prefetch, timeout) or []
+            ldcache, dummy = gather_ldcache(prefetch)
+            return gather_deepep_v2(
+                root=root, cuda=cuda, cuda_home=cuda_home, rdma=rdma, gpus=gpus,
+                env_exports=gather_env_script(root, env_script)["exports"], env_script=env_script,
+                tree=deepep_v2_tree or deepep.get("location"),
+                nccl_built=(deepep.get("built_against") or {}).get("nccl"), nccl_loaded=nccl.get("loaded_version"),
+                ldcache=ldcache, environ=os.environ, nic_name=deepep_v2_nic_name, over_rdma=deepep_v2_over_rdma,
+                across_nodes=deepep_v2_across_nodes)
+        attempt("deepep_v2", deepep_v2)
     prefetch.join()
     return facts, errors

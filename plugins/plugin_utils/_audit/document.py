@@ -13,7 +13,7 @@ __all__ = ["DOCUMENT_FACTS", "NOT_GATHERED", "node_document", "plain_data"]
 
 # Facts of the node_stack result that go into the facts document as they are.
 DOCUMENT_FACTS = ("gpufleet_nvidia", "gpufleet_rdma", "gpufleet_gpus", "gpufleet_bundled_nvshmem", "gpufleet_stack",
-                  "gpufleet_linkage")
+                  "gpufleet_linkage", "gpufleet_deepep_v2")
 NOT_GATHERED = "the play failed on this node before its facts were gathered"
 
 
@@ -53,7 +53,8 @@ def node_document(host, groups, result, expect=None, model=None, serving=None):
     unreachable result gives ``reachable: false`` with the connection's message; a failed one keeps
     ``reachable: true`` and names the failure under ``gather_errors.node_stack``. ``gpufleet_nvshmem`` and
     ``gpufleet_deepep`` are the stack's ``nvshmem`` and ``deepep`` (the shapes of the build modules' facts).
-    ``gpufleet_linkage`` (the DeepEP build's linkage record checked against the node) is null where it was not gathered.
+    ``gpufleet_linkage`` (the DeepEP build's linkage record checked against the node) and ``gpufleet_deepep_v2`` (DeepEP
+    V2's runtime requirements and their checks) are null where they were not gathered.
     """
     result = result if isinstance(result, dict) else {}
     doc = {"host": host, "groups": list(groups or []), "reachable": True, "unreachable_reason": None,
