@@ -64,7 +64,7 @@ options:
   key_env:
     description:
       - The environment variables that enter DeepEP's JIT digest, with their values at run time, for example
-        C({EP_JIT_DEBUG: "0"}). Only C(EP_JIT_DEBUG), C(EP_JIT_PTXAS_CHECK), C(EP_JIT_PTXAS_VERBOSE),
+        C(EP_JIT_DEBUG) set to C(0). Only C(EP_JIT_DEBUG), C(EP_JIT_PTXAS_CHECK), C(EP_JIT_PTXAS_VERBOSE),
         C(EP_JIT_DUMP_ASM), C(EP_JIT_DUMP_PTX), C(EP_JIT_DUMP_SASS), C(EP_JIT_NVCC_COMPILER), C(EP_GIN_GDAKI_DEBUG)
         and C(EP_NUM_TOPK_IDX_BITS) are accepted. They are also set for the warm-up.
     type: dict
@@ -81,7 +81,7 @@ options:
     description: The directory the warm-up runs in (DeepEP's source tree); unset, O(artifact_dir).
     type: path
   warmup_env:
-    description: More environment of the warm-up (for example C({EP_DISABLE_GIN: "1"}) on a node without a NIC).
+    description: More environment of the warm-up (for example C(EP_DISABLE_GIN) set to C(1) on a node without a NIC).
     type: dict
     default: {}
   warmup_timeout:
