@@ -241,3 +241,19 @@ def test_nodes_of_one_profile_get_the_same_script(tmp_path):
     two, dummy = render_script(tmp_path, facts, bundled=BUNDLED, hostname="b200-cluster-2")
     assert "b200-cluster-1" not in text
     assert two.read_text(encoding="utf-8") == text
+
+
+@pytest.mark.parametrize("overrides,expected", [
+    ({}, "/var/cache/deepep/jit"),
+    ({"deepep_jit_cache_dir": "/local/nvme/deepep-jit"}, "/local/nvme/deepep-jit"),
+    ({"env_script_ep_jit_cache_dir": "/scratch/jit"}, "/scratch/jit"),
+    ({"env_script_ep_jit_cache_dir": ""}, None),
+])
+def test_ep_jit_cache_dir_is_the_node_local_cache(tmp_path, overrides, expected):
+    """DeepEP V2's JIT cache: the deepep role's node-local directory, with the reason in the script's comment."""
+    path, dummy = render_script(tmp_path, node_facts(tmp_path, "h200_nvlink"), **overrides)
+    bash_n(path)
+    env = sourced(path)
+    assert env.get("EP_JIT_CACHE_DIR") == expected
+    if expected:
+        assert "node-local (NFS races: DeepEP #683)" in path.read_text()
