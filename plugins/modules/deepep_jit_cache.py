@@ -348,8 +348,9 @@ class JitCache(object):
                 "compiled_seconds": record.get("compiled_seconds"), "loaded_seconds": record.get("loaded_seconds"),
                 "compiled": record.get("compiled"), "loaded": record.get("loaded")}
 
-    def warmup(self, cache):
-        """Run the warm-up with EP_JIT_CACHE_DIR=``cache``; ``{compiled, loaded, seconds, rc}``."""
+    def warmup(self, cache, kernels=None):
+        """Run the warm-up with EP_JIT_CACHE_DIR=``cache``; ``{compiled, loaded, seconds, rc}`` (loaded: of
+        ``kernels`` when given, the key's, else of every kernel the cache held)."""
         before = [k["dir"] for k in list_kernels(cache)]
         env = dict((k, str(v)) for k, v in self.p["warmup_env"].items())
         env.update(self.key_env)
@@ -363,7 +364,8 @@ class JitCache(object):
             raise Failed("the JIT warm-up %s: %s (EP_JIT_CACHE_DIR=%s); nothing was packed or installed"
                          % (what, " ".join(self.p["warmup_argv"]), cache), rc=rc,
                          stdout=out[-3000:], stderr=err[-3000:])
-        counts = warmup_counts(before, [k["dir"] for k in list_kernels(cache)])
+        counts = warmup_counts([d for d in before if kernels is None or d in kernels],
+                               [k["dir"] for k in list_kernels(cache)])
         return {"compiled": counts["compiled"], "loaded": counts["loaded"], "seconds": seconds, "rc": rc}
 
     def run(self):
@@ -412,7 +414,7 @@ class JitCache(object):
                   "compiled_seconds": built.get("warmup", {}).get("seconds"),
                   "compiled": built.get("warmup", {}).get("compiled"), "loaded_seconds": None, "loaded": None}
         if p["measure_loaded"]:
-            warm = self.warmup(p["cache_dir"])
+            warm = self.warmup(p["cache_dir"], kernels=set(added + present))
             self.result["loaded_warmup"] = warm
             record.update(loaded_seconds=warm["seconds"], loaded=warm["loaded"])
             if warm["compiled"]:
