@@ -91,7 +91,7 @@ def test_plan_decisions(tmp_path):
     assert decision["would_build"] is False and decision["would_install"] is True and decision["artifact"]
     kernel(cache, "dispatch")
     jit.write_record(str(cache), {"key": KEY, "kernels": ["kernel.dispatch.1f2e3d4c5b6a7980"]})
-    assert jit.plan(KEY, str(cache), str(arts)) ["would_install"] is False
+    assert jit.plan(KEY, str(cache), str(arts))["would_install"] is False
     other = "cd" * 32
     assert "filled for key abababab" in jit.plan(other, str(cache), str(arts))["reason"]
     jit.write_record(str(cache), {"key": KEY, "kernels": ["kernel.dispatch.1f2e3d4c5b6a7980", "kernel.combine.00aa11bb"]})
