@@ -42,7 +42,7 @@ def test_every_input_of_deepeps_digest_changes_the_key(name, value):
     ("deepep_key", "abc", "deepep_key"), ("deepep_key", "AB" * 32, "deepep_key"), ("arch_list", [], "gpu_arch_list"),
     ("arch_list", ["sm90"], "'sm90'"), ("arch_list", "", "gpu_arch_list"), ("nvcc_version", None, "nvcc version"),
     ("key_env", {"EP_DISABLE_GIN": "1"}, "'EP_DISABLE_GIN'"), ("key_env", {"EP_JIT_DEBUG": True}, "EP_JIT_DEBUG"),
-    ("key_env", ["EP_JIT_DEBUG"], "key_env")])
+    ("key_env", ["EP_JIT_DEBUG"], "key_env"), ("deepep_key", "ab" * 32 + "\n", "deepep_key")])
 def test_bad_key_inputs_are_named_with_the_expected_form(name, value, named):
     with pytest.raises(jit.JitError) as err:
         jit.jit_key(**dict(BASE, **{name: value}))
@@ -54,7 +54,7 @@ def test_modes_accepted(value):
     assert jit.check_mode_string(value) == int(value, 8)
 
 
-@pytest.mark.parametrize("value", ["rwx", "0855", "0055", "7777", "", "0644\n"])
+@pytest.mark.parametrize("value", ["rwx", "0855", "0055", "7777", "", "0644\n", "0755\n", " 755"])
 def test_modes_refused(value):
     with pytest.raises(jit.JitError) as err:
         jit.check_mode_string(value)

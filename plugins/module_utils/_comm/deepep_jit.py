@@ -39,9 +39,9 @@ ARCHIVE_NAME = "jit-cache.tar"
 # The artifact's record (in <artifact_dir>/<key>/, written last) and the cache's (in the cache dir, written last).
 ARTIFACT_RECORD = "jit.json"
 RECORD_NAME = ".gpufleet-jit.json"
-KERNEL_RE = re.compile(r"^kernel\.(?P<name>[A-Za-z0-9_]+)\.(?P<digest>[0-9a-f]{8,128})$")
+KERNEL_RE = re.compile(r"kernel\.(?P<name>[A-Za-z0-9_]+)\.(?P<digest>[0-9a-f]{8,128})")
 UNPACK_PREFIX = ".gpufleet-unpack."
-MODE_RE = re.compile(r"^0?[0-7]{3}$")
+MODE_RE = re.compile(r"0?[0-7]{3}")
 
 
 class JitError(ValueError):
@@ -66,7 +66,7 @@ def check_key_env(value, option="key_env"):
 
 def check_mode_string(value, option="mode"):
     """The octal mode ``value`` (``0755``, ``755``) as an int; JitError naming the option otherwise."""
-    if not isinstance(value, str) or not MODE_RE.match(value):
+    if not isinstance(value, str) or not MODE_RE.fullmatch(value):
         raise JitError("%s: %r is not an octal directory mode; expected three octal digits such as 0755" % (option, value))
     mode = int(value, 8)
     if mode & 0o500 != 0o500:
@@ -78,13 +78,13 @@ def check_mode_string(value, option="mode"):
 def jit_key(deepep_key, arch_list, nvcc_version, deepep_dir, python, nccl_root, key_env):
     """The key of a JIT cache: the DeepEP build, the GPU archs, nvcc's version, the install (package directory and
     interpreter), the NCCL root and the EP_JIT_* envs that enter DeepEP's own digest; ``(key, inputs)``."""
-    if not isinstance(deepep_key, str) or not re.match(r"^[0-9a-f]{64}$", deepep_key):
+    if not isinstance(deepep_key, str) or not re.fullmatch(r"[0-9a-f]{64}", deepep_key):
         raise JitError("deepep_key: %r is not a DeepEP build key; expected 64 hex digits (deepep_build's key)"
                        % (deepep_key,))
     archs = arch_list if isinstance(arch_list, list) else re.split(r"[;, ]+", str(arch_list or ""))
     archs = sorted(set(a for a in (str(x).strip() for x in archs) if a))
     for arch in archs:
-        if not re.match(r"^\d+\.\d+[af]?(\+PTX)?$", arch):
+        if not re.fullmatch(r"\d+\.\d+[af]?(\+PTX)?", arch):
             raise JitError("gpu_arch_list: %r is not a CUDA arch; expected entries such as 9.0, 10.0a or 10.0+PTX" % arch)
     if not archs:
         raise JitError("gpu_arch_list is empty; expected the node's CUDA archs (gpu_topology's cuda_arch_list)")
@@ -105,7 +105,7 @@ def list_kernels(cache_dir):
         return []
     out = []
     for entry in entries:
-        match = KERNEL_RE.match(entry)
+        match = KERNEL_RE.fullmatch(entry)
         path = os.path.join(base, entry)
         if not match or os.path.islink(path) or not os.path.isdir(path):
             continue
@@ -188,7 +188,7 @@ def _members(tar, archive):
         parts = member.name.split("/")
         if member.isdir() and len(parts) <= 2 and parts[0] == "cache":
             continue
-        if (not member.isfile() or len(parts) != 3 or parts[0] != "cache" or not KERNEL_RE.match(parts[1])
+        if (not member.isfile() or len(parts) != 3 or parts[0] != "cache" or not KERNEL_RE.fullmatch(parts[1])
                 or parts[2] in ("", ".", "..") or "\0" in parts[2]):
             raise JitError("%s holds %r; expected only regular files at cache/kernel.<name>.<digest>/<file> "
                            "(a JIT cache archive)" % (archive, member.name))
