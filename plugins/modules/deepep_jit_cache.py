@@ -42,7 +42,7 @@ options:
     type: path
     required: true
   deepep_key:
-    description: The build key of the installed DeepEP (M(gpufleet.deepep.deepep_build)'s RV(ansible_facts.gpufleet_deepep.key)), 64 hex digits.
+    description: The build key of the installed DeepEP (the C(key) M(gpufleet.deepep.deepep_build) returns), 64 hex digits.
     type: str
     required: true
   python:
@@ -326,7 +326,7 @@ class JitCache(object):
         nvcc = self.key_env.get("EP_JIT_NVCC_COMPILER") or os.path.join(self.p["cuda_home"], "bin", "nvcc")
         rc, out, err = self.log.quiet([nvcc, "--version"])
         version = cuda_version_from_nvcc(out) if rc == 0 else None
-        rc2, out2, _ = self.log.quiet([self.p["python"], "-c", FIND_DEEP_EP])
+        rc2, out2, dummy = self.log.quiet([self.p["python"], "-c", FIND_DEEP_EP])
         lines = out2.strip().splitlines() if rc2 == 0 else []
         deepep_dir = lines[-1] if lines and os.path.isabs(lines[-1]) else None
         why = []

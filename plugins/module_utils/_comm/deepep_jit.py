@@ -196,7 +196,7 @@ def _members(tar, archive):
     if not out:
         raise JitError("%s holds no kernel; expected cache/kernel.<name>.<digest>/kernel.cubin" % archive)
     for kernel, files in out.items():
-        if "kernel.cubin" not in [name for name, _ in files]:
+        if "kernel.cubin" not in [entry[0] for entry in files]:
             raise JitError("%s: cache/%s has no kernel.cubin" % (archive, kernel))
     return out
 
