@@ -53,7 +53,7 @@ __all__ = [
     "new_incoming", "clean_incoming", "publish", "put_local", "get_local",
 ]
 
-KINDS = ("nvshmem", "deepep", "nccl", "gdrcopy", "deepgemm")
+KINDS = ("nvshmem", "deepep", "nccl", "gdrcopy", "deepgemm", "deepep_jit")
 RECORD_NAME = "record.json"
 LEGACY_RECORD_NAME = "published.json"
 LOCK_NAME = ".lock"

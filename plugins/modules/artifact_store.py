@@ -73,7 +73,7 @@ options:
   kind:
     description: The kind of artifact (a directory of the store).
     type: str
-    choices: [nvshmem, deepep, nccl, gdrcopy, deepgemm]
+    choices: [nvshmem, deepep, nccl, gdrcopy, deepgemm, deepep_jit]
     required: true
   key:
     description: The build key, lowercase hex, 16 to 64 characters (the build modules return it as C(key)).

@@ -158,7 +158,7 @@ def test_a_record_that_is_not_json_or_absent_is_refused(published):
 
 @pytest.mark.parametrize("kwargs, expected", [
     ({"store": "relative"}, "must be an absolute path"),
-    ({"kind": "wheels"}, "kind 'wheels' is not one of nvshmem, deepep, nccl, gdrcopy, deepgemm"),
+    ({"kind": "wheels"}, "kind 'wheels' is not one of nvshmem, deepep, nccl, gdrcopy, deepgemm, deepep_jit"),
     ({"key": "ABCDEF0123456789"}, "lowercase hex, 16 to 64"),
     ({"key": "abc"}, "lowercase hex, 16 to 64"),
     ({"files": ["a/b"]}, "not a plain file name"),

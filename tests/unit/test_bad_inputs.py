@@ -30,6 +30,7 @@ from ansible_collections.gpufleet.deepep.plugins.module_utils._store import put_
 from ansible_collections.gpufleet.deepep.plugins.module_utils import _settings
 from ansible_collections.gpufleet.deepep.plugins.modules import (
     artifact_store,
+    deepep_jit_cache,
     gpu_topology,
     model_config,
     nccl_env,
@@ -351,6 +352,60 @@ def test_artifact_store_refuses_and_writes_nothing(module_runner, tmp_path, op, 
     assert result.failed, result
     assert option in result["msg"] and expected in result["msg"], result["msg"]
     assert (repr(value) if expected.startswith("expected") else str(value)) in result["msg"], result["msg"]
+    assert "Traceback" not in result["msg"]
+    assert snapshot(tmp_path) == before
+
+
+# ----------------------------------------------------------------------------- deepep_jit_cache (DeepEP V2's JIT cache)
+def _jit_node(tmp_path):
+    """A node with a fake nvcc and a Python whose deep_ep is installed; the module's valid arguments."""
+    (tmp_path / "cuda" / "bin").mkdir(parents=True)
+    _exe(tmp_path / "cuda" / "bin" / "nvcc", "#!/bin/sh\necho 'Cuda compilation tools, release 12.9, V12.9.86'\n")
+    (tmp_path / "site" / "deep_ep").mkdir(parents=True)
+    (tmp_path / "site" / "deep_ep" / "__init__.py").write_text("")
+    python = _exe(tmp_path / "py", "#!/bin/sh\nPYTHONPATH=%s exec python3 \"$@\"\n" % (tmp_path / "site"))
+    return {"cache_dir": str(tmp_path / "jit"), "artifact_dir": str(tmp_path / "arts"), "deepep_key": "ab" * 32,
+            "python": str(python), "gpu_arch_list": "9.0", "cuda_home": str(tmp_path / "cuda"),
+            "warmup_argv": ["/bin/true"]}
+
+
+# (option, bad value, what the message names besides the option): every option with a form to check. nccl_root,
+# warmup_chdir and measure_loaded's free forms are covered by type (a path, a bool) alone.
+JIT_BAD = [
+    ("cache_dir", "relative/jit", "'relative/jit'"), ("cache_dir", "/", "'/'"),
+    ("artifact_dir", "arts", "'arts'"), ("deepep_key", "abc", "'abc'"), ("deepep_key", "AB" * 32, "AB" * 32),
+    ("python", "/nonexistent/python3", "/nonexistent/python3"), ("gpu_arch_list", "sm90", "'sm90'"),
+    ("gpu_arch_list", [], "gpu_arch_list"), ("gpu_arch_list", "", "gpu_arch_list"),
+    ("cuda_home", "/nonexistent/cuda", "/nonexistent/cuda/bin/nvcc"), ("key_env", {"EP_DISABLE_GIN": "1"}, "EP_DISABLE_GIN"),
+    ("key_env", {"EP_JIT_DEBUG": True}, "EP_JIT_DEBUG=True"), ("warmup_argv", [], "warmup_argv"),
+    ("warmup_env", {"EP_DISABLE_GIN": True}, "EP_DISABLE_GIN=True"), ("warmup_env", {"A=B": "1"}, "A=B"),
+    ("warmup_timeout", 0, "0"), ("warmup_timeout", -5, "-5"), ("warmup_timeout", "soon", "soon"),
+    ("measure_loaded", "maybe", "maybe"), ("owner", "no-such-user-gpufleet", "'no-such-user-gpufleet'"),
+    ("group", "no-such-group-gpufleet", "'no-such-group-gpufleet'"), ("mode", "rwx", "'rwx'"), ("mode", "0644", "'0644'"),
+    ("mode", "0855", "'0855'")]
+
+
+def test_jit_cases_cover_every_option_with_a_form():
+    free = {"nccl_root", "warmup_chdir"}
+    spec = set(yaml.safe_load(deepep_jit_cache.DOCUMENTATION)["options"])
+    assert {c[0] for c in JIT_BAD} == spec - free
+
+
+@pytest.mark.parametrize("option,value,named", JIT_BAD, ids=["%s-%d" % (c[0], i) for i, c in enumerate(JIT_BAD)])
+@pytest.mark.parametrize("check_mode", [False, True])
+def test_deepep_jit_cache_refuses_and_writes_nothing(module_runner, tmp_path, option, value, named, check_mode):
+    args = dict(_jit_node(tmp_path), **{option: value})
+    before = snapshot(tmp_path)
+    result = module_runner(deepep_jit_cache, args, check_mode=check_mode)
+    if check_mode and option in ("python", "cuda_home"):
+        # check mode cannot plan without nvcc or deep_ep: it says why and writes nothing
+        assert not result.failed and result["key"] is None and named in result["msg"], result
+    else:
+        assert result.failed, result
+        assert option in result["msg"] or option == "cuda_home", result["msg"]
+        assert named in result["msg"], result["msg"]
+        assert "expected" in result["msg"] or "cannot key" in result["msg"] or "must be one of" in result["msg"] \
+            or "unable to convert" in result["msg"], result["msg"]
     assert "Traceback" not in result["msg"]
     assert snapshot(tmp_path) == before
 

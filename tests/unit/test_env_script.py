@@ -245,7 +245,7 @@ def test_nodes_of_one_profile_get_the_same_script(tmp_path):
 
 # --- the DeepEP V2 block -----------------------------------------------------------------------------------------
 
-V2_VARIABLES = ("EP_NIC_NAME", "EP_DISABLE_GIN")
+V2_VARIABLES = ("EP_NIC_NAME", "EP_DISABLE_GIN", "EP_JIT_CACHE_DIR")
 
 
 @pytest.mark.parametrize("profile, naming, disable_gin, nic", [
@@ -332,3 +332,19 @@ def test_the_role_refuses_an_inactive_nic_and_cumem_off(variables, passed, words
         assert words in message
     else:
         assert message.strip() == ""
+
+
+@pytest.mark.parametrize("overrides,expected", [
+    ({}, "/var/cache/deepep/jit"),
+    ({"deepep_jit_cache_dir": "/local/nvme/deepep-jit"}, "/local/nvme/deepep-jit"),
+    ({"env_script_ep_jit_cache_dir": "/scratch/jit"}, "/scratch/jit"),
+    ({"env_script_ep_jit_cache_dir": ""}, None),
+])
+def test_ep_jit_cache_dir_is_the_node_local_cache(tmp_path, overrides, expected):
+    """DeepEP V2's JIT cache: the deepep role's node-local directory, with the reason in the script's comment."""
+    path, dummy = render_script(tmp_path, node_facts(tmp_path, "h200_nvlink"), **overrides)
+    bash_n(path)
+    env = sourced(path)
+    assert env.get("EP_JIT_CACHE_DIR") == expected
+    if expected:
+        assert "node-local (NFS races: DeepEP #683)" in path.read_text()

@@ -291,3 +291,92 @@ def test_killed_build_leaves_the_previous_install_working(tmp_path):
         assert state["version"] == versions[name]["version"]
         assert state["stamp"]["key"] == versions[name]["stamp"]["key"] == before[name]["deepep"]
         assert after[name]["nvshmem"] == before[name]["nvshmem"]
+
+
+# ------------------------------------------------------------------------------ DeepEP V2's JIT cache, built once
+JIT_DIR = "/var/cache/deepep/jit"
+JIT_KERNELS = 7  # the V2 fixture's kernels (deep_ep/jit.py)
+NCCL_FIXTURE = "/opt/fixture-nccl-2.30.7"
+NCCL_H = ("#ifndef NCCL_H_\n#define NCCL_H_\n#define NCCL_MAJOR 2\n#define NCCL_MINOR 30\n#define NCCL_PATCH 7\n"
+          "#define NCCL_SUFFIX \"\"\n#define NCCL_VERSION_CODE 23007\n"
+          "#define NCCL_VERSION(X,Y,Z) (((X) <= 2 && (Y) <= 8) ? (X) * 1000 + (Y) * 100 + (Z) : "
+          "(X) * 10000 + (Y) * 100 + (Z))\n#endif\n")
+
+
+def v2_args(*extra: str) -> list[str]:
+    """converge.yml's arguments for the mirror's DeepEP V2 fixture against the fixture NCCL root."""
+    source = "file:///srv/fleetsim-mirror/sources/deepep-v2-fixture.tar.gz"
+    return ["-e", f"deepep_src_url={source}", "-e", f"deepep_src_checksum=sha256:{source}.sha256",
+            "-e", f"deepep_nccl_root={NCCL_FIXTURE}", *extra]
+
+
+def jit_record(name: str) -> dict | None:
+    host = node(name)
+    path = f"{JIT_DIR}/.gpufleet-jit.json"
+    return json.loads(host.file(path).content_string) if host.file(path).exists else None
+
+
+def jit_kernels(name: str) -> list[str]:
+    out = node(name).check_output(f"ls -1 {JIT_DIR}/cache 2>/dev/null || true")
+    return sorted(line for line in out.split() if line.startswith("kernel."))
+
+
+def test_v2_jit_cache_compiled_on_one_node_loaded_from_the_store_on_the_others():
+    for name in NODES:
+        code = (f"import os; os.makedirs('{NCCL_FIXTURE}/include', exist_ok=True); "
+                f"open('{NCCL_FIXTURE}/include/nccl.h', 'w').write({NCCL_H!r})")
+        node(name).run_expect([0], "python3 -c %s", code)
+    playbook("converge.yml", *v2_args())
+    jit = store_keys("deepep_jit")
+    assert len(jit) == 1, jit
+    key, published = next(iter(jit.items()))
+    assert published["host"] == CANARY and sorted(published["files"]) == ["jit-cache.tar", "jit.json"]
+    kernels = jit_kernels(CANARY)
+    assert len(kernels) == JIT_KERNELS
+    cold = jit_record(CANARY)
+    assert cold["key"] == key and cold["from"] == "compiled" and cold["compiled"] == JIT_KERNELS
+    for name in NODES:
+        record = jit_record(name)
+        assert record["key"] == key and record["kernels"] == kernels and jit_kernels(name) == kernels
+        assert record["from"] == ("compiled" if name == CANARY else "store")
+        # The warm run after the fill loaded every kernel and compiled none (a compile would be a missed key input).
+        assert record["loaded"] == JIT_KERNELS and "missed" not in record
+        # The cold warm-up sleeps 0.4 s a kernel compiled; a warm one compiles nothing.
+        assert record["compiled_seconds"] == cold["compiled_seconds"] >= JIT_KERNELS * 0.4
+        assert record["loaded_seconds"] < record["compiled_seconds"]
+        assert node(name).file(JIT_DIR).mode == 0o755
+        assert sourced_env(name)["EP_JIT_CACHE_DIR"] == JIT_DIR
+        assert deepep_state(name)["version"].startswith("2.")
+
+
+def test_v2_jit_cache_rerun_changes_nothing_and_check_mode_predicts_a_new_key():
+    before = {name: jit_record(name) for name in NODES}
+    playbook("converge.yml", *v2_args())
+    assert {name: jit_record(name) for name in NODES} == before
+    assert len(store_keys("deepep_jit")) == 1
+    # A key input changes (an EP_JIT_* switch the services run with): check mode predicts the warm-up, writes nothing.
+    debug = ["-e", '{"deepep_jit_key_env": {"EP_JIT_DEBUG": "1"}, "build_serial": ["100%"]}']
+    check = playbook("converge.yml", "--check", *v2_args(*debug))
+    assert "Would build DeepEP V2 JIT cache" in check.stdout, check.stdout[-4000:]
+    assert {name: jit_record(name) for name in NODES} == before and len(store_keys("deepep_jit")) == 1
+    playbook("converge.yml", *v2_args(*debug))
+    jit = store_keys("deepep_jit")
+    assert len(jit) == 2
+    new = next(k for k in jit if k != before[CANARY]["key"])
+    assert jit[new]["host"] == CANARY
+    for name in NODES:
+        record = jit_record(name)
+        assert record["key"] == new and record["from"] == ("compiled" if name == CANARY else "store")
+        assert len(jit_kernels(name)) == 2 * JIT_KERNELS  # the first key's kernels stay: DeepEP may still use them
+
+
+def test_v2_jit_cache_a_node_added_later_starts_warm_from_the_store():
+    late = NODES[-1]
+    node(late).run_expect([0], f"rm -rf {JIT_DIR} /opt/deepep/artifacts/deepep_jit")
+    stored = store_keys("deepep_jit")
+    debug = ["-e", '{"deepep_jit_key_env": {"EP_JIT_DEBUG": "1"}}']
+    playbook("converge.yml", "--limit", late, *v2_args(*debug))
+    record = jit_record(late)
+    assert record["from"] == "store" and record["loaded"] == JIT_KERNELS and "missed" not in record
+    assert len(jit_kernels(late)) == JIT_KERNELS
+    assert store_keys("deepep_jit") == stored
