@@ -150,3 +150,23 @@ def test_v2_transport_truth_is_nvlink_p2p_on_the_pinned_nccl(v2_built, nccl_pinn
     if wanted:
         assert truth["nccl"]["version"] == wanted, (truth["nccl"]["version"], wanted)
     assert truth["nccl"]["path_classes"] == ["p2p"], truth["nccl"]
+
+
+def test_v2_jit_cache_is_built_once_and_loads_whole_from_the_artifact(v2_built, deepep_v2_src, results_dir,
+                                                                       gpu_python, intranode_gpus):
+    """deepep_jit_cache on the real V2: node A compiles the kernels in its warm-up and packs them; node B (a fresh
+    cache directory) unpacks the artifact and its warm-up loads every kernel, compiling none."""
+    proc = run_stage("v2_jit", results_dir, gpu_python, {"deepep_v2_src": str(deepep_v2_src)})
+    assert proc.returncode == 0, tail(proc)
+    a, b = load(results_dir, "v2_jit.json")
+    print(f"\nV2 JIT cache: node A {a.get('reason')}: warm-up {a.get('warmup')}, loaded {a.get('loaded_warmup')}; "
+          f"node B {b.get('reason')}: warm-up {b.get('warmup')}, loaded {b.get('loaded_warmup')}; "
+          f"{len(a.get('kernels') or [])} kernels, key {a.get('key')}", file=sys.stderr)
+    assert not a.get("failed"), a
+    assert not b.get("failed"), b
+    assert a["key"] == b["key"] and a["kernels"] and sorted(a["kernels"]) == sorted(b["kernels"])
+    assert a["would_build"] and a["warmup"]["compiled"] == len(a["kernels"]) and a["warmup"]["rc"] == 0
+    assert not b["would_build"] and b["warmup"] is None          # B compiled nothing: it unpacked A's artifact
+    for node in (a, b):
+        warm = node["loaded_warmup"]
+        assert warm["rc"] == 0 and warm["compiled"] == 0 and warm["loaded"] == len(a["kernels"]), node
