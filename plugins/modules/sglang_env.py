@@ -31,13 +31,13 @@ description:
     The same repair runs on a later run when something moved in between (for example a plain C(pip install sglang)).
   - An offline O(wheelhouse) is checked against its C(SHA256SUMS) (or O(wheelhouse_checksums)) before anything is
     installed from it.
-  - With O(state=lock) it installs nothing and writes nothing on the node: pip resolves what O(state=present) would
+  - With O(state=lock) it installs nothing and writes nothing on the node; pip resolves what O(state=present) would
     install on this node (SGLang O(version) without its dependencies, then its requirements less O(exclude), the
     kernel re-pin and the transfer engine, and each held project by itself) from the same sources under the same
     holds, as dry runs (C(pip install --dry-run --report)), and the module returns each package with the sha256 of
-    the file pip chose (RV(requirements_hashes)): the lock that O(requirements_hashes) takes on every node of the
+    the file pip chose (RV(requirements_hashes)), the lock that O(requirements_hashes) takes on every node of the
     profile, so an install from an index is hash-checked (C(--require-hashes)). Make it on a node where SGLang is not
-    installed yet (it refuses one where it is: the closure would leave out what is installed).
+    installed yet; it refuses one where it is, whose closure would leave out what is installed.
   - Every command runs under a time limit (O(timeout)).
 options:
   python:
