@@ -153,7 +153,7 @@ def test_v2_transport_truth_is_nvlink_p2p_on_the_pinned_nccl(v2_built, nccl_pinn
 
 
 def test_v2_jit_cache_is_built_once_and_loads_whole_from_the_artifact(v2_built, deepep_v2_src, results_dir,
-                                                                       gpu_python, intranode_gpus):
+                                                                      gpu_python, intranode_gpus):
     """deepep_jit_cache on the real V2: node A compiles the kernels in its warm-up and packs them; node B (a fresh
     cache directory) unpacks the artifact and its warm-up loads every kernel, compiling none."""
     proc = run_stage("v2_jit", results_dir, gpu_python, {"deepep_v2_src": str(deepep_v2_src)})

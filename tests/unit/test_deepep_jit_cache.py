@@ -30,7 +30,7 @@ def test_key_is_stable_and_ignores_arch_order_and_form():
     key, inputs = jit.jit_key(**BASE)
 
     def with_archs(archs):
-        return jit.jit_key(**dict(BASE, **{"arch_list": archs}))[0]
+        return jit.jit_key(**{**BASE, "arch_list": archs})[0]
 
     assert key == with_archs("9.0") == with_archs(["9.0", "9.0"])
     assert with_archs("9.0;10.0") == with_archs(["10.0", "9.0"])

@@ -441,8 +441,8 @@ def test_lock_from_report(report, exclude, expected, skipped):
      "src==1.0 from file:///src has no sha256 in pip's report"),
     ({"version": "1", "install": [{**REPORT_ITEM, "download_info": {"url": "u", "archive_info": {
         "hashes": {"sha256": "xyz"}}}}]}, "flashinfer-python==0.7.2 from u has no sha256"),
-    ({"version": "1", "install": [REPORT_ITEM, {**REPORT_ITEM, "metadata": {"name": "flashinfer-python",
-                                                                           "version": "0.6.1"}}]},
+    ({"version": "1", "install": [REPORT_ITEM, {**REPORT_ITEM,
+                                                "metadata": {"name": "flashinfer-python", "version": "0.6.1"}}]},
      "flashinfer-python comes twice in pip's report (0.7.2 and 0.6.1)"),
 ])
 def test_a_report_the_lock_cannot_use_is_refused_naming_the_entry(report, words):
