@@ -659,7 +659,7 @@ class SglangEnv(object):
         version, a wheelhouse that fails its checksums, or a transfer engine the node cannot run."""
         p = self.p
         if not p["version"]:
-            raise StepFailed("state=%s needs version, the SGLang release such as 0.5.8" % p["state"])
+            raise StepFailed("state=%s needs version, the SGLang release such as 0.5.8" % p.get("state", "present"))
         try:
             kernel_pkg = kernel_package_for(p["version"])
         except SglangError as exc:
