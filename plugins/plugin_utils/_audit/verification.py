@@ -9,10 +9,12 @@ playbooks/verify.yml): each figure beside its gate, the transport that really ra
 ``attach_verification(fleet, summary, source)`` puts the verification rows under each node (``verify``) and a
 fleet-level ``verification`` entry; ``linkage_rows(node)`` and ``verify_rows(node)`` are what the renderers show.
 
-Pure logic, standard library only.
+Pure logic (the standard library and the verify summary's figure format).
 """
 
 from __future__ import annotations
+
+from ansible_collections.gpufleet.deepep.plugins.plugin_utils._verify.summary import fmt_figure
 
 __all__ = ["VerificationInputError", "attach_verification", "linkage_rows", "verify_rows", "METRICS"]
 
@@ -88,14 +90,6 @@ def linkage_rows(node):
     return rows
 
 
-def _fmt(value):
-    if value is None:
-        return "-"
-    if isinstance(value, float):
-        return ("%.2f" % value).rstrip("0").rstrip(".")
-    return str(value)
-
-
 def verify_rows(node):
     """The node's verification rows as shown: ``{stage, scope, figures: [(label, value, gate, ok)], transport,
     transport_ok, result, reasons}``; a figure's ``ok`` is None where no gate applies."""
@@ -109,7 +103,7 @@ def verify_rows(node):
             if value is None and gate is None:
                 continue
             ok = None if gate is None or value is None else value >= gate
-            figures.append({"label": label, "value": _fmt(value), "gate": None if gate is None else _fmt(gate),
+            figures.append({"label": label, "value": fmt_figure(value), "gate": None if gate is None else fmt_figure(gate),
                             "ok": ok})
         transport = row.get("transport") if isinstance(row.get("transport"), dict) else None
         out.append({"stage": row.get("stage") or "test", "scope": row.get("scope") or row.get("host"),

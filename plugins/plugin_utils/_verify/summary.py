@@ -14,7 +14,7 @@ from __future__ import annotations
 from ansible_collections.gpufleet.deepep.plugins.module_utils._thresholds import VerifyInputError
 from ansible_collections.gpufleet.deepep.plugins.plugin_utils._verify.gate import metric_value
 
-__all__ = ["summarize", "render_markdown"]
+__all__ = ["summarize", "render_markdown", "fmt_figure"]
 
 
 # ------------------------------------------------------------------------------------------ summary
@@ -132,7 +132,8 @@ def _add_transport(row, transport):
             row["diagnosis"].append("likely cause: %s" % cause)
 
 
-def _fmt(value):
+def fmt_figure(value):
+    """A figure as shown in reports: ``-`` for none, a float without trailing zeros."""
     if value is None:
         return "-"
     if isinstance(value, float):
@@ -148,10 +149,10 @@ def _fmt_figure(value):
     if isinstance(value, bool):
         return "yes" if value else "no"
     if isinstance(value, (list, tuple)):
-        return ",".join(_fmt(v) for v in value) or "-"
+        return ",".join(fmt_figure(v) for v in value) or "-"
     if isinstance(value, dict):
-        return ",".join("%s:%s" % (k, _fmt(v)) for k, v in value.items()) or "-"
-    return _fmt(value)
+        return ",".join("%s:%s" % (k, fmt_figure(v)) for k, v in value.items()) or "-"
+    return fmt_figure(value)
 
 
 def _figures_text(row):
@@ -163,9 +164,9 @@ def _figures_text(row):
 
 def _beside_gate(row, metric):
     """A figure and, where the row keeps its gate, the gate beside it: ``340.61 (>=300)``."""
-    text = _fmt((row.get("gbps") or {}).get(metric))
+    text = fmt_figure((row.get("gbps") or {}).get(metric))
     gate = (row.get("thresholds") or {}).get(metric)
-    return text if gate is None else "%s (>=%s)" % (text, _fmt(gate))
+    return text if gate is None else "%s (>=%s)" % (text, fmt_figure(gate))
 
 
 def _transport_text(row):
