@@ -14,18 +14,11 @@ Pure logic (the standard library and the verify summary's figure format).
 
 from __future__ import annotations
 
-from ansible_collections.gpufleet.deepep.plugins.plugin_utils._verify.summary import fmt_figure
+from ansible_collections.gpufleet.deepep.plugins.plugin_utils._verify.summary import METRIC_LABELS, fmt_figure
 
 __all__ = ["VerificationInputError", "attach_verification", "linkage_rows", "verify_rows", "METRICS"]
 
-METRICS = (
-    ("dispatch_bf16_nvl_gbps", "BF16 disp NVL"),
-    ("dispatch_bf16_rdma_gbps", "BF16 disp RDMA"),
-    ("dispatch_fp8_nvl_gbps", "FP8 disp NVL"),
-    ("dispatch_fp8_rdma_gbps", "FP8 disp RDMA"),
-    ("combine_nvl_gbps", "comb NVL"),
-    ("combine_rdma_gbps", "comb RDMA"),
-)
+METRICS = METRIC_LABELS
 _FORM = ("the summary.json a verification run wrote (playbooks/verify.yml, verify_intranode, verify_internode): "
          "a mapping with passed, rows (each with host, stage, passed) and counts")
 

@@ -14,11 +14,12 @@ from __future__ import annotations
 from ansible_collections.gpufleet.deepep.plugins.module_utils._thresholds import VerifyInputError
 from ansible_collections.gpufleet.deepep.plugins.plugin_utils._verify.gate import metric_value
 
-__all__ = ["summarize", "render_markdown", "fmt_figure"]
+__all__ = ["summarize", "render_markdown", "fmt_figure", "METRIC_LABELS"]
 
 
 # ------------------------------------------------------------------------------------------ summary
-_COLUMNS = (
+# The bandwidth figures and their column labels (the fleet report shows the same ones).
+METRIC_LABELS = (
     ("dispatch_bf16_nvl_gbps", "BF16 disp NVL"),
     ("dispatch_bf16_rdma_gbps", "BF16 disp RDMA"),
     ("dispatch_fp8_nvl_gbps", "FP8 disp NVL"),
@@ -68,7 +69,7 @@ def summarize(records, missing_hosts=None):
             "test": record.get("test") or parsed.get("test"),
             "generation": parsed.get("generation"),
             "cases": parsed.get("cases"),
-            "gbps": dict((metric, metric_value(parsed, metric)) for metric, dummy in _COLUMNS),
+            "gbps": dict((metric, metric_value(parsed, metric)) for metric, dummy in METRIC_LABELS),
             "status": verdict.get("status", "pass" if verdict.get("passed") else "fail"),
             "passed": bool(verdict.get("passed")),
             "reasons": list(verdict.get("reasons") or []),
@@ -76,7 +77,7 @@ def summarize(records, missing_hosts=None):
             "log": record.get("log"),
         }
         if record.get("thresholds"):
-            row["thresholds"] = dict((metric, (record["thresholds"] or {}).get(metric)) for metric, dummy in _COLUMNS)
+            row["thresholds"] = dict((metric, (record["thresholds"] or {}).get(metric)) for metric, dummy in METRIC_LABELS)
         transport = record.get("transport")
         if transport is not None:
             _add_transport(row, transport)
@@ -202,7 +203,7 @@ def render_markdown(summary, title=None):
     if compact:
         header = ["node", "scope", "check", "figures", "result"]
     else:
-        header = ["node / pair", "test", "cases"] + [label for dummy, label in _COLUMNS] + ["NICs"] \
+        header = ["node / pair", "test", "cases"] + [label for dummy, label in METRIC_LABELS] + ["NICs"] \
             + (["transport"] if with_transport else []) + (["figures"] if with_figures else []) + ["result"]
     lines.append("| " + " | ".join(header) + " |")
     lines.append("|" + "|".join(" --- " for dummy in header) + "|")
@@ -222,7 +223,7 @@ def render_markdown(summary, title=None):
         nic = row.get("nic")
         nic_text = "-" if nic is None else ("ok" if nic["passed"] else "idle: " + (", ".join(nic["idle"]) or "all"))
         cells = [row.get("scope") or row.get("host") or "-", test, case_text]
-        cells += [_beside_gate(row, metric) for metric, dummy in _COLUMNS]
+        cells += [_beside_gate(row, metric) for metric, dummy in METRIC_LABELS]
         cells += [nic_text] + ([_transport_text(row)] if with_transport else []) \
             + ([_figures_text(row)] if with_figures else []) + [result]
         lines.append("| " + " | ".join(_cell(c) for c in cells) + " |")
