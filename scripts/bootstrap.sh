@@ -72,6 +72,22 @@ if [[ ! -x "$cuda_prefix/bin/nvcc" || ! -f "$cuda_prefix/include/cccl/cuda/std/t
   "$cuda_prefix/bin/nvcc" --version | tail -1
 fi
 
+# A real rdma-core libmlx5 for the unit test that reads its ELF version table (MLX5_1.x): Debian's
+# ibverbs-providers, unpacked under .cache/rdma-core and never installed (installing it would put libibverbs into
+# the host's dpkg state, which the simulated fleet's nodes share).
+rdma_root="$here/.cache/rdma-core"
+if [[ ! -f "$rdma_root/usr/lib/x86_64-linux-gnu/libmlx5.so.1" && "$(dpkg --print-architecture)" == amd64 ]]; then
+  rdma_tmp="$(mktemp -d)"
+  if (cd "$rdma_tmp" && timeout 300 apt-get download -qq ibverbs-providers >/dev/null 2>&1) ||
+     { [[ $(id -u) -eq 0 ]] && timeout 300 apt-get update -qq && (cd "$rdma_tmp" && timeout 300 apt-get download -qq ibverbs-providers >/dev/null); }; then
+    mkdir -p "$rdma_root.tmp" && dpkg-deb -x "$rdma_tmp"/ibverbs-providers_*.deb "$rdma_root.tmp"
+    rm -rf "$rdma_root" && mv "$rdma_root.tmp" "$rdma_root"
+  else
+    echo "bootstrap: could not download ibverbs-providers (a unit test reads its libmlx5)" >&2
+  fi
+  rm -rf "$rdma_tmp"
+fi
+
 # The collection as Ansible finds it: .collections/ansible_collections/gpufleet/deepep -> the checkout.
 mkdir -p "$here/.collections/ansible_collections/gpufleet"
 ln -sfn ../../.. "$here/.collections/ansible_collections/gpufleet/deepep"
