@@ -21,6 +21,7 @@ from ansible_collections.gpufleet.deepep.plugins.plugin_utils._verify.gate impor
     connectivity,
     gate,
 )
+from ansible_collections.gpufleet.deepep.plugins.plugin_utils._verify.jit import jit_verdict
 from ansible_collections.gpufleet.deepep.plugins.plugin_utils._verify.summary import render_markdown, summarize
 from ansible_collections.gpufleet.deepep.plugins.plugin_utils._verify.sweep import sweep_plan, sweep_verdict
 from ansible_collections.gpufleet.deepep.plugins.plugin_utils._verify.traffic import nic_traffic
@@ -105,6 +106,11 @@ def verify_nic_traffic(before, after, min_bytes=1048576, rdma_gbps=None, mapping
                  mapping=mapping, mapping_supported=mapping_supported)
 
 
+def verify_jit(before, after, run_seconds=None, require_warm=False):
+    """What DeepEP V2's JIT did in a run: kernels compiled or loaded, from the cache facts before and after it."""
+    return _call("verify_jit", jit_verdict, before, after, run_seconds=run_seconds, require_warm=require_warm)
+
+
 def verify_summary(records, missing_hosts=None):
     """Summary data (rows, failures, counts) of verification records."""
     return _call("verify_summary", summarize, records, missing_hosts=missing_hosts)
@@ -136,6 +142,7 @@ class FilterModule:
             "verify_gate": verify_gate,
             "verify_connectivity": verify_connectivity,
             "verify_nic_traffic": verify_nic_traffic,
+            "verify_jit": verify_jit,
             "verify_summary": verify_summary,
             "verify_summary_markdown": verify_summary_markdown,
             "verify_sweep_plan": verify_sweep_plan,

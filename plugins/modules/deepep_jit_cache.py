@@ -218,6 +218,7 @@ from ansible_collections.gpufleet.deepep.plugins.module_utils._comm.deepep_jit i
     ARTIFACT_RECORD,
     RECORD_NAME,
     JitError,
+    cache_facts,
     check_key_env,
     check_mode_string,
     jit_key,
@@ -337,16 +338,7 @@ class JitCache(object):
         return version, deepep_dir, "; ".join(why)
 
     def facts(self, key, kernels_override=None):
-        record = read_record(os.path.join(self.p["cache_dir"], RECORD_NAME)) or {}
-        kernels = kernels_override if kernels_override is not None else \
-            [k["dir"] for k in list_kernels(self.p["cache_dir"])]
-        names = sorted(set(d.split(".")[1] for d in kernels))
-        wanted = set(record.get("kernels") or [])
-        return {"cache_dir": self.p["cache_dir"], "key": key,
-                "current": bool(record) and record.get("key") == key and wanted <= set(kernels),
-                "kernels": names, "kernel_count": len(kernels), "from": record.get("from"),
-                "compiled_seconds": record.get("compiled_seconds"), "loaded_seconds": record.get("loaded_seconds"),
-                "compiled": record.get("compiled"), "loaded": record.get("loaded")}
+        return cache_facts(self.p["cache_dir"], key, kernels=kernels_override)
 
     def warmup(self, cache, kernels=None):
         """Run the warm-up with EP_JIT_CACHE_DIR=``cache``; ``{compiled, loaded, seconds, rc}`` (loaded: of

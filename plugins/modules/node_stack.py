@@ -55,7 +55,8 @@ options:
         O(env_script) and whether C(deep_ep) applies it), V(packages) RV(ansible_facts.gpufleet_packages) (the
         installed versions of the Debian packages of O(packages), from dpkg's status file) and V(gdrdrv)
         RV(ansible_facts.gpufleet_gdrdrv) (the gdrdrv kernel module of the GDRCopy source O(gdrcopy_src), whether
-        it is built and loaded, and its build stamp's key).
+        it is built and loaded, and its build stamp's key) and V(jit_cache) RV(ansible_facts.gpufleet_deepep_jit)
+        (DeepEP V2's JIT kernel cache at O(jit_cache_dir): its kernels and the record the deepep role wrote).
       - V(serve_node) is RV(ansible_facts.gpufleet_serve_node), an engine node's facts for the serving plan.
       - V(linkage) is RV(ansible_facts.gpufleet_linkage), the installed DeepEP's linkage record (kept in its build
         stamp by M(gpufleet.deepep.deepep_build)) checked against the node - the NCCL the torch environment of
@@ -70,7 +71,7 @@ options:
     type: list
     elements: str
     choices: [stack, nvidia, rdma, gpus, bundled_nvshmem, sglang, serve_node, linkage, deepep_v2, modules, paths,
-              cuda_toolkit, imports, symbols, initramfs, torch, hca_mapping, packages, gdrdrv]
+              cuda_toolkit, imports, symbols, initramfs, torch, hca_mapping, packages, gdrdrv, jit_cache]
     default: [stack]
   paths:
     description:
@@ -167,6 +168,12 @@ options:
     description:
       - For V(gdrdrv), the GDRCopy source tree (absolute) where C(make driver) builds C(src/gdrdrv/gdrdrv.ko), for
         example C(/opt/deepep/src/gdrcopy-2.5.1). Required when O(gather) holds V(gdrdrv).
+    type: path
+  jit_cache_dir:
+    description:
+      - For V(jit_cache), DeepEP V2's JIT cache directory (absolute; where E(EP_JIT_CACHE_DIR) points, for example
+        C(/var/cache/deepep/jit)). Required when O(gather) holds V(jit_cache). Nothing is run; a missing directory
+        is an empty cache.
     type: path
   nvshmem_prefix:
     description: Where M(gpufleet.deepep.nvshmem_build) installs NVSHMEM (its stamp file is read, nothing is run).
@@ -526,6 +533,18 @@ ansible_facts:
                built: true, stamp_path: /opt/deepep/src/gdrcopy-2.5.1/src/gdrdrv/.gpufleet-driver.json,
                stamp: {key: 9d1c0e54f3b7a2c8e6f1d0b4a3c2e1f09d1c0e54f3b7a2c8e6f1d0b4a3c2e1f0, kernel: 6.8.0-1015-gcp},
                key: 9d1c0e54f3b7a2c8e6f1d0b4a3c2e1f09d1c0e54f3b7a2c8e6f1d0b4a3c2e1f0, loaded: true}
+    gpufleet_deepep_jit:
+      description:
+        - With V(jit_cache) in O(gather), DeepEP V2's JIT cache at O(jit_cache_dir) in the shape
+          M(gpufleet.deepep.deepep_jit_cache) returns - V(kernels) (the kernel names present), V(kernel_count) (the
+          complete kernel directories, each with its C(kernel.cubin)), V(key) (the key the cache's record names;
+          null without a record), V(current) (the record's kernels are all there), V(from) (C(compiled) or C(store)),
+          V(compiled_seconds) and V(loaded_seconds) (the warm-ups the deepep role timed) and V(compiled) and
+          V(loaded) (their kernel counts); the record's fields are null without one.
+      returned: when O(gather) holds V(jit_cache)
+      type: dict
+      sample: {cache_dir: /var/cache/deepep/jit, key: 9c1e0d2b, current: true, kernels: [combine, dispatch],
+               kernel_count: 11, from: store, compiled_seconds: 59.7, loaded_seconds: 45.7, compiled: 11, loaded: 11}
     gpufleet_imports:
       description:
         - With V(imports) in O(gather), whether O(python) imports each of O(import_modules) (V(modules)); V(ok)
@@ -687,10 +706,12 @@ ansible_facts:
           sample: {python: "/usr/bin/python3 failed (rc=127): No such file or directory"}
 """
 
+import os
 import re
 
 from ansible.module_utils.basic import AnsibleModule
 
+from ansible_collections.gpufleet.deepep.plugins.module_utils._comm.deepep_jit import cache_facts
 from ansible_collections.gpufleet.deepep.plugins.module_utils._node.fact_sets import GatherError
 from ansible_collections.gpufleet.deepep.plugins.module_utils._guard import guarded
 from ansible_collections.gpufleet.deepep.plugins.module_utils._nvidia.modprobe import DEFAULT_MODPROBE_DIRS
@@ -724,7 +745,7 @@ from ansible_collections.gpufleet.deepep.plugins.module_utils._node.stack import
 
 NIC_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}\Z")
 ROLE_SETS = ("modules", "paths", "cuda_toolkit", "imports", "symbols", "initramfs", "torch", "hca_mapping", "packages",
-             "gdrdrv")
+             "gdrdrv", "jit_cache")
 
 
 def build_module():
@@ -750,6 +771,7 @@ def build_module():
             env_script=dict(type="path", default="/opt/deepep/unified-env.sh"),
             gdrcopy_home=dict(type="path", default="/opt/deepep/gdrcopy"),
             gdrcopy_src=dict(type="path"),
+            jit_cache_dir=dict(type="path"),
             nvshmem_prefix=dict(type="path", default="/opt/deepep/nvshmem"),
             mlx5dv_symbols=dict(type="list", elements="str", default=list(DEFAULT_MLX5DV_SYMBOLS)),
             dpkg_packages=dict(type="list", elements="str"),
@@ -812,6 +834,12 @@ def _main():
         if "gdrdrv" in wanted:
             facts["gpufleet_gdrdrv"] = gather_gdrdrv(params["root"], params["gdrcopy_src"], subprocess_runner,
                                                      timeout=params["timeout"])
+        if "jit_cache" in wanted:
+            cache_dir = params["jit_cache_dir"]
+            if not cache_dir or not os.path.isabs(cache_dir):
+                raise PathsError("jit_cache_dir %r: expected the absolute path of DeepEP V2's JIT cache (where "
+                                 "EP_JIT_CACHE_DIR points), such as /var/cache/deepep/jit" % (cache_dir,))
+            facts["gpufleet_deepep_jit"] = cache_facts(os.path.normpath(cache_dir), root=params["root"])
     except PathsError as exc:
         module.fail_json(msg=str(exc), gather_errors={})
     stack_sets = [name for name in params["gather"] if name not in ROLE_SETS]

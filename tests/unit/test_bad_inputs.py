@@ -256,6 +256,9 @@ def module_cases(tmp_path):
         (node_stack, {"gather": ["paths"], "timeout": 0}, "timeout=0"),
         (node_stack, {"gather": ["bogus"]}, "bogus"),
         (node_stack, {"gather": ["paths"], "paths": ["relative/path"]}, "relative/path"),
+        (node_stack, {"gather": ["jit_cache"]}, "jit_cache_dir None: expected the absolute path of DeepEP V2's JIT cache"),
+        (node_stack, {"gather": ["jit_cache"], "jit_cache_dir": "var/cache/jit"},
+         "jit_cache_dir 'var/cache/jit': expected the absolute path"),
         (model_config, {"path": missing}, "model path %r is not a directory" % missing),
         (model_config, {"path": "org/model", "offline": True}, "'org/model' is a hub id"),
         (pytorch_bundled_nvshmem, {"python": ""}, "python '' is empty"),
@@ -276,7 +279,7 @@ def test_module_options_refused_and_nothing_written(module_runner, tmp_path):
         assert named in result["msg"], (module.__name__, result["msg"])
         assert "Traceback" not in result["msg"]
     assert snapshot(tmp_path) == before
-    assert len(cases) == 16
+    assert len(cases) == 18
 
 
 # ------------------------------------------------------------------------------------- the artifact store's options

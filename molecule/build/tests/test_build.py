@@ -380,3 +380,34 @@ def test_v2_jit_cache_a_node_added_later_starts_warm_from_the_store():
     assert record["from"] == "store" and record["loaded"] == JIT_KERNELS and "missed" not in record
     assert len(jit_kernels(late)) == JIT_KERNELS
     assert store_keys("deepep_jit") == stored
+
+
+def verify_v2(tmp_path: Path, *extra: str) -> dict[str, dict]:
+    """playbooks/verify.yml's intranode stage on the V2 fixture tree: ``{host: summary row}``."""
+    run_dir = tmp_path / "verify"
+    playbook(str(REPO / "playbooks" / "verify.yml"), "--tags", "intranode", "-e", f"gpufleet_verify_run_dir={run_dir}",
+             "-e", "verify_intranode_generation=v2", *extra)
+    summary = json.loads(next(run_dir.glob("*summary.json")).read_text())
+    return {row["host"]: row for row in summary["rows"]}
+
+
+def test_verify_says_whether_v2_compiled_or_loaded_its_kernels(tmp_path):
+    # The nodes converged first hold the kernels of both keys (with and without EP_JIT_DEBUG); the late node was
+    # converged with EP_JIT_DEBUG=1 only, so its cache holds that key's kernels and verify (run without the switch)
+    # has to compile the kernels it runs. verify_jit reads the cache before and after each run.
+    late = NODES[-1]
+    before = {name: len(jit_kernels(name)) for name in NODES}
+    rows = verify_v2(tmp_path, "-e", "verify_intranode_jit_require_warm=true")
+    for name in NODES:
+        jit = rows[name]["jit"]
+        assert jit["cache_dir"] == JIT_DIR and jit["run_seconds"] > 0, jit
+        if name == late:
+            # another key's kernels only: the run compiled its own, and a required warm cache fails the node
+            assert (jit["state"], jit["compiled"], jit["loaded"]) == ("partial", JIT_KERNELS, before[name]), jit
+            assert not rows[name]["passed"] and "JIT: V2 compiled 7 kernel(s)" in rows[name]["reasons"][0]
+        else:
+            assert (jit["state"], jit["compiled"], jit["loaded"]) == ("warm", 0, before[name]), jit
+            assert jit["from"] in ("compiled", "store") and rows[name]["passed"], rows[name]
+    # The late node's cache now holds the kernels the verify run compiled: a second run finds it warm.
+    again = verify_v2(tmp_path, "--limit", late, "-e", "verify_intranode_jit_require_warm=true")[late]["jit"]
+    assert (again["state"], again["compiled"], again["loaded"]) == ("warm", 0, before[late] + JIT_KERNELS)

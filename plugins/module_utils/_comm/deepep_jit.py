@@ -29,7 +29,7 @@ from ansible_collections.gpufleet.deepep.plugins.module_utils._fileio import rea
 
 __all__ = ["JitError", "KEY_ENVS", "ARCHIVE_NAME", "RECORD_NAME", "ARTIFACT_RECORD", "jit_key", "check_key_env",
            "check_mode_string", "list_kernels", "read_record", "plan", "pack", "unpack", "write_record",
-           "warmup_counts"]
+           "warmup_counts", "cache_facts"]
 
 # The environment variables that enter DeepEP V2's JIT key (compiler.hpp flags: debug and dump switches, the
 # GIN debug define, the top-k index width) or choose the compiler (so its version).
@@ -257,3 +257,25 @@ def warmup_counts(before, after):
     before, after = set(before), set(after)
     compiled = sorted(after - before)
     return {"compiled": len(compiled), "loaded": len(before & after), "compiled_kernels": compiled}
+
+
+def cache_facts(cache_dir, key=None, root="/", kernels=None):
+    """The facts of the JIT cache at ``cache_dir`` (a path on the node, read below ``root``): ``{cache_dir, key,
+    current, kernels, kernel_count, from, compiled_seconds, loaded_seconds, compiled, loaded}``.
+
+    ``key``: the key the cache should hold; ``current`` says its record names it and every kernel the record lists
+    is there. Without one (a reader that does not know the key: verify, audit), the record's own key is reported and
+    ``current`` says only that the record's kernels are all there. ``kernels`` overrides the kernel directories found
+    (a prediction in check mode). ``from``, the warm-up seconds and counts are the record's (null without one)."""
+    base = os.path.join(root, cache_dir.lstrip("/")) if root not in ("", "/") else cache_dir
+    record = read_record(os.path.join(base, RECORD_NAME)) or {}
+    present = kernels if kernels is not None else [k["dir"] for k in list_kernels(base)]
+    wanted = set(record.get("kernels") or [])
+    if key is None:
+        key = record.get("key")
+    return {"cache_dir": cache_dir, "key": key,
+            "current": bool(record) and record.get("key") == key and wanted <= set(present),
+            "kernels": sorted(set(d.split(".")[1] for d in present)), "kernel_count": len(present),
+            "from": record.get("from"), "compiled_seconds": record.get("compiled_seconds"),
+            "loaded_seconds": record.get("loaded_seconds"), "compiled": record.get("compiled"),
+            "loaded": record.get("loaded")}

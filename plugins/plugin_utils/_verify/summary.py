@@ -4,7 +4,8 @@
 """The verification summary: the records of every node and stage as rows, failures and counts (``summarize``),
 and their Markdown table with the failures and their diagnosis (``render_markdown``). A row keeps the gate each
 figure was held against (``thresholds``) and the transport that really ran with its policy's verdict
-(``transport``), so the table shows every figure beside its gate.
+(``transport``), so the table shows every figure beside its gate; a DeepEP V2 run also keeps what its JIT did
+(``jit``: kernels compiled or loaded, the run's time).
 
 Pure logic, standard library only, Python 3.8+.
 """
@@ -33,12 +34,14 @@ def summarize(records, missing_hosts=None):
     """Summary of verification records, one per node and stage.
 
     A record: ``{host, scope, test, stage, parsed, gate, nic (optional), log (optional), group,
-    rank, figures (optional), thresholds (optional), transport (optional)}``; ``scope`` is the node (intranode) or the node pair/group (internode).
+    rank, figures (optional), thresholds (optional), transport (optional), jit (optional)}``; ``scope`` is the node (intranode) or the node pair/group (internode).
     ``figures``: a mapping of name to value a check measured or read (a check that is not a DeepEP
     run, e.g. serving: ``{router: smg, latency_ms: 84}``), kept in the row in the record's order and
     shown by :func:`render_markdown`. ``thresholds``: the gate of each figure (metric -> GB/s or null), kept in
     the row. ``transport``: ``transport_verdict``'s result (``{truth, gate, brief, policy}``); a run whose transport
-    the profile does not allow fails, its reasons and likely causes added to the row's. ``missing_hosts``: nodes that failed or were unreachable before
+    the profile does not allow fails, its reasons and likely causes added to the row's. ``jit``: ``verify_jit``'s
+    result (``{state, compiled, loaded, run_seconds, passed, reasons, brief, ...}``); one that did not pass fails the
+    row with its reasons. ``missing_hosts``: nodes that failed or were unreachable before
     giving a result (each adds a failed row). Returns ``{passed, rows, failures, counts}``; rows keep
     the order of the records.
     """
@@ -81,6 +84,9 @@ def summarize(records, missing_hosts=None):
         transport = record.get("transport")
         if transport is not None:
             _add_transport(row, transport)
+        jit = record.get("jit")
+        if jit is not None:
+            _add_jit(row, jit)
         figures = record.get("figures")
         if figures is not None:
             if not isinstance(figures, dict):
@@ -177,6 +183,25 @@ def _transport_text(row):
     return "%s: %s" % ("ok" if transport["passed"] else "NOT ALLOWED", transport.get("brief") or "-")
 
 
+def _add_jit(row, jit):
+    if not isinstance(jit, dict) or "state" not in jit or "passed" not in jit:
+        raise VerifyInputError("the jit of a verification record must be verify_jit's result (state, compiled, loaded, "
+                               "passed, reasons, brief); got %r for host %r" % (jit, row.get("host")))
+    row["jit"] = dict(jit)
+    if jit["passed"]:
+        return
+    row["passed"] = False
+    if row["status"] == "pass":
+        row["status"] = "fail"
+    for reason in jit.get("reasons") or []:
+        row["reasons"].append("JIT: %s" % reason)
+
+
+def _jit_text(row):
+    jit = row.get("jit")
+    return "-" if jit is None else jit.get("brief") or jit["state"]
+
+
 def _has_deepep_data(row):
     gbps = row.get("gbps") or {}
     return bool(row.get("cases") or row.get("nic") is not None or row.get("generation")
@@ -196,6 +221,7 @@ def render_markdown(summary, title=None):
     rows = summary["rows"]
     with_figures = any("figures" in row for row in rows)
     with_transport = any("transport" in row for row in rows)
+    with_jit = any("jit" in row for row in rows)
     compact = with_figures and not any(_has_deepep_data(row) for row in rows)
     lines = []
     if title:
@@ -204,7 +230,8 @@ def render_markdown(summary, title=None):
         header = ["node", "scope", "check", "figures", "result"]
     else:
         header = ["node / pair", "test", "cases"] + [label for dummy, label in METRIC_LABELS] + ["NICs"] \
-            + (["transport"] if with_transport else []) + (["figures"] if with_figures else []) + ["result"]
+            + (["transport"] if with_transport else []) + (["V2 JIT"] if with_jit else []) \
+            + (["figures"] if with_figures else []) + ["result"]
     lines.append("| " + " | ".join(header) + " |")
     lines.append("|" + "|".join(" --- " for dummy in header) + "|")
     for row in rows:
@@ -225,7 +252,7 @@ def render_markdown(summary, title=None):
         cells = [row.get("scope") or row.get("host") or "-", test, case_text]
         cells += [_beside_gate(row, metric) for metric, dummy in METRIC_LABELS]
         cells += [nic_text] + ([_transport_text(row)] if with_transport else []) \
-            + ([_figures_text(row)] if with_figures else []) + [result]
+            + ([_jit_text(row)] if with_jit else []) + ([_figures_text(row)] if with_figures else []) + [result]
         lines.append("| " + " | ".join(_cell(c) for c in cells) + " |")
     counts = summary.get("counts") or {}
     lines += ["", "%s of %s passed." % (counts.get("passed", 0), counts.get("total", 0))]
