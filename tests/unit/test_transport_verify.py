@@ -141,6 +141,44 @@ def test_every_fixture_fault_fails_its_stage_with_the_cause(fault, role, reason,
         assert kind in {c["kind"] for c in verdict["gate"]["causes"]}, verdict["gate"]
 
 
+def v2_fixture_lines(fault, env_extra=None, gin=True):
+    env = dict(os.environ, **DEBUG_ENV)
+    env.pop("FLEETSIM_TRANSPORT_FAULT", None)
+    if fault:
+        env["FLEETSIM_TRANSPORT_FAULT"] = fault
+    env.update(env_extra or {})
+    code = ("import sys; sys.path.insert(0, %r); import fleetsim_fixture as fx; "
+            "fx.v2_transport_debug(2, '2.30.7', gin=%r)" % (str(FIXTURE), gin))
+    return subprocess.run([sys.executable, "-c", code], env=env, check=False, stdout=subprocess.PIPE,
+                          stderr=subprocess.PIPE, universal_newlines=True)
+
+
+@pytest.mark.parametrize("fault, reason", [
+    (None, None),
+    ("nccl_mismatch", "DeepEP loaded NCCL 2.30.7 but NCCL reported 2.27.5"),
+    ("nvlink_off", "NCCL channel path(s) SHM/direct/direct; the profile allows p2p"),
+])
+def test_the_v2_fixture_prints_what_v2_prints_and_its_faults_fail_intranode(fault, reason):
+    """DeepEP V2's lines as the real 2 x H100 run printed them (a node without an ACTIVE NIC: no GIN plugin)."""
+    run = v2_fixture_lines(fault, {"FLEETSIM_SYSFS_ROOT": "/nonexistent"})
+    assert run.returncode == 0, run.stderr
+    verdict = transport_verdict(run.stdout, policy("verify_intranode", "v2"))
+    assert verdict["truth"]["deepep"]["nccl_version"] == "2.30.7"
+    assert verdict["truth"]["nccl"]["gin"] == "none"
+    if reason is None:
+        assert verdict["gate"]["passed"], verdict["gate"]
+        assert verdict["brief"] == "NCCL 2.30.7 net IB GIN none paths p2p; DeepEP on NCCL 2.30.7"
+    else:
+        assert not verdict["gate"]["passed"] and reason in verdict["gate"]["reasons"], verdict["gate"]
+
+
+def test_the_v2_fixture_without_buffer_debug_leaves_the_deepep_line_out_and_the_gate_says_so():
+    run = v2_fixture_lines(None, {"FLEETSIM_SYSFS_ROOT": "/nonexistent", "EP_BUFFER_DEBUG": ""})
+    verdict = transport_verdict(run.stdout, policy("verify_intranode", "v2"))
+    assert "DeepEP initialized" not in run.stdout and not verdict["gate"]["passed"]
+    assert any("EP_BUFFER_DEBUG=1" in what for what in verdict["gate"]["unknown"])
+
+
 def test_fixture_prints_nothing_without_the_debug_settings():
     run = fixture_lines("socket", 2, {"NCCL_DEBUG": "", "NVSHMEM_DEBUG": ""})
     assert run.returncode == 0 and run.stdout == ""
@@ -149,7 +187,8 @@ def test_fixture_prints_nothing_without_the_debug_settings():
 def test_fixture_refuses_an_unknown_fault_naming_the_expected_words():
     run = fixture_lines("slow", 2)
     assert run.returncode == 2 and run.stdout == ""
-    assert "bad transport fault 'slow' (expected one of cpu_fallback, socket, ibgda_failed, nvlink_off)" in run.stderr
+    assert ("bad transport fault 'slow' (expected one of cpu_fallback, socket, ibgda_failed, nvlink_off, "
+            "nccl_mismatch)") in run.stderr
 
 
 # ---------------------------------------------------------------------------------------------------- the summary

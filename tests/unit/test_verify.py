@@ -10,6 +10,7 @@ import pytest
 from ansible.errors import AnsibleFilterError
 
 from ansible_collections.gpufleet.deepep.plugins.filter import verify_helpers as vf
+from ansible_collections.gpufleet.deepep.plugins.module_utils._rdma import parse_rate_gbps
 from ansible_collections.gpufleet.deepep.plugins.plugin_utils._verify import plan as v
 from ansible_collections.gpufleet.deepep.plugins.plugin_utils._verify.bandwidth import parse_output
 from ansible_collections.gpufleet.deepep.plugins.module_utils import _thresholds
@@ -176,14 +177,19 @@ def test_gate_counts_failed_cases_and_incomplete_output():
 MAP8 = ",".join("%d:mlx5_%d:1" % (i, i) for i in range(8))
 
 
-def rdma(counters, down=()):
+def rdma(counters, down=(), rates=None):
+    """gpufleet_rdma facts of mlx5_0.. with these port_xmit_data counters; ``rates``: {name: rate as sysfs writes
+    it} (read through the module's own parser, as rdma_devices does)."""
     devices = []
     for index, value in enumerate(counters):
         name = "mlx5_%d" % index
         active = name not in down
-        devices.append({"name": name, "active": active, "ports": [
-            {"port": 1, "active": active, "state": "ACTIVE" if active else "DOWN",
-             "counters": {"port_xmit_data": value, "port_rcv_data": value}}]})
+        port = {"port": 1, "active": active, "state": "ACTIVE" if active else "DOWN",
+                "counters": {"port_xmit_data": value, "port_rcv_data": value}}
+        if rates is not None:
+            port["rate"] = rates.get(name, NDR)
+            port["rate_gbps"] = parse_rate_gbps(port["rate"])
+        devices.append({"name": name, "active": active, "ports": [port]})
     return {"devices": devices, "active_devices": [d["name"] for d in devices if d["active"]]}
 
 
@@ -225,6 +231,42 @@ def test_nic_traffic_skips_down_ports_and_flags_no_traffic():
     assert not none["passed"] and "no NIC carried traffic" in none["causes"][0]
     empty = _verify_traffic.nic_traffic({"devices": []}, {"devices": []})
     assert not empty["passed"] and "no ACTIVE RDMA port" in empty["causes"][0]
+
+
+NDR = "400 Gb/sec (4X NDR)"
+
+
+@pytest.mark.parametrize("rates, mapping, slow", [
+    ({}, MAP8, []),                                                            # every rail at 400
+    ({"mlx5_3": "200 Gb/sec (2X NDR)"}, MAP8, ["mlx5_3"]),                      # one link trained down
+    ({"mlx5_3": "200 Gb/sec (2X NDR)", "mlx5_6": "100 Gb/sec (1X NDR)"}, MAP8, ["mlx5_3", "mlx5_6"]),
+    ({"mlx5_7": "100 Gb/sec (4X EDR)"}, ",".join("%d:mlx5_%d:1" % (i, i) for i in range(7)), []),  # not mapped
+    ({"mlx5_3": "200 Gb/sec (2X NDR)"}, "", []),                                # no mapping: not compared
+])
+def test_nic_traffic_names_a_slow_rail(rates, mapping, slow):
+    got = _verify_traffic.nic_traffic(rdma([0] * 8, rates=rates), rdma([WORDS] * 8, rates=rates), mapping=mapping,
+                                      mapping_supported=True)
+    assert got["slow"] == slow and got["idle"] == []
+    assert got["passed"] == (not slow)
+    assert got["nics"][3]["rate_gbps"] == (200.0 if "mlx5_3" in rates else 400.0)
+    if slow:
+        assert got["causes"][0].startswith("%s run%s at " % (", ".join(slow), "s" if len(slow) == 1 else ""))
+        assert "while the node's other mapped NICs run at 400 Gb/s: a link trained down" in got["causes"][0]
+
+
+def test_the_summary_names_the_slow_nic():
+    rates = {"mlx5_3": "200 Gb/sec (2X NDR)"}
+    nic = vf.verify_nic_traffic(rdma([0] * 8, rates=rates), rdma([WORDS] * 8, rates=rates), mapping=MAP8,
+                                mapping_supported=True)
+    record = {"host": "b200-b-1", "scope": "b200-b-1", "stage": "internode", "test": "tests/test_internode.py",
+              "parsed": {"cases": {"passed": 24, "failed": 0}},
+              "gate": {"passed": True, "status": "pass", "reasons": [], "diagnosis": []}, "nic": nic}
+    summary = vf.verify_summary([record])
+    (row,) = summary["rows"]
+    assert not row["passed"] and row["nic"]["slow"] == ["mlx5_3"]
+    assert row["reasons"] == ["NIC check failed: mlx5_3 slower than the node's other mapped NICs"]
+    assert any("mlx5_3 runs at 200 Gb/s" in d for d in row["diagnosis"])
+    assert "| slow: mlx5_3 |" in vf.verify_summary_markdown(summary)
 
 
 def test_nic_traffic_rejects_bad_input():

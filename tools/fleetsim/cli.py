@@ -79,6 +79,9 @@ def build_parser() -> argparse.ArgumentParser:
     fault.add_argument("--bump-counter", action="append", default=[], metavar="DEV",
                        help="add traffic to DEV's port counters (the host writes them, the node sees them)")
     fault.add_argument("--bytes", type=int, default=4096, help="bytes of traffic for --bump-counter")
+    fault.add_argument("--port-rate", action="append", default=[], metavar="DEV=RATE",
+                       help="set DEV's port rate as sysfs writes it (e.g. 'rocep145s0=200 Gb/sec (2X NDR)': a link "
+                            "trained down) until the node's next boot; the profile's rate comes back at boot")
     fault.add_argument("--clear", action="store_true", help="remove every fault of the node first")
 
     log = sub.add_parser("boots", help="the fleet's boot log (JSON lines: event, node, boot_id, time)")
@@ -174,7 +177,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.command == "fault":
             faults = fl.fault(args.node, never_return=True if args.never_return_after_reboot else None,
                               port_down=args.port_down, port_up=args.port_up, bump=args.bump_counter,
-                              nbytes=args.bytes, clear=args.clear)
+                              nbytes=args.bytes, clear=args.clear, port_rate=args.port_rate)
             print(f"{args.node}: faults {json.dumps(faults, sort_keys=True)}")
             return 0
     except FleetError as exc:

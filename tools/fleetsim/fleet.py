@@ -14,6 +14,7 @@ import fcntl
 import ipaddress
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -48,6 +49,9 @@ LogLevel ERROR
 AcceptEnv LANG LC_*
 Subsystem sftp /usr/lib/openssh/sftp-server
 """
+
+# A port's rate as the kernel writes it in sysfs (ib_core's rate_show): "400 Gb/sec (4X NDR)", "25 Gb/sec (1X EDR)".
+RATE_RE = re.compile(r"\d+(\.\d+)? Gb/sec \(\d+X [A-Z]+\)")
 
 
 def sh(*argv: str, check: bool = True, capture: bool = True, input_text: str | None = None) -> subprocess.CompletedProcess:
@@ -461,7 +465,8 @@ class Fleet:
         return subprocess.call(argv)
 
     def fault(self, name: str, never_return: bool | None = None, port_down: list[str] = (),
-              port_up: list[str] = (), bump: list[str] = (), nbytes: int = 4096, clear: bool = False) -> dict:
+              port_up: list[str] = (), bump: list[str] = (), nbytes: int = 4096, clear: bool = False,
+              port_rate: list[str] = ()) -> dict:
         with self.locked():
             state = self.require()
             self._node(state, name)
@@ -475,6 +480,16 @@ class Fleet:
             devices = live.get("rdma_devices", {})
             for dev in list(port_down) + list(port_up):
                 self._device(name, devices, dev)
+            rates = []
+            for item in port_rate:
+                dev, sep, rate = item.partition("=")
+                if not sep or not RATE_RE.fullmatch(rate):
+                    raise FleetError(f"--port-rate {item!r}: expected DEV=RATE as sysfs writes a port's rate, "
+                                     "such as rocep145s0=200 Gb/sec (2X NDR)")
+                self._device(name, devices, dev)
+                if self.node_status(name).get("state") != "up":
+                    raise FleetError(f"--port-rate: node {name} is not up (the rate lasts until its next boot)")
+                rates.append((dev, rate))
             for dev in port_down:
                 if dev not in faults["port_down"]:
                     faults["port_down"].append(dev)
@@ -488,6 +503,8 @@ class Fleet:
             for dev in bump:
                 info = self._device(name, devices, dev)
                 self._bump(np, info, nbytes)
+            for dev, rate in rates:
+                self._write_in_place(np.sysfs / devices[dev]["port_dir"] / "rate", rate + "\n")
             return faults
 
     @staticmethod

@@ -386,8 +386,8 @@ def verify_v2(tmp_path: Path, *extra: str) -> dict[str, dict]:
     """playbooks/verify.yml's intranode stage on the V2 fixture tree: ``{host: summary row}``."""
     run_dir = tmp_path / "verify"
     playbook(str(REPO / "playbooks" / "verify.yml"), "--tags", "intranode", "-e", f"gpufleet_verify_run_dir={run_dir}",
-             "-e", "verify_intranode_generation=v2", *extra)
-    summary = json.loads(next(run_dir.glob("*summary.json")).read_text())
+             "-e", "verify_intranode_generation=v2", "-e", "gpufleet_verify_fail=false", *extra)
+    summary = json.loads((run_dir / "intranode-summary.json").read_text())
     return {row["host"]: row for row in summary["rows"]}
 
 
@@ -408,6 +408,9 @@ def test_verify_says_whether_v2_compiled_or_loaded_its_kernels(tmp_path):
         else:
             assert (jit["state"], jit["compiled"], jit["loaded"]) == ("warm", 0, before[name]), jit
             assert jit["from"] in ("compiled", "store") and rows[name]["passed"], rows[name]
+        # the transport that ran: V2's lines (NCCL, no GIN with EP_DISABLE_GIN=1, DeepEP on the pinned NCCL)
+        assert rows[name]["transport"]["passed"], rows[name]["transport"]
+        assert rows[name]["transport"]["truth"]["deepep"]["nccl_version"] == "2.30.7"
     # The late node's cache now holds the kernels the verify run compiled: a second run finds it warm.
     again = verify_v2(tmp_path, "--limit", late, "-e", "verify_intranode_jit_require_warm=true")[late]["jit"]
     assert (again["state"], again["compiled"], again["loaded"]) == ("warm", 0, before[late] + JIT_KERNELS)

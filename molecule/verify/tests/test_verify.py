@@ -4,8 +4,9 @@
 with the right diagnosis (transport faults included: each fails its node alone, naming the cause, and the
 pairwise sweep names the bad node of a failed 4-node group), the hang was killed at its timeout (no test process left), the quick connectivity
 stage passed over 16 ranks and stopped the group where one node's DeepEP lacks NVSHMEM, and a rerun of the
-playbook changes no file on the nodes outside the directory the verification owns, and a node a few percent
-under its gate fails alone."""
+playbook changes no file on the nodes outside the directory the verification owns, a node a few percent
+under its gate fails alone, and a NIC trained down to half its rate is named on its node (and the node by the
+sweep)."""
 
 from __future__ import annotations
 
@@ -215,8 +216,23 @@ def test_socket_and_failed_ibgda_fail_on_their_node_with_the_cause(node, reason,
     assert not rows("verify-transport-net", "sweep")                  # groups of two are their own pair
 
 
+def test_a_slow_nic_is_named_on_its_node_and_the_sweep_names_the_node():
+    assert _failed_hosts("verify-slow-nic", "internode") == {"b200-b-1"}
+    (row,) = rows("verify-slow-nic", "internode", "b200-b-1")
+    (slow,) = row["nic"]["slow"]
+    assert row["nic"]["idle"] == [] and len(row["nic"]["busy"]) == 8, row["nic"]   # it carried its traffic
+    assert "NIC check failed: %s slower than the node's other mapped NICs" % slow in row["reasons"], row
+    assert any("%s runs at 200 Gb/s while the node's other mapped NICs run at 400 Gb/s" % slow in d
+               for d in row["diagnosis"]), row
+    healthy = rows("verify-slow-nic", "internode", "b200-a-1")[0]
+    assert row["gbps"]["dispatch_bf16_rdma_gbps"] < 0.6 * healthy["gbps"]["dispatch_bf16_rdma_gbps"], row
+    isolation = rows("verify-slow-nic", "isolation")
+    assert {r["host"] for r in isolation if not r["passed"]} == {"b200-b-1"}
+    assert "node b200-b-1 (every pair with it failed)" in [r for r in isolation if not r["passed"]][0]["reasons"][0]
+
+
 @pytest.mark.parametrize("run", ["verify-pass", "verify-unmapped", "verify-hang", "verify-connectivity",
                                  "verify-no-nvshmem", "verify-under-gate", "verify-transport",
-                                 "verify-transport-net"])
+                                 "verify-transport-net", "verify-slow-nic"])
 def test_every_run_wrote_its_table(run):
     assert (EPHEMERAL / run / "summary.md").read_text().startswith("# DeepEP fleet verification")

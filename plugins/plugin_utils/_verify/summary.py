@@ -95,13 +95,18 @@ def summarize(records, missing_hosts=None):
             row["figures"] = dict(figures)
         if nic is not None:
             row["nic"] = {"passed": bool(nic.get("passed")), "idle": nic.get("idle") or [],
-                          "busy": nic.get("busy") or [], "causes": nic.get("causes") or []}
+                          "busy": nic.get("busy") or [], "slow": nic.get("slow") or [],
+                          "causes": nic.get("causes") or []}
             if not nic.get("passed"):
                 row["passed"] = False
                 if row["status"] == "pass":
                     row["status"] = "fail"
-                row["reasons"].append("NIC traffic check failed: idle %s" % (", ".join(nic.get("idle") or [])
-                                                                             or "(no active NIC)"))
+                if row["nic"]["idle"] or not row["nic"]["slow"]:
+                    row["reasons"].append("NIC traffic check failed: idle %s" % (", ".join(row["nic"]["idle"])
+                                                                                 or "(no active NIC)"))
+                if row["nic"]["slow"]:
+                    row["reasons"].append("NIC check failed: %s slower than the node's other mapped NICs"
+                                          % ", ".join(row["nic"]["slow"]))
                 for cause in nic.get("causes") or []:
                     duplicate = "signature" in cause and any("signature" in d for d in row["diagnosis"])
                     if cause not in row["diagnosis"] and not duplicate:
@@ -248,7 +253,9 @@ def render_markdown(summary, title=None):
         case_text = "%s/%s" % (cases.get("passed", 0), (cases.get("passed") or 0) + (cases.get("failed") or 0)) \
             if cases else "-"
         nic = row.get("nic")
-        nic_text = "-" if nic is None else ("ok" if nic["passed"] else "idle: " + (", ".join(nic["idle"]) or "all"))
+        nic_text = "-" if nic is None else ("ok" if nic["passed"] else "; ".join(
+            (["idle: " + (", ".join(nic["idle"]) or "all")] if nic["idle"] or not nic.get("slow") else [])
+            + (["slow: " + ", ".join(nic["slow"])] if nic.get("slow") else [])))
         cells = [row.get("scope") or row.get("host") or "-", test, case_text]
         cells += [_beside_gate(row, metric) for metric, dummy in METRIC_LABELS]
         cells += [nic_text] + ([_transport_text(row)] if with_transport else []) \

@@ -42,6 +42,21 @@ def _active_ports(rdma):
     return ports
 
 
+def _active_rates(rdma):
+    """{device: the highest rate_gbps of its ACTIVE ports} (devices without a readable rate left out)."""
+    if isinstance(rdma.get("gpufleet_rdma"), dict):
+        rdma = rdma["gpufleet_rdma"]
+    rates = {}
+    for device in rdma.get("devices") or []:
+        if not isinstance(device, dict) or not device.get("name"):
+            continue
+        for port in device.get("ports") or []:
+            rate = port.get("rate_gbps") if isinstance(port, dict) and port.get("active") else None
+            if isinstance(rate, (int, float)) and not isinstance(rate, bool) and rate > 0:
+                rates[device["name"]] = max(rate, rates.get(device["name"], 0))
+    return rates
+
+
 def _parse_mapping(mapping):
     """``0:mlx5_0:1,1:mlx5_1:1`` -> {gpu: hca}; tolerant (the strict parser is the hca_mapping filter)."""
     table = {}
@@ -61,13 +76,17 @@ def nic_traffic(before, after, min_bytes=1048576, rdma_gbps=None, mapping=None, 
     ``before``/``after``: ``gpufleet_rdma`` facts. Every ACTIVE NIC port must have sent at least
     ``min_bytes`` (``port_xmit_data`` counts 4-byte words). ``rdma_gbps``: the run's RDMA figure,
     ``mapping``: the DEEP_EP_DEVICE_TO_HCA_MAPPING the test ran with ("" or None when unset),
-    ``mapping_supported``: whether the installed DeepEP applies it (None when unknown). Returns
-    ``{passed, nics, busy, idle, causes, signature}``.
+    ``mapping_supported``: whether the installed DeepEP applies it (None when unknown). A NIC the mapping uses whose
+    port rate (``after``) is below the highest rate of the mapped NICs is ``slow``: its link trained down (a cable,
+    a transceiver, a switch port) and DeepEP's run goes as fast as its slowest rail; it fails the check, named.
+    Without a mapping the rates are not compared (a node's other RDMA NICs may rightly run at another speed).
+    Returns ``{passed, nics, busy, idle, slow, causes, signature}``; each NIC has its ``rate_gbps``.
     """
     if isinstance(min_bytes, bool) or not isinstance(min_bytes, int) or min_bytes < 1:
         raise VerifyInputError("min_bytes must be a positive integer; got %r" % (min_bytes,))
     ports_before = _active_ports(before)
     ports_after = _active_ports(after)
+    rates = _active_rates(after)
     nics = []
     for name in _natural_sorted(ports_after):
         sent = 0
@@ -80,12 +99,21 @@ def nic_traffic(before, after, min_bytes=1048576, rdma_gbps=None, mapping=None, 
             counted = True
             sent += max(0, int(new) - int(old)) * 4
         nics.append({"name": name, "bytes": sent if counted else None,
-                     "busy": counted and sent >= min_bytes})
+                     "busy": counted and sent >= min_bytes, "rate_gbps": rates.get(name)})
     busy = [n["name"] for n in nics if n["busy"]]
     idle = [n["name"] for n in nics if not n["busy"]]
     causes = []
     table = _parse_mapping(mapping)
     mapped = set(table.values())
+    mapped_rates = dict((n["name"], n["rate_gbps"]) for n in nics if n["name"] in mapped and n["rate_gbps"])
+    top = max(mapped_rates.values()) if mapped_rates else None
+    slow = [name for name in _natural_sorted(mapped_rates) if mapped_rates[name] < top]
+    if slow:
+        causes.append("%s run%s at %s Gb/s while the node's other mapped NICs run at %s Gb/s: a link trained down "
+                      "(cable, transceiver or switch port; check ibstat's Rate and Active width); the run goes as "
+                      "fast as its slowest rail"
+                      % (", ".join(slow), "s" if len(slow) == 1 else "",
+                         "/".join(_fmt_rate(mapped_rates[name]) for name in slow), _fmt_rate(top)))
     signature = rdma_gbps is not None and abs(float(rdma_gbps) - signature_gbps) <= tolerance_gbps
     if not nics:
         causes.append("no ACTIVE RDMA port on this node: nothing to check (port down, or no RDMA device)")
@@ -125,9 +153,13 @@ def nic_traffic(before, after, min_bytes=1048576, rdma_gbps=None, mapping=None, 
                       "(mlx5_0, the first HCA): the GPU-NIC mapping of DeepEP PR #466 is not in effect (runbook 001 "
                       "problem 3)"
                       % (rdma_gbps, signature_gbps))
-    passed = bool(nics) and not idle
-    return {"passed": passed, "nics": nics, "busy": busy, "idle": idle, "causes": causes,
+    passed = bool(nics) and not idle and not slow
+    return {"passed": passed, "nics": nics, "busy": busy, "idle": idle, "slow": slow, "causes": causes,
             "signature": signature, "mapping": mapping or "", "mapping_supported": mapping_supported}
+
+
+def _fmt_rate(value):
+    return ("%d" % value) if float(value).is_integer() else ("%g" % value)
 
 
 def _natural_key(name):
