@@ -37,6 +37,8 @@ import os
 import re
 import struct
 
+from ansible_collections.gpufleet.deepep.plugins.module_utils._guard import RecordShapeError
+from ansible_collections.gpufleet.deepep.plugins.module_utils._guard import check_record as check_shape
 from ansible_collections.gpufleet.deepep.plugins.module_utils._elf import (
     ElfError,
     dynamic_section_of_bytes,
@@ -49,7 +51,7 @@ from ansible_collections.gpufleet.deepep.plugins.module_utils._elf import (
 __all__ = ["SCHEMA", "ARTIFACTS", "LinkageError", "elf_sections", "undefined_symbols", "cxx11_abi",
            "archs_from_cuobjdump", "fatbin_archs", "embedded_archs", "object_record", "baked_env_from_text",
            "resolve_needed", "compiler_from_version_output", "torch_cuda_from_version_py", "linkage_record",
-           "check_record", "tree_objects", "installed_library"]
+           "check_record", "shape_error", "tree_objects", "installed_library"]
 
 SCHEMA = 1
 ARTIFACTS = ("deepep", "nvshmem", "nccl", "gdrcopy")
@@ -420,6 +422,11 @@ def linkage_record(artifact, objects, torch=None, cuda=None, compiler=None, nccl
     return record
 
 
+# The schema-1 record, once: the writer (check_record, strict, at build time) and the reader on the node
+# (shape_error, naming the stamp a malformed record came from) both hold a record against these tables.
+_TOP_FIELDS = {"schema": int, "artifact": str, "objects": list, "torch": (dict, type(None)), "cuda": (str, type(None)),
+               "compiler": dict, "nccl": (dict, type(None)), "nvshmem": (dict, type(None)),
+               "baked_env": (dict, type(None)), "warnings": list}
 _OBJECT_FIELDS = {"path": str, "needed": list, "runpath": list, "rpath": list, "soname": (str, type(None)),
                   "libstdcxx": str, "sass": (list, type(None)), "ptx": (list, type(None))}
 _SECTIONS = {
@@ -435,8 +442,7 @@ def check_record(record):
     """Raise LinkageError, naming the field and the expected form, where ``record`` is not a schema-1 record."""
     if not isinstance(record, dict):
         raise LinkageError("linkage must be a dict, got %s" % type(record).__name__)
-    expected = {"schema", "artifact", "objects", "torch", "cuda", "compiler", "nccl", "nvshmem", "baked_env",
-                "warnings"}
+    expected = set(_TOP_FIELDS)
     if set(record) != expected:
         raise LinkageError("linkage has keys %s, expected exactly %s" % (sorted(record), sorted(expected)))
     if record["schema"] != SCHEMA:
@@ -479,6 +485,52 @@ def check_record(record):
     if not isinstance(record["warnings"], list) or not all(isinstance(w, str) for w in record["warnings"]):
         raise LinkageError("linkage.warnings must be a list of strings")
     return record
+
+
+def _shape_of(fields):
+    """A field table as the shape ``_guard.check_record`` reads: {key: "str" | "str|null" | ...}."""
+    names = {str: "str", int: "int", bool: "bool", dict: "dict", list: "list"}
+    shape = {}
+    for key, kind in fields.items():
+        kinds = kind if isinstance(kind, tuple) else (kind,)
+        base = [names[k] for k in kinds if k is not type(None)]
+        shape[key] = base[0] + ("|null" if type(None) in kinds else "")
+    return shape
+
+
+RECORD_SHAPE = _shape_of(_TOP_FIELDS)
+OBJECT_SHAPE = _shape_of(_OBJECT_FIELDS)
+SUB_SHAPES = dict((name, _shape_of(fields)) for name, fields in _SECTIONS.items())
+
+
+def _str_list(value):
+    return isinstance(value, list) and all(isinstance(v, str) for v in value)
+
+
+def shape_error(path, linkage):
+    """Why the linkage record (schema 1) read from ``path`` is malformed - the key, the value and the expected
+    form, the stamp named - or None. The same schema as :func:`check_record`, which it runs last: a record the
+    reader accepts is one the writer would have written."""
+    try:
+        check_shape(path, linkage, RECORD_SHAPE, what="linkage record")
+        for name, shape in SUB_SHAPES.items():
+            if isinstance(linkage.get(name), dict):
+                check_shape(path, linkage[name], shape, what="linkage record (%s)" % name)
+        for index, obj in enumerate(linkage["objects"]):
+            where = "linkage record (objects[%d])" % index
+            check_shape(path, obj, OBJECT_SHAPE, what=where)
+            for key in ("needed", "runpath", "rpath", "sass", "ptx"):
+                if obj.get(key) is not None and not _str_list(obj[key]):
+                    raise RecordShapeError("%s %s: %r is %r, expected a list of strings" % (where, path, key, obj[key]))
+    except RecordShapeError as exc:
+        return str(exc)
+    if not linkage["objects"]:
+        return "linkage record %s: 'objects' is [], expected at least one object of the extension" % path
+    try:
+        check_record(linkage)
+    except LinkageError as exc:
+        return "linkage record %s: %s" % (path, exc)
+    return None
 
 
 def _kind_name(kind):

@@ -714,7 +714,7 @@ LINKAGE_BAD = [
     ("objects", ["deep_ep/_C.so"], "objects[0]) %s is JSON of type str, expected an object"),
     ("torch", "2.11.0", "'torch' is '2.11.0' (str), expected dict|null"),
     ("cuda", 13.0, "'cuda' is 13.0 (float), expected str|null"),
-    ("compiler", ["g++"], "'compiler' is ['g++'] (list), expected dict|null"),
+    ("compiler", ["g++"], "'compiler' is ['g++'] (list), expected dict"),
     ("nccl", "2.30.7", "'nccl' is '2.30.7' (str), expected dict|null"),
     ("nvshmem", ["3.4.5"], "'nvshmem' is ['3.4.5'] (list), expected dict|null"),
     ("baked_env", "EP_JIT_CACHE_DIR=/x", "'baked_env' is 'EP_JIT_CACHE_DIR=/x' (str), expected dict|null"),

@@ -33,8 +33,7 @@ import os
 import re
 
 from ansible_collections.gpufleet.deepep.plugins.module_utils._buildkey import read_stamp, stamp_path
-from ansible_collections.gpufleet.deepep.plugins.module_utils._guard import RecordShapeError, check_record
-from ansible_collections.gpufleet.deepep.plugins.module_utils._linkage import resolve_needed
+from ansible_collections.gpufleet.deepep.plugins.module_utils._linkage import resolve_needed, shape_error
 from ansible_collections.gpufleet.deepep.plugins.module_utils._node.fact_sets import (
     NVIDIA_SMI_QUERY_FIELDS,
     nvidia_smi_query_argv,
@@ -45,7 +44,7 @@ from ansible_collections.gpufleet.deepep.plugins.module_utils._pci import list_g
 from ansible_collections.gpufleet.deepep.plugins.module_utils._versions import VersionError, parse_version
 
 __all__ = ["LINKAGE_SCHEMA", "CHECKS", "NCCL_RUNTIME_VERSION_FLOOR", "embedded_version", "sass_covers",
-           "ptx_covers", "node_gpus", "shape_error", "gather_linkage"]
+           "ptx_covers", "node_gpus", "gather_linkage"]
 
 LINKAGE_SCHEMA = 1
 CHECKS = ("nccl", "nvshmem", "gpu_arch", "torch", "libstdcxx")
@@ -398,11 +397,8 @@ def _check_torch(py, linkage):
 
 def _check_libstdcxx(generation, objects):
     name = "libstdcxx"
+    # The record passed the schema (shape_error): every libstdcxx is shared, static or none.
     values = [(o.get("path"), o.get("libstdcxx")) for o in objects]
-    unknown = [path for path, value in values if value not in ("shared", "static", "none")]
-    if unknown:
-        return _unknown(name, "the record's libstdcxx of %s is not shared, static or none"
-                        % ", ".join(str(p) for p in unknown))
     static = [str(path) for path, value in values if value == "static"]
     found = ", ".join("%s: %s" % (path, value) for path, value in values)
     if not static:
@@ -441,41 +437,6 @@ def node_gpus(sysfs_root, nvidia_smi, runner, timeout=60):
 
 
 # --- the record's shape ----------------------------------------------------------------------------------------
-
-RECORD_SHAPE = {"schema": "int", "artifact": ("str", False), "objects": "list", "torch": ("dict|null", False),
-                "cuda": ("str|null", False), "compiler": ("dict|null", False), "nccl": ("dict|null", False),
-                "nvshmem": ("dict|null", False), "baked_env": ("dict|null", False), "warnings": ("list", False)}
-OBJECT_SHAPE = {"path": "str", "needed": "list", "runpath": "list", "rpath": "list", "soname": ("str|null", False),
-                "libstdcxx": "str", "sass": ("list|null", False), "ptx": ("list|null", False)}
-SUB_SHAPES = {
-    "torch": {"version": ("str|null", False), "cxx11_abi": ("bool|null", False), "cuda": ("str|null", False)},
-    "nccl": {"header_version": ("str|null", False), "root": ("str|null", False), "library": ("str|null", False)},
-    "nvshmem": {"host_version": ("str|null", False), "host_library": ("str|null", False),
-                "device_version": ("str|null", False), "device_library": ("str|null", False)},
-    "compiler": {"cxx": ("str|null", False), "version": ("str|null", False)},
-}
-
-
-def shape_error(path, linkage):
-    """Why the linkage record (schema 1) read from ``path`` is malformed - the key, the value and the expected
-    form - or None."""
-    try:
-        check_record(path, linkage, RECORD_SHAPE, what="linkage record")
-        for name, shape in SUB_SHAPES.items():
-            if isinstance(linkage.get(name), dict):
-                check_record(path, linkage[name], shape, what="linkage record (%s)" % name)
-        for index, obj in enumerate(linkage["objects"]):
-            where = "linkage record (objects[%d])" % index
-            check_record(path, obj, OBJECT_SHAPE, what=where)
-            for key in ("needed", "runpath", "rpath", "sass", "ptx"):
-                if obj.get(key) is not None and not _str_list(obj[key]):
-                    raise RecordShapeError("%s %s: %r is %r, expected a list of strings" % (where, path, key, obj[key]))
-    except RecordShapeError as exc:
-        return str(exc)
-    if not linkage["objects"]:
-        return "linkage record %s: 'objects' is [], expected at least one object of the extension" % path
-    return None
-
 
 # --- all -------------------------------------------------------------------------------------------------------
 
