@@ -98,6 +98,32 @@ def parse_rate_gbps(text):
     return int(value) if value.is_integer() else value
 
 
+def slow_rails(devices, names):
+    """The NICs of ``names`` (a node's GPU NICs: its GPU-NIC mapping) whose ACTIVE port rate is below the highest
+    rate among them: ``[{name, rate_gbps, peers_gbps}]`` in the order of ``devices`` (gpufleet_rdma's). A link trained
+    down (a cable, a transceiver, a switch port) shows here; DeepEP's run goes as fast as its slowest rail. NICs
+    outside ``names`` are not compared (a node's other RDMA NICs may rightly run at another speed); [] when either
+    is missing."""
+    if not isinstance(devices, list) or not isinstance(names, list):
+        return []
+    wanted = set(n for n in names if isinstance(n, str))
+    rates = []
+    for device in devices:
+        if not isinstance(device, dict) or device.get("name") not in wanted:
+            continue
+        best = None
+        for port in device.get("ports") or []:
+            rate = port.get("rate_gbps") if isinstance(port, dict) and port.get("active") else None
+            if isinstance(rate, (int, float)) and not isinstance(rate, bool) and rate > 0:
+                best = rate if best is None else max(best, rate)
+        if best is not None:
+            rates.append((device["name"], best))
+    if not rates:
+        return []
+    top = max(rate for dummy, rate in rates)
+    return [{"name": name, "rate_gbps": rate, "peers_gbps": top} for name, rate in rates if rate < top]
+
+
 def gid_info(gid, use_netaddr=None):
     """Facts about one GID string: address (compressed IPv6), ipv4 (for ::ffff:a.b.c.d), link_local.
 

@@ -12,6 +12,7 @@ import yaml
 
 from unit_helpers import FIXTURES, REPO
 
+from ansible_collections.gpufleet.deepep.plugins.module_utils._rdma import parse_rate_gbps
 from ansible_collections.gpufleet.deepep.plugins.plugin_utils._audit.engine import evaluate_rules, validate_rules
 
 CATALOGUE = yaml.safe_load((REPO / "roles" / "audit" / "files" / "rules.yml").read_text())
@@ -56,8 +57,26 @@ def linkage_facts(name, ok, expected=None, found=None, warning=None, **extra):
             "warnings": [warning] if warning else []}
 
 
+def rails(slow=None, rate="200 Gb/sec (2X NDR)"):
+    """The healthy node's eight NICs ACTIVE at 400 Gb/s, ``slow`` trained down to ``rate``."""
+    devices = copy.deepcopy(HEALTHY["gpufleet_rdma"]["devices"])
+    for device in devices:
+        for port in device["ports"]:
+            port.update(active=True, state="ACTIVE", rate="400 Gb/sec (4X NDR)", rate_gbps=400)
+            if device["name"] == slow:
+                port.update(rate=rate, rate_gbps=parse_rate_gbps(rate))
+    return devices
+
+
+GPU_NICS = [{"gpu": i, "hca": "mlx5_%d" % i, "port": 1} for i in range(8)]
+
 # rule id -> (changes that make it fire, changes of a close state that keeps it quiet)
 CASES = {
+    "RDMA_RAIL_SLOW": (
+        {"gpufleet_rdma.devices": rails("mlx5_5"), "gpufleet_gpus.hca_mapping": GPU_NICS},
+        # the slower NIC is not a GPU's (a front-end RDMA NIC at its own speed)
+        {"gpufleet_rdma.devices": rails("mlx5_7", "100 Gb/sec (4X EDR)"), "gpufleet_gpus.hca_mapping": GPU_NICS[:7]},
+    ),
     "PEERMAP_NOT_LIVE": (
         {"gpufleet_nvidia.peer_mapping_override_active": False, "gpufleet_nvidia.params.RegistryDwords": "",
          "gpufleet_nvidia.registry_dwords": {}, "gpufleet_nvidia.reboot_required": True},
@@ -204,6 +223,13 @@ CASES = {
         {"gather_errors": {}},
     ),
 }
+
+
+def test_a_slow_rail_is_named_with_its_rate_and_its_peers():
+    doc = mutate(HEALTHY, {"gpufleet_rdma.devices": rails("mlx5_5"), "gpufleet_gpus.hca_mapping": GPU_NICS})
+    (finding,) = [f for f in evaluate_rules(doc, CATALOGUE) if f["id"] == "RDMA_RAIL_SLOW"]
+    assert finding["evidence"] == {"nic": "mlx5_5", "rate_gbps": 200, "peers_gbps": 400}
+    assert finding["message"].startswith("mlx5_5 runs at 200 Gb/s while the node's other GPU NICs run at 400 Gb/s")
 
 
 def test_healthy_node_has_no_findings():

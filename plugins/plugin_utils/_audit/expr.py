@@ -24,6 +24,9 @@ The jmespath functions of the audit, besides the standard ones, that rule condit
 ``without_prefix(strings, prefix)``
     the strings of a list that do not start with ``prefix`` (``[]`` when the list is missing; every
     string when the prefix is null or empty is not wanted, so then ``[]``).
+``slow_rails(devices, names)``
+    the NICs of ``names`` (the node's GPU NICs) whose ACTIVE port rate is below the highest among them:
+    ``[{name, rate_gbps, peers_gbps}]`` (``_rdma.slow_rails``; ``[]`` when either is missing).
 ``unique(list)``
     the list without repeated values, first occurrence kept (``[]`` when missing).
 ``difference(a, b)``
@@ -35,6 +38,7 @@ from __future__ import annotations
 import re
 import traceback
 
+from ansible_collections.gpufleet.deepep.plugins.module_utils._rdma import slow_rails
 from ansible_collections.gpufleet.deepep.plugins.module_utils._versions import (
     VersionError,
     compare_versions,
@@ -229,6 +233,10 @@ if HAS_JMESPATH:
         @_jp_functions.signature({"types": []}, {"types": []})
         def _func_int_div(self, left, right):
             return int_div(left, right)
+
+        @_jp_functions.signature({"types": []}, {"types": []})
+        def _func_slow_rails(self, devices, names):
+            return slow_rails(devices, names)
 
         @_jp_functions.signature({"types": []})
         def _func_unique(self, values):

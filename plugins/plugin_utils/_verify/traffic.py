@@ -16,6 +16,7 @@ from ansible_collections.gpufleet.deepep.plugins.plugin_utils._verify.gate impor
     UNMAPPED_SIGNATURE_GBPS,
     UNMAPPED_SIGNATURE_TOLERANCE,
 )
+from ansible_collections.gpufleet.deepep.plugins.module_utils._rdma import slow_rails
 from ansible_collections.gpufleet.deepep.plugins.module_utils._thresholds import VerifyInputError
 
 __all__ = ["nic_traffic"]
@@ -42,19 +43,11 @@ def _active_ports(rdma):
     return ports
 
 
-def _active_rates(rdma):
-    """{device: the highest rate_gbps of its ACTIVE ports} (devices without a readable rate left out)."""
-    if isinstance(rdma.get("gpufleet_rdma"), dict):
-        rdma = rdma["gpufleet_rdma"]
-    rates = {}
-    for device in rdma.get("devices") or []:
-        if not isinstance(device, dict) or not device.get("name"):
-            continue
-        for port in device.get("ports") or []:
-            rate = port.get("rate_gbps") if isinstance(port, dict) and port.get("active") else None
-            if isinstance(rate, (int, float)) and not isinstance(rate, bool) and rate > 0:
-                rates[device["name"]] = max(rate, rates.get(device["name"], 0))
-    return rates
+def _best_rate(device):
+    """The highest rate_gbps of a device's ACTIVE ports (None without one)."""
+    rates = [p.get("rate_gbps") for p in device.get("ports") or []
+             if isinstance(p, dict) and p.get("active") and p.get("rate_gbps")]
+    return max(rates) if rates else None
 
 
 def _parse_mapping(mapping):
@@ -86,7 +79,8 @@ def nic_traffic(before, after, min_bytes=1048576, rdma_gbps=None, mapping=None, 
         raise VerifyInputError("min_bytes must be a positive integer; got %r" % (min_bytes,))
     ports_before = _active_ports(before)
     ports_after = _active_ports(after)
-    rates = _active_rates(after)
+    devices = (after.get("gpufleet_rdma") if isinstance(after.get("gpufleet_rdma"), dict) else after)["devices"]
+    rates = dict((d["name"], _best_rate(d)) for d in devices if isinstance(d, dict) and d.get("name"))
     nics = []
     for name in _natural_sorted(ports_after):
         sent = 0
@@ -105,15 +99,16 @@ def nic_traffic(before, after, min_bytes=1048576, rdma_gbps=None, mapping=None, 
     causes = []
     table = _parse_mapping(mapping)
     mapped = set(table.values())
-    mapped_rates = dict((n["name"], n["rate_gbps"]) for n in nics if n["name"] in mapped and n["rate_gbps"])
-    top = max(mapped_rates.values()) if mapped_rates else None
-    slow = [name for name in _natural_sorted(mapped_rates) if mapped_rates[name] < top]
-    if slow:
+    rails = slow_rails(devices, sorted(mapped))
+    slow = _natural_sorted(r["name"] for r in rails)
+    if rails:
+        by_name = dict((r["name"], r) for r in rails)
         causes.append("%s run%s at %s Gb/s while the node's other mapped NICs run at %s Gb/s: a link trained down "
                       "(cable, transceiver or switch port; check ibstat's Rate and Active width); the run goes as "
                       "fast as its slowest rail"
                       % (", ".join(slow), "s" if len(slow) == 1 else "",
-                         "/".join(_fmt_rate(mapped_rates[name]) for name in slow), _fmt_rate(top)))
+                         "/".join(_fmt_rate(by_name[name]["rate_gbps"]) for name in slow),
+                         _fmt_rate(rails[0]["peers_gbps"])))
     signature = rdma_gbps is not None and abs(float(rdma_gbps) - signature_gbps) <= tolerance_gbps
     if not nics:
         causes.append("no ACTIVE RDMA port on this node: nothing to check (port down, or no RDMA device)")
