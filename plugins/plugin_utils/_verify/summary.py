@@ -34,7 +34,8 @@ def summarize(records, missing_hosts=None):
     """Summary of verification records, one per node and stage.
 
     A record: ``{host, scope, test, stage, parsed, gate, nic (optional), log (optional), group,
-    rank, figures (optional), thresholds (optional), transport (optional), jit (optional)}``; ``scope`` is the node (intranode) or the node pair/group (internode).
+    rank, figures (optional), thresholds (optional), transport (optional), jit (optional)}``; ``scope`` is the node
+    (intranode) or the node pair/group (internode).
     ``figures``: a mapping of name to value a check measured or read (a check that is not a DeepEP
     run, e.g. serving: ``{router: smg, latency_ms: 84}``), kept in the row in the record's order and
     shown by :func:`render_markdown`. ``thresholds``: the gate of each figure (metric -> GB/s or null), kept in
