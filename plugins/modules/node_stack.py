@@ -585,12 +585,22 @@ ansible_facts:
           returned: always
           sample: {rdma-core: 2501mlnx56-1.2501060, libibverbs-dev: 2501mlnx56-1.2501060, doca-ofed: 3.2.1-0}
         rdma_core:
-          description: rdma-core and DOCA versions and the MLX5DV symbols of C(infiniband/mlx5_api.h).
+          description:
+            - rdma-core and DOCA versions and the MLX5DV symbols of C(infiniband/mlx5_api.h).
+            - >-
+              V(mlx5dv_ok) follows what the installed NVSHMEM (C(nvshmem.version) of these facts)
+              needs of the header; V(mlx5dv_rule) says why (V(required), V(missing), V(waived) - the symbols the
+              header lacks that this NVSHMEM defines itself - and V(reason)). NVSHMEM 3.4.5 and newer define
+              C(MLX5DV_REG_DMABUF_ACCESS_DATA_DIRECT) themselves; an older or unknown version needs it.
           type: dict
           returned: always
           sample: {rdma_core_version: "50.0-2build2", libibverbs_dev_version: "50.0-2build2", doca_version: null,
                    mlx5_header: /usr/include/infiniband/mlx5_api.h, mlx5_header_present: true,
-                   mlx5dv_symbols: {MLX5DV_REG_DMABUF_ACCESS_DATA_DIRECT: false}, mlx5dv_ok: false}
+                   mlx5dv_symbols: {MLX5DV_REG_DMABUF_ACCESS_DATA_DIRECT: false}, mlx5dv_ok: false,
+                   mlx5dv_rule: {nvshmem_version: 3.2.5-1, required: [MLX5DV_REG_DMABUF_ACCESS_DATA_DIRECT],
+                                 missing: [MLX5DV_REG_DMABUF_ACCESS_DATA_DIRECT], waived: [],
+                                 reason: "NVSHMEM 3.2.5-1 (older than 3.4.5) needs MLX5DV_REG_DMABUF_ACCESS_DATA_DIRECT
+                                          from rdma-core's headers"}}
         kernel_modules:
           description: Whether each watched kernel module is loaded (C(/proc/modules), else C(lsmod); or C(/sys/module/<name>)).
           type: dict

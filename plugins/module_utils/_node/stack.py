@@ -141,7 +141,9 @@ def gather_stack(root="/", cuda_home="/usr/local/cuda", python="/usr/bin/python3
     if error:
         errors["packages"] = error
     facts["packages"] = packages
-    facts["rdma_core"] = gather_rdma_core(root, packages, mlx5dv_symbols)
+    # The installed NVSHMEM first: what it needs of rdma-core's header follows its version.
+    facts["nvshmem"] = gather_nvshmem_install(root, nvshmem_prefix)
+    facts["rdma_core"] = gather_rdma_core(root, packages, mlx5dv_symbols, facts["nvshmem"]["version"])
 
     ldcache, error = gather_ldcache(runner)
     if error:
@@ -160,7 +162,6 @@ def gather_stack(root="/", cuda_home="/usr/local/cuda", python="/usr/bin/python3
     deep_ep = find_packages(py["packages"], r"^deep[-_]ep$")
     facts["deep_ep_package"] = deep_ep[0] if deep_ep else None
 
-    facts["nvshmem"] = gather_nvshmem_install(root, nvshmem_prefix)
     facts["env_script"] = gather_env_script(root, env_script)
     skipped = unchanged_install(root, facts["deep_ep_package"], facts["torch"]["version"]) \
         if import_check == "changed" else None
