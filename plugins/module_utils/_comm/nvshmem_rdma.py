@@ -32,7 +32,7 @@ LIBMLX5_OPTIONAL = "MLX5_1.25"
 NVSHMEM_VERSION_FORM = ("an NVSHMEM version such as 3.4.5-0, 3.4.5 or v3.4.5-0 (major.minor[.patch][-package]), "
                         "or empty for an unknown version")
 
-_VERSION_RE = re.compile(r"^[vV]?(\d+)\.(\d+)(?:\.(\d+))?(?:-(\d+))?$")
+_VERSION_RE = re.compile(r"[vV]?(\d+)\.(\d+)(?:\.(\d+))?(?:-(\d+))?")
 
 
 class NvshmemRdmaError(ValueError):
@@ -46,10 +46,10 @@ def _release(version):
     if not isinstance(version, str):
         raise NvshmemRdmaError("nvshmem_version: %r is not %s (got a %s; quote the version in YAML)"
                                % (version, NVSHMEM_VERSION_FORM, type(version).__name__))
-    text = version.strip()
+    text = version
     if not text:
         return None, None
-    match = _VERSION_RE.match(text)
+    match = _VERSION_RE.fullmatch(text)
     if not match:
         raise NvshmemRdmaError("nvshmem_version: %r is not %s" % (version, NVSHMEM_VERSION_FORM))
     major, minor, patch = int(match.group(1)), int(match.group(2)), int(match.group(3) or 0)
