@@ -592,6 +592,11 @@ ansible_facts:
               needs of the header; V(mlx5dv_rule) says why (V(required), V(missing), V(waived) - the symbols the
               header lacks that this NVSHMEM defines itself - and V(reason)). NVSHMEM 3.4.5 and newer define
               C(MLX5DV_REG_DMABUF_ACCESS_DATA_DIRECT) themselves; an older or unknown version needs it.
+            - >-
+              V(libmlx5) is libmlx5 as NVSHMEM IBGDA loads it at run time (C(libmlx5.so.1) from the ld cache, its
+              ELF symbol versions read without running anything) - V(path), V(newest), V(required) (C(MLX5_1.8),
+              C(mlx5dv_is_supported)) and V(required_ok), V(optional) (C(MLX5_1.25), data-direct and dma-buf) and
+              V(optional_ok), null where it could not be read (V(error)).
           type: dict
           returned: always
           sample: {rdma_core_version: "50.0-2build2", libibverbs_dev_version: "50.0-2build2", doca_version: null,
@@ -600,7 +605,9 @@ ansible_facts:
                    mlx5dv_rule: {nvshmem_version: 3.2.5-1, required: [MLX5DV_REG_DMABUF_ACCESS_DATA_DIRECT],
                                  missing: [MLX5DV_REG_DMABUF_ACCESS_DATA_DIRECT], waived: [],
                                  reason: "NVSHMEM 3.2.5-1 (older than 3.4.5) needs MLX5DV_REG_DMABUF_ACCESS_DATA_DIRECT
-                                          from rdma-core's headers"}}
+                                          from rdma-core's headers"},
+                   libmlx5: {path: /usr/lib/x86_64-linux-gnu/libmlx5.so.1, newest: MLX5_1.24, required: MLX5_1.8,
+                             required_ok: true, optional: MLX5_1.25, optional_ok: false, error: null}}
         kernel_modules:
           description: Whether each watched kernel module is loaded (C(/proc/modules), else C(lsmod); or C(/sys/module/<name>)).
           type: dict

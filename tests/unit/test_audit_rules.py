@@ -122,6 +122,15 @@ CASES = {
         {"gpufleet_stack.rdma_core.rdma_core_version": None, "gpufleet_stack.rdma_core.mlx5_header_present": False,
          "gpufleet_stack.rdma_core.mlx5dv_ok": False},
     ),
+    "NVSHMEM_LIBMLX5_OLD": (
+        {"gpufleet_stack.nvshmem": {"present": True, "ibgda": True, "version": "3.4.5"},
+         "gpufleet_stack.rdma_core.libmlx5": {"path": "/usr/lib/x86_64-linux-gnu/libmlx5.so.1", "newest": "MLX5_1.7",
+                                              "required": "MLX5_1.8", "required_ok": False}},
+        # NVSHMEM built without IBGDA does not load libmlx5's mlx5dv entry points
+        {"gpufleet_stack.nvshmem": {"present": True, "ibgda": False, "version": "3.4.5"},
+         "gpufleet_stack.rdma_core.libmlx5": {"path": "/usr/lib/x86_64-linux-gnu/libmlx5.so.1", "newest": "MLX5_1.7",
+                                              "required": "MLX5_1.8", "required_ok": False}},
+    ),
     "LIBCUDA_SO_MISSING": (
         {"gpufleet_stack.libcuda.so_path": None, "gpufleet_stack.libcuda.linkable": False},
         # no toolkit: the node does not build
@@ -347,7 +356,7 @@ def test_peermem_missing_is_info_only_when_dmabuf_is_usable(dmabuf):
 INTRANODE_RULES = {
     "DEEPEP_NVSHMEM_NO_IBGDA", "HCA_PREFIX_MISMATCH", "ROCE_GID_INDEX", "NIC_HANDLER_CPU_NO_GDRDRV",
     "HCA_MAPPING_MISSING", "RDMA_CORE_NO_MLX5DV", "REMOTE_TRANSPORT_NOT_IBGDA", "PEERMEM_MISSING",
-    "PEERMEM_MISSING_DMABUF",
+    "PEERMEM_MISSING_DMABUF", "NVSHMEM_LIBMLX5_OLD",
 }
 
 # An NVLink-only H200 node as the h200 profile leaves it (tests/fixtures/captured/h200x2: no RDMA device):

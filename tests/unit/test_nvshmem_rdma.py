@@ -6,8 +6,13 @@ on NVSHMEM defines MLX5DV_REG_DMABUF_ACCESS_DATA_DIRECT itself when infiniband/m
 
 from __future__ import annotations
 
+import shutil
+
 import pytest
+import yaml
 from ansible.errors import AnsibleFilterError
+
+from unit_helpers import REPO
 
 from ansible_collections.gpufleet.deepep.plugins.filter import version_helpers
 from ansible_collections.gpufleet.deepep.plugins.module_utils._comm.nvshmem_rdma import (
@@ -15,9 +20,12 @@ from ansible_collections.gpufleet.deepep.plugins.module_utils._comm.nvshmem_rdma
     mlx5dv_verdict,
     nvshmem_rdma_needs,
 )
+from ansible_collections.gpufleet.deepep.plugins.module_utils._node.stack import nvshmem_libmlx5
+from ansible_collections.gpufleet.deepep.plugins.plugin_utils._audit.engine import evaluate_rules
 
 SYMBOL = "MLX5DV_REG_DMABUF_ACCESS_DATA_DIRECT"
 FILTERS = version_helpers.FilterModule().filters()
+CATALOGUE = yaml.safe_load((REPO / "roles" / "audit" / "files" / "rules.yml").read_text())
 
 # version given -> the version the result names
 SINCE_345 = {"3.4.5-0": "3.4.5-0", "3.4.5": "3.4.5", "v3.4.5-0": "3.4.5-0", "V3.4.5": "3.4.5", "3.5.1": "3.5.1",
@@ -116,3 +124,64 @@ def test_a_missing_header_with_other_symbols_is_not_ok(version, ok):
 def test_no_symbol_checked_asks_the_header(version, present):
     verdict = mlx5dv_verdict({"present": present, "symbols": {}}, version)
     assert verdict["ok"] is present and verdict["required"] == [] and verdict["waived"] == []
+
+
+# --- libmlx5 at run time: MLX5_1.8 required (mlx5dv_is_supported), MLX5_1.25 optional (data-direct, dma-buf) -------
+# node_stack's rdma_core.libmlx5 over libmlx5-like objects compiled here, and the audit's NVSHMEM_LIBMLX5_OLD over it.
+
+@pytest.fixture(scope="module")
+def mlx5_libs(tmp_path_factory):
+    if shutil.which("gcc") is None:
+        pytest.skip("gcc builds the ELF objects read here")
+    from test_deepep_v2_runtime import mlx5_object
+
+    tmp = tmp_path_factory.mktemp("nvshmem-mlx5")
+    return {newest: mlx5_object(tmp / str(newest), newest) for newest in (7, 8, 24, 25)}
+
+
+def node_with_libmlx5(tmp_path, lib):
+    libdir = tmp_path / "usr" / "lib" / "x86_64-linux-gnu"
+    libdir.mkdir(parents=True)
+    if lib is not None:
+        shutil.copy(str(lib), str(libdir / "libmlx5.so.1"))
+    return str(tmp_path)
+
+
+# newest MLX5_1.<n> -> (required_ok, optional_ok); 24 is Ubuntu 24.04's rdma-core 50 (libmlx5.so.1.24)
+LIBMLX5_CASES = {7: (False, False), 8: (True, False), 24: (True, False), 25: (True, True)}
+
+
+@pytest.mark.parametrize("newest", sorted(LIBMLX5_CASES))
+def test_libmlx5_facts_name_what_nvshmem_needs(tmp_path, mlx5_libs, newest):
+    facts = nvshmem_libmlx5(node_with_libmlx5(tmp_path, mlx5_libs[newest]), {})
+    assert facts["path"] == "/usr/lib/x86_64-linux-gnu/libmlx5.so.1" and facts["newest"] == "MLX5_1.%d" % newest
+    assert (facts["required"], facts["optional"]) == ("MLX5_1.8", "MLX5_1.25")
+    assert (facts["required_ok"], facts["optional_ok"]) == LIBMLX5_CASES[newest]
+    assert facts["error"] is None
+
+
+def test_no_libmlx5_is_unknown_not_old(tmp_path):
+    facts = nvshmem_libmlx5(node_with_libmlx5(tmp_path, None), {})
+    assert facts["path"] is None and facts["required_ok"] is None and facts["optional_ok"] is None
+    assert "libmlx5.so.1 not found" in facts["error"]
+
+
+@pytest.mark.parametrize("ibgda", [True, False])
+@pytest.mark.parametrize("newest", sorted(LIBMLX5_CASES) + [None])
+def test_audit_names_a_libmlx5_too_old_for_nvshmem_ibgda(tmp_path, mlx5_libs, newest, ibgda):
+    facts = nvshmem_libmlx5(node_with_libmlx5(tmp_path, mlx5_libs.get(newest)), {})
+    doc = {"host": "n1", "expect": {"intranode_only": False},
+           "gpufleet_stack": {"nvshmem": {"present": True, "ibgda": ibgda, "version": "3.4.5-0"},
+                              "rdma_core": {"libmlx5": facts}}}
+    found = [f for f in evaluate_rules(doc, CATALOGUE) if f["id"] == "NVSHMEM_LIBMLX5_OLD"]
+    if ibgda and newest == 7:
+        assert len(found) == 1 and found[0]["severity"] == "critical"
+        assert found[0]["message"] == (
+            "libmlx5 /usr/lib/x86_64-linux-gnu/libmlx5.so.1 defines symbol versions up to MLX5_1.7, but NVSHMEM 3.4.5-0 "
+            "IBGDA loads mlx5dv_is_supported at MLX5_1.8. Fix: install an rdma-core (libibverbs1, ibverbs-providers) "
+            "or the DOCA-OFED userspace whose libmlx5 defines MLX5_1.8.")
+    else:
+        assert found == []
+    # an intranode-only profile never judges it
+    doc["expect"]["intranode_only"] = True
+    assert [f for f in evaluate_rules(doc, CATALOGUE) if f["id"] == "NVSHMEM_LIBMLX5_OLD"] == []
