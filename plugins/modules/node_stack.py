@@ -56,7 +56,7 @@ options:
         installed versions of the Debian packages of O(packages), from dpkg's status file) and V(gdrdrv)
         RV(ansible_facts.gpufleet_gdrdrv) (the gdrdrv kernel module of the GDRCopy source O(gdrcopy_src), whether
         it is built and loaded, and its build stamp's key) and V(jit_cache) RV(ansible_facts.gpufleet_deepep_jit)
-        (DeepEP V2's JIT kernel cache at O(jit_cache_dir): its kernels and the record the deepep role wrote).
+        (DeepEP V2's JIT kernel cache at O(jit_cache_dir), its kernels and the record the deepep role wrote).
       - V(serve_node) is RV(ansible_facts.gpufleet_serve_node), an engine node's facts for the serving plan.
       - V(linkage) is RV(ansible_facts.gpufleet_linkage), the installed DeepEP's linkage record (kept in its build
         stamp by M(gpufleet.deepep.deepep_build)) checked against the node - the NCCL the torch environment of
