@@ -1,10 +1,12 @@
 # Copyright: (c) 2026, gpufleet.deepep contributors
 # GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
 
-"""Version filters for playbooks: CUDA tags, the PyTorch wheel index, torch versions, nccl.h versions.
+"""Version filters for playbooks: CUDA tags, the PyTorch wheel index, torch versions, nccl.h versions, what an
+NVSHMEM version needs of rdma-core.
 
 Each filter is documented in ``<filter name>.yml`` beside this file. The logic lives in
-``plugins/module_utils/_versions.py`` so modules use the same rules.
+``plugins/module_utils/_versions.py`` and ``plugins/module_utils/_comm/nvshmem_rdma.py`` so modules use the same
+rules.
 """
 
 from __future__ import annotations
@@ -12,6 +14,11 @@ from __future__ import annotations
 from ansible.errors import AnsibleFilterError
 
 from ansible_collections.gpufleet.deepep.plugins.plugin_utils._filter_guard import guard_filters
+from ansible_collections.gpufleet.deepep.plugins.module_utils._comm.nvshmem_rdma import (
+    NvshmemRdmaError,
+    mlx5dv_verdict as _mlx5dv_verdict,
+    nvshmem_rdma_needs as _nvshmem_rdma_needs,
+)
 from ansible_collections.gpufleet.deepep.plugins.module_utils._versions import (
     PYTORCH_INDEX,
     VersionError,
@@ -56,6 +63,22 @@ def nccl_header_version(header_text):
         raise AnsibleFilterError("nccl_header_version: %s" % exc) from exc
 
 
+def nvshmem_rdma_needs(nvshmem_version):
+    """``3.4.5-0`` -> what that NVSHMEM needs of rdma-core (header, symbols, libmlx5 versions, reason)."""
+    try:
+        return _nvshmem_rdma_needs(nvshmem_version)
+    except NvshmemRdmaError as exc:
+        raise AnsibleFilterError("nvshmem_rdma_needs: %s" % exc) from exc
+
+
+def mlx5dv_verdict(header, nvshmem_version):
+    """node_stack's facts of one header ({present, symbols}) judged for NVSHMEM ``nvshmem_version``."""
+    try:
+        return _mlx5dv_verdict(header, nvshmem_version)
+    except NvshmemRdmaError as exc:
+        raise AnsibleFilterError("mlx5dv_verdict: %s" % exc) from exc
+
+
 class FilterModule:
     """Version helpers."""
 
@@ -65,4 +88,6 @@ class FilterModule:
             "torch_index_url": torch_index_url,
             "torch_version_info": torch_version_info,
             "nccl_header_version": nccl_header_version,
+            "nvshmem_rdma_needs": nvshmem_rdma_needs,
+            "mlx5dv_verdict": mlx5dv_verdict,
         })

@@ -56,7 +56,7 @@ options:
         installed versions of the Debian packages of O(packages), from dpkg's status file) and V(gdrdrv)
         RV(ansible_facts.gpufleet_gdrdrv) (the gdrdrv kernel module of the GDRCopy source O(gdrcopy_src), whether
         it is built and loaded, and its build stamp's key) and V(jit_cache) RV(ansible_facts.gpufleet_deepep_jit)
-        (DeepEP V2's JIT kernel cache at O(jit_cache_dir): its kernels and the record the deepep role wrote).
+        (DeepEP V2's JIT kernel cache at O(jit_cache_dir), its kernels and the record the deepep role wrote).
       - V(serve_node) is RV(ansible_facts.gpufleet_serve_node), an engine node's facts for the serving plan.
       - V(linkage) is RV(ansible_facts.gpufleet_linkage), the installed DeepEP's linkage record (kept in its build
         stamp by M(gpufleet.deepep.deepep_build)) checked against the node - the NCCL the torch environment of
@@ -585,12 +585,29 @@ ansible_facts:
           returned: always
           sample: {rdma-core: 2501mlnx56-1.2501060, libibverbs-dev: 2501mlnx56-1.2501060, doca-ofed: 3.2.1-0}
         rdma_core:
-          description: rdma-core and DOCA versions and the MLX5DV symbols of C(infiniband/mlx5_api.h).
+          description:
+            - rdma-core and DOCA versions and the MLX5DV symbols of C(infiniband/mlx5_api.h).
+            - >-
+              V(mlx5dv_ok) follows what the installed NVSHMEM (C(nvshmem.version) of these facts)
+              needs of the header; V(mlx5dv_rule) says why (V(required), V(missing), V(waived) - the symbols the
+              header lacks that this NVSHMEM defines itself - and V(reason)). NVSHMEM 3.4.5 and newer define
+              C(MLX5DV_REG_DMABUF_ACCESS_DATA_DIRECT) themselves; an older or unknown version needs it.
+            - >-
+              V(libmlx5) is libmlx5 as NVSHMEM IBGDA loads it at run time (C(libmlx5.so.1) from the ld cache, its
+              ELF symbol versions read without running anything) - V(path), V(newest), V(required) (C(MLX5_1.8),
+              C(mlx5dv_is_supported)) and V(required_ok), V(optional) (C(MLX5_1.25), data-direct and dma-buf) and
+              V(optional_ok), null where it could not be read (V(error)).
           type: dict
           returned: always
           sample: {rdma_core_version: "50.0-2build2", libibverbs_dev_version: "50.0-2build2", doca_version: null,
                    mlx5_header: /usr/include/infiniband/mlx5_api.h, mlx5_header_present: true,
-                   mlx5dv_symbols: {MLX5DV_REG_DMABUF_ACCESS_DATA_DIRECT: false}, mlx5dv_ok: false}
+                   mlx5dv_symbols: {MLX5DV_REG_DMABUF_ACCESS_DATA_DIRECT: false}, mlx5dv_ok: false,
+                   mlx5dv_rule: {nvshmem_version: 3.2.5-1, required: [MLX5DV_REG_DMABUF_ACCESS_DATA_DIRECT],
+                                 missing: [MLX5DV_REG_DMABUF_ACCESS_DATA_DIRECT], waived: [],
+                                 reason: "NVSHMEM 3.2.5-1 (older than 3.4.5) needs MLX5DV_REG_DMABUF_ACCESS_DATA_DIRECT
+                                          from rdma-core's headers"},
+                   libmlx5: {path: /usr/lib/x86_64-linux-gnu/libmlx5.so.1, newest: MLX5_1.24, required: MLX5_1.8,
+                             required_ok: true, optional: MLX5_1.25, optional_ok: false, error: null}}
         kernel_modules:
           description: Whether each watched kernel module is loaded (C(/proc/modules), else C(lsmod); or C(/sys/module/<name>)).
           type: dict

@@ -12,6 +12,7 @@ import yaml
 
 from unit_helpers import FIXTURES, REPO
 
+from ansible_collections.gpufleet.deepep.plugins.module_utils._node.probes import gather_rdma_core
 from ansible_collections.gpufleet.deepep.plugins.module_utils._rdma import parse_rate_gbps
 from ansible_collections.gpufleet.deepep.plugins.plugin_utils._audit.engine import evaluate_rules, validate_rules
 
@@ -139,6 +140,15 @@ CASES = {
         # no rdma-core at all (a node without RDMA): not this rule's business
         {"gpufleet_stack.rdma_core.rdma_core_version": None, "gpufleet_stack.rdma_core.mlx5_header_present": False,
          "gpufleet_stack.rdma_core.mlx5dv_ok": False},
+    ),
+    "NVSHMEM_LIBMLX5_OLD": (
+        {"gpufleet_stack.nvshmem": {"present": True, "ibgda": True, "version": "3.4.5"},
+         "gpufleet_stack.rdma_core.libmlx5": {"path": "/usr/lib/x86_64-linux-gnu/libmlx5.so.1", "newest": "MLX5_1.7",
+                                              "required": "MLX5_1.8", "required_ok": False}},
+        # NVSHMEM built without IBGDA does not load libmlx5's mlx5dv entry points
+        {"gpufleet_stack.nvshmem": {"present": True, "ibgda": False, "version": "3.4.5"},
+         "gpufleet_stack.rdma_core.libmlx5": {"path": "/usr/lib/x86_64-linux-gnu/libmlx5.so.1", "newest": "MLX5_1.7",
+                                              "required": "MLX5_1.8", "required_ok": False}},
     ),
     "LIBCUDA_SO_MISSING": (
         {"gpufleet_stack.libcuda.so_path": None, "gpufleet_stack.libcuda.linkable": False},
@@ -372,7 +382,7 @@ def test_peermem_missing_is_info_only_when_dmabuf_is_usable(dmabuf):
 INTRANODE_RULES = {
     "DEEPEP_NVSHMEM_NO_IBGDA", "HCA_PREFIX_MISMATCH", "ROCE_GID_INDEX", "NIC_HANDLER_CPU_NO_GDRDRV",
     "HCA_MAPPING_MISSING", "RDMA_CORE_NO_MLX5DV", "REMOTE_TRANSPORT_NOT_IBGDA", "PEERMEM_MISSING",
-    "PEERMEM_MISSING_DMABUF",
+    "PEERMEM_MISSING_DMABUF", "NVSHMEM_LIBMLX5_OLD",
 }
 
 # An NVLink-only H200 node as the h200 profile leaves it (tests/fixtures/captured/h200x2: no RDMA device):
@@ -450,3 +460,59 @@ def test_nic_port_down_only_for_rail_nics():
     found = {f["id"]: f for f in evaluate_rules(rail_down, CATALOGUE)}
     assert found["NIC_PORT_DOWN"]["severity"] == "warning"
     assert {d["device"] for d in found["NIC_PORT_DOWN"]["evidence"]} == {"mlx5_3", "mlx5_8"}
+
+
+# --- RDMA_CORE_NO_MLX5DV follows the installed NVSHMEM: node_stack's rdma_core facts, gathered from a node tree ----
+
+MLX5DV_SYMBOL = "MLX5DV_REG_DMABUF_ACCESS_DATA_DIRECT"
+RDMA_CORE_50 = {"rdma-core": "50.0-2build2", "libibverbs-dev": "50.0-2build2"}
+
+
+def rdma_core_facts(tmp_path, version, header_has_symbol):
+    """gather_rdma_core over a node tree whose mlx5_api.h (Ubuntu 24.04's rdma-core 50 form) lacks or has the
+    symbol, for an installed NVSHMEM ``version`` (None: none installed)."""
+    header = tmp_path / "usr" / "include" / "infiniband" / "mlx5_api.h"
+    header.parent.mkdir(parents=True, exist_ok=True)
+    header.write_text("#define MLX5DV_REG_DMABUF_ACCESS_DATA_DIRECT (1 << 0)\n" if header_has_symbol
+                      else "#define MLX5DV_QP_CREATE_TUNNEL_OFFLOADS (1 << 0)\n")
+    return gather_rdma_core(str(tmp_path), RDMA_CORE_50, [MLX5DV_SYMBOL], version)
+
+
+def audit_with(rdma_core, version):
+    return mutate(HEALTHY, {"gpufleet_stack.rdma_core": rdma_core,
+                            "gpufleet_stack.nvshmem": {"present": version is not None, "version": version}})
+
+
+@pytest.mark.parametrize("version", ["3.2.5-1", "3.3.9", "3.4.4", None, "not-a-version"])
+def test_no_mlx5dv_fires_for_an_older_or_unknown_nvshmem(tmp_path, version):
+    facts = rdma_core_facts(tmp_path, version, header_has_symbol=False)
+    assert facts["mlx5dv_ok"] is False and facts["mlx5dv_rule"]["missing"] == [MLX5DV_SYMBOL]
+    found = [f for f in evaluate_rules(audit_with(facts, version), CATALOGUE) if f["id"] == "RDMA_CORE_NO_MLX5DV"]
+    assert len(found) == 1 and found[0]["severity"] == "critical"
+    evidence = found[0]["evidence"]
+    assert evidence["nvshmem"] == version and evidence["symbols"] == {MLX5DV_SYMBOL: False}
+    if version in ("3.2.5-1", "3.3.9", "3.4.4"):
+        assert evidence["rule"].startswith("NVSHMEM %s (older than 3.4.5) needs %s" % (version, MLX5DV_SYMBOL))
+    elif version is None:
+        assert evidence["rule"].startswith("the NVSHMEM version is unknown")
+    else:  # a stamp whose version is unreadable: named, and judged as unknown
+        assert "'not-a-version' is not an NVSHMEM version" in evidence["rule"]
+        assert "the NVSHMEM version is unknown" in evidence["rule"]
+
+
+@pytest.mark.parametrize("version", ["3.4.5-0", "3.4.5", "3.5.1", "3.5.19-1"])
+def test_no_mlx5dv_quiet_for_nvshmem_345_and_newer(tmp_path, version):
+    facts = rdma_core_facts(tmp_path, version, header_has_symbol=False)
+    assert facts["mlx5dv_ok"] is True
+    assert facts["mlx5dv_rule"] == {
+        "nvshmem_version": version, "required": [], "missing": [], "waived": [MLX5DV_SYMBOL],
+        "reason": "NVSHMEM %s (3.4.5 or newer) defines %s itself when infiniband/mlx5dv.h lacks it: it needs the "
+                  "header (libibverbs-dev), not the symbol" % (version, MLX5DV_SYMBOL)}
+    assert [f for f in evaluate_rules(audit_with(facts, version), CATALOGUE) if f["id"] == "RDMA_CORE_NO_MLX5DV"] == []
+
+
+@pytest.mark.parametrize("version", ["3.2.5-1", "3.4.5-0", None])
+def test_no_mlx5dv_quiet_where_the_header_has_the_symbol(tmp_path, version):
+    facts = rdma_core_facts(tmp_path, version, header_has_symbol=True)
+    assert facts["mlx5dv_ok"] is True and facts["mlx5dv_rule"]["waived"] == []
+    assert [f for f in evaluate_rules(audit_with(facts, version), CATALOGUE) if f["id"] == "RDMA_CORE_NO_MLX5DV"] == []

@@ -574,6 +574,28 @@ FILTER_BAD = [
     (transport_filter.transport_verdict, ("",), {"policy": {"allow_gin": "GDAKI"}},
      "transport_verdict: policy allow_gin must be a list of GDAKI/PROXY/GPI/none; got 'GDAKI'"),
     (transport_filter.transport_verdict, (7,), {}, "output must be a string, a list of lines or a command result"),
+] + [
+    # nvshmem_rdma_needs / mlx5dv_verdict: an NVSHMEM version of another form names the value and the form expected
+    (func, args_of(bad), {}, "%s: nvshmem_version: %r is not an NVSHMEM version such as 3.4.5-0, 3.4.5 or v3.4.5-0"
+     % (func.__name__, bad))
+    for func, args_of in ((version_helpers.nvshmem_rdma_needs, lambda v: (v,)),
+                          (version_helpers.mlx5dv_verdict, lambda v: ({"present": True, "symbols": {}}, v)))
+    for bad in ("latest", "3", "3.4.x", "3.4.5rc1", "3.4.5-0\n", "3.4.5+cu129", "v", "3.4.5-0-1", "main")
+] + [
+    (version_helpers.nvshmem_rdma_needs, (bad,), {},
+     "nvshmem_rdma_needs: nvshmem_version: %r is not an NVSHMEM version such as 3.4.5-0, 3.4.5 or v3.4.5-0 "
+     "(major.minor[.patch][-package]), or empty for an unknown version (got a %s; quote the version in YAML)"
+     % (bad, type(bad).__name__))
+    for bad in (3.4, 345, True, ["3.4.5"], {"version": "3.4.5"})
+] + [
+    # mlx5dv_verdict: header facts of another shape than node_stack's gpufleet_symbols entry
+    (version_helpers.mlx5dv_verdict, (header, "3.4.5-0"), {},
+     "mlx5dv_verdict: header: %r is not a header's facts (expected {present: true|false, symbols: {SYMBOL: "
+     "true|false}}" % (header,))
+    for header in ("/usr/include/infiniband/mlx5_api.h", None, {"present": True}, {"symbols": {}},
+                   {"present": "yes", "symbols": {}}, {"present": True, "symbols": ["MLX5DV_X"]},
+                   {"present": True, "symbols": {"MLX5DV_X": "no"}}, {"present": True, "symbols": {1: True}})
+] + [
     (verify_helpers.verify_sweep_plan, ("n1,n2,n3",), {}, "hosts must be a list of host names"),
     (verify_helpers.verify_sweep_plan, (["n1", "n1", "n2"],), {}, "must not repeat a host"),
     (verify_helpers.verify_sweep_plan, (["n1", "a+b", "n2"],), {}, "non-empty host names without '+'"),

@@ -7,6 +7,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import shutil
 
 import pytest
 
@@ -294,11 +295,25 @@ def test_gather_bare_node(tmp_path):
     assert "rc=127" in facts["errors"]["python"]
 
 
-def test_gather_missing_header_symbols(node):
+# mlx5dv_ok follows the installed NVSHMEM (changed deliberately: this node's NVSHMEM 3.5.19 defines the symbol
+# itself, so the header's lack of it is no longer a gap; an older or absent NVSHMEM still needs it).
+@pytest.mark.parametrize("installed, ok", [("3.5.19", True), ("3.4.5-0", True), ("3.2.5-1", False), (None, False)])
+def test_gather_missing_header_symbols(node, installed, ok):
     write(node, "/usr/include/infiniband/mlx5_api.h", "/* rdma-core 50 */\n")
+    stamp = node / "opt" / "deepep" / "nvshmem" / ".gpufleet-build.json"
+    if installed is None:
+        shutil.rmtree(str(node / "opt" / "deepep" / "nvshmem"))
+    else:
+        stamp.write_text(json.dumps(dict(json.loads(stamp.read_text()), version=installed)))
     facts = gather(node, Runner(answers()))
+    assert facts["nvshmem"]["version"] == installed
     assert facts["rdma_core"]["mlx5dv_symbols"] == {"MLX5DV_REG_DMABUF_ACCESS_DATA_DIRECT": False}
-    assert facts["rdma_core"]["mlx5dv_ok"] is False
+    assert facts["rdma_core"]["mlx5dv_ok"] is ok
+    rule = facts["rdma_core"]["mlx5dv_rule"]
+    assert rule["nvshmem_version"] == installed
+    assert rule["missing"] == ([] if ok else ["MLX5DV_REG_DMABUF_ACCESS_DATA_DIRECT"])
+    assert rule["waived"] == (["MLX5DV_REG_DMABUF_ACCESS_DATA_DIRECT"] if ok else [])
+    assert ("defines MLX5DV_REG_DMABUF_ACCESS_DATA_DIRECT itself" in rule["reason"]) is ok
 
 
 def test_lsmod_fallback_without_proc_modules(node):

@@ -15,6 +15,7 @@ import yaml
 
 from unit_helpers import FIXTURES, REPO
 
+from ansible_collections.gpufleet.deepep.plugins.module_utils._comm.nvshmem_rdma import mlx5dv_verdict
 from ansible_collections.gpufleet.deepep.plugins.plugin_utils._audit.expr import AuditError
 from ansible_collections.gpufleet.deepep.plugins.plugin_utils._audit.engine import evaluate_rules, validate_rules
 
@@ -110,13 +111,22 @@ CASES = {
     "PREFLIGHT_MODULE_OPTIONAL": ({"modules": ["mlx5_core"]},
                                   "Kernel module nvidia_peermem is not loaded (optional: NVSHMEM IBGDA falls back to "
                                   "dma-buf)."),
+    # The MLX5DV messages name the NVSHMEM version rule (changed deliberately: 3.4.5 and newer define the symbol).
     "PREFLIGHT_MLX5DV_TO_INSTALL": ({"mlx5dv_ok": False, "expect__mlx5dv_by_play": True},
                                     "rdma-core: /usr/include/infiniband/mlx5_api.h lacks "
-                                    "MLX5DV_REG_DMABUF_ACCESS_DATA_DIRECT; the doca_ofed phase installs DOCA-OFED."),
+                                    "MLX5DV_REG_DMABUF_ACCESS_DATA_DIRECT (NVSHMEM IBGDA needs it); the doca_ofed phase "
+                                    "installs DOCA-OFED."),
     "PREFLIGHT_MLX5DV_MISSING": ({"mlx5dv_ok": False},
                                  "rdma-core: /usr/include/infiniband/mlx5_api.h lacks MLX5DV_REG_DMABUF_ACCESS_DATA_DIRECT, "
-                                 "so NVSHMEM cannot build IBGDA (Ubuntu 24.04 rdma-core 50). Fix: install DOCA-OFED "
-                                 "(doca_ofed_enabled: true; apt-get install mft=4.30.0-139 doca-ofed-userspace)."),
+                                 "so NVSHMEM cannot build IBGDA (Ubuntu 24.04 rdma-core 50; NVSHMEM IBGDA needs it). "
+                                 "Fix: install DOCA-OFED (doca_ofed_enabled: true; apt-get install mft=4.30.0-139 "
+                                 "doca-ofed-userspace), or build NVSHMEM 3.4.5 or newer (nvshmem_version), which "
+                                 "defines the symbol itself."),
+    "PREFLIGHT_MLX5DV_NOT_NEEDED": ({"mlx5dv": {"ok": True, "waived": ["MLX5DV_REG_DMABUF_ACCESS_DATA_DIRECT"],
+                                                "reason": "NVSHMEM 3.4.5-0 defines it"}},
+                                    "rdma-core: /usr/include/infiniband/mlx5_api.h lacks "
+                                    "MLX5DV_REG_DMABUF_ACCESS_DATA_DIRECT, not needed: NVSHMEM 3.4.5-0 defines it. No "
+                                    "DOCA-OFED for it."),
     "PREFLIGHT_LIBCUDA_SO1_ONLY": (SO1_ONLY,
                                    "libcuda.so: only /usr/lib/x86_64-linux-gnu/libcuda.so.1; builds link through the "
                                    "CUDA stubs, or fix: ln -sf /usr/lib/x86_64-linux-gnu/libcuda.so.1 "
@@ -154,7 +164,8 @@ def test_rule_fires_with_the_role_message(rule_id):
 def test_notes_are_info_and_failures_critical():
     rules = {r["id"]: r for r in validate_rules(CATALOGUE)}
     notes = {"PREFLIGHT_CUDA_TO_INSTALL", "PREFLIGHT_PIP_TO_INSTALL", "PREFLIGHT_MODULE_OPTIONAL",
-             "PREFLIGHT_MLX5DV_TO_INSTALL", "PREFLIGHT_LIBCUDA_SO1_ONLY", "PREFLIGHT_LIBCUDA_STUBS"}
+             "PREFLIGHT_MLX5DV_TO_INSTALL", "PREFLIGHT_MLX5DV_NOT_NEEDED", "PREFLIGHT_LIBCUDA_SO1_ONLY",
+             "PREFLIGHT_LIBCUDA_STUBS"}
     for rule_id in CASES:
         assert rules[rule_id]["severity"] == ("info" if rule_id in notes else "critical"), rule_id
 
@@ -226,3 +237,59 @@ def test_unknown_context_and_order_are_refused():
         evaluate_rules({}, [], context="deploy")
     with pytest.raises(AuditError, match="order 'random' is not severity or catalogue"):
         evaluate_rules({}, [], order="random")
+
+
+# --- the MLX5DV symbol follows the NVSHMEM version the play builds (the role's document, built as the role does) ---
+
+SYMBOL = "MLX5DV_REG_DMABUF_ACCESS_DATA_DIRECT"
+OLDER = ["3.2.5-1", "3.3.9", "v3.4.4-1", ""]  # "" is an unknown version: the symbol stays required
+SINCE_345 = ["3.4.5-0", "3.4.5", "v3.4.5-0", "3.5.1", "3.5.19-1"]
+
+
+def mlx5dv_doc(version, present, by_play):
+    """The preflight document of a node whose rdma-core header (present or not) lacks the symbol."""
+    verdict = mlx5dv_verdict({"present": present, "symbols": {SYMBOL: False}}, version)
+    return doc(mlx5dv_ok=verdict["ok"], mlx5dv=verdict, expect__nvshmem_version=version,
+               expect__mlx5dv_by_play=by_play)
+
+
+@pytest.mark.parametrize("present", [True, False])
+@pytest.mark.parametrize("by_play", [True, False])
+@pytest.mark.parametrize("version", OLDER)
+def test_older_or_unknown_nvshmem_still_needs_the_symbol(version, present, by_play):
+    found = {f["id"]: f for f in judge(mlx5dv_doc(version, present, by_play))}
+    rule = "PREFLIGHT_MLX5DV_TO_INSTALL" if by_play else "PREFLIGHT_MLX5DV_MISSING"
+    assert set(found) == {rule}
+    assert found[rule]["severity"] == ("info" if by_play else "critical")
+    message = found[rule]["message"]
+    assert "lacks %s" % SYMBOL in message
+    # The message names the version rule: the version and why it needs the symbol.
+    if version:
+        assert "NVSHMEM %s (older than 3.4.5) needs %s" % (version.lstrip("v"), SYMBOL) in message
+    else:
+        assert "the NVSHMEM version is unknown" in message
+
+
+@pytest.mark.parametrize("present", [True, False])
+@pytest.mark.parametrize("by_play", [True, False])
+@pytest.mark.parametrize("version", SINCE_345)
+def test_nvshmem_345_and_newer_need_no_symbol(version, present, by_play):
+    found = judge(mlx5dv_doc(version, present, by_play))
+    assert [f["id"] for f in found] == ["PREFLIGHT_MLX5DV_NOT_NEEDED"]
+    assert found[0]["severity"] == "info"
+    assert found[0]["message"] == (
+        "rdma-core: /usr/include/infiniband/mlx5_api.h lacks %s, not needed: NVSHMEM %s (3.4.5 or newer) defines %s "
+        "itself when infiniband/mlx5dv.h lacks it: it needs the header (libibverbs-dev), not the symbol. No DOCA-OFED "
+        "for it." % (SYMBOL, version.lstrip("v"), SYMBOL))
+
+
+@pytest.mark.parametrize("version", OLDER + SINCE_345)
+def test_a_header_with_the_symbol_is_quiet_for_every_version(version):
+    verdict = mlx5dv_verdict({"present": True, "symbols": {SYMBOL: True}}, version)
+    assert verdict["ok"] is True and verdict["waived"] == [] and verdict["missing"] == []
+    assert judge(doc(mlx5dv_ok=True, mlx5dv=verdict, expect__nvshmem_version=version)) == []
+
+
+@pytest.mark.parametrize("version", SINCE_345)
+def test_not_required_at_all_stays_quiet(version):
+    assert judge(dict(mlx5dv_doc(version, False, False), expect=dict(HEALTHY["expect"], require_mlx5dv=False))) == []

@@ -253,7 +253,9 @@ def test_cuda_from_old_version_txt(tmp_path):
 
 def test_filters():
     filters = version_helpers.FilterModule().filters()
-    assert set(filters) == {"cuda_tag", "torch_index_url", "torch_version_info", "nccl_header_version"}
+    # nvshmem_rdma_needs and mlx5dv_verdict joined (tests/unit/test_nvshmem_rdma.py covers them)
+    assert set(filters) == {"cuda_tag", "torch_index_url", "torch_version_info", "nccl_header_version",
+                            "nvshmem_rdma_needs", "mlx5dv_verdict"}
     assert filters["cuda_tag"]("13.0.88") == "cu130"
     assert filters["torch_index_url"]("13.0", nightly=True) == "https://download.pytorch.org/whl/nightly/cu130"
     assert filters["torch_version_info"]("2.9.1+cu129")["cuda_tag"] == "cu129"

@@ -32,6 +32,8 @@ ENV_SCRIPT = "/opt/deepep/unified-env.sh"
 HARDWARE = fakehw.load_profile("h100_ib")
 NAMES = fakehw.rdma_device_names(HARDWARE)  # {nic id: device name}, mlx5_* on this profile
 PROFILE = yaml.safe_load((PROJECT / "inventories" / "example" / "group_vars" / "h100.yml").read_text())
+NVSHMEM_DEFAULTS = yaml.safe_load((PROJECT / "roles" / "nvshmem" / "defaults" / "main.yml").read_text())
+SYMBOL = "MLX5DV_REG_DMABUF_ACCESS_DATA_DIRECT"
 
 
 def rail_mapping() -> list[str]:
@@ -51,19 +53,46 @@ def test_device_names_stay_mlx5(host):
     assert all(name.startswith("mlx5_") for name in NAMES.values())
 
 
-def test_doca_ofed_userspace_only_for_the_mlx5dv_symbols(host):
-    # The names were right already; the node's rdma-core lacked MLX5DV_REG_DMABUF_ACCESS_DATA_DIRECT, so the
-    # profile's flavor (userspace) was installed for the headers IBGDA needs, and no kernel package.
-    assert PROFILE["doca_ofed_flavor"] == "userspace"
-    assert host.package("doca-ofed-userspace").is_installed
+def test_no_doca_ofed_for_the_mlx5dv_symbol_with_nvshmem_345(host):
+    # The names were right already and the node's rdma-core lacks MLX5DV_REG_DMABUF_ACCESS_DATA_DIRECT, but the
+    # NVSHMEM the profile builds (the nvshmem role's default 3.4.5-0; the stamp says 3.4.5) defines it itself: no
+    # DOCA-OFED, of either flavour, was installed for it, and neither preflight nor the audit call it a gap.
+    assert "nvshmem_version" not in PROFILE and NVSHMEM_DEFAULTS["nvshmem_version"] == "3.4.5-0"
+    assert PROFILE["doca_ofed_enabled"] is True and PROFILE["doca_ofed_flavor"] == "userspace"
+    assert not host.package("doca-ofed-userspace").is_installed
     assert not host.package("doca-ofed").is_installed
-    assert "MLX5DV_REG_DMABUF_ACCESS_DATA_DIRECT" in host.file("/usr/include/infiniband/mlx5_api.h").content_string
+    header = host.file("/usr/include/infiniband/mlx5_api.h")
+    assert not header.exists or SYMBOL not in header.content_string
+    stamp = json.loads(host.file("/opt/deepep/nvshmem/.gpufleet-build.json").content_string)
+    assert stamp["version"].startswith("3.4.5")
+
+    record = json.loads(host.file("/var/lib/gpufleet-molecule-mlx5dv.json").content_string)
+    # preflight: a note naming the version rule, no failure, nothing left for DOCA-OFED to install
+    assert record["preflight"]["mlx5dv_ok"] is True
+    assert [f["id"] for f in record["preflight"]["findings"]] == ["PREFLIGHT_MLX5DV_NOT_NEEDED"]
+    note = record["preflight"]["findings"][0]
+    assert note["severity"] == "info"
+    assert note["message"] == (
+        "rdma-core: /usr/include/infiniband/mlx5_api.h lacks %s, not needed: NVSHMEM 3.4.5-0 (3.4.5 or newer) defines "
+        "%s itself when infiniband/mlx5dv.h lacks it: it needs the header (libibverbs-dev), not the symbol. No "
+        "DOCA-OFED for it." % (SYMBOL, SYMBOL))
+    # the audit: the installed NVSHMEM's version decides, and RDMA_CORE_NO_MLX5DV stays quiet
+    audit = record["audit"]
+    assert audit["nvshmem_version"] == stamp["version"]
+    assert audit["rdma_core"]["mlx5dv_ok"] is True and audit["rdma_core"]["doca_version"] is None
+    assert audit["rdma_core"]["mlx5dv_rule"]["nvshmem_version"] == stamp["version"]
+    assert audit["rdma_core"]["mlx5dv_rule"]["waived"] == [SYMBOL]
+    assert audit["rdma_core"]["mlx5dv_rule"]["missing"] == []
+    # libmlx5: the simulated node has none to read, so NVSHMEM_LIBMLX5_OLD cannot judge it (unknown, not old)
+    assert audit["rdma_core"]["libmlx5"]["required"] == "MLX5_1.8"
+    assert audit["rdma_core"]["libmlx5"]["required_ok"] in (True, None)
+    assert audit["findings"] == []
 
 
 def test_one_reboot_for_the_override(host):
     name = host.check_output("hostname").strip()
     ups = [e for e in fleet_checks.boot_log() if e["node"] == name and e["event"] == "up"]
-    assert len(ups) == 2, ups  # the boot at create, and one reboot: PeerMappingOverride (userspace DOCA needs none)
+    assert len(ups) == 2, ups  # the boot at create, and one reboot: PeerMappingOverride (no DOCA-OFED here)
     params = fleet_checks.live_params(host)
     assert params["RegistryDwords"].strip('"').rstrip(";").split(";") == ["PeerMappingOverride=1"]
     assert params["EnableStreamMemOPs"] == "1"
@@ -97,4 +126,6 @@ def test_env_script_for_infiniband(host):
 def test_stamped_converged(host):
     stamp = json.loads(host.file("/var/lib/gpufleet-site-converged.json").content_string)
     assert stamp["watch"]["/sys/class/infiniband"]["entries"] == sorted(f"{n}@" for n in NAMES.values())
-    assert stamp["packages"]["doca-ofed-userspace"]
+    # No DOCA-OFED: nothing of it to watch (the rdma-core header needs none with NVSHMEM 3.4.5).
+    assert not stamp["packages"].get("doca-ofed-userspace")
+    assert not stamp["packages"].get("doca-ofed")

@@ -16,6 +16,7 @@ import os
 import re
 
 from ansible_collections.gpufleet.deepep.plugins.module_utils._node.nodeio import output_tail, read_text, under
+from ansible_collections.gpufleet.deepep.plugins.module_utils._comm.nvshmem_rdma import NvshmemRdmaError, mlx5dv_verdict
 from ansible_collections.gpufleet.deepep.plugins.module_utils._comm.nvshmem_discovery import (
     PROBE_SCRIPT as SITE_PROBE_SCRIPT
 )
@@ -164,9 +165,18 @@ def scan_header_symbols(text, symbols):
                 for symbol in symbols)
 
 
-def gather_rdma_core(root, packages, symbols):
+def gather_rdma_core(root, packages, symbols, nvshmem_version=None):
+    """rdma-core's versions and MLX5DV symbols; ``mlx5dv_ok`` follows what the installed NVSHMEM
+    (``nvshmem_version``, None when none is installed) needs of them (``mlx5dv_rule``)."""
     header_text = read_text(under(root, MLX5_HEADER))
     found = scan_header_symbols(header_text, symbols)
+    header = {"present": header_text is not None, "symbols": found}
+    try:
+        verdict = mlx5dv_verdict(header, nvshmem_version)
+    except NvshmemRdmaError as exc:
+        # A stamp with an unreadable version: judged as an unknown version (the symbols stay required).
+        verdict = mlx5dv_verdict(header, None)
+        verdict["reason"] = "%s; %s" % (exc, verdict["reason"])
     doca = None
     for name in ("doca-ofed", "doca-ofed-userspace", "doca-roce"):
         if packages.get(name):
@@ -179,7 +189,9 @@ def gather_rdma_core(root, packages, symbols):
         "mlx5_header": MLX5_HEADER,
         "mlx5_header_present": header_text is not None,
         "mlx5dv_symbols": found,
-        "mlx5dv_ok": header_text is not None and all(found.values()),
+        "mlx5dv_ok": verdict["ok"],
+        "mlx5dv_rule": {"nvshmem_version": verdict["needs"]["nvshmem_version"], "required": verdict["required"],
+                        "missing": verdict["missing"], "waived": verdict["waived"], "reason": verdict["reason"]},
     }
 
 

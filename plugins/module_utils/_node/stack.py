@@ -41,7 +41,15 @@ from ansible_collections.gpufleet.deepep.plugins.module_utils._node.installs imp
     unchanged_install,
 )
 from ansible_collections.gpufleet.deepep.plugins.module_utils._node.linkage import gather_linkage, node_gpus
-from ansible_collections.gpufleet.deepep.plugins.module_utils._node.v2runtime import gather_deepep_v2
+from ansible_collections.gpufleet.deepep.plugins.module_utils._node.v2runtime import (
+    find_libmlx5,
+    gather_deepep_v2,
+    libmlx5_facts,
+)
+from ansible_collections.gpufleet.deepep.plugins.module_utils._comm.nvshmem_rdma import (
+    LIBMLX5_OPTIONAL,
+    LIBMLX5_REQUIRED,
+)
 from ansible_collections.gpufleet.deepep.plugins.module_utils._nvidia.modprobe import DEFAULT_MODPROBE_DIRS
 from ansible_collections.gpufleet.deepep.plugins.module_utils._node.probes import (
     PYTHON_PROBE,
@@ -84,7 +92,7 @@ from ansible_collections.gpufleet.deepep.plugins.module_utils._serve.sglang_fact
 
 __all__ = [
     "DEFAULT_MLX5DV_SYMBOLS", "DEFAULT_DPKG_PACKAGES", "C_ENV", "GATHERABLE", "FACT_NAMES", "SBIN_DIRS",
-    "subprocess_runner", "gather_stack", "PrefetchRunner", "find_executable", "gather_node",
+    "subprocess_runner", "gather_stack", "PrefetchRunner", "find_executable", "gather_node", "nvshmem_libmlx5",
 ]
 
 DEFAULT_MLX5DV_SYMBOLS = ("MLX5DV_REG_DMABUF_ACCESS_DATA_DIRECT",)
@@ -122,6 +130,22 @@ def subprocess_runner(argv, timeout=None, env=None):
 
 # --- everything ----------------------------------------------------------------------------------------
 
+def nvshmem_libmlx5(root, ldcache):
+    """libmlx5 as NVSHMEM IBGDA loads it at run time: ``{path, newest, required, required_ok, optional,
+    optional_ok, error}``; ``required_ok``/``optional_ok`` are null where no libmlx5 could be read (``error``)."""
+    lib = libmlx5_facts(root, find_libmlx5(root, ldcache))
+    readable = lib["path"] is not None and lib["error"] is None
+    return {
+        "path": lib["path"],
+        "newest": lib["newest"],
+        "required": LIBMLX5_REQUIRED,
+        "required_ok": (LIBMLX5_REQUIRED in lib["versions"]) if readable else None,
+        "optional": LIBMLX5_OPTIONAL,
+        "optional_ok": (LIBMLX5_OPTIONAL in lib["versions"]) if readable else None,
+        "error": lib["error"],
+    }
+
+
 def gather_stack(root="/", cuda_home="/usr/local/cuda", python="/usr/bin/python3",
                  env_script="/opt/deepep/unified-env.sh", gdrcopy_home="/opt/deepep/gdrcopy",
                  nvshmem_prefix="/opt/deepep/nvshmem",
@@ -141,11 +165,14 @@ def gather_stack(root="/", cuda_home="/usr/local/cuda", python="/usr/bin/python3
     if error:
         errors["packages"] = error
     facts["packages"] = packages
-    facts["rdma_core"] = gather_rdma_core(root, packages, mlx5dv_symbols)
+    # The installed NVSHMEM first: what it needs of rdma-core's header follows its version.
+    facts["nvshmem"] = gather_nvshmem_install(root, nvshmem_prefix)
+    facts["rdma_core"] = gather_rdma_core(root, packages, mlx5dv_symbols, facts["nvshmem"]["version"])
 
     ldcache, error = gather_ldcache(runner)
     if error:
         errors["ldconfig"] = error
+    facts["rdma_core"]["libmlx5"] = nvshmem_libmlx5(root, ldcache)
     module_names, loaded = gather_kernel_modules(root, runner)
     facts["kernel_modules"] = loaded
     facts["libcuda"] = gather_libcuda(root, ldcache, cuda_home)
@@ -160,7 +187,6 @@ def gather_stack(root="/", cuda_home="/usr/local/cuda", python="/usr/bin/python3
     deep_ep = find_packages(py["packages"], r"^deep[-_]ep$")
     facts["deep_ep_package"] = deep_ep[0] if deep_ep else None
 
-    facts["nvshmem"] = gather_nvshmem_install(root, nvshmem_prefix)
     facts["env_script"] = gather_env_script(root, env_script)
     skipped = unchanged_install(root, facts["deep_ep_package"], facts["torch"]["version"]) \
         if import_check == "changed" else None
