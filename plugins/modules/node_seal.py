@@ -18,7 +18,7 @@ description:
     link to it. Removed are the SSH host keys (sshd's keygen makes new ones at first boot), cloud-init's state
     (C(cloud-init clean --logs) where installed, bounded by O(timeout)), DHCP leases, udev's
     C(70-persistent-net.rules), apt and pip caches, shell histories, systemd's random seed, what the collection wrote
-    for this host only (verify runs, serving units, the site stamp, whose watch list goes into the manifest) and
+    for this host only (verify logs, serving units, the site stamp, whose watch list goes into the manifest) and
     O(extra_paths). Logs are truncated, not deleted. Login keys are removed only with O(remove_authorized_keys).
   - Kept are driver options (C(/etc/modprobe.d)), DOCA-OFED, every build under C(/opt/deepep), the Python
     environments and the env script.

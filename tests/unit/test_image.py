@@ -64,8 +64,8 @@ GENERALIZED = [
     ("/root/.python_history", "remove"),
     ("/home/ubuntu/.bash_history", "remove"),
     ("/home/ubuntu/.viminfo", "remove"),
-    ("/opt/deepep/verify/runs/1/summary.json", None),
-    ("/opt/deepep/verify/runs", "remove"),
+    ("/opt/deepep/verify/intranode.log", "remove"),
+    ("/opt/deepep/verify/internode.log", "remove"),
     ("/etc/gpufleet/sglang-serve/prefill.env", None),
     ("/etc/gpufleet/sglang-serve", "remove"),
     ("/etc/machine-id", "empty"),
@@ -78,7 +78,8 @@ GENERALIZED = [
 KEPT = ["/etc/modprobe.d/gpufleet-nvidia.conf", "/opt/deepep/nvshmem/lib/libnvshmem_host.so.3",
         "/opt/deepep/nvshmem/.gpufleet-build.json", "/opt/deepep/unified-env.sh", "/usr/lib/doca/doca.conf",
         "/var/lib/dpkg/status", "/root/.ssh/authorized_keys", "/home/ubuntu/.ssh/authorized_keys",
-        "/var/cache/deepep/jit/kernel.cubin", "/etc/hostname", "/var/lib/apt/lists/mirror_Packages"]
+        "/var/cache/deepep/jit/kernel.cubin", "/etc/hostname", "/var/lib/apt/lists/mirror_Packages",
+        "/opt/deepep/verify/run_deepep.sh"]
 
 
 def fake_smi(tmp_path, arch="10.0", count=8, rc=0):
