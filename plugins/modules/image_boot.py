@@ -175,8 +175,8 @@ def run(module, runner=run_bounded):
     except (im.ImageError, ss.SiteStateError) as exc:
         module.fail_json(msg=str(exc), **result)
     except OSError as exc:
-        module.fail_json(msg="cannot record the first boot: %s: %s" % (getattr(exc, "filename", "") or "",
-                                                                       exc.strerror or exc), **result)
+        where = getattr(exc, "filename", "") or ""
+        module.fail_json(msg="cannot record the first boot: %s: %s" % (where, exc.strerror or exc), **result)
     return result
 
 

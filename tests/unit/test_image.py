@@ -348,8 +348,8 @@ def test_booted_records_the_stamp_the_next_run_finds_intact(module_runner, tmp_p
     result = boot(module_runner, tmp_path, root, state="booted")
     assert not result.failed and result["changed"], result
     stamp = json.loads((root / "var/lib/gpufleet-site-converged.json").read_text())
-    assert stamp["key"] == KEY and sorted(stamp["watch"]) == ["/opt/deepep/nvshmem/lib/libnvshmem_host.so*",
-                                                               "/opt/deepep/unified-env.sh"]
+    watched = ["/opt/deepep/nvshmem/lib/libnvshmem_host.so*", "/opt/deepep/unified-env.sh"]
+    assert stamp["key"] == KEY and sorted(stamp["watch"]) == watched
     record = json.loads((root / "etc/gpufleet/image-boot.json").read_text())
     assert record["machine_id"] == "fedcba9876543210fedcba9876543210" and record["site_key"] == KEY
     again = boot(module_runner, tmp_path, root, state="booted")

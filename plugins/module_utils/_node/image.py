@@ -347,9 +347,9 @@ def boot_decision(manifest, node, key):
                         % (",".join(node["gpu"].get("arch") or []) or "none",
                            ",".join(manifest["gpu"].get("arch") or []) or "none"))
     if manifest["nic"].get("naming") != node["nic"].get("naming"):
+        naming = manifest["nic"].get("naming")
         refusals.append("NIC naming %s on this node but %s in the image (the driver stack in the image names "
-                        "its HCAs %s)" % (node["nic"].get("naming"), manifest["nic"].get("naming"),
-                                           manifest["nic"].get("naming")))
+                        "its HCAs %s)" % (node["nic"].get("naming"), naming, naming))
     if refusals:
         return {"lane": "refused", "refusals": refusals,
                 "reason": "the image does not fit this node: " + "; ".join(refusals)}
