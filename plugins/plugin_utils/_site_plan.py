@@ -41,14 +41,14 @@ class SitePlanError(ValueError):
 
 def content_paths(playbook_dir, prefixes=PREFIXES):
     """What a converge rolls out: site.yml, every plugin, the reboot handler's role, the build_once role the build
-    phases include, the rules catalogue (the preflight phase judges the node by its preflight rules) and the role of
-    every phase."""
+    phases include, the rules catalogue (the preflight phase judges the node by its preflight rules), the image role
+    (the first boot of an image-born node) and the role of every phase."""
     if not isinstance(playbook_dir, str) or not os.path.isabs(playbook_dir):
         raise SitePlanError("playbook_dir %r is not an absolute path (expected the directory of site.yml)"
                             % (playbook_dir,))
     root = os.path.dirname(playbook_dir)
     return ([playbook_dir + "/site.yml", root + "/plugins", root + "/roles/reboot", root + "/roles/build_once",
-             root + "/roles/audit/files/rules.yml"]
+             root + "/roles/audit/files/rules.yml", root + "/roles/image"]
             + [root + "/roles/" + p for p in prefixes if p != "gpufleet"])
 
 

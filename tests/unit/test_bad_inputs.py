@@ -32,9 +32,11 @@ from ansible_collections.gpufleet.deepep.plugins.modules import (
     artifact_store,
     deepep_jit_cache,
     gpu_topology,
+    image_boot,
     model_config,
     nccl_env,
     node_stack,
+    node_seal,
     nvidia_params,
     play_settings,
     pytorch_bundled_nvshmem,
@@ -233,6 +235,61 @@ def test_site_state_refuses_and_writes_nothing(module_runner, tmp_path, args, na
     result = module_runner(site_state, dict(args, path=str(tmp_path / "state" / "stamp.json"),
                                             dpkg_status=str(tmp_path / "status")))
     assert result.failed and named in result["msg"] and "expected" in result["msg"], result["msg"]
+    assert snapshot(tmp_path) == before
+
+
+# Every option of node_seal and image_boot with a form, refused naming the value and the form; nothing written.
+IMAGE_KEY = "k" * 64
+SEAL_BAD = [
+    ({"site_key": ""}, "site_key ''", "expected 1 to 128 characters"),
+    ({"site_key": "a b"}, "site_key 'a b'", "expected 1 to 128 characters"),
+    ({"site_key": "k" * 129}, "k" * 129, "expected 1 to 128 characters"),
+    ({"profile": "b200 gcp"}, "profile 'b200 gcp'", "expected 1 to 64 characters"),
+    ({"collection_version": "0.2.0\n"}, "collection_version '0.2.0\\n'", "expected 1 to 64 characters"),
+    ({"extra_paths": ["etc/x"]}, "extra_paths entry 'etc/x'", "expected a path or glob pattern"),
+    ({"extra_paths": ["/"]}, "extra_paths entry '/'", "not /"),
+    ({"extra_paths": ["/opt/../etc"]}, "extra_paths entry '/opt/../etc'", "without '..'"),
+    ({"build_stamps": ["opt/*.json"]}, "build_stamps entry 'opt/*.json'", "expected a path or glob pattern"),
+    ({"timeout": 0}, "timeout=0", "expected seconds, 1 to 3600"),
+    ({"timeout": 3601}, "timeout=3601", "expected seconds, 1 to 3600"),
+    ({"timeout": "soon"}, "soon", "int"),
+    ({"remove_authorized_keys": "maybe"}, "maybe", "bool"),
+    ({"stamp": "/var/lib/"}, "stamp '/var/lib/'", "expected an absolute path of a file"),
+    ({"manifest": "/etc/gpufleet/"}, "manifest '/etc/gpufleet/'", "expected an absolute path of a file"),
+    ({"cloud_init": "cloud-init clean"}, "cloud_init 'cloud-init clean'", "expected a command name"),
+    ({"nvidia_smi": ""}, "nvidia_smi ''", "expected a command name"),
+]
+BOOT_BAD = [
+    ({"site_key": ""}, "site_key ''", "expected 1 to 128 characters"),
+    ({"site_key": "../k"}, "site_key '../k'", "expected 1 to 128 characters"),
+    ({"state": "sealed"}, "sealed", "check, booted"),
+    ({"timeout": 0}, "timeout=0", "expected seconds, 1 to 3600"),
+    ({"timeout": "soon"}, "soon", "int"),
+    ({"stamp": "/var/lib/"}, "stamp '/var/lib/'", "expected an absolute path of a file"),
+    ({"manifest": "/etc/"}, "manifest '/etc/'", "expected an absolute path of a file"),
+    ({"nvidia_smi": "nvidia-smi -L"}, "nvidia_smi 'nvidia-smi -L'", "expected a command name"),
+]
+
+
+def test_image_cases_cover_every_option():
+    for module, cases in ((node_seal, SEAL_BAD), (image_boot, BOOT_BAD)):
+        options = set(yaml.safe_load(module.DOCUMENTATION)["options"]) - {"root"}
+        assert {name for args, dummy, dummy2 in cases for name in args} == options, module.__name__
+
+
+@pytest.mark.parametrize("module,args,named,form", [(node_seal,) + c for c in SEAL_BAD] + [(image_boot,) + c for c in BOOT_BAD],
+                         ids=["seal-%d" % i for i in range(len(SEAL_BAD))] + ["boot-%d" % i for i in range(len(BOOT_BAD))])
+@pytest.mark.parametrize("check_mode", [False, True])
+def test_image_modules_refuse_and_write_nothing(module_runner, tmp_path, module, args, named, form, check_mode):
+    node = tmp_path / "node"
+    (node / "etc").mkdir(parents=True)
+    (node / "etc/machine-id").write_text("0123\n")
+    before = snapshot(tmp_path)
+    full = dict({"site_key": IMAGE_KEY, "root": str(node)}, **args)
+    result = module_runner(module, full, check_mode=check_mode)
+    assert result.failed, result
+    assert named in result["msg"] and form in result["msg"], result["msg"]
+    assert "Traceback" not in result["msg"]
     assert snapshot(tmp_path) == before
 
 

@@ -78,13 +78,20 @@ def test_the_lookup_returns_one_digest(tree):
 def test_site_yml_keys_every_phase_role_it_imports(tmp_path, monkeypatch):
     # The plan (gpufleet.deepep.site_plan) hashes roles/<phase> for each phase prefix: every role the converge play
     # imports must be one.
+    # The converge play is found by its name (the first boot of image-born nodes is the play before it); the image
+    # role that play imports is keyed too.
     plays = yaml.safe_load((REPO / "playbooks" / "site.yml").read_text())
-    plan, converge = plays[0], plays[1]
+    plan = plays[0]
+    (converge,) = [p for p in plays if p["name"] == "Converge GPU nodes to a DeepEP-ready state"]
+    (first_boot,) = [p for p in plays if p["name"] == "First boot of nodes born from a golden image"]
     (plan_task,) = [task for task in plan["tasks"] if "gpufleet.deepep.site_plan" in task]
     prefixes = set(_site_plan.PREFIXES) - {"gpufleet"}
     imported = {t["ansible.builtin.import_role"]["name"].rsplit(".", 1)[1] for t in converge["tasks"]
                 if "ansible.builtin.import_role" in t}
     assert imported <= prefixes, imported - prefixes
+    assert {t["ansible.builtin.import_role"]["name"] for t in first_boot["tasks"]
+            if "ansible.builtin.import_role" in t} == {"gpufleet.deepep.image"}
+    assert str(REPO / "roles" / "image") in _site_plan.content_paths(str(REPO / "playbooks"))
     assert all((REPO / "roles" / name).is_dir() for name in prefixes)
     paths = _site_plan.content_paths(str(REPO / "playbooks"))
     assert all(os.path.exists(p) for p in paths) and str(REPO / "playbooks" / "site.yml") in paths

@@ -131,10 +131,10 @@ PHASES = [p for p in sp.PREFIXES if p != "gpufleet"]
 
 @pytest.fixture
 def site(tmp_path):
-    """A copy of the layout site.yml keys (site.yml's directory, plugins, the reboot and phase roles, the rules), a
+    """A copy of the layout site.yml keys (site.yml's directory, plugins, the reboot, image and phase roles, the rules), a
     two-host local inventory, and a runner of the plan, record or report on them."""
     root = tmp_path / "collection"
-    for part in ["plugins", "roles/reboot", "roles/build_once", "roles/audit/files"] + ["roles/" + p for p in PHASES]:
+    for part in ["plugins", "roles/reboot", "roles/build_once", "roles/audit/files", "roles/image"] + ["roles/" + p for p in PHASES]:
         (root / part).mkdir(parents=True, exist_ok=True)
         (root / part / "main.yml").write_text("--- # %s\n" % part)
     (root / "roles/audit/files/rules.yml").write_text("rules: []\n")

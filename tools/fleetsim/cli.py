@@ -19,6 +19,8 @@ examples:
   python -m tools.fleetsim inventory --output build/inventory.yml
   python -m tools.fleetsim exec b200-cluster-1 -- cat /proc/driver/nvidia/params
   python -m tools.fleetsim fault b200-cluster-2 --never-return-after-reboot
+  python -m tools.fleetsim image capture b200-cluster-1 --name golden      # a sealed node's disk
+  python -m tools.fleetsim up --profile gcp_b200 --nodes 2 --group b200_cluster --image golden
   python -m tools.fleetsim status
   python -m tools.fleetsim down --purge
 environment: FLEETSIM_FLEET (fleet name), FLEETSIM_STATE_DIR (state root, default /srv/fleetsim)
@@ -45,6 +47,8 @@ def build_parser() -> argparse.ArgumentParser:
     up.add_argument("--bridge", help="host-only bridge of a new fleet (default: fsimK)")
     up.add_argument("--wait", type=float, default=120.0, help="seconds to wait for the nodes' sshd (default: 120)")
     up.add_argument("--no-mirror", action="store_true", help="do not build or refresh the local mirror")
+    up.add_argument("--image", help="start the nodes from an image of this fleet (`image capture`): its disk, their "
+                                    "own hostnames, addresses, machine-ids and host keys")
     up.add_argument("--torch", choices=TORCH_CHOICES, default="real",
                     help="the torch wheel the nodes find in the mirror's wheels/: the real CPU wheel (default) or a "
                          "stand-in that has only torch's version (for scenarios where torch is a precondition)")
@@ -83,6 +87,11 @@ def build_parser() -> argparse.ArgumentParser:
                        help="set DEV's port rate as sysfs writes it (e.g. 'rocep145s0=200 Gb/sec (2X NDR)': a link "
                             "trained down) until the node's next boot; the profile's rate comes back at boot")
     fault.add_argument("--clear", action="store_true", help="remove every fault of the node first")
+
+    img = sub.add_parser("image", help="images: capture a sealed node's disk (its copy-on-write layer and /root)")
+    img.add_argument("action", choices=["capture"])
+    img.add_argument("node")
+    img.add_argument("--name", required=True, help="image name ([a-z0-9-])")
 
     log = sub.add_parser("boots", help="the fleet's boot log (JSON lines: event, node, boot_id, time)")
     log.add_argument("--node")
@@ -151,7 +160,7 @@ def main(argv: list[str] | None = None) -> int:
         _need_root()
         if args.command == "up":
             names = fl.up(args.profile, args.nodes, args.group, args.subnet, args.bridge, args.wait,
-                          build_mirror=not args.no_mirror, torch=args.torch)
+                          build_mirror=not args.no_mirror, torch=args.torch, image=args.image)
             state = fl.load()
             for name in names:
                 print(f"{name} up at {state['nodes'][name]['ip']} ({args.profile})")
@@ -174,6 +183,10 @@ def main(argv: list[str] | None = None) -> int:
         if args.command == "exec":
             cmd = args.cmd[1:] if args.cmd and args.cmd[0] == "--" else args.cmd
             return fl.exec(args.node, cmd)
+        if args.command == "image":
+            info = fl.capture(args.node, args.name)
+            print(f"image {info['name']} captured from {info['node']} ({info['profile']})")
+            return 0
         if args.command == "fault":
             faults = fl.fault(args.node, never_return=True if args.never_return_after_reboot else None,
                               port_down=args.port_down, port_up=args.port_up, bump=args.bump_counter,

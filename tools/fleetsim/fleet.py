@@ -185,8 +185,10 @@ class Fleet:
 
     # ------------------------------------------------------------------ up
     def up(self, profile: str, count: int, group: str | None, subnet: str | None, bridge: str | None,
-           wait: float, build_mirror: bool = True, torch: str = "real") -> list[str]:
+           wait: float, build_mirror: bool = True, torch: str = "real", image: str | None = None) -> list[str]:
         fakehw.load_profile(profile)  # fail early on an unknown profile
+        if image is not None:
+            self._image_dir(image, must_exist=True)
         if torch not in TORCH_CHOICES:
             raise FleetError(f"--torch {torch}: expected one of {', '.join(TORCH_CHOICES)}")
         group = group or profile
@@ -239,6 +241,8 @@ class Fleet:
                 node = {"name": name, "group": group, "profile": profile, "n": next_n + i, "seq": seq + i,
                         "ip": ip, "netns": netns_name(self.name, name), "veth": host_veth(self.name, name),
                         "torch": torch}
+                if image is not None:
+                    node["image"] = image
                 state["nodes"][name] = node
                 new_nodes.append(node)
             self.save(state)
@@ -259,20 +263,28 @@ class Fleet:
             (np.work / sub).mkdir(exist_ok=True)
         np.root_home.chmod(0o700)
         etc = np.upper / "etc"
+        if node.get("image"):
+            # Born from a captured disk: its layer (and /root) as sealed; no machine-id, no host keys (nodeinit makes
+            # them at first boot, as systemd and sshd's keygen do). The fleet's own files below are this node's.
+            src = self._image_dir(node["image"], must_exist=True)
+            sh("cp", "-a", "--reflink=auto", f"{src / 'upper'}/.", f"{np.upper}/")
+            sh("cp", "-a", "--reflink=auto", f"{src / 'root'}/.", f"{np.root_home}/")
+            (etc / "hosts").unlink(missing_ok=True)
         for sub in ("modprobe.d", "modules-load.d"):  # kmod's directories, as on a real node
             (etc / sub).mkdir(exist_ok=True)
         (etc / "hostname").write_text(node["name"] + "\n")
-        machine_id = os.urandom(16).hex()
-        (etc / "machine-id").write_text(machine_id + "\n")
-        dbus = np.upper / "var/lib/dbus"
-        dbus.mkdir(parents=True, exist_ok=True)
-        (dbus / "machine-id").write_text(machine_id + "\n")
         ssh_dir = etc / "ssh"
         ssh_dir.mkdir(exist_ok=True)
-        for old in ssh_dir.glob("ssh_host_*"):
-            old.unlink()
-        sh("ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", f"root@{node['name']}",
-           "-f", str(ssh_dir / "ssh_host_ed25519_key"))
+        if not node.get("image"):
+            machine_id = os.urandom(16).hex()
+            (etc / "machine-id").write_text(machine_id + "\n")
+            dbus = np.upper / "var/lib/dbus"
+            dbus.mkdir(parents=True, exist_ok=True)
+            (dbus / "machine-id").write_text(machine_id + "\n")
+            for old in ssh_dir.glob("ssh_host_*"):
+                old.unlink()
+            sh("ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", f"root@{node['name']}",
+               "-f", str(ssh_dir / "ssh_host_ed25519_key"))
         (ssh_dir / "sshd_config").write_text(SSHD_CONFIG.format(ip=node["ip"]))
         # The node's only package source is the local mirror; the host's sources are hidden (whiteouts).
         apt = etc / "apt"
@@ -422,6 +434,43 @@ class Fleet:
         if not quiet:
             print(f"fleet {self.name}: down ({len(nodes)} nodes)")
         return sorted(nodes)
+
+    # ------------------------------------------------------------------ images
+    def _image_dir(self, name: str, must_exist: bool = False) -> Path:
+        check_name("image name", name)
+        path = self.paths.dir / "images" / name
+        if must_exist and not (path / "image.json").is_file():
+            have = sorted(p.name for p in (self.paths.dir / "images").glob("*")) if (self.paths.dir / "images").is_dir() else []
+            raise FleetError(f"fleet {self.name!r} has no image {name!r} (images: {', '.join(have) or 'none'}; "
+                             "expected one made by `image capture`)")
+        return path
+
+    def capture(self, node_name: str, image: str) -> dict:
+        """The node's disk as an image: its copy-on-write layer and /root, copied (the cloud's image of a stopped
+        disk). Only a sealed node (an empty /etc/machine-id, as node_seal leaves it) is captured."""
+        with self.locked():
+            state = self.require()
+            node = self._node(state, node_name)
+            np = self.paths.node(node_name)
+            mid = np.upper / "etc/machine-id"
+            if not mid.is_file() or mid.read_text().strip():
+                raise FleetError(f"{node_name} is not sealed (its /etc/machine-id is not empty): seal it first "
+                                 "(playbooks/image.yml), so that its clones get their own identity")
+            dest = self._image_dir(image)
+            if dest.exists():
+                raise FleetError(f"image {image!r} exists in fleet {self.name!r} (expected a new name)")
+            dest.mkdir(parents=True)
+            try:
+                for sub, src in (("upper", np.upper), ("root", np.root_home)):
+                    (dest / sub).mkdir()
+                    sh("cp", "-a", "--reflink=auto", f"{src}/.", f"{dest / sub}/")
+            except BaseException:
+                shutil.rmtree(dest, ignore_errors=True)
+                raise
+            info = {"name": image, "node": node_name, "profile": node["profile"], "torch": node.get("torch", "real"),
+                    "captured": now()}
+            write_json(dest / "image.json", info)
+            return info
 
     # ------------------------------------------------------------------ reboot, exec, faults
     def _node(self, state: dict, name: str) -> dict:

@@ -60,6 +60,22 @@ def ro_remount(path: str, bind: bool = True) -> None:
     mount("-o", opts, path)
 
 
+def first_boot_identity(name: str, etc: str = "/etc") -> bool:
+    """What systemd and sshd do at the first boot of an image: an empty (or missing) machine-id gets a fresh one
+    (systemd-machine-id-setup), missing host keys are generated (sshd-keygen). True when anything was made."""
+    made = False
+    mid = Path(etc) / "machine-id"
+    if not mid.exists() or not mid.read_text(encoding="utf-8").strip():
+        mid.write_text(uuid.uuid4().hex + "\n", encoding="utf-8")
+        made = True
+    key = Path(etc) / "ssh/ssh_host_ed25519_key"
+    if not key.exists():
+        key.parent.mkdir(parents=True, exist_ok=True)
+        run("ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", f"root@{name}", "-f", str(key))
+        made = True
+    return made
+
+
 def setup(paths: NodePaths, cfg: dict) -> dict:
     """Everything of a boot up to (not including) sshd. Returns the boot record."""
     mount("--make-rprivate", "/")
@@ -72,6 +88,8 @@ def setup(paths: NodePaths, cfg: dict) -> dict:
         # need not survive a host crash), which makes reboots and `down` fast on a busy host.
         mount("-t", "overlay", f"fsim-{name}", "-o",
               f"lowerdir=/{name},upperdir={upper},workdir={work},volatile", f"/{name}")
+
+    first_boot = first_boot_identity(cfg["name"])
 
     # The boot: read the node's own configuration (now visible at the real paths) and render hardware.
     profile = fakehw.load_profile(cfg["profile"])
@@ -129,6 +147,7 @@ def setup(paths: NodePaths, cfg: dict) -> dict:
         "port_states": plan["port_states"],
         "modules_loaded": plan["modules_loaded"],
         "rdma_devices": rendered["rdma_devices"],
+        "first_boot": first_boot,
     }
     write_json(paths.boot_info, record)
 
