@@ -16,8 +16,8 @@ description:
     whole), and installs an artifact into O(cache_dir). M(gpufleet.deepep.artifact_store) carries the artifact to the
     other nodes of the key (the C(gpufleet.deepep.build_once) role, kind C(deepgemm)).
   - The key is the sha256 of the JSON (sorted keys) of the sglang and deep_gemm versions, the model's config.json
-    (O(config_sha256)), O(precompile_args), O(gpu_arch_list) and CUDA (O(torch_cuda), else O(cuda_version)): the value
-    the sglang role computed before this module, so artifacts already in a store stay valid.
+    (O(config_sha256)), O(precompile_args), O(gpu_arch_list) and CUDA (O(torch_cuda), else O(cuda_version)) - the
+    value the sglang role computed before this module, so artifacts already in a store stay valid.
   - The marker C(<cache_dir>/.gpufleet-deepgemm-<key>.json) says the key is installed. An artifact on the node is
     installed (never a second precompile); without one, the precompile fills a fresh directory under O(artifact_dir)
     (the env script O(env_script) and the SGLang env file O(env_file) sourced, C(SGLANG_DG_CACHE_DIR) pointing at that
@@ -350,9 +350,6 @@ class DeepGemmCache(object):
     def precompile(self, scratch):
         """Run the precompile with SGLANG_DG_CACHE_DIR=``scratch``; ``(seconds, stdout)``."""
         p = self.p
-        if not os.path.isfile(p["env_file"]):
-            raise Failed("env_file: %r does not exist; expected the SGLang env file the sglang role writes (sourced "
-                         "before the precompile); nothing was precompiled" % p["env_file"])
         argv = (["bash", "-c", SCRIPT, "compile_deep_gemm", p["env_script"], p["env_file"], scratch, p["python"]]
                 + list(p["precompile_args"]) + ["--timeout", str(p["timeout"])])
         start = time.monotonic()
@@ -372,6 +369,9 @@ class DeepGemmCache(object):
     def build(self, key, inputs, archive):
         """The precompile into a fresh directory, packed into ``archive`` (renamed into place whole)."""
         p = self.p
+        if not os.path.isfile(p["env_file"]):
+            raise Failed("env_file: %r does not exist; expected the SGLang env file the sglang role writes (sourced "
+                         "before the precompile); nothing was precompiled" % p["env_file"])
         os.makedirs(p["artifact_dir"], 0o755, exist_ok=True)
         scratch = tempfile.mkdtemp(prefix=".deepgemm-build-%s." % key[:8], dir=p["artifact_dir"])
         try:
