@@ -83,7 +83,7 @@ def test_cuda_falls_back_to_the_role_setting_as_the_jinja_did(torch_cuda, cuda_v
 
 
 def test_an_undefined_arch_list_keys_as_null():
-    assert key_of(**dict(BASE, arch=None)) == old_key(BASE["sglang"], BASE["deep_gemm"], CONFIG, ARGS, "undefined",
+    assert key_of(**{**BASE, "arch": None}) == old_key(BASE["sglang"], BASE["deep_gemm"], CONFIG, ARGS, "undefined",
                                                       "12.9", "")
 
 
@@ -93,7 +93,7 @@ def test_every_input_changes_the_key(name, value):
 
 
 def test_inputs_are_returned_as_keyed():
-    key, inputs = dg.dg_key(**dict(BASE, args=list(ARGS)))
+    key, inputs = dg.dg_key(**{**BASE, "args": list(ARGS)})
     assert inputs == {"sglang": "0.5.19", "deep_gemm": "2.1.1+fixture", "config": CONFIG, "args": ARGS, "arch": "10.0",
                       "cuda": "12.9"}
     assert key == hashlib.sha256(json.dumps(inputs, sort_keys=True).encode()).hexdigest()
