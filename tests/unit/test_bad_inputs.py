@@ -31,6 +31,7 @@ from ansible_collections.gpufleet.deepep.plugins.module_utils import _settings
 from ansible_collections.gpufleet.deepep.plugins.modules import (
     artifact_store,
     deepep_jit_cache,
+    deepgemm_cache,
     gpu_topology,
     image_boot,
     model_config,
@@ -324,6 +325,9 @@ def module_cases(tmp_path):
         (pytorch_bundled_nvshmem, {"python": str(_exe(tmp_path / "py")), "timeout": 0}, "timeout=0"),
         (pytorch_bundled_nvshmem, {"site_packages": [missing]}, repr(missing)),
         (pytorch_bundled_nvshmem, {"state": "nonsense"}, "nonsense"),
+        (deepgemm_cache, dict(_dg_node(tmp_path), cache_dir="relative/dg"), "cache_dir: 'relative/dg'"),
+        (deepgemm_cache, dict(_dg_node(tmp_path), timeout=0), "timeout: 0"),
+        (deepgemm_cache, dict(_dg_node(tmp_path), precompile_args=[]), "precompile_args: []"),
     ]
 
 
@@ -336,7 +340,7 @@ def test_module_options_refused_and_nothing_written(module_runner, tmp_path):
         assert named in result["msg"], (module.__name__, result["msg"])
         assert "Traceback" not in result["msg"]
     assert snapshot(tmp_path) == before
-    assert len(cases) == 18
+    assert len(cases) == 21
 
 
 # ------------------------------------------------------------------------------------- the artifact store's options
@@ -467,6 +471,62 @@ def test_deepep_jit_cache_refuses_and_writes_nothing(module_runner, tmp_path, op
         assert "expected" in result["msg"] or "cannot key" in result["msg"] or "must be one of" in result["msg"] \
             or "unable to convert" in result["msg"], result["msg"]
     assert "Traceback" not in result["msg"]
+    assert snapshot(tmp_path) == before
+
+
+# ------------------------------------------------------------------------------------ deepgemm_cache (SGLang's DeepGEMM)
+def _dg_node(tmp_path):
+    """A node with an env file; the module's valid arguments (the interpreter is never run: every case is refused
+    before the precompile)."""
+    env_file = tmp_path / "sglang-env.sh"
+    if not env_file.exists():
+        env_file.write_text("export A=1\n")
+    return {"cache_dir": str(tmp_path / "dg"), "artifact_dir": str(tmp_path / "dg-arts"), "python": "/usr/bin/python3",
+            "sglang_version": "0.5.19", "deep_gemm_version": "2.1.1", "config_sha256": "9f" * 32,
+            "precompile_args": ["--model-path", "/opt/models/m", "--tp-size", "8"], "gpu_arch_list": "10.0",
+            "torch_cuda": "12.9", "env_file": str(env_file)}
+
+
+# (option, bad value, what the message names besides the option): every option with a form to check.
+DG_BAD = [
+    ("cache_dir", "relative/dg", "'relative/dg'"), ("cache_dir", "/", "'/'"), ("artifact_dir", "arts", "'arts'"),
+    ("artifact_dir", "/", "'/'"), ("python", "python3", "'python3'"), ("sglang_version", "0.5 19", "'0.5 19'"),
+    ("sglang_version", "", "sglang_version"), ("deep_gemm_version", "2.1\n", "'2.1\\n'"),
+    ("config_sha256", "abc", "'abc'"), ("config_sha256", "AB" * 32, "AB" * 32), ("config_sha256", "", "config_sha256"),
+    ("precompile_args", [], "[]"), ("precompile_args", ["--tp-size", "8", "--timeout", "5"], "--timeout"),
+    ("gpu_arch_list", "sm90", "'sm90'"),
+    ("gpu_arch_list", ["10.0"], "['10.0']"), ("gpu_arch_list", 10, "10"), ("torch_cuda", "twelve", "'twelve'"),
+    ("cuda_version", "cuda12", "'cuda12'"), ("env_script", "unified-env.sh", "'unified-env.sh'"),
+    ("env_file", "sglang-env.sh", "'sglang-env.sh'"), ("env_file", "/nonexistent/sglang-env.sh", "does not exist"),
+    ("timeout", 0, "0"), ("timeout", -5, "-5"), ("timeout", "soon", "soon")]
+
+
+def test_dg_cases_cover_every_option():
+    spec = set(yaml.safe_load(deepgemm_cache.DOCUMENTATION)["options"])
+    assert {c[0] for c in DG_BAD} == spec
+
+
+@pytest.mark.parametrize("option,value,named", DG_BAD, ids=["%s-%d" % (c[0], i) for i, c in enumerate(DG_BAD)])
+@pytest.mark.parametrize("check_mode", [False, True])
+def test_deepgemm_cache_refuses_and_writes_nothing(module_runner, tmp_path, option, value, named, check_mode):
+    args = dict(_dg_node(tmp_path), **{option: value})
+    if option == "cuda_version":
+        args["torch_cuda"] = None  # the key takes cuda_version only without torch's
+    before = snapshot(tmp_path)
+    result = module_runner(deepgemm_cache, args, check_mode=check_mode)
+    if check_mode and (option == "env_file" and value.startswith("/") or value == ""):
+        # check mode needs no env file (the role writes it in the same run), and says it cannot key the cache yet
+        # before SGLang is installed: it writes nothing either way
+        assert not result.failed, result
+        assert value != "" or (result["key"] is None and option in result["msg"]), result
+    else:
+        assert result.failed, result
+        assert option in result["msg"] or (option == "cuda_version" and "torch_cuda/cuda_version" in result["msg"]), \
+            result["msg"]
+        assert named in result["msg"], result["msg"]
+        assert "expected" in result["msg"] or "unable to convert" in result["msg"] \
+            or "is of type" in result["msg"], result["msg"]
+    assert "Traceback" not in result.get("msg", "")
     assert snapshot(tmp_path) == before
 
 
