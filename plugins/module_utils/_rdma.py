@@ -98,6 +98,14 @@ def parse_rate_gbps(text):
     return int(value) if value.is_integer() else value
 
 
+def active_rate(device):
+    """The highest rate_gbps of a gpufleet_rdma device's ACTIVE ports; None without one."""
+    rates = [port.get("rate_gbps") for port in device.get("ports") or []
+             if isinstance(port, dict) and port.get("active")]
+    rates = [r for r in rates if isinstance(r, (int, float)) and not isinstance(r, bool) and r > 0]
+    return max(rates) if rates else None
+
+
 def slow_rails(devices, names):
     """The NICs of ``names`` (a node's GPU NICs: its GPU-NIC mapping) whose ACTIVE port rate is below the highest
     rate among them: ``[{name, rate_gbps, peers_gbps}]`` in the order of ``devices`` (gpufleet_rdma's). A link trained
@@ -107,17 +115,9 @@ def slow_rails(devices, names):
     if not isinstance(devices, list) or not isinstance(names, list):
         return []
     wanted = set(n for n in names if isinstance(n, str))
-    rates = []
-    for device in devices:
-        if not isinstance(device, dict) or device.get("name") not in wanted:
-            continue
-        best = None
-        for port in device.get("ports") or []:
-            rate = port.get("rate_gbps") if isinstance(port, dict) and port.get("active") else None
-            if isinstance(rate, (int, float)) and not isinstance(rate, bool) and rate > 0:
-                best = rate if best is None else max(best, rate)
-        if best is not None:
-            rates.append((device["name"], best))
+    rates = [(device["name"], active_rate(device)) for device in devices
+             if isinstance(device, dict) and device.get("name") in wanted]
+    rates = [(name, rate) for name, rate in rates if rate is not None]
     if not rates:
         return []
     top = max(rate for dummy, rate in rates)

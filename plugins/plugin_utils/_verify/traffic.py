@@ -16,15 +16,15 @@ from ansible_collections.gpufleet.deepep.plugins.plugin_utils._verify.gate impor
     UNMAPPED_SIGNATURE_GBPS,
     UNMAPPED_SIGNATURE_TOLERANCE,
 )
-from ansible_collections.gpufleet.deepep.plugins.module_utils._rdma import slow_rails
+from ansible_collections.gpufleet.deepep.plugins.module_utils._rdma import active_rate, slow_rails
 from ansible_collections.gpufleet.deepep.plugins.module_utils._thresholds import VerifyInputError
 
 __all__ = ["nic_traffic"]
 
 
 # ------------------------------------------------------------------------------------------ NIC traffic
-def _active_ports(rdma):
-    """{device: {port: counters}} of the ACTIVE ports in a gpufleet_rdma fact."""
+def _devices(rdma):
+    """The devices list of a gpufleet_rdma fact (or of facts holding one)."""
     if not isinstance(rdma, dict):
         raise VerifyInputError("RDMA facts must be the gpufleet_rdma mapping (devices with ports); got %s"
                                % type(rdma).__name__)
@@ -33,6 +33,11 @@ def _active_ports(rdma):
     devices = rdma.get("devices")
     if not isinstance(devices, list):
         raise VerifyInputError("RDMA facts have no 'devices' list (gpufleet.deepep.rdma_devices facts expected)")
+    return devices
+
+
+def _active_ports(devices):
+    """{device: {port: counters}} of the ACTIVE ports of gpufleet_rdma devices."""
     ports = {}
     for device in devices:
         if not isinstance(device, dict) or not device.get("name"):
@@ -41,13 +46,6 @@ def _active_ports(rdma):
             if isinstance(port, dict) and port.get("active"):
                 ports.setdefault(device["name"], {})[port.get("port", 1)] = port.get("counters") or {}
     return ports
-
-
-def _best_rate(device):
-    """The highest rate_gbps of a device's ACTIVE ports (None without one)."""
-    rates = [p.get("rate_gbps") for p in device.get("ports") or []
-             if isinstance(p, dict) and p.get("active") and p.get("rate_gbps")]
-    return max(rates) if rates else None
 
 
 def _parse_mapping(mapping):
@@ -77,10 +75,10 @@ def nic_traffic(before, after, min_bytes=1048576, rdma_gbps=None, mapping=None, 
     """
     if isinstance(min_bytes, bool) or not isinstance(min_bytes, int) or min_bytes < 1:
         raise VerifyInputError("min_bytes must be a positive integer; got %r" % (min_bytes,))
-    ports_before = _active_ports(before)
-    ports_after = _active_ports(after)
-    devices = (after.get("gpufleet_rdma") if isinstance(after.get("gpufleet_rdma"), dict) else after)["devices"]
-    rates = dict((d["name"], _best_rate(d)) for d in devices if isinstance(d, dict) and d.get("name"))
+    ports_before = _active_ports(_devices(before))
+    devices = _devices(after)
+    ports_after = _active_ports(devices)
+    rates = dict((d["name"], active_rate(d)) for d in devices if isinstance(d, dict) and d.get("name"))
     nics = []
     for name in _natural_sorted(ports_after):
         sent = 0
