@@ -126,6 +126,22 @@ def test_captured_h100_elastic_without_gin_finishes_with_its_figures(name, slowe
     assert bw["combine"] == {"nvl_gbps": slowest["combine"][0], "rdma_gbps": None}
 
 
+def test_captured_h100_elastic_on_4_ranks_finishes_with_the_slowest_rank_of_four():
+    # 4 x H100 (NV18 all pairs), V2 dd758ca built by the collection, EP_DISABLE_GIN=1, cold JIT cache: the run that
+    # died with SIGSEGV before the extension linked the shared libstdc++ (captured/h200x4) finishes on four ranks.
+    bw = parse_output(read(FIXTURES / "captured" / "h100x4" / "deepep_v2_test_ep_elastic_nogin_cold_4gpu.txt"))
+    assert bw["test"] == "elastic" and bw["generation"] == "v2"
+    assert bw["complete"] is True and bw["crashed"] == [] and bw["errors"] == []
+    assert bw["cases"] == {"passed": 1, "failed": 0}
+    expected = {"dispatch": (360, 0), "expanded_dispatch": (360, 0), "cached_dispatch": (357, 0), "combine": (403, 0),
+                "reduced_combine": (394, 0)}
+    for kind, (gbps, rank) in expected.items():
+        entry = bw["elastic"][kind]
+        assert (entry["su_gbps"], entry["rank"], entry["so_gbps"], entry["num_ranks"]) == (gbps, rank, 0, 4), kind
+    assert bw["dispatch"]["fp8"] == {"nvl_gbps": 360, "rdma_gbps": None}
+    assert bw["combine"] == {"nvl_gbps": 403, "rdma_gbps": None}
+
+
 @pytest.mark.parametrize("line, expected", [
     ("torch.multiprocessing.spawn.ProcessExitedException: process 3 terminated with signal SIGABRT",
      [{"process": 3, "signal": "SIGABRT"}]),

@@ -393,6 +393,28 @@ def test_the_role_gate_holds_for_the_4_gpu_runs_the_2_gpu_gate_failed(capture, f
     assert not verdict["passed"] and "dispatch_bf16_nvl_gbps" in verdict["reasons"][0]
 
 
+def test_v2_legacy_on_4_h100_passes_the_4_gpu_gate_beside_v1():
+    # V2 dd758ca tests/legacy/test_intranode.py on 4 x H100, built by the collection: 24/24 cases, and its figures
+    # within 2 % of the collection's V1 on the same machine kind (captured/h100x4/gpu_suite_v1_pytest.txt), so the
+    # 4-GPU gate measured on V1 holds for V2's legacy path.
+    import yaml
+    defaults = yaml.safe_load((REPO / "roles" / "verify_intranode" / "defaults" / "main.yml").read_text())
+    table = defaults["verify_intranode_thresholds"]
+    v2 = parse_output((FIXTURES / "captured" / "h100x4" / "deepep_v2_legacy_test_intranode_4gpu.txt").read_text())
+    assert v2["generation"] == "v2" and v2["complete"] and v2["cases"] == {"passed": 24, "failed": 0}
+    assert (v2["dispatch"]["bf16"]["nvl_gbps"], v2["dispatch"]["fp8"]["nvl_gbps"], v2["combine"]["nvl_gbps"]) == \
+        (260.17, 253.55, 352.85)
+    chosen = _thresholds.select_thresholds(table, "h100", gpus=4)
+    assert chosen["shape"] == "measured" and _verify_gate.gate(v2, chosen["thresholds"])["passed"]
+    count, v1 = _suite_figures(FIXTURES / "captured" / "h100x4" / "gpu_suite_v1_pytest.txt")
+    assert count == 4
+    for path in (("dispatch", "bf16"), ("dispatch", "fp8"), ("combine",)):
+        one, two = v1, v2
+        for key in path:
+            one, two = one[key], two[key]
+        assert abs(two["nvl_gbps"] / one["nvl_gbps"] - 1) < 0.02, path
+
+
 def test_the_2_gpu_capture_passes_its_measured_gate():
     import yaml
     defaults = yaml.safe_load((REPO / "roles" / "verify_intranode" / "defaults" / "main.yml").read_text())
