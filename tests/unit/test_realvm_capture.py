@@ -100,3 +100,33 @@ def test_netdevs_of_a_pci_device_still_come_from_its_device_link(sysfs, capture)
     (dev / "device" / "net" / "ens1f0").mkdir(parents=True)
     (dev / "parent").write_text("ignored\n", encoding="utf-8")
     assert _rdma.read_device(str(sysfs), "rxe0")["netdevs"] == ["ens1f0"]
+
+
+# ------------------------------------------------------------------------------------------ NIC traffic on rxe
+def _sent(facts, packets):
+    """The same facts after rxe0 sent ``packets`` more packets (hw_counters/sent_pkts as the kernel counts them)."""
+    after = json.loads(json.dumps(facts))
+    hw = after["devices"][0]["ports"][0]["hw_counters"]
+    hw["sent_pkts"] += packets
+    return after
+
+
+def test_nic_traffic_reads_rxe_packet_counters_where_there_is_no_byte_counter(facts):
+    from ansible_collections.gpufleet.deepep.plugins.plugin_utils._verify.traffic import nic_traffic
+    # 1 MiB at most 4096 bytes a packet: 256 packets at least.
+    busy = nic_traffic(facts, _sent(facts, 300), min_bytes=1 << 20)
+    assert busy["passed"] and busy["busy"] == ["rxe0"] and busy["causes"] == []
+    assert busy["nics"] == [{"name": "rxe0", "bytes": None, "packets": 300, "counter": "sent_pkts", "busy": True,
+                             "rate_gbps": 2.5}]
+    idle = nic_traffic(facts, _sent(facts, 255), min_bytes=1 << 20)
+    assert not idle["passed"] and idle["idle"] == ["rxe0"]
+    assert idle["nics"][0]["packets"] == 255 and "no NIC carried traffic" in idle["causes"][0]
+
+
+def test_nic_traffic_names_a_port_with_no_counter_at_all(facts):
+    from ansible_collections.gpufleet.deepep.plugins.plugin_utils._verify.traffic import nic_traffic
+    bare = json.loads(json.dumps(facts))
+    bare["devices"][0]["ports"][0]["hw_counters"] = {}
+    got = nic_traffic(bare, bare)
+    assert not got["passed"] and got["nics"][0]["counter"] is None
+    assert got["causes"][0].startswith("no traffic counter on rxe0 (neither counters/port_xmit_data nor")

@@ -36,16 +36,41 @@ def _devices(rdma):
     return devices
 
 
+# The most payload one RoCE/InfiniBand packet carries (the largest IB MTU): a port that sent fewer packets than
+# min_bytes / this cannot have carried min_bytes.
+MAX_PAYLOAD_BYTES = 4096
+
+
 def _active_ports(devices):
-    """{device: {port: counters}} of the ACTIVE ports of gpufleet_rdma devices."""
+    """{device: {port: port facts}} of the ACTIVE ports of gpufleet_rdma devices."""
     ports = {}
     for device in devices:
         if not isinstance(device, dict) or not device.get("name"):
             continue
         for port in device.get("ports") or []:
             if isinstance(port, dict) and port.get("active"):
-                ports.setdefault(device["name"], {})[port.get("port", 1)] = port.get("counters") or {}
+                ports.setdefault(device["name"], {})[port.get("port", 1)] = port
     return ports
+
+
+def _counter(port, group, name):
+    value = (port.get(group) or {}).get(name) if isinstance(port, dict) else None
+    return None if value is None or isinstance(value, bool) else int(value)
+
+
+def _port_sent(old, new):
+    """(bytes, packets) one port sent between two readings of its facts; None where it has no such counter.
+
+    Bytes from ``counters/port_xmit_data`` (4-byte words), as every mlx5 port has. A software RDMA device (rxe)
+    has no ``counters/`` directory; its ``hw_counters/sent_pkts`` counts packets, and only where there is no byte
+    counter are packets read."""
+    words = (_counter(old, "counters", "port_xmit_data"), _counter(new, "counters", "port_xmit_data"))
+    if None not in words:
+        return max(0, words[1] - words[0]) * 4, None
+    packets = (_counter(old, "hw_counters", "sent_pkts"), _counter(new, "hw_counters", "sent_pkts"))
+    if None not in packets:
+        return None, max(0, packets[1] - packets[0])
+    return None, None
 
 
 def _parse_mapping(mapping):
@@ -65,13 +90,15 @@ def nic_traffic(before, after, min_bytes=1048576, rdma_gbps=None, mapping=None, 
     """Judge the NIC counters around an internode run (runbook 001, "PR #466 effect").
 
     ``before``/``after``: ``gpufleet_rdma`` facts. Every ACTIVE NIC port must have sent at least
-    ``min_bytes`` (``port_xmit_data`` counts 4-byte words). ``rdma_gbps``: the run's RDMA figure,
+    ``min_bytes`` (``port_xmit_data`` counts 4-byte words); a port without it (soft-RoCE rxe) is judged on its
+    ``hw_counters/sent_pkts``: at least ``min_bytes`` / 4096 packets. ``rdma_gbps``: the run's RDMA figure,
     ``mapping``: the DEEP_EP_DEVICE_TO_HCA_MAPPING the test ran with ("" or None when unset),
     ``mapping_supported``: whether the installed DeepEP applies it (None when unknown). A NIC the mapping uses whose
     port rate (``after``) is below the highest rate of the mapped NICs is ``slow``: its link trained down (a cable,
     a transceiver, a switch port) and DeepEP's run goes as fast as its slowest rail; it fails the check, named.
     Without a mapping the rates are not compared (a node's other RDMA NICs may rightly run at another speed).
-    Returns ``{passed, nics, busy, idle, slow, causes, signature}``; each NIC has its ``rate_gbps``.
+    Returns ``{passed, nics, busy, idle, slow, causes, signature}``; each NIC has ``bytes`` or ``packets`` (the
+    other null), the ``counter`` they came from and its ``rate_gbps``.
     """
     if isinstance(min_bytes, bool) or not isinstance(min_bytes, int) or min_bytes < 1:
         raise VerifyInputError("min_bytes must be a positive integer; got %r" % (min_bytes,))
@@ -79,19 +106,20 @@ def nic_traffic(before, after, min_bytes=1048576, rdma_gbps=None, mapping=None, 
     devices = _devices(after)
     ports_after = _active_ports(devices)
     rates = dict((d["name"], active_rate(d)) for d in devices if isinstance(d, dict) and d.get("name"))
+    min_packets = -(-min_bytes // MAX_PAYLOAD_BYTES)
     nics = []
     for name in _natural_sorted(ports_after):
-        sent = 0
-        counted = False
-        for port, counters in sorted(ports_after[name].items()):
-            new = counters.get("port_xmit_data")
-            old = (ports_before.get(name) or {}).get(port, {}).get("port_xmit_data")
-            if new is None or old is None:
-                continue
-            counted = True
-            sent += max(0, int(new) - int(old)) * 4
-        nics.append({"name": name, "bytes": sent if counted else None,
-                     "busy": counted and sent >= min_bytes, "rate_gbps": rates.get(name)})
+        sent, packets = None, None
+        for port, facts in sorted(ports_after[name].items()):
+            port_bytes, port_packets = _port_sent((ports_before.get(name) or {}).get(port), facts)
+            if port_bytes is not None:
+                sent = (sent or 0) + port_bytes
+            elif port_packets is not None:
+                packets = (packets or 0) + port_packets
+        busy = (sent is not None and sent >= min_bytes) or (packets is not None and packets >= min_packets)
+        nics.append({"name": name, "bytes": sent, "packets": packets,
+                     "counter": "port_xmit_data" if sent is not None else "sent_pkts" if packets is not None else None,
+                     "busy": busy, "rate_gbps": rates.get(name)})
     busy = [n["name"] for n in nics if n["busy"]]
     idle = [n["name"] for n in nics if not n["busy"]]
     causes = []
@@ -110,9 +138,9 @@ def nic_traffic(before, after, min_bytes=1048576, rdma_gbps=None, mapping=None, 
     signature = rdma_gbps is not None and abs(float(rdma_gbps) - signature_gbps) <= tolerance_gbps
     if not nics:
         causes.append("no ACTIVE RDMA port on this node: nothing to check (port down, or no RDMA device)")
-    elif any(n["bytes"] is None for n in nics):
-        causes.append("no port_xmit_data counter on %s"
-                      % ", ".join(n["name"] for n in nics if n["bytes"] is None))
+    elif any(n["counter"] is None for n in nics):
+        causes.append("no traffic counter on %s (neither counters/port_xmit_data nor, on a software RDMA device, "
+                      "hw_counters/sent_pkts)" % ", ".join(n["name"] for n in nics if n["counter"] is None))
     if idle and nics:
         first_only = busy == [nics[0]["name"]] or (len(busy) == 1 and len(nics) > 1)
         if not busy:
