@@ -46,7 +46,7 @@ def test_unpack_tree_renames_each_entry_whole_and_keeps_what_is_there(tmp_path):
     with tarfile.open(str(archive)) as tar:
         entries = {}
         for m in tar.getmembers():
-            top, _, rel = m.name.partition("/")
+            top, dummy, rel = m.name.partition("/")
             entries.setdefault(top, []).append((rel, m))
         assert _tree.unpack_tree(tar, entries, str(dest), {"loose"}, ValueError, check_mode=True) == (["top"], ["loose"])
         assert not (dest / "cache" / "top").exists()
