@@ -20,6 +20,8 @@ import fcntl
 import os
 import time
 
+from ansible_collections.gpufleet.deepep.plugins.module_utils._runner import now
+
 __all__ = ["LockError", "LockTimeout", "FileLock", "prefix_lock_path"]
 
 
@@ -39,10 +41,6 @@ def prefix_lock_path(prefix):
     """``<parent>/.<name>.lock``: the lock file beside ``prefix`` (normalised, without a trailing slash)."""
     parent, name = os.path.split(os.path.normpath(prefix))
     return os.path.join(parent, ".%s.lock" % name)
-
-
-def _now():
-    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
 
 
 class FileLock(object):
@@ -105,7 +103,7 @@ class FileLock(object):
         self.waited = time.monotonic() - start
         try:
             os.ftruncate(self.fd, 0)
-            os.write(self.fd, ("pid %d since %s\n" % (os.getpid(), _now())).encode("ascii"))
+            os.write(self.fd, ("pid %d since %s\n" % (os.getpid(), now())).encode("ascii"))
         except (IOError, OSError):
             pass  # the note is informative only
         return self

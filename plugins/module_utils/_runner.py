@@ -2,19 +2,22 @@
 # GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
 
 """Commands of the build modules: argv lists with LC_ALL=C, each bounded by a timeout, recorded, and logged to
-the build log once it exists.
+the build log once it exists; the one exit of the observe/plan/apply modules (``finish``), the one timestamp of
+their records (``now``) and the one check of a directory option (``check_dir_option``).
 
 Standard library only, Python 3.8+ (this file runs on the managed nodes).
 """
 
 from __future__ import annotations
 
+import datetime
 import os
 import subprocess
 
 from ansible_collections.gpufleet.deepep.plugins.module_utils._guard import TOOLING_STOPS, unexpected_message
 
-__all__ = ["StepFailed", "Failed", "CommandLog", "run_bounded", "log_tail", "finish", "DEFAULT_TIMEOUT"]
+__all__ = ["StepFailed", "Failed", "CommandLog", "run_bounded", "log_tail", "finish", "now", "check_dir_option",
+           "DEFAULT_TIMEOUT"]
 
 # A whole NVSHMEM or DeepEP build is one command; nothing the modules run takes longer than this on a build node.
 DEFAULT_TIMEOUT = 4 * 3600
@@ -125,3 +128,19 @@ def finish(module, job, fact_name):
             raise
         module.fail_json(msg=unexpected_message(fact_name, exc), **job.result)
     module.exit_json(ansible_facts={fact_name: facts}, **job.result)
+
+
+def now():
+    """The time now in UTC as the records, stamps and logs write it: ``2026-01-31T12:00:00Z``."""
+    return datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def check_dir_option(name, value, example):
+    """Refuse the directory option ``name`` unless ``value`` is an absolute path other than ``/`` and not a
+    symbolic link (a module that makes, chmods or chowns the directory would act on the link's target); Failed
+    names the option, the value and ``example``."""
+    if not os.path.isabs(value) or os.path.normpath(value) == "/":
+        raise Failed("%s: %r is not an absolute path other than /; expected a directory such as %s"
+                     % (name, value, example))
+    if os.path.islink(value):
+        raise Failed("%s: %r is a symbolic link; expected a directory (links are not followed)" % (name, value))

@@ -32,7 +32,6 @@ publisher's), under the store lock.
 
 from __future__ import annotations
 
-import datetime
 import errno
 import fcntl
 import hashlib
@@ -45,6 +44,7 @@ import tempfile
 
 from ansible_collections.gpufleet.deepep.plugins.module_utils._fileio import file_digest
 from ansible_collections.gpufleet.deepep.plugins.module_utils._lock import FileLock, LockError, LockTimeout
+from ansible_collections.gpufleet.deepep.plugins.module_utils._runner import now
 
 __all__ = [
     "KINDS", "RECORD_NAME", "LOCK_TIMEOUT", "MODE_MASK", "StoreError", "check_request", "check_files", "check_pin",
@@ -376,7 +376,7 @@ def lookup(store, kind, key, pin=None):
 def make_record(kind, key, files, host, meta=None, published_at=None):
     """A record: ``files`` is ``{name: {sha256, size}}`` in install order."""
     if published_at is None:
-        published_at = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+        published_at = now()
     return {"kind": kind, "key": key, "files": files, "host": host or "unknown", "published_at": published_at,
             "meta": dict(meta or {})}
 

@@ -429,7 +429,6 @@ reboot_required:
   sample: false
 """
 
-import datetime
 import glob
 import hashlib
 import json
@@ -475,7 +474,9 @@ from ansible_collections.gpufleet.deepep.plugins.module_utils._linkage import (
     torch_cuda_from_version_py,
     undefined_symbols,
 )
-from ansible_collections.gpufleet.deepep.plugins.module_utils._runner import CommandLog, Failed, finish, log_tail, StepFailed
+from ansible_collections.gpufleet.deepep.plugins.module_utils._runner import (
+    CommandLog, Failed, finish, log_tail, now, StepFailed,
+)
 from ansible_collections.gpufleet.deepep.plugins.module_utils._swap import build_lock, replace_tree
 from ansible_collections.gpufleet.deepep.plugins.module_utils._versions import (
     cuda_version_from_nvcc,
@@ -602,10 +603,6 @@ def build_module():
         required_one_of=[("src", "wheel")],
         supports_check_mode=True,
     )
-
-
-def _now():
-    return datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 class Builder(CommandLog):
@@ -1111,7 +1108,7 @@ class DeepepBuild(object):
             after = builder.probe()
             after["python"] = p["python"]
             stamp = dict(self.record or self.new_stamp)
-            stamp.update(wheel=self.wheel, installed_at=_now(), python=p["python"])
+            stamp.update(wheel=self.wheel, installed_at=now(), python=p["python"])
             stamp.setdefault("hca_mapping_support", self.hca)
             ext = _ext_path(after)
             stamp["extension_sha256"] = file_sha256(ext) if ext and os.path.isfile(ext) else None
@@ -1291,7 +1288,7 @@ def build_wheel(builder, p, key, generation, stamp, build_env, linkage_context=N
     os.makedirs(staging)
     builder.log_path = os.path.join(staging, "build.log")
     builder.log("# gpufleet.deepep.deepep_build %s key %s generation %s\n# inputs %s\n"
-                % (_now(), key, generation, json.dumps(stamp["inputs"])))
+                % (now(), key, generation, json.dumps(stamp["inputs"])))
     work = os.path.join(staging, "src")
 
     def ignore(directory, names):
@@ -1321,7 +1318,7 @@ def build_wheel(builder, p, key, generation, stamp, build_env, linkage_context=N
     record = dict(stamp)
     scratch = os.path.join(staging, "linkage")
     os.makedirs(scratch)
-    record.update(wheel_name=name, wheel_sha256=file_sha256(os.path.join(artifact, name)), built_at=_now(),
+    record.update(wheel_name=name, wheel_sha256=file_sha256(os.path.join(artifact, name)), built_at=now(),
                   linkage=wheel_linkage(os.path.join(artifact, name), generation, dict(linkage_context, run=(
                       lambda argv, timeout: builder.run(argv, check=False, record=False, timeout=timeout))),
                       scratch))

@@ -34,11 +34,11 @@ options:
   cache_dir:
     description:
       - The node-local JIT cache directory (C(EP_JIT_CACHE_DIR) of the env script), an absolute path other than
-        C(/). Keep it off shared filesystems - concurrent compiles race on NFS (DeepEP issue 683).
+        C(/), not a symbolic link (the module sets its mode and owner). Keep it off shared filesystems - concurrent compiles race on NFS (DeepEP issue 683).
     type: path
     required: true
   artifact_dir:
-    description: Where the node keeps JIT artifacts, one directory per key (C(<artifact_dir>/<key>/)).
+    description: Where the node keeps JIT artifacts, one directory per key (C(<artifact_dir>/<key>/)); an absolute path other than C(/), not a symbolic link.
     type: path
     required: true
   deepep_key:
@@ -204,7 +204,6 @@ ansible_facts:
                "compiled": 11, "loaded": 11}
 """
 
-import datetime
 import grp
 import os
 import pwd
@@ -231,10 +230,13 @@ from ansible_collections.gpufleet.deepep.plugins.module_utils._comm.deepep_jit i
     write_record,
 )
 from ansible_collections.gpufleet.deepep.plugins.module_utils._fileio import write_json_file
-from ansible_collections.gpufleet.deepep.plugins.module_utils._runner import CommandLog, Failed, finish
+from ansible_collections.gpufleet.deepep.plugins.module_utils._runner import (
+    check_dir_option, CommandLog, Failed, finish, now,
+)
 from ansible_collections.gpufleet.deepep.plugins.module_utils._versions import cuda_version_from_nvcc
 
 PROBE_TIMEOUT = 120
+DIR_EXAMPLE = "/var/cache/deepep/jit"
 FIND_DEEP_EP = ("import importlib.util; s = importlib.util.find_spec('deep_ep'); "
                 "print(list(s.submodule_search_locations)[0] if s and s.submodule_search_locations else '')")
 
@@ -261,16 +263,6 @@ def build_module():
         ),
         supports_check_mode=True,
     )
-
-
-def _now():
-    return datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
-def _check_dir_option(name, value):
-    if not os.path.isabs(value) or os.path.normpath(value) == "/":
-        raise Failed("%s: %r is not an absolute path other than /; expected a directory such as /var/cache/deepep/jit"
-                     % (name, value))
 
 
 def _ids(owner, group):
@@ -302,8 +294,8 @@ class JitCache(object):
 
     def validate(self):
         p = self.p
-        _check_dir_option("cache_dir", p["cache_dir"])
-        _check_dir_option("artifact_dir", p["artifact_dir"])
+        check_dir_option("cache_dir", p["cache_dir"], DIR_EXAMPLE)
+        check_dir_option("artifact_dir", p["artifact_dir"], DIR_EXAMPLE)
         if p["warmup_timeout"] <= 0:
             raise Failed("warmup_timeout: %r is not a positive number of seconds; expected e.g. 1800"
                          % p["warmup_timeout"])
@@ -401,7 +393,7 @@ class JitCache(object):
             raise Failed("unpacking the JIT artifact %s into cache_dir %s failed: %s; the cache keeps what it had"
                          % (archive, p["cache_dir"], exc))
         self.result.update(kernels=added + present, added=added, warmup=compiled)
-        record = {"key": key, "inputs": inputs, "kernels": added + present, "installed_at": _now(),
+        record = {"key": key, "inputs": inputs, "kernels": added + present, "installed_at": now(),
                   "from": "compiled" if compiled else "store", "built_by": built.get("host"),
                   "compiled_seconds": built.get("warmup", {}).get("seconds"),
                   "compiled": built.get("warmup", {}).get("compiled"), "loaded_seconds": None, "loaded": None}
@@ -429,7 +421,7 @@ class JitCache(object):
                 raise Failed("%s (warm-up: %s)" % (exc, " ".join(p["warmup_argv"])))
             write_json_file(os.path.join(staged, ARTIFACT_RECORD),
                             {"key": key, "inputs": inputs, "kernels": kernels, "warmup": warm,
-                             "host": os.uname()[1], "built_at": _now()}, tmp_prefix=".jit.")
+                             "host": os.uname()[1], "built_at": now()}, tmp_prefix=".jit.")
             os.chmod(staged, 0o755)
             if os.path.isdir(artifact):  # an incomplete artifact (no record): replaced whole
                 shutil.rmtree(artifact)

@@ -32,13 +32,15 @@ extends_documentation_fragment:
   - gpufleet.deepep.attributes
 options:
   cache_dir:
-    description: The DeepGEMM cache the service reads (C(SGLANG_DG_CACHE_DIR) of the env file), an absolute path other than C(/).
+    description:
+      - The DeepGEMM cache the service reads (C(SGLANG_DG_CACHE_DIR) of the env file), an absolute path other than C(/), not a
+        symbolic link.
     type: path
     required: true
   artifact_dir:
     description:
       - Where the node keeps DeepGEMM artifacts, one directory per key (C(<artifact_dir>/<key>/<key>.tar.gz)), and the
-        precompile's scratch directories; an absolute path other than C(/).
+        precompile's scratch directories; an absolute path other than C(/), not a symbolic link.
     type: path
     required: true
   python:
@@ -202,14 +204,15 @@ ansible_facts:
                "seconds": 412.7, "built_by": "node-1", "entry_count": 24}
 """
 
-import datetime
 import os
 import shutil
 import tempfile
 import time
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.gpufleet.deepep.plugins.module_utils._runner import CommandLog, Failed, finish
+from ansible_collections.gpufleet.deepep.plugins.module_utils._runner import (
+    check_dir_option, CommandLog, Failed, finish, now,
+)
 from ansible_collections.gpufleet.deepep.plugins.module_utils._serve.deepgemm import (
     DeepGemmError,
     archive_path,
@@ -224,6 +227,7 @@ from ansible_collections.gpufleet.deepep.plugins.module_utils._serve.deepgemm im
 
 # Seconds the precompile may run past its own --timeout before it is killed.
 GRACE = 300
+DIR_EXAMPLE = "/var/cache/sglang/deep_gemm"
 TAIL_LINES = 20
 # The server's environment: the env script when present and the SGLang env file, then the scratch cache instead of
 # the service's. Arguments: the env script, the env file, the scratch cache, the interpreter, then the precompile's.
@@ -252,18 +256,6 @@ def build_module():
     )
 
 
-def _now():
-    return datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
-def _check_dir_option(name, value):
-    if not os.path.isabs(value) or os.path.normpath(value) == "/":
-        raise Failed("%s: %r is not an absolute path other than /; expected a directory such as "
-                     "/var/cache/sglang/deep_gemm" % (name, value))
-    if os.path.islink(value):
-        raise Failed("%s: %r is a symbolic link; expected a directory (links are not followed)" % (name, value))
-
-
 def _tail(text, lines=TAIL_LINES):
     return [line for line in text.splitlines() if line.strip()][-lines:]
 
@@ -279,8 +271,8 @@ class DeepGemmCache(object):
 
     def validate(self):
         p = self.p
-        _check_dir_option("cache_dir", p["cache_dir"])
-        _check_dir_option("artifact_dir", p["artifact_dir"])
+        check_dir_option("cache_dir", p["cache_dir"], DIR_EXAMPLE)
+        check_dir_option("artifact_dir", p["artifact_dir"], DIR_EXAMPLE)
         if p["timeout"] <= 0:
             raise Failed("timeout: %r is not a positive number of seconds; expected e.g. 3600" % p["timeout"])
         for name in ("python", "env_file", "env_script"):
@@ -344,7 +336,7 @@ class DeepGemmCache(object):
         self.result.update(added=added, kept=kept)
         write_marker(p["cache_dir"], key, {
             "key": key, "args": list(p["precompile_args"]), "from": "built here" if built else "artifact store",
-            "seconds": record.get("seconds"), "built_by": record.get("host"), "installed_at": _now()})
+            "seconds": record.get("seconds"), "built_by": record.get("host"), "installed_at": now()})
         return cache_facts(p["cache_dir"], key)
 
     def precompile(self, scratch):
@@ -382,7 +374,7 @@ class DeepGemmCache(object):
             os.makedirs(directory, 0o755, exist_ok=True)
             try:
                 pack(scratch, archive, {"key": key, "inputs": inputs, "host": os.uname()[1], "seconds": seconds,
-                                        "built_at": _now(), "output": self.result["output"][-1:]})
+                                        "built_at": now(), "output": self.result["output"][-1:]})
             except BaseException as exc:
                 if created:
                     shutil.rmtree(directory, ignore_errors=True)

@@ -263,7 +263,6 @@ ansible_facts:
                "version": "2.30.7", "missing": []}
 """
 
-import datetime
 import glob
 import json
 import os
@@ -289,7 +288,7 @@ from ansible_collections.gpufleet.deepep.plugins.module_utils._linkage import (
     LinkageError,
     tree_objects,
 )
-from ansible_collections.gpufleet.deepep.plugins.module_utils._runner import CommandLog, Failed, finish, StepFailed
+from ansible_collections.gpufleet.deepep.plugins.module_utils._runner import CommandLog, Failed, finish, now, StepFailed
 from ansible_collections.gpufleet.deepep.plugins.module_utils._swap import (
     build_lock,
     previous_path,
@@ -329,10 +328,6 @@ def build_module():
         ),
         supports_check_mode=True,
     )
-
-
-def _now():
-    return datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def missing_files(kind, tree):
@@ -457,7 +452,7 @@ class MakeBuild(object):
         if missing:
             raise StepFailed("make put no %s into %s" % (" or ".join(missing), staged))
         write_stamp(staged, {"key": self.key, "kind": p["kind"], "version": p["version"], "inputs": self.inputs,
-                             "built_at": _now(), "module": "gpufleet.deepep.make_build",
+                             "built_at": now(), "module": "gpufleet.deepep.make_build",
                              "linkage": self.linkage(staged)})
         shutil.copyfile(runner.log_path, os.path.join(staged, LOG_NAME))
         return swap_in(self.prefix, staged)
@@ -499,7 +494,7 @@ class MakeBuild(object):
         """Build the key and swap it in; the build at the prefix stays on any failure."""
         p, prefix = self.p, self.prefix
         header = "# gpufleet.deepep.make_build %s %s key %s\n# inputs %s\n" % (
-            _now(), p["kind"], self.key, json.dumps(self.inputs, sort_keys=True))
+            now(), p["kind"], self.key, json.dumps(self.inputs, sort_keys=True))
         with staged_build(prefix, self.staging, self.runner, self.result, header, p["log_lines"],
                           lambda text, step: "%s build failed: %s (the build at %s is unchanged)" % (p["kind"], text, prefix)):
             swap = self.build()

@@ -348,7 +348,6 @@ reboot_required:
   sample: false
 """
 
-import datetime
 import json
 import os
 import shutil
@@ -380,7 +379,7 @@ from ansible_collections.gpufleet.deepep.plugins.module_utils._linkage import (
     LinkageError,
     tree_objects,
 )
-from ansible_collections.gpufleet.deepep.plugins.module_utils._runner import CommandLog, Failed, finish, StepFailed
+from ansible_collections.gpufleet.deepep.plugins.module_utils._runner import CommandLog, Failed, finish, now, StepFailed
 from ansible_collections.gpufleet.deepep.plugins.module_utils._swap import (
     build_lock,
     previous_path,
@@ -421,10 +420,6 @@ def build_module():
         ),
         supports_check_mode=True,
     )
-
-
-def _now():
-    return datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def source_identity(module, runner, src, sha256):
@@ -762,7 +757,7 @@ class NvshmemBuild(object):
             raise StepFailed("the staged build fails verification: %s" % "; ".join(check["problems"]))
         linkage = self.linkage(staged, check["version"])
         write_stamp(staged, {
-            "key": self.key, "kind": "nvshmem", "inputs": self.inputs, "built_at": _now(),
+            "key": self.key, "kind": "nvshmem", "inputs": self.inputs, "built_at": now(),
             "version": check["version"], "ibgda": check["ibgda"], "libraries": check["libraries"],
             "ah_attr_fix": self.result.get("ah_attr_fix"), "module": "gpufleet.deepep.nvshmem_build",
             "linkage": linkage,
@@ -805,7 +800,7 @@ class NvshmemBuild(object):
     def apply(self, action):
         """Install the key (from its packed install or by building); the old install stays on any failure."""
         prefix, p = self.prefix, self.p
-        header = "# gpufleet.deepep.nvshmem_build %s key %s\n# inputs %s\n" % (_now(), self.key, json.dumps(self.inputs))
+        header = "# gpufleet.deepep.nvshmem_build %s key %s\n# inputs %s\n" % (now(), self.key, json.dumps(self.inputs))
 
         def failure(text, step):
             return "%s (the install at %s is unchanged)" % (text if step else "build of NVSHMEM failed: %s" % text, prefix)

@@ -530,6 +530,23 @@ def test_deepgemm_cache_refuses_and_writes_nothing(module_runner, tmp_path, opti
     assert snapshot(tmp_path) == before
 
 
+@pytest.mark.parametrize("option", ["cache_dir", "artifact_dir"])
+@pytest.mark.parametrize("which", ["deepgemm_cache", "deepep_jit_cache"])
+@pytest.mark.parametrize("check_mode", [False, True])
+def test_cache_modules_refuse_a_linked_directory(module_runner, tmp_path, which, option, check_mode):
+    """Both caches refuse a symlinked cache_dir or artifact_dir before anything (the JIT cache's would be chmodded
+    and chowned through the link): the one check_dir_option."""
+    module, args = (deepgemm_cache, _dg_node(tmp_path)) if which == "deepgemm_cache" else \
+        (deepep_jit_cache, _jit_node(tmp_path))
+    (tmp_path / "elsewhere").mkdir()
+    os.symlink(str(tmp_path / "elsewhere"), str(tmp_path / "linked"))
+    args[option] = str(tmp_path / "linked")
+    before = snapshot(tmp_path)
+    result = module_runner(module, args, check_mode=check_mode)
+    assert result.failed and "%s: %r is a symbolic link" % (option, args[option]) in result["msg"], result
+    assert snapshot(tmp_path) == before
+
+
 # ------------------------------------------------------------------------------------------ records of the wrong shape
 STAMPS = [
     ("[]", "type list"), ("\"x\"", "type str"), ("{\"key\": 5}", "'key' is 5"), ("{}", "lacks the key 'key'"),

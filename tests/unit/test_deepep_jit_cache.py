@@ -15,6 +15,7 @@ import tarfile
 import pytest
 
 from ansible_collections.gpufleet.deepep.plugins.module_utils._comm import deepep_jit as jit
+from ansible_collections.gpufleet.deepep.plugins.module_utils._tree import UNPACK_PREFIX
 from ansible_collections.gpufleet.deepep.plugins.modules import deepep_jit_cache
 
 KEY = "ab" * 32
@@ -123,7 +124,7 @@ def test_pack_then_unpack_gives_whole_kernels_with_the_mode(tmp_path):
     assert oct(os.stat(str(dest)).st_mode & 0o777) == "0o750"
     cubin = dest / "cache" / "kernel.dispatch.1f2e3d4c5b6a7980" / "kernel.cubin"
     assert oct(os.stat(str(cubin)).st_mode & 0o777) == "0o640" and cubin.read_bytes() == b"\x7fELFdispatch"
-    assert not [p for p in os.listdir(str(dest)) if p.startswith(jit.UNPACK_PREFIX)]
+    assert not [p for p in os.listdir(str(dest)) if p.startswith(UNPACK_PREFIX)]
     assert jit.unpack(str(archive), str(dest)) == ([], added)  # idempotent: kernels it has are kept
 
 

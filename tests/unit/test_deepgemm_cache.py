@@ -20,6 +20,7 @@ import pytest
 from unit_helpers import run_module
 
 from ansible_collections.gpufleet.deepep.plugins.module_utils._serve import deepgemm as dg
+from ansible_collections.gpufleet.deepep.plugins.module_utils import _tree
 from ansible_collections.gpufleet.deepep.plugins.modules import deepgemm_cache
 
 CONFIG = "9f" * 32
@@ -226,7 +227,7 @@ def test_a_failure_during_the_unpack_leaves_the_cache_as_it_was(tmp_path, monkey
             raise OSError(28, "No space left on device")
         handle.write(source.read())
 
-    monkeypatch.setattr(dg.shutil, "copyfileobj", broken)
+    monkeypatch.setattr(_tree.shutil, "copyfileobj", broken)
     with pytest.raises(OSError):
         dg.unpack(str(archive), str(dest))
     assert sorted(str(p.relative_to(dest)) for p in dest.rglob("*")) == before

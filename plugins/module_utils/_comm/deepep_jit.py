@@ -20,12 +20,11 @@ from __future__ import annotations
 
 import os
 import re
-import shutil
 import tarfile
-import tempfile
 
 from ansible_collections.gpufleet.deepep.plugins.module_utils._buildkey import build_key
 from ansible_collections.gpufleet.deepep.plugins.module_utils._fileio import read_json_dict, write_json_file
+from ansible_collections.gpufleet.deepep.plugins.module_utils._tree import pack_tree, unpack_tree
 
 __all__ = ["JitError", "KEY_ENVS", "ARCHIVE_NAME", "RECORD_NAME", "ARTIFACT_RECORD", "jit_key", "check_key_env",
            "check_mode_string", "list_kernels", "read_record", "plan", "pack", "unpack", "write_record",
@@ -40,7 +39,6 @@ ARCHIVE_NAME = "jit-cache.tar"
 ARTIFACT_RECORD = "jit.json"
 RECORD_NAME = ".gpufleet-jit.json"
 KERNEL_RE = re.compile(r"kernel\.(?P<name>[A-Za-z0-9_]+)\.(?P<digest>[0-9a-f]{8,128})")
-UNPACK_PREFIX = ".gpufleet-unpack."
 MODE_RE = re.compile(r"0?[0-7]{3}")
 
 
@@ -154,29 +152,14 @@ def pack(cache_dir, archive):
     if not kernels:
         raise JitError("the warm-up left no kernel in %s/cache (expected kernel.<name>.<digest>/kernel.cubin)"
                        % cache_dir)
-    directory = os.path.dirname(archive)
-    fd, tmp = tempfile.mkstemp(prefix=".jit-cache.", dir=directory)
-    os.close(fd)
-    try:
-        with tarfile.open(tmp, "w") as tar:
-            for kernel in kernels:
-                src = os.path.join(cache_dir, "cache", kernel["dir"])
-                for name in sorted(os.listdir(src)):
-                    path = os.path.join(src, name)
-                    if os.path.isfile(path) and not os.path.islink(path):
-                        info = tar.gettarinfo(path, arcname="cache/%s/%s" % (kernel["dir"], name))
-                        info.uid = info.gid = 0
-                        info.uname = info.gname = ""
-                        info.mtime = 0
-                        info.mode = 0o644
-                        with open(path, "rb") as handle:
-                            tar.addfile(info, handle)
-        os.chmod(tmp, 0o644)
-        os.rename(tmp, archive)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
+    members = []
+    for kernel in kernels:
+        src = os.path.join(cache_dir, "cache", kernel["dir"])
+        for name in sorted(os.listdir(src)):
+            path = os.path.join(src, name)
+            if os.path.isfile(path) and not os.path.islink(path):
+                members.append(("cache/%s/%s" % (kernel["dir"], name), path))
+    pack_tree(archive, members, ".jit-cache.")
     return [k["dir"] for k in kernels]
 
 
@@ -211,39 +194,8 @@ def unpack(archive, cache_dir, dir_mode=0o755, uid=-1, gid=-1, check_mode=False)
     with tarfile.open(archive, "r:*") as tar:
         members = _members(tar, archive)
         present = set(k["dir"] for k in list_kernels(cache_dir))
-        added = sorted(k for k in members if k not in present)
-        if check_mode or not added:
-            return added, sorted(k for k in members if k in present)
-        file_mode = dir_mode & 0o666 & ~0o022 | 0o400
-        base = os.path.join(cache_dir, "cache")
-        for path in (cache_dir, base):
-            if os.path.islink(path):
-                raise JitError("cache_dir: %s is a link; expected a directory (links are not followed)" % path)
-            if not os.path.isdir(path):
-                os.makedirs(path, dir_mode)
-            os.chmod(path, dir_mode)
-            os.chown(path, uid, gid)
-        staging = tempfile.mkdtemp(prefix=UNPACK_PREFIX, dir=cache_dir)
-        try:
-            for kernel in added:
-                target = os.path.join(staging, kernel)
-                os.mkdir(target, dir_mode)
-                for name, member in members[kernel]:
-                    source = tar.extractfile(member)
-                    path = os.path.join(target, name)
-                    with open(path, "wb") as handle:
-                        shutil.copyfileobj(source, handle)
-                    os.chmod(path, file_mode)
-                    os.chown(path, uid, gid)
-                os.chmod(target, dir_mode)
-                os.chown(target, uid, gid)
-            for kernel in added:
-                final = os.path.join(base, kernel)
-                if not os.path.exists(final):
-                    os.rename(os.path.join(staging, kernel), final)
-        finally:
-            shutil.rmtree(staging, ignore_errors=True)
-    return added, sorted(k for k in members if k in present)
+        return unpack_tree(tar, members, cache_dir, present, JitError, check_mode=check_mode, dir_mode=dir_mode,
+                           file_mode=dir_mode & 0o666 & ~0o022 | 0o400, uid=uid, gid=gid, set_dest_mode=True)
 
 
 def write_record(cache_dir, data):

@@ -22,26 +22,22 @@ Standard library only, Python 3.8+ (this file runs on the managed nodes).
 
 from __future__ import annotations
 
-import gzip
 import hashlib
-import io
 import json
 import os
 import re
-import shutil
 import tarfile
-import tempfile
 import zlib
 
 from ansible_collections.gpufleet.deepep.plugins.module_utils._fileio import read_json_dict, write_json_file
+from ansible_collections.gpufleet.deepep.plugins.module_utils._tree import pack_tree, unpack_tree
 
-__all__ = ["DeepGemmError", "BUILD_RECORD", "MARKER_PREFIX", "UNPACK_PREFIX", "dg_key", "check_inputs",
+__all__ = ["DeepGemmError", "BUILD_RECORD", "MARKER_PREFIX", "dg_key", "check_inputs",
            "archive_path", "marker_path", "read_marker", "list_entries", "plan", "pack", "unpack", "write_marker",
            "cache_facts"]
 
 BUILD_RECORD = "gpufleet-deepgemm-build.json"
 MARKER_PREFIX = ".gpufleet-deepgemm-"
-UNPACK_PREFIX = ".gpufleet-unpack."
 KEY_RE = re.compile(r"[0-9a-f]{64}")
 ARCH_RE = re.compile(r"\d+\.\d+[af]?(\+PTX)?")
 VERSION_RE = re.compile(r"[0-9A-Za-z][0-9A-Za-z.+!_-]*")
@@ -159,17 +155,6 @@ def _cache_files(root):
     return sorted(dirs), sorted(files)
 
 
-def _info(name, kind, size=0):
-    info = tarfile.TarInfo(name)
-    info.type = kind
-    info.size = size
-    info.mode = 0o755 if kind == tarfile.DIRTYPE else 0o644
-    info.uid = info.gid = 0
-    info.uname = info.gname = ""
-    info.mtime = 0
-    return info
-
-
 def pack(root, archive, build_record):
     """Pack ``<root>/cache/`` and ``build_record`` into ``archive`` (gzip, sorted, owners and times zeroed: the same
     cache gives the same bytes), written under a temporary name and renamed. The number of files packed."""
@@ -177,27 +162,10 @@ def pack(root, archive, build_record):
     if not files:
         raise DeepGemmError("the precompile left no file in %s/cache; expected DeepGEMM's kernels "
                             "(cache/kernel.<name>.<digest>/)" % root)
-    directory = os.path.dirname(archive)
-    fd, tmp = tempfile.mkstemp(prefix=".deepgemm-pack.", suffix=".tmp", dir=directory)
-    try:
-        with os.fdopen(fd, "wb") as raw:
-            with gzip.GzipFile(filename="", mode="wb", fileobj=raw, mtime=0) as gz:
-                with tarfile.open(fileobj=gz, mode="w", format=tarfile.PAX_FORMAT) as tar:
-                    record = json.dumps(build_record, sort_keys=True, indent=2).encode("utf-8")
-                    tar.addfile(_info(BUILD_RECORD, tarfile.REGTYPE, len(record)), io.BytesIO(record))
-                    tar.addfile(_info("cache", tarfile.DIRTYPE))
-                    for rel in dirs:
-                        tar.addfile(_info(rel, tarfile.DIRTYPE))
-                    for rel in files:
-                        path = os.path.join(root, rel)
-                        with open(path, "rb") as handle:
-                            tar.addfile(_info(rel, tarfile.REGTYPE, os.fstat(handle.fileno()).st_size), handle)
-        os.chmod(tmp, 0o644)
-        os.rename(tmp, archive)
-    except BaseException:
-        if os.path.lexists(tmp):
-            os.unlink(tmp)
-        raise
+    record = json.dumps(build_record, sort_keys=True, indent=2).encode("utf-8")
+    members = [(BUILD_RECORD, record), ("cache", None)] + [(rel, None) for rel in dirs]
+    members += [(rel, os.path.join(root, rel)) for rel in files]
+    pack_tree(archive, members, ".deepgemm-pack.", ".tmp", compress=True)
     return len(files)
 
 
@@ -272,40 +240,13 @@ def unpack(archive, cache_dir, check_mode=False):
                 if not isinstance(record, dict):
                     raise DeepGemmError("%s: its %s is not a JSON object; expected the build record"
                                         % (archive, BUILD_RECORD))
-            tops = sorted(set(n.split("/")[1] for n, dummy in files + dirs if "/" in n))
-            present = set(list_entries(cache_dir))
-            added = [t for t in tops if t not in present]
-            kept = [t for t in tops if t in present]
-            if check_mode or not added:
-                return added, kept, record
-            base = os.path.join(cache_dir, "cache")
-            for path in (cache_dir, base):
-                if os.path.islink(path):
-                    raise DeepGemmError("cache_dir: %s is a link; expected a directory (links are not followed)"
-                                        % path)
-                if not os.path.isdir(path):
-                    os.makedirs(path, 0o755)
-            staging = tempfile.mkdtemp(prefix=UNPACK_PREFIX, dir=cache_dir)
-            try:
-                wanted = set(added)
-                for name, dummy in sorted(dirs):
-                    if name.split("/")[1:2] and name.split("/")[1] in wanted:
-                        os.makedirs(os.path.join(staging, name), 0o755, exist_ok=True)
-                for name, member in files:
-                    if name.split("/")[1] not in wanted:
-                        continue
-                    path = os.path.join(staging, name)
-                    os.makedirs(os.path.dirname(path), 0o755, exist_ok=True)
-                    source = tar.extractfile(member)
-                    with open(path, "wb") as handle:
-                        shutil.copyfileobj(source, handle)
-                    os.chmod(path, 0o644)
-                for top in added:
-                    final = os.path.join(base, top)
-                    if not os.path.lexists(final):
-                        os.rename(os.path.join(staging, "cache", top), final)
-            finally:
-                shutil.rmtree(staging, ignore_errors=True)
+            entries = {}
+            for name, member in sorted(dirs) + files:
+                parts = name.split("/", 2)
+                if len(parts) > 1:
+                    entries.setdefault(parts[1], []).append((parts[2] if len(parts) > 2 else "", member))
+            added, kept = unpack_tree(tar, entries, cache_dir, set(list_entries(cache_dir)), DeepGemmError,
+                                      check_mode=check_mode)
             return added, kept, record
         except (tarfile.TarError, EOFError, zlib.error) as exc:
             raise DeepGemmError("%s cannot be read to its end (%s); expected a whole <key>.tar.gz (remove it and run "
