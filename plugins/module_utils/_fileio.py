@@ -15,13 +15,14 @@ Standard library only, Python 3.8+ (this file runs on the managed nodes and on t
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
 import shutil
 import tempfile
 
-__all__ = ["read_text", "read_json_dict", "file_sha256", "file_digest", "write_atomic", "write_json_file", "copy_atomic", "CopyMismatch",
+__all__ = ["read_text", "read_json_dict", "file_sha256", "file_digest", "atomic_writer", "write_atomic", "write_json_file", "copy_atomic", "CopyMismatch",
            "LinkRefused", "refuse_write_through_link"]
 
 CHUNK = 1024 * 1024
@@ -68,26 +69,35 @@ def file_sha256(path, chunk=CHUNK, limit=None):
     return file_digest(path, chunk, limit)[0]
 
 
-def write_atomic(path, data, mode=0o644, tmp_prefix=None, fsync=False):
-    """Write ``data`` (bytes or text, UTF-8) to ``path`` by a temp file in the same directory and one rename.
-
-    The file gets ``mode``. An error leaves the old file as it was and no temp file behind. Returns ``path``.
-    """
+@contextlib.contextmanager
+def atomic_writer(path, mode=0o644, tmp_prefix=None, tmp_suffix=".tmp"):
+    """A binary handle on a temp file in ``path``'s directory (``<tmp_prefix><random><tmp_suffix>``, prefix
+    ``.<name>.`` unless given) that becomes ``path`` with ``mode`` by one rename when the block ends. An error in the
+    block leaves the old file as it was and no temp file behind."""
     directory = os.path.dirname(path) or "."
     prefix = tmp_prefix if tmp_prefix is not None else ".%s." % os.path.basename(path)
-    fd, tmp = tempfile.mkstemp(prefix=prefix, suffix=".tmp", dir=directory)
+    fd, tmp = tempfile.mkstemp(prefix=prefix, suffix=tmp_suffix, dir=directory)
     try:
         with os.fdopen(fd, "wb") as handle:
-            handle.write(data.encode("utf-8") if isinstance(data, str) else data)
-            if fsync:
-                handle.flush()
-                os.fsync(handle.fileno())
+            yield handle
         os.chmod(tmp, mode)
         os.rename(tmp, path)
     except BaseException:
         if os.path.lexists(tmp):
             os.unlink(tmp)
         raise
+
+
+def write_atomic(path, data, mode=0o644, tmp_prefix=None, fsync=False):
+    """Write ``data`` (bytes or text, UTF-8) to ``path`` by a temp file in the same directory and one rename
+    (``atomic_writer``). The file gets ``mode``. An error leaves the old file as it was and no temp file behind.
+    Returns ``path``.
+    """
+    with atomic_writer(path, mode, tmp_prefix) as handle:
+        handle.write(data.encode("utf-8") if isinstance(data, str) else data)
+        if fsync:
+            handle.flush()
+            os.fsync(handle.fileno())
     return path
 
 

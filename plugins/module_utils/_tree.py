@@ -3,12 +3,12 @@
 
 """A directory tree as a deterministic tar and back: the one pack and the one whole-entry unpack of the caches.
 
-Standard library only, Python 3.8+ (this file runs on the managed nodes).
+The standard library and _fileio only, Python 3.8+ (this file runs on the managed nodes).
 
 * ``tar_info``: a member with owners, names and time zeroed and the fixed modes (0755 directories, 0644 files).
 * ``pack_tree``: the members, in the order given (the caller sorts), into one archive (plain tar or gzip with a
-  zero header time, PAX format) written under a temporary name in the archive's directory and renamed: the same
-  members give the same bytes, and the archive is complete or absent.
+  zero header time, PAX format) written under a temporary name in the archive's directory and renamed
+  (``_fileio.atomic_writer``): the same members give the same bytes, and the archive is complete or absent.
 * ``unpack_tree``: the checked members of an opened archive into ``<dest>/<subdir>/``, one top-level entry at a
   time, each whole: everything is written under a staging directory of ``dest`` (same filesystem) and each entry
   is then renamed into place; an entry ``dest`` already holds is kept. What may be in an archive, and what counts
@@ -24,6 +24,8 @@ import os
 import shutil
 import tarfile
 import tempfile
+
+from ansible_collections.gpufleet.deepep.plugins.module_utils._fileio import atomic_writer
 
 __all__ = ["UNPACK_PREFIX", "tar_info", "pack_tree", "unpack_tree"]
 
@@ -60,23 +62,15 @@ def pack_tree(archive, members, tmp_prefix, tmp_suffix="", compress=False):
     ``compress``: gzip with an empty name and mtime 0 in its header. The archive is written under
     ``<tmp_prefix><random><tmp_suffix>`` in its own directory, given mode 0644 and renamed; an error leaves no
     temporary file behind and the old archive, if any, as it was."""
-    fd, tmp = tempfile.mkstemp(prefix=tmp_prefix, suffix=tmp_suffix, dir=os.path.dirname(archive))
-    try:
-        with os.fdopen(fd, "wb") as raw:
-            gz = gzip.GzipFile(filename="", mode="wb", fileobj=raw, mtime=0) if compress else None
-            try:
-                with tarfile.open(fileobj=gz or raw, mode="w", format=tarfile.PAX_FORMAT) as tar:
-                    for name, source in members:
-                        _add(tar, name, source)
-            finally:
-                if gz is not None:
-                    gz.close()
-        os.chmod(tmp, 0o644)
-        os.rename(tmp, archive)
-    except BaseException:
-        if os.path.lexists(tmp):
-            os.unlink(tmp)
-        raise
+    with atomic_writer(archive, 0o644, tmp_prefix, tmp_suffix) as raw:
+        gz = gzip.GzipFile(filename="", mode="wb", fileobj=raw, mtime=0) if compress else None
+        try:
+            with tarfile.open(fileobj=gz or raw, mode="w", format=tarfile.PAX_FORMAT) as tar:
+                for name, source in members:
+                    _add(tar, name, source)
+        finally:
+            if gz is not None:
+                gz.close()
     return archive
 
 
