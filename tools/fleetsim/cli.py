@@ -140,8 +140,10 @@ def main(argv: list[str] | None = None) -> int:
     try:
         root = state_root(args.state_dir)
         if args.command == "mirror":
-            dest = mirror.build(args.dest or mirror.fleet_mirror_dir(root), wheels=not args.no_wheels, force=args.force,
-                                cache=root / ".cache")
+            # Under the root's lock, as `up` builds it: scenarios running side by side never build one mirror twice.
+            with fleetmod.root_locked(root):
+                dest = mirror.build(args.dest or mirror.fleet_mirror_dir(root), wheels=not args.no_wheels,
+                                    force=args.force, cache=root / ".cache")
             print(dest)
             return 0
         fl = fleetmod.Fleet(root, args.fleet)

@@ -78,6 +78,20 @@ def netns_pids(ns: str) -> list[int]:
     return [int(p) for p in proc.stdout.split()] if proc.returncode == 0 else []
 
 
+@contextlib.contextmanager
+def root_locked(root: Path):
+    """Hold the state root's lock (every fleet's state changes and mirror builds under one root take it)."""
+    root = Path(root)
+    root.mkdir(parents=True, exist_ok=True)
+    fh = open(root / ".lock", "a+", encoding="utf-8")  # pylint: disable=consider-using-with
+    try:
+        fcntl.flock(fh, fcntl.LOCK_EX)
+        yield
+    finally:
+        fcntl.flock(fh, fcntl.LOCK_UN)
+        fh.close()
+
+
 class Fleet:
     """One fleet: its state file and every operation on it. Mutations hold the state root's lock."""
 
@@ -88,16 +102,8 @@ class Fleet:
         self._lock_fh = None
 
     # ------------------------------------------------------------------ lock and state
-    @contextlib.contextmanager
     def locked(self):
-        self.root.mkdir(parents=True, exist_ok=True)
-        fh = open(self.root / ".lock", "a+")
-        try:
-            fcntl.flock(fh, fcntl.LOCK_EX)
-            yield
-        finally:
-            fcntl.flock(fh, fcntl.LOCK_UN)
-            fh.close()
+        return root_locked(self.root)
 
     def load(self) -> dict | None:
         return read_json(self.paths.state)

@@ -27,7 +27,7 @@ GUEST = Path(__file__).resolve().parent / "guest"
 # ("Failed to connect to bus" without it, as on a minbase system).
 PACKAGES = (
     "systemd-sysv", "udev", "openssh-server", "iproute2", "python3", "rdma-core", "ibverbs-utils",
-    "ibverbs-providers", "perftest", "kmod", "ifupdown", "isc-dhcp-client", "linux-image-amd64", "dbus",
+    "ibverbs-providers", "perftest", "kmod", "python3-venv", "python3-packaging", "ifupdown", "isc-dhcp-client", "linux-image-amd64", "dbus",
     "initramfs-tools",
 )
 # Where each guest file goes in the image, and its mode.
