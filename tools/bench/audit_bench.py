@@ -13,7 +13,8 @@ Results also go to ``build/bench/audit_bench.json``.
 
 ``--compare DIR`` also times the audit of another checkout of the collection (for example an older revision
 made with ``git worktree add /tmp/audit-old HEAD``) on the same fleet: the two run alternately, one run of
-each per attempt, so both see the same load. DIR needs ``.collections/ansible_collections/gpufleet/deepep``
+each per attempt, so both see the same load. Give ``--compare`` more than once to time several checkouts (named by
+their folder, or by ``--compare-label`` in the order given). DIR needs ``.collections/ansible_collections/gpufleet/deepep``
 pointing at itself (the bench creates that link when it is missing).
 """
 
@@ -98,13 +99,19 @@ def main(argv=None) -> int:
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--profile", default="gcp_b200")
     parser.add_argument("--keep", action="store_true", help="leave the fleet up afterwards")
-    parser.add_argument("--compare", type=Path, help="another checkout whose audit is timed alongside")
-    parser.add_argument("--compare-label", default="compare")
+    parser.add_argument("--compare", type=Path, action="append", default=[],
+                        help="another checkout whose audit is timed alongside (repeatable)")
+    parser.add_argument("--compare-label", action="append", default=[],
+                        help="its name in the table (repeatable, in the order of --compare)")
     args = parser.parse_args(argv)
     sizes = sorted(set(args.sizes))
     trees = [("current", REPO)]
-    if args.compare:
-        trees.append((args.compare_label, prepare_tree(args.compare)))
+    for index, other in enumerate(args.compare):
+        if index < len(args.compare_label):
+            label = args.compare_label[index]
+        else:
+            label = "compare" if len(args.compare) == 1 else other.resolve().name
+        trees.append((label, prepare_tree(other)))
     results = []
     fleetsim("down", "--purge", "--quiet")
     try:
@@ -139,12 +146,12 @@ def main(argv=None) -> int:
         if eight:
             verdict = "meets" if eight[0]["median_s"] <= GOAL_8 else "misses"
             print("%s: 8 nodes %.2f s %s the goal of %.0f s" % (label, eight[0]["median_s"], verdict, GOAL_8))
-    if len(trees) == 2:
+    for other, _tree in trees[1:]:
         for size in sizes:
             rows = dict((r["tree"], r) for r in results if r["nodes"] == size)
-            print("%d nodes: %s %.2f s vs %s %.2f s: %.1fx faster"
-                  % (size, trees[0][0], rows[trees[0][0]]["median_s"], trees[1][0], rows[trees[1][0]]["median_s"],
-                     rows[trees[1][0]]["median_s"] / rows[trees[0][0]]["median_s"]))
+            print("%d nodes: %s %.2f s vs %s %.2f s: %.2fx faster"
+                  % (size, trees[0][0], rows[trees[0][0]]["median_s"], other, rows[other]["median_s"],
+                     rows[other]["median_s"] / rows[trees[0][0]]["median_s"]))
     return 0
 
 

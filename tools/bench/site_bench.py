@@ -15,7 +15,9 @@ JSON.
 
 ``--compare`` times another checkout of the collection (e.g. ``git worktree add /tmp/site-old HEAD``) on
 its own fleet, converged by that checkout, run for run interleaved with this one, so both see the same
-load. ``--reuse`` keeps a fleet that is up (and its inventory) instead of starting and converging it again.
+load; give it more than once to time several checkouts in the same run (old, intermediate and new), each
+on its own fleet (``--compare-fleet``, then that name with 2, 3 ... appended) and named by its folder.
+``--reuse`` keeps a fleet that is up (and its inventory) instead of starting and converging it again.
 ``--profile-dir`` writes the per-task timings of every run there (the ``junit`` callback of ansible-core).
 
 Run from the repository root as root (the simulated fleet needs namespaces). The goal: 8 nodes in 30 s or
@@ -141,7 +143,8 @@ def main() -> int:
     parser.add_argument("--fleet", default="bench-site")
     parser.add_argument("--keep", action="store_true", help="leave the fleet(s) up")
     parser.add_argument("--reuse", action="store_true", help="use the fleet(s) already up and converged")
-    parser.add_argument("--compare", type=Path, help="another checkout of the collection, timed interleaved")
+    parser.add_argument("--compare", type=Path, action="append", default=[],
+                        help="another checkout of the collection, timed interleaved (repeatable)")
     parser.add_argument("--compare-fleet", default="bench-site-cmp")
     parser.add_argument("--skip-tags", default="", help="passed to every ansible-playbook run")
     parser.add_argument("--profile-dir", type=Path, help="per-task timings (JUnit XML) of every run")
@@ -155,9 +158,11 @@ def main() -> int:
     skip = ["--skip-tags", args.skip_tags] if args.skip_tags else []
     with tempfile.TemporaryDirectory(prefix="site-bench-") as tmp:
         trees = [Tree("this", REPO, args.fleet, collections_dir(REPO, Path(tmp)))]
-        if args.compare:
-            root = args.compare.resolve()
-            trees.append(Tree(f"compare {root}", root, args.compare_fleet, collections_dir(root, Path(tmp))))
+        for index, other in enumerate(args.compare):
+            root = other.resolve()
+            fleet = args.compare_fleet if index == 0 else f"{args.compare_fleet}{index + 1}"
+            label = f"compare {root}" if len(args.compare) == 1 else root.name
+            trees.append(Tree(label, root, fleet, collections_dir(root, Path(tmp))))
         results: dict = {"nodes": nodes, "cpus": os.cpu_count(), "trees": {}, "noop": []}
         try:
             for tree in trees:
