@@ -4,6 +4,7 @@
 
 from __future__ import annotations
 
+import fcntl
 import gzip
 import hashlib
 import json
@@ -17,7 +18,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tools.fleetsim import common, fleet, mirror
+from tools.fleetsim import cli, common, fleet, mirror
 
 NODE_TOOLS = common.NODE_TOOLS
 
@@ -244,3 +245,28 @@ def test_network_choice_avoids_other_fleets(tmp_path, monkeypatch):
         fl._choose_network("10.9.0.0/16", "fsimy")
     with pytest.raises(common.FleetError, match="private"):
         fl._choose_network("8.8.8.0/24", "fsimz")
+
+
+def test_mirror_command_builds_under_the_state_roots_lock(tmp_path, monkeypatch, capsys):
+    """`fleetsim mirror` takes the lock `up` takes, so two scenarios never build one mirror at the same time."""
+    held = []
+
+    def fake_build(dest, **kwargs):
+        with open(tmp_path / ".lock", "a+", encoding="utf-8") as other:
+            try:
+                fcntl.flock(other, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                held.append(True)
+            else:
+                fcntl.flock(other, fcntl.LOCK_UN)
+                held.append(False)
+        return dest
+
+    monkeypatch.setattr(cli, "state_root", lambda value=None: tmp_path)
+    monkeypatch.setattr(mirror, "build", fake_build)
+    assert cli.main(["mirror", "--dest", str(tmp_path / "m")]) == 0
+    assert held == [True]
+    assert capsys.readouterr().out.strip() == str(tmp_path / "m")
+    # Released afterwards: the next taker gets it at once.
+    with fleet.root_locked(tmp_path):
+        pass
