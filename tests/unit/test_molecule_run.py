@@ -61,3 +61,12 @@ def test_all_passing_exits_zero_and_the_longest_known_scenario_starts_first(tmp_
 def test_bad_arguments_are_named(tmp_path):
     proc = runner(tmp_path, "--jobs", "0", "x")
     assert proc.returncode == 2 and "positive integer, got 0" in proc.stderr
+
+
+def test_a_vm_scenario_gets_at_least_the_vm_limit(tmp_path):
+    """realvm builds its image and runs under software emulation: --timeout below VM_TIMEOUT does not cut it."""
+    proc = runner(tmp_path, "--jobs", "1", "--timeout", "3", "realvm", "passes")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    limits = {line.split()[4]: line.split("limit ")[1] for line in proc.stdout.splitlines()
+              if line.startswith("== molecule test -s")}
+    assert limits == {"realvm": "3600 s)", "passes": "3 s)"}
