@@ -61,6 +61,12 @@ def cached_content_hash(paths, cache_dir=None):
     return digest
 
 
+def _fact(variables, name):
+    """A fact of the host whose variables these are (``ansible_facts.<name>``); None when it has none."""
+    facts = variables.get("ansible_facts") or {}
+    return facts.get(name) if hasattr(facts, "get") else None
+
+
 class ActionModule(InProcessAction):
 
     MODULE = "site_plan"
@@ -107,7 +113,9 @@ class ActionModule(InProcessAction):
         }
 
     def _record(self, args, task_vars):
-        key = task_vars.get("gpufleet_site_key") or ""
+        # The plan set it as a fact: read it where facts live (not as a top-level variable, which exists only while
+        # inject_facts_as_vars is on).
+        key = _fact(task_vars, "gpufleet_site_key") or ""
         out = {"changed": False, "ansible_facts": {"gpufleet_site_converged": True}}
         if not key:
             return dict(out, recorded=False, msg="no stamp recorded: the settings of the node could not be keyed")
@@ -126,7 +134,9 @@ class ActionModule(InProcessAction):
         finder = lookup_loader.get("ansible.builtin.inventory_hostnames", loader=self._loader, templar=self._templar)
         targets = finder.run([pattern], variables=task_vars)
         hostvars = task_vars.get("hostvars", {})
-        converged = [h for h in targets if h in hostvars and hostvars[h].get("gpufleet_site_converged")]
+        # Converged: the plan or the stamp recorded it as a fact, or the image lane set it (set_fact) for the play.
+        converged = [h for h in targets if h in hostvars
+                     and (_fact(hostvars[h], "gpufleet_site_converged") or hostvars[h].get("gpufleet_site_converged"))]
         failed = [h for h in targets if h not in converged]
         return {"changed": False, "failed_nodes": failed, "msg": sp.report(targets, converged),
                 "_ansible_verbose_always": True}

@@ -24,7 +24,7 @@ description:
 options:
   site_key:
     description:
-      - The settings key of this run (C(gpufleet_site_key)). 1 to 128 characters of C([0-9A-Za-z._-]).
+      - The settings key of this run (the fact C(gpufleet_site_key)). 1 to 128 characters of C([0-9A-Za-z._-]).
     type: str
     required: true
   state:
@@ -66,11 +66,11 @@ attributes:
 EXAMPLES = r"""
 - name: Is this an image-born node, and may it take the fast first boot?
   gpufleet.deepep.image_boot:
-    site_key: "{{ gpufleet_site_key }}"
+    site_key: "{{ ansible_facts.gpufleet_site_key }}"
 
 - name: Record the first boot
   gpufleet.deepep.image_boot:
-    site_key: "{{ gpufleet_site_key }}"
+    site_key: "{{ ansible_facts.gpufleet_site_key }}"
     state: booted
 """
 

@@ -29,7 +29,7 @@ description:
 options:
   site_key:
     description:
-      - The settings key the node's stamp must hold (C(gpufleet_site_key), as C(gpufleet.deepep.site_plan)
+      - The settings key the node's stamp must hold (the fact C(gpufleet_site_key), as C(gpufleet.deepep.site_plan)
         computes it). 1 to 128 characters of C([0-9A-Za-z._-]).
     type: str
     required: true
@@ -100,13 +100,13 @@ attributes:
 EXAMPLES = r"""
 - name: What would sealing remove?
   gpufleet.deepep.node_seal:
-    site_key: "{{ gpufleet_site_key }}"
+    site_key: "{{ ansible_facts.gpufleet_site_key }}"
   check_mode: true
   diff: true
 
 - name: Seal the node
   gpufleet.deepep.node_seal:
-    site_key: "{{ gpufleet_site_key }}"
+    site_key: "{{ ansible_facts.gpufleet_site_key }}"
     profile: "{{ gpufleet_profile }}"
     collection_version: 0.2.0
   register: seal

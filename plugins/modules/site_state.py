@@ -83,12 +83,12 @@ attributes:
 EXAMPLES = r"""
 - name: Is the node as its last full converge left it?
   gpufleet.deepep.site_state:
-    key: "{{ gpufleet_site_key }}"
+    key: "{{ ansible_facts.gpufleet_site_key }}"
   register: site_state
 
 - name: Record the converged state
   gpufleet.deepep.site_state:
-    key: "{{ gpufleet_site_key }}"
+    key: "{{ ansible_facts.gpufleet_site_key }}"
     state: record
     watch:
       - /usr/local/cuda

@@ -169,10 +169,14 @@ def site(tmp_path):
             task["run_once"] = True
         tasks.append(task)
     tasks.append({"name": "Dump", "ansible.builtin.copy": {
+        # Per host: the registered site_* results and the gpufleet_site_* facts the plan set (read from ansible_facts,
+        # where facts live whether or not inject_facts_as_vars also copies them to top-level variables).
         "dest": str(out), "content": "{{ {'hosts': dict(ansible_play_hosts | zip(ansible_play_hosts | map('extract', "
-                                     "hostvars) | map('dict2items') | map('selectattr', 'key', 'match', "
-                                     "'^(site_|gpufleet_site_)') | map('items2dict'))), 'groups': groups} "
-                                     "| to_json }}"},
+                                     "hostvars) | map('dict2items') | map('selectattr', 'key', 'match', '^site_') "
+                                     "| map('items2dict') | zip(ansible_play_hosts | map('extract', hostvars, "
+                                     "'ansible_facts') | map('dict2items') | map('selectattr', 'key', 'match', "
+                                     "'^gpufleet_site_') | map('items2dict')) | map('combine'))), "
+                                     "'groups': groups} | to_json }}"},
                   "delegate_to": "localhost", "run_once": True, "check_mode": False, "tags": ["always"]})
     book.write_text(yaml.safe_dump([{"hosts": "all", "gather_facts": False, "tasks": tasks}], sort_keys=False))
 
