@@ -28,12 +28,12 @@ from pathlib import Path
 
 # Seconds each scenario took on a 2-core CI machine (the order when no earlier timings.json exists).
 EXPECTED_SECONDS = {"build": 600, "site": 540, "verify": 420, "infiniband": 360, "reboot_faults": 240, "image": 240,
-                    "audit": 200, "default": 150, "realvm": 600}
+                    "audit": 200, "default": 150, "realvm": 600, "realvm_image": 900}
 ACTION = re.compile(r"\x1b\[[0-9;]*m|\r")
 ACTION_LINE = re.compile(r"^INFO\s+(\S+) \S+ (\w+): Executing")
 KILL_GRACE = 30
 # Scenarios whose nodes are QEMU guests of tools/vmfleet (not fleetsim nodes).
-VM_SCENARIOS = ("realvm",)
+VM_SCENARIOS = ("realvm", "realvm_image")
 # Seconds a VM scenario may run at least, whatever --timeout says: from a clean clone it builds its image first
 # (debootstrap, about 130 s) and every task starts Python in a guest under software emulation; measured 1,982 s
 # on a loaded 2-core machine.
@@ -105,7 +105,7 @@ class Run:
                 continue
 
     def _take_down_fleet(self) -> None:
-        # The realvm scenario runs QEMU guests (tools/vmfleet), the others the simulated fleet.
+        # The VM scenarios run QEMU guests (tools/vmfleet), the others the simulated fleet.
         tool = ["tools.vmfleet", "--quiet", "--fleet", f"mol-{self.scenario}", "down"] if self.scenario in VM_SCENARIOS \
             else ["tools.fleetsim", "--fleet", f"mol-{self.scenario}", "down", "--purge", "--quiet"]
         try:

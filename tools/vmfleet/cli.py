@@ -27,6 +27,10 @@ def main(argv: list[str] | None = None) -> int:
     up.add_argument("--group", default="realvm")
     up.add_argument("--nodes", type=int, default=2)
     up.add_argument("--accel", default="auto", choices=["auto", "kvm", "tcg"])
+    up.add_argument("--from-image", metavar="NAME", help="boot clones of a captured image of this fleet")
+    cap = sub.add_parser("capture", help="power a guest off and keep its disk as an image of the fleet (removed by down)")
+    cap.add_argument("node")
+    cap.add_argument("--image", required=True, metavar="NAME")
     inv = sub.add_parser("inventory", help="print (or write) the fleet's Ansible inventory")
     inv.add_argument("-o", "--output")
     inv.add_argument("--reboot-timeout", type=int, default=300)
@@ -45,7 +49,12 @@ def main(argv: list[str] | None = None) -> int:
         fleet = Fleet(args.fleet, stages)
         if args.cmd == "up":
             with stages.stage("up"):
-                fleet.up(args.group, args.nodes, args.accel)
+                fleet.up(args.group, args.nodes, args.accel, from_image=args.from_image)
+            stages.say("vmfleet: stage times: " + ", ".join(f"{n} {s:.1f} s" for n, s in stages.times))
+        elif args.cmd == "capture":
+            with stages.stage("capture"):
+                record = fleet.capture(args.node, args.image)
+            print(json.dumps(record, indent=2, sort_keys=True))
             stages.say("vmfleet: stage times: " + ", ".join(f"{n} {s:.1f} s" for n, s in stages.times))
         elif args.cmd == "inventory":
             text = f"# Inventory of the VM fleet {fleet.name!r} (written by `python -m tools.vmfleet inventory`).\n"

@@ -2,12 +2,18 @@
 # GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
 """A fleet of QEMU guests booted from copy-on-write overlays of the cached image.
 
-Each guest: a qcow2 overlay whose backing file is the image's ``rootfs.img``; QEMU's direct kernel boot with
-the guest's identity on the kernel command line (the image's first-boot unit sets hostname, SSH host keys,
-root's authorized key and the private address; systemd draws the machine-id); ``eth0`` user-mode networking
+Each guest: a qcow2 overlay whose backing file is the image's ``rootfs.img`` (or a captured disk, see below); QEMU's
+direct kernel boot with the guest's name, address and login key on the kernel command line (the image's unit sets
+them at every boot; the SSH host key and the machine-id belong to the disk and are drawn only when missing);
+``eth0`` user-mode networking
 used only for the SSH port forward on 127.0.0.1; ``eth1`` on the fleet's private segment (a QEMU socket netdev,
 UDP multicast on the loopback interface, reachable only from this machine) carrying soft-RoCE ``rxe0``.
 State and overlays live in ``build/vm/fleets/<fleet>/``; ``down`` stops every QEMU process and removes it.
+
+``capture`` powers a guest off (``systemctl poweroff``, bounded) and keeps its overlay as an image layer of the fleet
+(``images/<name>/disk.qcow2``, a qcow2 whose backing file is the base image); ``up --from-image`` boots clones as
+overlays over that layer. The clones' machine-id and host key are whatever the captured disk holds: new ones only
+where a seal removed them.
 """
 
 from __future__ import annotations
@@ -34,6 +40,9 @@ KVM_PROBE_SECONDS = 20
 SSH_WAIT_SECONDS = 600
 RXE_WAIT_SECONDS = 180
 STOP_GRACE_SECONDS = 20
+POWEROFF_WAIT_SECONDS = 300
+COPY_TIMEOUT = 600
+IMAGE_NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]{0,39}")
 SSH_OPTIONS = ["-o", "StrictHostKeyChecking=no", "-o", "UserKnownHostsFile=/dev/null", "-o", "IdentitiesOnly=yes",
                "-o", "LogLevel=ERROR", "-o", "ConnectTimeout=5", "-o", "BatchMode=yes"]
 
@@ -42,6 +51,21 @@ def _free_port(kind: int) -> int:
     with socket.socket(socket.AF_INET, kind) as sock:
         sock.bind(("127.0.0.1", 0))
         return sock.getsockname()[1]
+
+
+def overlay_argv(backing: Path, backing_format: str, overlay: Path) -> list[str]:
+    """``qemu-img create`` of a guest's qcow2 overlay over ``backing`` (the base image's raw rootfs, or a captured
+    qcow2 layer)."""
+    if backing_format not in ("raw", "qcow2"):
+        raise VmError(f"backing format {backing_format!r} is invalid: expected raw or qcow2")
+    return ["qemu-img", "create", "-q", "-f", "qcow2", "-F", backing_format, "-b", str(backing), str(overlay)]
+
+
+def check_image_name(name: str) -> str:
+    if not isinstance(name, str) or not IMAGE_NAME_RE.fullmatch(name):
+        raise VmError(f"image name {name!r} is invalid: expected 1 to 40 letters, digits, '-' or '_', "
+                      "starting with a letter or digit")
+    return name
 
 
 def _alive(pid: int | None, needle: str) -> bool:
@@ -79,17 +103,22 @@ class Fleet:
         return f"vmfleet-{self.name}-{node}"
 
     # ------------------------------------------------------------------ up
-    def up(self, group: str, count: int, accel: str = "auto") -> dict:
+    def up(self, group: str, count: int, accel: str = "auto", from_image: str | None = None) -> dict:
         if count < 1 or count > 200:
             raise VmError(f"--nodes {count} is out of range: expected 1 to 200")
         if accel not in ("auto", "kvm", "tcg"):
             raise VmError(f"--accel {accel!r} is invalid: expected auto, kvm or tcg")
-        image = ensure_image(self.stages)
+        if from_image is not None:
+            disk = self.captured(from_image)
+            image = Path(self.load()["image"])
+        else:
+            image = ensure_image(self.stages)
         self.dir.mkdir(parents=True, exist_ok=True)
         state = self.load() or {"fleet": self.name, "nodes": {},
                                 "mcast_port": _free_port(socket.SOCK_DGRAM), "image": str(image)}
         if state["image"] != str(image):
             raise VmError(f"fleet {self.name} runs image {state['image']}, not {image}: take it down first")
+        backing = (disk, "qcow2") if from_image is not None else (image / "rootfs.img", "raw")
         if not self.key.exists():
             run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", f"vmfleet-{self.name}", "-f", str(self.key)],
                 timeout=30)
@@ -101,14 +130,15 @@ class Fleet:
         pubkey = base64.b64encode(self.key.with_suffix(".pub").read_bytes().strip()).decode()
         base = len(state["nodes"])
         new = []
-        with self.stages.stage(f"boot {count} guest(s) ({state['accel']})"):
+        label = f" from image {from_image}" if from_image else ""
+        with self.stages.stage(f"boot {count} guest(s){label} ({state['accel']})"):
             for index in range(count):
                 seq = base + index + 1
                 name = f"{group.replace('_', '-')}-{sum(1 for n in state['nodes'].values() if n['group'] == group) + 1}"
                 node = {"group": group, "seq": seq, "ssh_port": _free_port(socket.SOCK_STREAM),
-                        "private_ip": f"{SUBNET}.{10 + seq}"}
+                        "private_ip": f"{SUBNET}.{10 + seq}", "from_image": from_image}
                 state["nodes"][name] = node
-                node["pid"] = self._start(state, image, name, node, pubkey)
+                node["pid"] = self._start(state, image, name, node, pubkey, backing)
                 self.save(state)
                 new.append(name)
             for name in new:
@@ -137,13 +167,13 @@ class Fleet:
         self.stages.say("vmfleet: KVM does not run a guest here: " + " ".join(out.strip().splitlines()[-2:])[:300])
         return "tcg"
 
-    def _start(self, state: dict, image: Path, name: str, node: dict, pubkey: str) -> int:
+    def _start(self, state: dict, image: Path, name: str, node: dict, pubkey: str,
+               backing: tuple[Path, str]) -> int:
         ndir = self.dir / name
         shutil.rmtree(ndir, ignore_errors=True)
         ndir.mkdir(parents=True)
         overlay = ndir / "overlay.qcow2"
-        run(["qemu-img", "create", "-q", "-f", "qcow2", "-F", "raw", "-b", str(image / "rootfs.img"), str(overlay)],
-            timeout=60)
+        run(overlay_argv(backing[0], backing[1], overlay), timeout=60)
         seq = node["seq"]
         append = (f"root=/dev/vda rw console=ttyS0 net.ifnames=0 biosdevname=0 systemd.show_status=1 "
                   f"vmfleet.hostname={name} vmfleet.ip={node['private_ip']}/24 vmfleet.key={pubkey}")
@@ -194,6 +224,8 @@ class Fleet:
         state = self.load()
         if name not in state.get("nodes", {}):
             raise VmError(f"no guest {name!r} in fleet {self.name}: expected one of {sorted(state.get('nodes', {}))}")
+        if state["nodes"][name].get("stopped"):
+            raise VmError(f"guest {name} of fleet {self.name} is stopped (captured as {state['nodes'][name].get('captured_as')})")
         return run(self.ssh_argv(name, state["nodes"][name]) + command, timeout=timeout, check=False)
 
     def inventory(self, reboot_timeout: int = 300) -> dict:
@@ -202,6 +234,8 @@ class Fleet:
             raise VmError(f"fleet {self.name} is not up")
         groups: dict[str, dict] = {}
         for name, node in sorted(state["nodes"].items(), key=lambda kv: kv[1]["seq"]):
+            if node.get("stopped"):
+                continue
             groups.setdefault(node["group"], {"hosts": {}})["hosts"][name] = {
                 "ansible_host": "127.0.0.1", "ansible_port": node["ssh_port"],
                 "vmfleet_private_ip": node["private_ip"]}
@@ -220,6 +254,65 @@ class Fleet:
             "vmfleet_fleet": self.name,
             "vmfleet_accel": state.get("accel", "unknown"),
         }, "children": groups}}
+
+    # ------------------------------------------------------------------ capture / clones
+    def image_path(self, image: str) -> Path:
+        return self.dir / "images" / check_image_name(image)
+
+    def captured(self, image: str) -> Path:
+        """The disk of a captured image of this fleet, refused when there is none or its base is gone."""
+        idir = self.image_path(image)
+        state = self.load()
+        record = state.get("images", {}).get(image)
+        if not record or not (idir / "disk.qcow2").exists():
+            raise VmError(f"fleet {self.name} has no captured image {image!r}: expected one of "
+                          f"{sorted(state.get('images', {}))} (python -m tools.vmfleet --fleet {self.name} capture NODE "
+                          f"--image {image})")
+        if not Path(record["base"], "rootfs.img").exists():
+            raise VmError(f"image {image!r} is a layer over {record['base']}, which is gone: capture it again")
+        return idir / "disk.qcow2"
+
+    def capture(self, name: str, image: str) -> dict:
+        """Power the guest off (systemctl poweroff, QEMU's exit awaited, bounded) and keep its overlay as the fleet's
+        image ``image``: a copy of the qcow2 layer over the base image (the guest stays stopped, its disk intact)."""
+        idir = self.image_path(image)
+        state = self.load()
+        node = state.get("nodes", {}).get(name)
+        if node is None:
+            raise VmError(f"no guest {name!r} in fleet {self.name}: expected one of {sorted(state.get('nodes', {}))}")
+        if image in state.get("images", {}) or idir.exists():
+            raise VmError(f"fleet {self.name} has an image {image!r} already: pick another name, or take the fleet down")
+        overlay = self.dir / name / "overlay.qcow2"
+        if not overlay.exists():
+            raise VmError(f"guest {name} has no disk at {overlay}")
+        with self.stages.stage(f"power off {name}"):
+            if _alive(node.get("pid"), self.needle(name)):
+                # The connection drops while the guest goes down: its exit status says nothing; QEMU's exit does.
+                run(self.ssh_argv(name, node) + ["systemctl", "poweroff"], timeout=60, check=False)
+                self._wait_exit(name, node, time.monotonic() + POWEROFF_WAIT_SECONDS)
+        node.update(pid=None, stopped=True, captured_as=image)
+        self.save(state)
+        with self.stages.stage(f"capture {name} as image {image}"):
+            idir.mkdir(parents=True)
+            try:
+                run(["cp", "--sparse=always", str(overlay), str(idir / "disk.qcow2")], timeout=COPY_TIMEOUT)
+                info = json.loads(run(["qemu-img", "info", "--output=json", str(idir / "disk.qcow2")], timeout=60).stdout)
+            except VmError:
+                shutil.rmtree(idir, ignore_errors=True)
+                raise
+        record = {"source": name, "base": state["image"], "backing": info.get("backing-filename"),
+                  "disk_bytes": info.get("actual-size"), "virtual_bytes": info.get("virtual-size"),
+                  "captured_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+        state.setdefault("images", {})[image] = record
+        self.save(state)
+        return record
+
+    def _wait_exit(self, name: str, node: dict, deadline: float) -> None:
+        while _alive(node.get("pid"), self.needle(name)):
+            if time.monotonic() > deadline:
+                raise VmError(f"guest {name} did not power off within {POWEROFF_WAIT_SECONDS} s (QEMU pid "
+                              f"{node['pid']} still runs); its disk is not captured: see {self.dir / name / 'console.log'}")
+            time.sleep(1)
 
     def down(self) -> list[str]:
         state = self.load()
