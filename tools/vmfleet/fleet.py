@@ -220,13 +220,18 @@ class Fleet:
             time.sleep(2)
 
     # ------------------------------------------------------------------ exec / inventory / down
-    def exec(self, name: str, command: list[str], timeout: float = 600) -> subprocess.CompletedProcess:
-        state = self.load()
-        if name not in state.get("nodes", {}):
+    def node(self, state: dict, name: str) -> dict:
+        """The state of guest ``name``, refused with the fleet's guests named when it has none of that name."""
+        node = state.get("nodes", {}).get(name)
+        if node is None:
             raise VmError(f"no guest {name!r} in fleet {self.name}: expected one of {sorted(state.get('nodes', {}))}")
-        if state["nodes"][name].get("stopped"):
-            raise VmError(f"guest {name} of fleet {self.name} is stopped (captured as {state['nodes'][name].get('captured_as')})")
-        return run(self.ssh_argv(name, state["nodes"][name]) + command, timeout=timeout, check=False)
+        return node
+
+    def exec(self, name: str, command: list[str], timeout: float = 600) -> subprocess.CompletedProcess:
+        node = self.node(self.load(), name)
+        if node.get("stopped"):
+            raise VmError(f"guest {name} of fleet {self.name} is stopped (captured as {node.get('captured_as')})")
+        return run(self.ssh_argv(name, node) + command, timeout=timeout, check=False)
 
     def inventory(self, reboot_timeout: int = 300) -> dict:
         state = self.load()
@@ -277,9 +282,7 @@ class Fleet:
         image ``image``: a copy of the qcow2 layer over the base image (the guest stays stopped, its disk intact)."""
         idir = self.image_path(image)
         state = self.load()
-        node = state.get("nodes", {}).get(name)
-        if node is None:
-            raise VmError(f"no guest {name!r} in fleet {self.name}: expected one of {sorted(state.get('nodes', {}))}")
+        node = self.node(state, name)
         if image in state.get("images", {}) or idir.exists():
             raise VmError(f"fleet {self.name} has an image {image!r} already: pick another name, or take the fleet down")
         overlay = self.dir / name / "overlay.qcow2"
