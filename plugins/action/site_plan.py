@@ -23,6 +23,7 @@ from ansible_collections.gpufleet.deepep.plugins.plugin_utils import _site_plan 
 from ansible_collections.gpufleet.deepep.plugins.plugin_utils._action_args import InProcessAction
 
 _STATE_MODULE = "gpufleet.deepep.site_state"
+_IMAGE_MODULE = "gpufleet.deepep.image_boot"
 # The options of plugins/modules/site_plan.py (its documentation).
 ARGUMENT_SPEC = dict(
     state=dict(type="str", choices=["plan", "record", "report"], default="plan"),
@@ -31,6 +32,7 @@ ARGUMENT_SPEC = dict(
     reboot_throttle=dict(type="raw", default=0),
     serial=dict(type="raw", default=[1, "25%"]),
     hosts=dict(type="str", default="all"),
+    image_manifest=dict(type="path", default="/etc/gpufleet/image.json"),
 )
 
 
@@ -102,7 +104,7 @@ class ActionModule(InProcessAction):
         decision = sp.decide(state, fast=args["fast"], run_tags=task_vars.get("ansible_run_tags", ["all"]),
                              reboot_throttle=args["reboot_throttle"])
         lane = decision["lane"]
-        return {
+        out = {
             "changed": False, "lane": lane, "key": key, "reason": decision["reason"], "msg": decision["msg"],
             "serial": sp.batches(args["serial"]), "drift": (state or {}).get("drift", []),
             "add_group": "gpufleet_site_%s" % lane, "parent_groups": [],
@@ -111,6 +113,27 @@ class ActionModule(InProcessAction):
                               "gpufleet_site_converged": lane == "intact"},
             "_ansible_verbose_always": True,
         }
+        if sp.image_candidate(lane, key, args["fast"], task_vars.get("ansible_run_tags", ["all"])):
+            return self._image(out, args, task_vars)
+        return out
+
+    def _image(self, out, args, task_vars):
+        """A changing node may be born from a golden image: gpufleet.deepep.image_boot reads its manifest (intact
+        and steady nodes pay nothing for this). Lane image: the node joins gpufleet_site_image, a child group of
+        gpufleet_site_changing (so it is in both, as before); refused: the plan fails with every reason."""
+        image = self._execute_module(module_name=_IMAGE_MODULE, task_vars=task_vars,
+                                     module_args={"site_key": out["key"], "manifest": args["image_manifest"]})
+        if image.get("failed"):
+            return dict(image, changed=False)
+        facts = (image.get("ansible_facts") or {}).get("gpufleet_image") or {}
+        out["ansible_facts"]["gpufleet_image"] = facts
+        out["image"] = facts.get("lane", "none")
+        if out["image"] == "refused":
+            return dict(out, failed=True, msg="%s was born from an image that does not fit it: %s"
+                        % (task_vars.get("inventory_hostname"), "; ".join(facts.get("refusals") or [])))
+        if out["image"] == "image":
+            out.update(add_group="gpufleet_site_image", parent_groups=["gpufleet_site_changing"])
+        return out
 
     def _record(self, args, task_vars):
         # The plan set it as a fact: read it where facts live (not as a top-level variable, which exists only while

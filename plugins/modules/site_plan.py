@@ -20,6 +20,12 @@ description:
     C(steady) (same key, drift) goes in the first batch and reboots one node at a time; C(changing) (new settings,
     new collection, new node, or settings that cannot be keyed) goes through the canary and the batches. The node
     joins the group C(gpufleet_site_<lane>).
+  - With O(state=plan), a changing node with a key, with O(fast) and without C(--tags), is also asked whether it
+    was born from a golden image (M(gpufleet.deepep.image_boot) reads O(image_manifest) and holds it against the
+    node; its decision is the fact C(gpufleet_image)). Lane C(image) puts the node in the group
+    C(gpufleet_site_image), a child of C(gpufleet_site_changing) (site.yml's first-boot play takes it; the converge
+    play leaves it out); lane C(refused) fails the task with every reason (another kernel, GPU arch or NIC naming);
+    lane C(converge) or no manifest changes nothing. Intact and steady nodes are not asked.
   - With O(state=record), marks the node converged and, after a full run (no C(--tags), no phase tag skipped),
     records its stamp with every path and package the phase roles publish (C(<role>_site_watch),
     C(<role>_site_watch_packages)). Never reported changed.
@@ -70,6 +76,11 @@ options:
     description: With O(state=report), the host pattern of the run (C(gpufleet_hosts)).
     type: str
     default: all
+  image_manifest:
+    description: With O(state=plan), the image manifest a changing node is asked about
+      (M(gpufleet.deepep.image_boot)'s O(gpufleet.deepep.image_boot#module:manifest)).
+    type: path
+    default: /etc/gpufleet/image.json
 notes:
   - "ansible-core reports a task that adds its host to a new group as changed; site.yml's plan task says
     C(changed_when: false)."
@@ -124,6 +135,12 @@ serial:
   type: list
   elements: raw
   sample: [1, 25%]
+image:
+  description: With O(state=plan) on a node that was asked (see the description), its image lane (C(image),
+    C(refused), C(converge), or C(none) without a manifest).
+  returned: state=plan, on a changing node with a key, O(fast) and no C(--tags)
+  type: str
+  sample: image
 drift:
   description: Each difference between the stamp and the node.
   returned: state=plan
@@ -141,7 +158,8 @@ failed_nodes:
   sample: [b200-cluster-3]
 ansible_facts:
   description: With O(state=plan), C(gpufleet_site_key), C(gpufleet_site_lane), C(gpufleet_site_reboot_throttle) and
-    C(gpufleet_site_converged); with O(state=record), C(gpufleet_site_converged).
+    C(gpufleet_site_converged), and C(gpufleet_image) (M(gpufleet.deepep.image_boot)'s decision) on a node that was
+    asked whether it is image-born; with O(state=record), C(gpufleet_site_converged).
   returned: state=plan or state=record
   type: dict
 """

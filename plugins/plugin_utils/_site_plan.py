@@ -101,6 +101,12 @@ def batches(serial):
     return [serial]
 
 
+def image_candidate(lane, key, fast, run_tags):
+    """Whether the plan asks the node if it was born from a golden image: a changing node with a key, on the fast
+    path, in a run without --tags (a run with --tags is a full run of those phases, not a first boot)."""
+    return lane == "changing" and bool(key) and bool(fast) and list(run_tags or []) == ["all"]
+
+
 def full_run(run_tags, skip_tags):
     """Whether every phase ran: no --tags, and no phase tag skipped (Molecule skips only its notest tags)."""
     return list(run_tags or []) == ["all"] and not set(skip_tags or []) & set(PHASE_TAGS)

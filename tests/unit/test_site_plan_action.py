@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -156,7 +157,8 @@ def site(tmp_path):
     for name in ("plan", "record", "report"):
         args = {"state": name, "stamp": str(tmp_path) + "/{{ inventory_hostname }}.json"}
         if name == "plan":
-            args.update(fast="{{ gpufleet_site_fast | default(true) }}", reboot_throttle=3, serial="{{ gpufleet_serial }}")
+            args.update(fast="{{ gpufleet_site_fast | default(true) }}", reboot_throttle=3, serial="{{ gpufleet_serial }}",
+                        image_manifest="{{ image_manifest_of[inventory_hostname] | default(omit) }}")
         if name == "report":
             args = {"state": "report"}
         task = {"name": "Site " + name, "gpufleet.deepep.site_plan": args, "register": "site_" + name,
@@ -180,17 +182,18 @@ def site(tmp_path):
                   "delegate_to": "localhost", "run_once": True, "check_mode": False, "tags": ["always"]})
     book.write_text(yaml.safe_dump([{"hosts": "all", "gather_facts": False, "tasks": tasks}], sort_keys=False))
 
-    def run(*extra, states=("plan",), record_on="all"):
-        extra = extra + ("-e", json.dumps({"site_states": list(states), "record_on": record_on}))
+    def run(*extra, states=("plan",), record_on="all", manifests=None, rc=0, env=None):
+        extra = extra + ("-e", json.dumps({"site_states": list(states), "record_on": record_on,
+                                           "image_manifest_of": manifests or {}}))
         env = dict(os.environ, ANSIBLE_CONFIG=str(REPO / "ansible.cfg"),
                    ANSIBLE_COLLECTIONS_PATH=str(REPO / ".collections"), ANSIBLE_LOCAL_TEMP=str(tmp_path / ".ansible"),
-                   ANSIBLE_FORCE_COLOR="0", ANSIBLE_NOCOLOR="1")
+                   ANSIBLE_FORCE_COLOR="0", ANSIBLE_NOCOLOR="1", **(env or {}))
         proc = subprocess.run([str(Path(sys.executable).parent / "ansible-playbook"), "-i", str(inventory), str(book),
                                *extra], cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                               timeout=300, check=False)
-        assert proc.returncode == 0, proc.stdout[-4000:]
+        assert proc.returncode == rc, proc.stdout[-4000:]
         assert "Traceback" not in proc.stdout
-        return json.loads(out.read_text()), proc.stdout
+        return (json.loads(out.read_text()) if out.exists() else {}), proc.stdout
 
     run.root, run.watched = root, watched
     return run
@@ -214,6 +217,48 @@ def test_a_new_node_changes_and_is_keyed_on_its_settings_and_the_content(site):
     assert facts["gpufleet_site_key"] == expected and facts["gpufleet_site_lane"] == "changing"
     assert facts["gpufleet_site_reboot_throttle"] == 3 and facts["gpufleet_site_converged"] is False
     assert output.count("changing: no converged stamp at ") == 2, output
+    # A new node is asked whether it was born from a golden image, in the same task: no manifest, not image-born.
+    assert plans["n1"]["image"] == "none" and "gpufleet_site_image" not in result["groups"]
+
+
+def _manifest(path, key, kernel):
+    path.write_text(json.dumps({"format": 1, "site_key": key, "kernel": kernel, "gpu": {"arch": ["10.0"]},
+                                "nic": {"naming": "none"}, "site_watch": [], "site_packages": []}))
+    return str(path)
+
+
+def test_an_image_born_node_is_recognized_by_the_plan_and_a_misfit_refused_with_the_reason(site, tmp_path):
+    """The plan task reads the manifest of a changing node (gpufleet.deepep.image_boot, against this machine's kernel,
+    a fake nvidia-smi of 8 B200s and no RDMA devices): a fitting image puts the node in gpufleet_site_image (a child of
+    gpufleet_site_changing), one baked with other settings leaves it changing, and one baked for another kernel fails
+    the task with the reason, on that node only."""
+    smi = tmp_path / "bin" / "nvidia-smi"
+    smi.parent.mkdir()
+    smi.write_text("#!/bin/sh\nfor i in 1 2 3 4 5 6 7 8; do echo 'NVIDIA B200, 10.0'; done\n")
+    smi.chmod(0o755)
+    env = {"PATH": "%s:%s" % (smi.parent, os.environ["PATH"])}
+    first, dummy = site(env=env)
+    key = first["hosts"]["n1"]["site_plan"]["key"]
+    kernel = os.uname().release
+    fits = _manifest(tmp_path / "fits.json", key, kernel)
+    misfit = _manifest(tmp_path / "misfit.json", key, "5.4.0-0-not-this-kernel")
+    other = _manifest(tmp_path / "other.json", "0" * 64, kernel)
+
+    result, output = site(manifests={"n1": fits, "n2": misfit}, rc=2, env=env)
+    assert "n2 was born from an image that does not fit it: kernel %s is running but the image was baked for " \
+           "5.4.0-0-not-this-kernel" % kernel in output, output
+    assert re.search(r"n1\s+: ok=\d+ .*failed=0", output) and re.search(r"n2\s+: ok=\d+ .*failed=1", output), output
+    assert result["hosts"]["n1"]["site_plan"]["image"] == "image"
+    assert result["hosts"]["n1"]["site_plan"]["ansible_facts"]["gpufleet_image"]["node"]["gpu"]["count"] == 8
+    assert result["groups"]["gpufleet_site_image"] == ["n1"] and result["groups"]["gpufleet_site_changing"] == ["n1"]
+
+    # Baked with other settings: every phase runs (a plain changing node).
+    result, output = site(manifests={"n1": other}, env=env)
+    assert {h: v["site_plan"]["image"] for h, v in result["hosts"].items()} == {"n1": "converge", "n2": "none"}
+    assert "gpufleet_site_image" not in result["groups"]
+    # A run with --tags is no first boot: no node is asked, so the misfit is not refused.
+    result, output = site("--tags", "preflight", manifests={"n1": fits, "n2": misfit}, env=env)
+    assert {h: "image" in v["site_plan"] for h, v in result["hosts"].items()} == {"n1": False, "n2": False}
 
 
 def test_a_recorded_node_is_intact_then_steady_with_tags_slow_or_drift_and_changing_with_new_settings(site):
