@@ -34,7 +34,7 @@ the no-op converge and the audit are then timed a second time with its ``mitogen
 ``--reuse`` keeps a fleet of that name that is up (its nodes are converged again, untimed, in case another checkout
 converged them); ``--keep`` leaves the fleet up, otherwise it is torn down at the end, also after a failure.
 ``--time-limit`` bounds the whole bench (seconds): a size that would start after it is left out and said so.
-Results also go to ``build/bench/scale_bench.json``.
+Results also go to ``build/bench/scale_bench.json``, written after each size.
 
 Run from the repository root as root (the simulated fleet needs namespaces).
 """
@@ -248,6 +248,15 @@ def timed(kind: str, inventory: Path, size: int, report_dir: Path) -> float:
     return elapsed
 
 
+def write_results(results: dict) -> Path:
+    out = REPO / "build" / "bench" / "scale_bench.json"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    part = out.with_suffix(".json.part")
+    part.write_text(json.dumps(results, indent=2) + "\n")
+    part.replace(out)
+    return out
+
+
 def slopes(rows: list[dict], kind: str) -> list:
     out = [None]
     for before, after in zip(rows, rows[1:]):
@@ -369,13 +378,13 @@ def main() -> int:
                         "peak_rss_mib": round(max(r["peak_rss_mib"] for r in runs), 1),
                         "main_cpu_s": round(statistics.median(r["main_cpu_s"] for r in runs), 1)}
                 results["rows"].append(row)
+                # After each size: a bench stopped later keeps the sizes it finished.
+                write_results(results)
                 print("%d nodes: %s" % (size, ", ".join("%s %.1f s" % (k, row[k]) for k in kinds)), flush=True)
     finally:
         if not args.keep:
             fleetsim(args.fleet, "down", "--purge", "--quiet", check=False)
-    out = REPO / "build" / "bench" / "scale_bench.json"
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(results, indent=2) + "\n")
+    write_results(results)
     if args.json:
         print(json.dumps(results, indent=2))
     else:
