@@ -104,7 +104,7 @@ def batches(serial):
 def image_candidate(lane, key, fast, run_tags):
     """Whether the plan asks the node if it was born from a golden image: a changing node with a key, on the fast
     path, in a run without --tags (a run with --tags is a full run of those phases, not a first boot)."""
-    return lane == "changing" and bool(key) and bool(fast) and list(run_tags or []) == ["all"]
+    return lane == "changing" and bool(key) and bool(fast) and full_run(run_tags, ())
 
 
 def full_run(run_tags, skip_tags):
