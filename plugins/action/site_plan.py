@@ -19,11 +19,14 @@ from ansible import constants as C
 from ansible.plugins.loader import lookup_loader
 
 from ansible_collections.gpufleet.deepep.plugins.lookup.content_hash import content_hash
+from ansible_collections.gpufleet.deepep.plugins.plugin_utils import _node_reader as reader
 from ansible_collections.gpufleet.deepep.plugins.plugin_utils import _site_plan as sp
 from ansible_collections.gpufleet.deepep.plugins.plugin_utils._action_args import InProcessAction
 
 _STATE_MODULE = "gpufleet.deepep.site_state"
 _IMAGE_MODULE = "gpufleet.deepep.image_boot"
+# site_state's check as a node reader (plugin_utils/_node_reader.py): the module_utils it is written in.
+_STATE_READER = (("_fileio", "_guard", "_node.site_state"), "_node.site_state", "check", ("SiteStateError",))
 # The options of plugins/modules/site_plan.py (its documentation).
 ARGUMENT_SPEC = dict(
     state=dict(type="str", choices=["plan", "record", "report"], default="plan"),
@@ -97,8 +100,7 @@ class ActionModule(InProcessAction):
         key = self._key(task_vars)
         state = None
         if key:
-            state = self._execute_module(module_name=_STATE_MODULE, module_args={"path": args["stamp"], "key": key},
-                                         task_vars=task_vars)
+            state = self._check_state(args["stamp"], key, task_vars)
             if state.get("failed"):
                 return dict(state, changed=False)
         decision = sp.decide(state, fast=args["fast"], run_tags=task_vars.get("ansible_run_tags", ["all"]),
@@ -113,9 +115,31 @@ class ActionModule(InProcessAction):
                               "gpufleet_site_converged": lane == "intact"},
             "_ansible_verbose_always": True,
         }
+        if state is not None:
+            out["state_read"] = state.get("state_read", "module")
         if sp.image_candidate(lane, key, args["fast"], task_vars.get("ansible_run_tags", ["all"])):
             return self._image(out, args, task_vars)
         return out
+
+    def _check_state(self, stamp, key, task_vars):
+        """site_state's check of the node (``state=check``): as one ``python -c`` of its module_utils when the
+        node's interpreter is known (no module payload to compile on the node), else, or when that run is not
+        one, the module itself. ``state_read`` says which ran."""
+        python = reader.interpreter(self._values(["ansible_python_interpreter"], task_vars)[0]
+                                    if "ansible_python_interpreter" in task_vars else None,
+                                    _fact(task_vars, "discovered_interpreter_python"))
+        if python:
+            modules, module, function, errors = _STATE_READER
+            payload = reader.program(modules, module, function, {"path": stamp, "key": key}, errors)
+            run = self._low_level_execute_command(reader.command(python, payload), sudoable=True)
+            read = reader.parse(run.get("rc"), run.get("stdout"))
+            if read is not None and "error" in read:
+                return {"failed": True, "msg": read["error"], "path": stamp, "state_read": "reader"}
+            if read is not None:
+                return dict(read["result"], changed=False, path=stamp, state_read="reader")
+        state = self._execute_module(module_name=_STATE_MODULE, module_args={"path": stamp, "key": key},
+                                     task_vars=task_vars)
+        return dict(state, state_read="module")
 
     def _image(self, out, args, task_vars):
         """A changing node may be born from a golden image: gpufleet.deepep.image_boot reads its manifest (intact

@@ -20,6 +20,11 @@ description:
     C(steady) (same key, drift) goes in the first batch and reboots one node at a time; C(changing) (new settings,
     new collection, new node, or settings that cannot be keyed) goes through the canary and the batches. The node
     joins the group C(gpufleet_site_<lane>).
+  - The stamp is read with M(gpufleet.deepep.site_state)'s own check, run as one C(python -c) of its module_utils
+    (standard library only) under the host's C(ansible_python_interpreter) or the interpreter discovered earlier in
+    the run, without a module payload for the node to compile (on a simulated node 0.03 CPU-s instead of 0.15). When
+    the interpreter is left to discovery, or that run gives no result (an interpreter that refuses C(-c), an old
+    Python, unexpected output), the module runs instead, with the same result. RV(state_read) says which ran.
   - With O(state=plan), a changing node with a key, with O(fast) and without C(--tags), is also asked whether it
     was born from a golden image (M(gpufleet.deepep.image_boot) reads O(image_manifest) and holds it against the
     node; its decision is the fact C(gpufleet_image)). Lane C(image) puts the node in the group
@@ -135,6 +140,12 @@ serial:
   type: list
   elements: raw
   sample: [1, 25%]
+state_read:
+  description: How the stamp was read (C(reader), one C(python -c) of site_state's check; C(module), the
+    M(gpufleet.deepep.site_state) module).
+  returned: state=plan, when the node's settings could be keyed
+  type: str
+  sample: reader
 image:
   description: With O(state=plan) on a node that was asked (see the description), its image lane (C(image),
     C(refused), C(converge), or C(none) without a manifest).

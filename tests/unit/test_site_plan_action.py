@@ -267,6 +267,8 @@ def test_a_recorded_node_is_intact_then_steady_with_tags_slow_or_drift_and_chang
     assert recorded["hosts"]["n1"]["gpufleet_site_converged"] is True
     result, output = site()
     assert result["hosts"]["n1"]["site_plan"]["lane"] == "intact" and result["groups"]["gpufleet_site_intact"] == ["n1"]
+    # The interpreter is configured: the stamp was read by one python -c, not by the site_state module.
+    assert {h: v["site_plan"]["state_read"] for h, v in result["hosts"].items()} == {"n1": "reader", "n2": "reader"}
     assert result["hosts"]["n1"]["gpufleet_site_converged"] is True
     assert result["hosts"]["n2"]["site_plan"]["lane"] == "changing"
     assert output.count("intact: the node is as its last full converge left it; no phase runs") == 1, output
@@ -305,3 +307,22 @@ def test_check_mode_reads_the_stamp_and_writes_none(site):
     assert result["hosts"]["n1"]["site_plan"]["lane"] == "changing"
     assert result["hosts"]["n1"]["site_record"]["changed"] is False
     assert not (site.root.parent / "n1.json").exists()
+
+
+def test_a_node_whose_interpreter_will_not_run_the_reader_is_read_by_the_module_with_the_same_lanes(site, tmp_path):
+    """An interpreter that refuses ``-c`` (or prints something else, or is too old) makes the reader's run no result:
+    the plan runs the site_state module instead (pipelined, on stdin) and decides the same lanes. (A host whose
+    interpreter is left to discovery is read by the module too: test_node_reader.py, the interpreter rule.)"""
+    site(states=("plan", "record"), record_on="n1")
+    wrapper = tmp_path / "python-no-c"
+    wrapper.write_text('#!/bin/sh\n[ "$1" = "-c" ] && { echo "no -c here" >&2; exit 3; }\nexec %s "$@"\n'
+                       % sys.executable)
+    wrapper.chmod(0o755)
+    result, output = site("-e", "ansible_python_interpreter=%s" % wrapper)
+    plans = {h: v["site_plan"] for h, v in result["hosts"].items()}
+    assert {h: (p["lane"], p["state_read"]) for h, p in plans.items()} == {
+        "n1": ("intact", "module"), "n2": ("changing", "module")}
+    site.watched.write_text("export A=3\n")
+    result, output = site("-e", "ansible_python_interpreter=%s" % wrapper)
+    assert result["hosts"]["n1"]["site_plan"]["lane"] == "steady"
+    assert result["hosts"]["n1"]["site_plan"]["drift"][0].startswith("%s: content changed" % site.watched)

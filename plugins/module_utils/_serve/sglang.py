@@ -135,28 +135,41 @@ out = {"python_version": "%d.%d.%d" % sys.version_info[:3], "prefix": sys.prefix
 def norm(name):
     import re
     return re.sub(r"[-_.]+", "-", name).lower()
+def owned(path):
+    return path.split("/")[0] == "deep_ep" or path.startswith("deep_ep_cpp")
+def deep_ep_files(dist, record):
+    # RECORD is read once and only its deep_ep lines are parsed (dist.files would build a path object for every
+    # file of every distribution: tens of thousands in a serving environment); without a RECORD (egg-info),
+    # dist.files reads installed-files.txt or SOURCES.txt.
+    if record is None:
+        return [str(f) for f in (dist.files or []) if owned(str(f))]
+    if "deep_ep" not in record:
+        return []
+    import csv
+    return [row[0] for row in csv.reader(line for line in record.splitlines() if "deep_ep" in line)
+            if row and owned(row[0])]
 for dist in (metadata.distributions() if metadata else []):
     try:
-        name = dist.metadata["Name"]
+        meta = dist.metadata
+        name, version = meta["Name"], meta["Version"]
     except Exception:
         continue
     if not name:
         continue
     key = norm(name)
-    files = dist.files or []
     location = None
     try:
         location = str(dist.locate_file(""))
     except Exception:
         pass
-    owns = [str(f) for f in files if str(f).split("/")[0] in ("deep_ep",) or str(f).startswith("deep_ep_cpp")]
     installer = None
     try:
         installer = (dist.read_text("INSTALLER") or "").strip() or None
     except Exception:
         pass
-    entry = {"name": name, "version": dist.version, "location": location, "installer": installer,
-             "has_record": dist.read_text("RECORD") is not None, "deep_ep_files": owns}
+    record = dist.read_text("RECORD")
+    entry = {"name": name, "version": version, "location": location, "installer": installer,
+             "has_record": record is not None, "deep_ep_files": deep_ep_files(dist, record)}
     if key in out["dists"]:
         entry["shadowed"] = out["dists"][key]
         continue
