@@ -116,7 +116,7 @@ class ActionModule(InProcessAction):
             "_ansible_verbose_always": True,
         }
         if state is not None:
-            out["state_read"] = state.get("state_read", "module")
+            out["state_read"] = state["state_read"]
         if sp.image_candidate(lane, key, args["fast"], task_vars.get("ansible_run_tags", ["all"])):
             return self._image(out, args, task_vars)
         return out
