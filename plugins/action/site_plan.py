@@ -27,6 +27,9 @@ _STATE_MODULE = "gpufleet.deepep.site_state"
 _IMAGE_MODULE = "gpufleet.deepep.image_boot"
 # site_state's check as a node reader (plugin_utils/_node_reader.py): the module_utils it is written in.
 _STATE_READER = (("_fileio", "_guard", "_node.site_state"), "_node.site_state", "check", ("SiteStateError",))
+# Seconds the reader may take on the node (it reads the stamp and fingerprints what it records: well under one
+# second on a healthy node; a watched path on a mount that does not answer fails the plan instead of hanging it).
+_STATE_READER_TIMEOUT = 120
 # The options of plugins/modules/site_plan.py (its documentation).
 ARGUMENT_SPEC = dict(
     state=dict(type="str", choices=["plan", "record", "report"], default="plan"),
@@ -130,7 +133,8 @@ class ActionModule(InProcessAction):
                                     _fact(task_vars, "discovered_interpreter_python"))
         if python:
             modules, module, function, errors = _STATE_READER
-            payload = reader.program(modules, module, function, {"path": stamp, "key": key}, errors)
+            payload = reader.program(modules, module, function, {"path": stamp, "key": key}, errors,
+                                     timeout=_STATE_READER_TIMEOUT)
             run = self._low_level_execute_command(reader.command(python, payload), sudoable=True)
             read = reader.parse(run.get("rc"), run.get("stdout"))
             if read is not None and "error" in read:

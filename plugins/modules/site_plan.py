@@ -22,7 +22,8 @@ description:
     joins the group C(gpufleet_site_<lane>).
   - The stamp is read with M(gpufleet.deepep.site_state)'s own check, run as one C(python -c) of its module_utils
     (standard library only) under the host's C(ansible_python_interpreter) or the interpreter discovered earlier in
-    the run, without a module payload for the node to compile (on a simulated node 0.03 CPU-s instead of 0.15). When
+    the run, without a module payload for the node to compile (on a simulated node 0.03 CPU-s instead of 0.15), within
+    120 s (a read that does not answer by then fails the task with the file and the bound). When
     the interpreter is left to discovery, or that run gives no result (an interpreter that refuses C(-c), an old
     Python, unexpected output), the module runs instead, with the same result. RV(state_read) says which ran.
   - With O(state=plan), a changing node with a key, with O(fast) and without C(--tags), is also asked whether it

@@ -28,11 +28,15 @@ __all__ = ["program", "command", "parse", "interpreter"]
 PREFIX = "ansible_collections.gpufleet.deepep.plugins.module_utils."
 
 # The loader: each module_utils file becomes a module of its real name (parent packages empty), in order, so their
-# own imports of each other resolve; then one function is called. Expected errors (the check's own exception types,
-# OSError) are reported as {"error": ...}; anything else is a traceback and a non-zero exit.
+# own imports of each other resolve; then one function is called, bounded by an alarm (a path that does not answer
+# raises TimeoutError inside the read). Expected errors (the check's own exception types, OSError, the timeout) are
+# reported as {"error": ...}; anything else is a traceback and a non-zero exit.
 LOADER = r"""
-import base64, json, sys, types, zlib
+import base64, json, signal, sys, types, zlib
 data = json.loads(zlib.decompress(base64.b64decode(sys.argv[1])).decode("utf-8"))
+def expired(signum, frame):
+    raise TimeoutError("%s(%s) did not finish in %d s" % (data["function"], ", ".join(
+        "%s=%r" % item for item in sorted(data["kwargs"].items())), data["timeout"]))
 for name, source in data["modules"]:
     parts = name.split(".")
     for i in range(1, len(parts)):
@@ -47,6 +51,8 @@ for name, source in data["modules"]:
     exec(compile(source, mod.__file__, "exec"), mod.__dict__)
 target = sys.modules[data["module"]]
 expected = tuple(getattr(target, n) for n in data["errors"]) + (OSError,)
+signal.signal(signal.SIGALRM, expired)
+signal.alarm(data["timeout"])
 try:
     out = {"result": getattr(target, data["function"])(**data["kwargs"])}
 except expected as exc:
@@ -67,11 +73,13 @@ def _source(name):
         return handle.read()
 
 
-def program(modules, module, function, kwargs, errors=()):
+def program(modules, module, function, kwargs, errors=(), timeout=120):
     """The payload (base64 of the compressed JSON) that calls ``module.function(**kwargs)`` after loading
-    ``modules`` (module_utils names, dependencies first)."""
+    ``modules`` (module_utils names, dependencies first), within ``timeout`` seconds (a whole number, 1 or more)."""
+    if not isinstance(timeout, int) or isinstance(timeout, bool) or timeout < 1:
+        raise ValueError("timeout %r is not a number of seconds (expected a whole number, 1 or more)" % (timeout,))
     data = {"modules": [[PREFIX + name, _source(name)] for name in modules], "module": PREFIX + module,
-            "function": function, "kwargs": kwargs, "errors": list(errors), "marker": MARKER}
+            "function": function, "kwargs": kwargs, "errors": list(errors), "marker": MARKER, "timeout": timeout}
     return base64.b64encode(zlib.compress(json.dumps(data).encode("utf-8"), 9)).decode("ascii")
 
 

@@ -8,6 +8,8 @@ command line carries), and must give exactly what the check gives in-process, fo
 from __future__ import annotations
 
 import json
+import os
+import re
 import subprocess
 import sys
 
@@ -21,8 +23,8 @@ STATE = (("_fileio", "_guard", "_node.site_state"), "_node.site_state")
 BARE = "%s -I -S" % sys.executable
 
 
-def run(function, kwargs, errors=("SiteStateError",)):
-    payload = reader.program(STATE[0], STATE[1], function, kwargs, errors)
+def run(function, kwargs, errors=("SiteStateError",), timeout=120):
+    payload = reader.program(STATE[0], STATE[1], function, kwargs, errors, timeout=timeout)
     proc = subprocess.run(reader.command(BARE, payload), shell=True, capture_output=True, text=True, timeout=60,
                           check=False)
     return proc.returncode, proc.stdout, proc.stderr
@@ -76,6 +78,27 @@ def test_the_check_s_own_errors_are_reported_and_anything_else_is_no_result(tmp_
                  "/opt/deepep/nvshmem/lib/libnvshmem*)"}
     rc, out, err = run("check", {"path": str(tmp_path / "s.json"), "nope": 1})  # a TypeError: a traceback
     assert rc != 0 and "TypeError" in err and reader.parse(rc, out) is None
+
+
+def test_a_read_that_does_not_answer_is_stopped_by_the_bound_and_named(stamped):
+    """A file the check reads that blocks on open (dpkg's status as a FIFO with no writer, as on a mount that does not
+    answer) ends at the timeout: the TimeoutError is an OSError, which the check names as the file it could not read,
+    with the call and the bound; the process exits normally, so the plan fails with it instead of hanging."""
+    tmp_path, stamp, dummy = stamped
+    fifo = tmp_path / "status"
+    os.mkfifo(fifo)
+    kwargs = {"path": str(stamp), "key": KEY, "dpkg_status": str(fifo)}
+    rc, out, err = run("check", kwargs, timeout=1)
+    assert rc == 0 and reader.parse(rc, out) == {
+        "error": "cannot read dpkg status %s: check(dpkg_status=%r, key=%r, path=%r) did not finish in 1 s"
+                 % (fifo, str(fifo), KEY, str(stamp))}
+
+
+@pytest.mark.parametrize("timeout", [0, -5, 1.5, "60", True, None])
+def test_a_timeout_that_is_not_a_whole_number_of_seconds_is_named(timeout):
+    with pytest.raises(ValueError, match=r"timeout %s is not a number of seconds \(expected a whole number, 1 or "
+                                         r"more\)" % re.escape(repr(timeout))):
+        reader.program(STATE[0], STATE[1], "check", {"path": "/x", "key": KEY}, timeout=timeout)
 
 
 @pytest.mark.parametrize("rc, stdout", [
