@@ -1,9 +1,9 @@
 # Copyright: (c) 2026, gpufleet.deepep contributors
 # GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
-"""A bounded request loop through the router (Molecule serving, the rolling update): one chat completion after
-another until the stop file appears or --max-seconds pass; between requests it reads /workers and keeps the
-fewest healthy decode and prefill workers seen. Writes a JSON summary to --out; touches --started after the first
-answer. Standard library only (it runs on the router's node)."""
+"""A bounded request loop through the router (Molecule serving and realvm, the rolling update): one chat completion
+after another (--interval seconds apart) until the stop file appears or --max-seconds pass; between requests it
+reads /workers and keeps the fewest healthy decode and prefill workers seen. Writes a JSON summary to --out;
+touches --started after the first answer. Standard library only (it runs on the router's node)."""
 import argparse
 import json
 import os
@@ -27,6 +27,9 @@ def main():
     ap.add_argument("--started", required=True)
     ap.add_argument("--out", required=True)
     ap.add_argument("--max-seconds", type=float, default=900)
+    # Seconds between requests: on a guest under software emulation the loop shares one emulated CPU with the
+    # router and the module runs of the rolling update, and must not starve them.
+    ap.add_argument("--interval", type=float, default=0.05)
     args = ap.parse_args()
     t0 = time.monotonic()
     sent = failed = 0
@@ -56,7 +59,7 @@ def main():
         except (urllib.error.URLError, OSError, ValueError) as exc:
             if len(failures) < 10:
                 failures.append("/workers: %s" % exc)
-        time.sleep(0.05)
+        time.sleep(args.interval)
     summary = {"sent": sent, "failed": failed, "failures": failures, "seconds": round(time.monotonic() - t0, 1),
                "stopped": os.path.exists(args.stop_file), "fewest_healthy": fewest}
     with open(args.out + ".tmp", "w") as out:
