@@ -28,7 +28,7 @@ from pathlib import Path
 
 # Seconds each scenario took on a 2-core CI machine (the order when no earlier timings.json exists).
 EXPECTED_SECONDS = {"build": 600, "site": 540, "verify": 420, "infiniband": 360, "reboot_faults": 240, "image": 240,
-                    "audit": 200, "default": 150, "realvm": 600, "realvm_image": 900}
+                    "audit": 200, "default": 150, "realvm": 1050, "realvm_image": 900}
 ACTION = re.compile(r"\x1b\[[0-9;]*m|\r")
 ACTION_LINE = re.compile(r"^INFO\s+(\S+) \S+ (\w+): Executing")
 KILL_GRACE = 30

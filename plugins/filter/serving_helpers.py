@@ -3,12 +3,14 @@
 
 """Filters of serving: the serving verification (role verify_serving) and the environment files of sglang_serve.
 
-Documented in ``serving_gate.yml`` and ``serve_env_file.yml`` beside this file. The logic lives in
+Documented in ``serving_gate.yml``, ``serve_env_file.yml`` and ``router_lock_installed.yml`` beside this file. The logic lives in
 ``plugins/plugin_utils/_serving_gate.py`` and ``plugins/module_utils/_serve/units.py`` (the one writer of a unit's
 environment file, with the checks of ``_serve/unitvalues.py``).
 """
 
 from __future__ import annotations
+
+import re
 
 from ansible.errors import AnsibleFilterError
 
@@ -45,8 +47,42 @@ def serve_env_file(env, where="environment", secret=False):
         raise AnsibleFilterError("serve_env_file: %s" % exc) from exc
 
 
+_DIST_INFO = re.compile(r"^(?P<name>[^-/]+)-(?P<version>[^-/]+)\.dist-info$")
+
+
+def _project(name):
+    """A project name as PEP 503 compares them (case, runs of ``-_.`` alike)."""
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+def router_lock_installed(dist_infos, lock):
+    """True when every ``project==version`` of ``lock`` is installed: among ``dist_infos`` (the paths or names of a
+    site-packages' ``*.dist-info`` directories) at exactly that version. pip given the lock as hash-pinned
+    requirements would then install nothing; anything missing or at another version (or a lock entry that is not
+    ``project==version``) gives False, and the role runs pip."""
+    if not isinstance(dist_infos, list) or not all(isinstance(item, str) for item in dist_infos):
+        raise AnsibleFilterError("router_lock_installed: the input is %r; expected a list of *.dist-info paths "
+                                 "(the files of ansible.builtin.find, mapped to their path)" % (dist_infos,))
+    if not isinstance(lock, dict) or not lock:
+        raise AnsibleFilterError("router_lock_installed: lock %r; expected a non-empty mapping project==version: "
+                                 "[sha256, ...]" % (lock,))
+    installed = set()
+    for path in dist_infos:
+        match = _DIST_INFO.match(path.rstrip("/").rsplit("/", 1)[-1])
+        if match:
+            installed.add((_project(match.group("name")), match.group("version").lower()))
+    for pin in lock:
+        name, sep, version = str(pin).partition("==")
+        if not sep or not name or not version:
+            return False
+        if (_project(name), version.strip().lower()) not in installed:
+            return False
+    return True
+
+
 class FilterModule:
     """Serving filters."""
 
     def filters(self):
-        return guard_filters({"serving_gate": serving_gate, "serve_env_file": serve_env_file})
+        return guard_filters({"serving_gate": serving_gate, "serve_env_file": serve_env_file,
+                              "router_lock_installed": router_lock_installed})
