@@ -11,7 +11,7 @@ export ANSIBLE_COLLECTIONS_PATH := $(ROOT)/.collections
 export PYTHONDONTWRITEBYTECODE := 1
 # The Molecule stage runs the scenarios of the simulated fleet. realvm (three real Debian guests under QEMU,
 # tools/vmfleet) is the stage after it, alone on the machine: beside the other scenarios its emulated guests and they
-# each ran 2-3x slower (make test 78 min); alone it took 1,050 s on 2 cores, and its image (debootstrap, about 5 min)
+# each ran 2-3x slower (make test 78 min); alone it takes 993-1,022 s on 2 cores, and its image (debootstrap, ~4 min)
 # is built in the background while the first stages run. realvm_image (the golden-image flow on real
 # guests) is run by name: make molecule MOLECULE_SCENARIOS=realvm_image.
 MOLECULE_SCENARIOS ?= $(filter-out realvm realvm_image,$(sort $(notdir $(patsubst %/molecule.yml,%,$(wildcard molecule/*/molecule.yml)))))
