@@ -19,6 +19,7 @@ from ansible_collections.gpufleet.deepep.plugins.plugin_utils._serving_gate impo
 from ansible_collections.gpufleet.deepep.plugins.module_utils._serve.units import env_file_text
 from ansible_collections.gpufleet.deepep.plugins.module_utils._serve.unitvalues import UnitValueError
 from ansible_collections.gpufleet.deepep.plugins.module_utils._thresholds import VerifyInputError
+from ansible_collections.gpufleet.deepep.plugins.module_utils._versions import normalize_project_name
 
 
 def serving_gate(data, check, **kwargs):
@@ -50,11 +51,6 @@ def serve_env_file(env, where="environment", secret=False):
 _DIST_INFO = re.compile(r"^(?P<name>[^-/]+)-(?P<version>[^-/]+)\.dist-info$")
 
 
-def _project(name):
-    """A project name as PEP 503 compares them (case, runs of ``-_.`` alike)."""
-    return re.sub(r"[-_.]+", "-", name).lower()
-
-
 def router_lock_installed(dist_infos, lock):
     """True when every ``project==version`` of ``lock`` is installed: among ``dist_infos`` (the paths or names of a
     site-packages' ``*.dist-info`` directories) at exactly that version. pip given the lock as hash-pinned
@@ -70,12 +66,12 @@ def router_lock_installed(dist_infos, lock):
     for path in dist_infos:
         match = _DIST_INFO.match(path.rstrip("/").rsplit("/", 1)[-1])
         if match:
-            installed.add((_project(match.group("name")), match.group("version").lower()))
+            installed.add((normalize_project_name(match.group("name")), match.group("version").lower()))
     for pin in lock:
         name, sep, version = str(pin).partition("==")
         if not sep or not name or not version:
             return False
-        if (_project(name), version.strip().lower()) not in installed:
+        if (normalize_project_name(name), version.strip().lower()) not in installed:
             return False
     return True
 
