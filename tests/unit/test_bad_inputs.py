@@ -258,6 +258,7 @@ SEAL_BAD = [
     ({"stamp": "/var/lib/"}, "stamp '/var/lib/'", "expected an absolute path of a file"),
     ({"manifest": "/etc/gpufleet/"}, "manifest '/etc/gpufleet/'", "expected an absolute path of a file"),
     ({"cloud_init": "cloud-init clean"}, "cloud_init 'cloud-init clean'", "expected a command name"),
+    ({"journalctl": "journalctl --flush"}, "journalctl 'journalctl --flush'", "expected a command name"),
     ({"nvidia_smi": ""}, "nvidia_smi ''", "expected a command name"),
 ]
 BOOT_BAD = [

@@ -69,6 +69,9 @@ GENERALIZED = [
     ("/etc/gpufleet/sglang-serve/prefill.env", None),
     ("/etc/gpufleet/sglang-serve", "remove"),
     ("/etc/machine-id", "empty"),
+    # journald's persistent journal of this machine id (the Debian 12 guest of molecule/realvm_image had 8 MB there).
+    ("/var/log/journal/0123456789abcdef0123456789abcdef/system.journal", None),
+    ("/var/log/journal/0123456789abcdef0123456789abcdef", "remove"),
     ("/var/log/syslog", "empty"),
     ("/var/log/auth.log", "empty"),
     ("/var/log/apt/history.log", "empty"),
@@ -133,6 +136,13 @@ def test_seal_generalizes_every_host_specific_path(module_runner, tmp_path, path
         assert full.is_file() and full.stat().st_size == 0
 
 
+def test_seal_keeps_the_journal_persistent_without_this_hosts_journal(module_runner, tmp_path):
+    root = converged_node(tmp_path)
+    result = seal(module_runner, tmp_path, root)
+    assert not result.failed, result
+    assert (root / "var/log/journal").is_dir() and list((root / "var/log/journal").iterdir()) == []
+
+
 @pytest.mark.parametrize("path", KEPT)
 def test_seal_keeps_what_the_image_is_for(module_runner, tmp_path, path):
     root = converged_node(tmp_path)
@@ -195,7 +205,8 @@ def test_cloud_init_clean_runs_where_installed(module_runner, tmp_path, present,
 
     class Mod:
         params = dict(site_key=KEY, root=str(root), nvidia_smi="nvidia-smi", profile="", collection_version="",
-                      cloud_init="cloud-init", remove_authorized_keys=False, extra_paths=[], timeout=77,
+                      cloud_init="cloud-init", journalctl="journalctl", remove_authorized_keys=False,
+                      extra_paths=[], timeout=77,
                       build_stamps=[], stamp=im.DEFAULT_STAMP, manifest=im.DEFAULT_MANIFEST)
         check_mode = False
         _diff = False
@@ -209,6 +220,52 @@ def test_cloud_init_clean_runs_where_installed(module_runner, tmp_path, present,
         assert result["commands"][0]["rc"] == rc
     else:
         assert calls == [] and result["commands"] == []
+
+
+def _seal_with_runner(root, runner, check_mode=False):
+    class Mod:
+        params = dict(site_key=KEY, root=str(root), nvidia_smi="nvidia-smi", profile="", collection_version="",
+                      cloud_init="cloud-init", journalctl="journalctl", remove_authorized_keys=False,
+                      extra_paths=[], timeout=77, build_stamps=[], stamp=im.DEFAULT_STAMP, manifest=im.DEFAULT_MANIFEST)
+        _diff = False
+
+        def fail_json(self, **kw):
+            raise AssertionError(kw)
+
+    mod = Mod()
+    mod.check_mode = check_mode
+    return node_seal.run(mod, runner=runner)
+
+
+@pytest.mark.parametrize("rc", [0, 1])
+def test_journald_relinquishes_var_before_its_journal_goes(tmp_path, rc):
+    # On a Debian 12 guest journald created /var/log/journal/<old machine id>/system.journal again at once after the
+    # directory was removed under it (the shutdown's log went into the image): it must stop writing there first.
+    root = converged_node(tmp_path)
+    put(root, "/usr/bin/journalctl", "#!/bin/sh\n", 0o755)
+    journal = root / "var/log/journal/0123456789abcdef0123456789abcdef"
+    calls = []
+
+    def runner(argv, timeout):
+        if "smi" in argv[0]:
+            return 0, "NVIDIA B200, 10.0\n", ""
+        calls.append((argv, timeout, journal.exists()))
+        return rc, "", "Unknown option --relinquish-var" if rc else ""
+
+    predicted = _seal_with_runner(root, runner, check_mode=True)
+    assert calls == [] and journal.exists()
+    result = _seal_with_runner(root, runner)
+    assert predicted["actions"] == result["actions"]
+    kinds = [(a["action"], a["path"]) for a in result["actions"]]
+    run = ("run", "/usr/bin/journalctl --relinquish-var")
+    assert run in kinds and kinds.index(run) < kinds.index(("remove", "/var/log/journal/0123456789abcdef0123456789abcdef"))
+    # Run while the journal was still there, then the journal removed whatever journalctl answered.
+    assert calls == [(["/usr/bin/journalctl", "--relinquish-var"], 77, True)]
+    assert result["commands"][0]["rc"] == rc and not journal.exists()
+    # A node without a persistent journal plans no journalctl run; neither does the second seal.
+    calls.clear()
+    again = _seal_with_runner(root, runner)
+    assert calls == [] and ("run", "/usr/bin/journalctl --relinquish-var") not in [(a["action"], a["path"]) for a in again["actions"]]
 
 
 def test_check_mode_predicts_exactly_and_writes_nothing(module_runner, tmp_path):
