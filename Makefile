@@ -23,9 +23,10 @@ BENCH_TIME_LIMIT ?= 5400
 MOLECULE_JOBS ?= 2
 MOLECULE_TIMEOUT ?= 2400
 MOLECULE_LOGS ?= $(ROOT)/build/molecule-logs
-# The stages in order; the stages of a group joined by + run at the same time (lint, sanity and the unit tests each
-# keep about one core busy), each into its own log under build/stage-logs/, printed when the group ends.
-STAGE_GROUPS := lint+sanity+unit integration molecule realvm
+# The stages in order; the stages of a group joined by + run at the same time (lint, sanity, the unit tests and the
+# integration tests each keep about one core busy, the last mostly waiting on simulated nodes), each into its own log
+# under build/stage-logs/, printed when the group ends.
+STAGE_GROUPS := lint+sanity+unit+integration molecule realvm
 STAGE_LOGS := $(ROOT)/build/stage-logs
 TIMINGS := $(ROOT)/build/test-timings.txt
 VMFLEET := $(VENV)/bin/python -m tools.vmfleet

@@ -15,7 +15,8 @@ description:
     (its manifest holds O(site_key), its stamp moved into it) passes too, so a second run changes nothing.
   - Then generalizes it, as azhpc-images and ParallelCluster's C(ami_cleanup.sh) do before a capture. C(/etc/machine-id)
     is emptied (not deleted; systemd writes a fresh one at first boot) and C(/var/lib/dbus/machine-id) becomes the
-    link to it. Removed are the SSH host keys (sshd's keygen makes new ones at first boot), cloud-init's state
+    link to it. Removed are the SSH host keys (cloud-init or the cloud's guest agent makes new ones at first boot;
+    Debian's and Ubuntu's openssh-server alone do not, and sshd does not start without them), cloud-init's state
     (C(cloud-init clean --logs) where installed, bounded by O(timeout)), DHCP leases, udev's
     C(70-persistent-net.rules), apt and pip caches, shell histories, systemd's random seed, the persistent journal's
     per-machine-id directories under C(/var/log/journal) (a clone would carry them beside its own), what the collection wrote

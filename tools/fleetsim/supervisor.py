@@ -45,6 +45,20 @@ NODE_TOOLS_INSTALLED = {
 NODE_PYTHON = "#!/usr/bin/python3\n"
 
 
+def install_tools(root: Path, tools: dict) -> None:
+    """Install node tools (``{path under root: file of tools/fleetsim/node}``) under ``root``, replacing what is there
+    (a simulated node's /usr layer, or a vmfleet GPU guest's own root: tools/vmfleet/gpuboot.py)."""
+    for rel, tool in tools.items():
+        source = NODE_TOOLS / tool
+        dest = root / rel
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        if dest.is_symlink() or dest.exists():
+            dest.unlink()
+        text = source.read_text(encoding="utf-8")
+        dest.write_text(NODE_PYTHON + text if tool.endswith(".py") else text, encoding="utf-8")
+        dest.chmod(0o755)
+
+
 class Supervisor:
     def __init__(self, fleet_dir: Path, node: str):
         self.fleet = FleetPaths(fleet_dir.parent, fleet_dir.name)
@@ -94,15 +108,7 @@ class Supervisor:
     def install_node_tools(self):
         """Put the node's power, module and nvidia-smi tools into its /usr layer (node is off now)."""
         upper = self.paths.upper
-        for rel, tool in NODE_TOOLS_INSTALLED.items():
-            source = NODE_TOOLS / tool
-            dest = upper / rel
-            dest.parent.mkdir(parents=True, exist_ok=True)
-            if dest.is_symlink() or dest.exists():
-                dest.unlink()
-            text = source.read_text(encoding="utf-8")
-            dest.write_text(NODE_PYTHON + text if tool.endswith(".py") else text, encoding="utf-8")
-            dest.chmod(0o755)
+        install_tools(upper, NODE_TOOLS_INSTALLED)
         fakehw.install_fake_nvidia_smi(upper / "usr/bin/nvidia-smi")
         fakehw.install_fake_libcuda(upper, fakehw.load_profile(self.cfg["profile"]), self.fleet.dir / "cache")
 

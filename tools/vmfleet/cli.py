@@ -14,7 +14,7 @@ import yaml
 
 from tools.vmfleet.common import Stages, VmError
 from tools.vmfleet.fleet import Fleet
-from tools.vmfleet.image import ensure_image, image_dir
+from tools.vmfleet.image import ensure_image, image_dir, variant
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -22,12 +22,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--fleet", default=os.environ.get("VMFLEET_FLEET", "default"))
     parser.add_argument("--quiet", action="store_true", help="no stage lines")
     sub = parser.add_subparsers(dest="cmd", required=True)
-    sub.add_parser("image", help="build the guest image when the package list has none yet; print its directory")
+    img = sub.add_parser("image", help="build the guest image when the package list has none yet; print its directory")
+    img.add_argument("--gpu", action="store_true", help="the GPU variant (guests of up --gpu-profile)")
     up = sub.add_parser("up", help="boot guests (builds the image first when needed)")
     up.add_argument("--group", default="realvm")
     up.add_argument("--nodes", type=int, default=2)
     up.add_argument("--accel", default="auto", choices=["auto", "kvm", "tcg"])
     up.add_argument("--from-image", metavar="NAME", help="boot clones of a captured image of this fleet")
+    up.add_argument("--gpu-profile", metavar="PROFILE",
+                    help="GPU guests: the image's GPU variant with fleetsim's simulated hardware of PROFILE "
+                         "(tools/fleetsim/profiles) rendered at every boot; the whole fleet runs one profile")
     cap = sub.add_parser("capture", help="power a guest off and keep its disk as an image of the fleet (removed by down)")
     cap.add_argument("node")
     cap.add_argument("--image", required=True, metavar="NAME")
@@ -44,12 +48,12 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if args.cmd == "image":
             with stages.stage("image"):
-                print(ensure_image(stages))
+                print(ensure_image(stages, *variant(args.gpu)))
             return 0
         fleet = Fleet(args.fleet, stages)
         if args.cmd == "up":
             with stages.stage("up"):
-                fleet.up(args.group, args.nodes, args.accel, from_image=args.from_image)
+                fleet.up(args.group, args.nodes, args.accel, from_image=args.from_image, gpu_profile=args.gpu_profile)
             stages.say("vmfleet: stage times: " + ", ".join(f"{n} {s:.1f} s" for n, s in stages.times))
         elif args.cmd == "capture":
             with stages.stage("capture"):

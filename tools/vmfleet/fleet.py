@@ -29,8 +29,12 @@ import subprocess
 import time
 from pathlib import Path
 
+from tools.fleetsim import common as fleetsim_common
+from tools.fleetsim import fakehw
+from tools.fleetsim import fleet as fleetsim_fleet
+from tools.fleetsim import mirror as fleetsim_mirror
 from tools.vmfleet.common import STATE_DIR, Stages, VmError, run
-from tools.vmfleet.image import ensure_image
+from tools.vmfleet.image import ensure_image, variant
 
 QEMU = "qemu-system-x86_64"
 MEMORY_MB = 1536
@@ -42,6 +46,8 @@ RXE_WAIT_SECONDS = 180
 STOP_GRACE_SECONDS = 20
 POWEROFF_WAIT_SECONDS = 300
 COPY_TIMEOUT = 600
+QMP_TIMEOUT = 30
+TOOLS_DIR = Path(__file__).resolve().parents[1]
 IMAGE_NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]{0,39}")
 SSH_OPTIONS = ["-o", "StrictHostKeyChecking=no", "-o", "UserKnownHostsFile=/dev/null", "-o", "IdentitiesOnly=yes",
                "-o", "LogLevel=ERROR", "-o", "ConnectTimeout=5", "-o", "BatchMode=yes"]
@@ -66,6 +72,46 @@ def check_image_name(name: str) -> str:
         raise VmError(f"image name {name!r} is invalid: expected 1 to 40 letters, digits, '-' or '_', "
                       "starting with a letter or digit")
     return name
+
+
+def check_gpu_profile(name: str) -> str:
+    profiles = fakehw.list_profiles()
+    if name not in profiles:
+        raise VmError(f"--gpu-profile {name!r} is invalid: expected one of {profiles} (tools/fleetsim/profiles)")
+    return name
+
+
+def qmp_command(path: Path, command: str, timeout: float = QMP_TIMEOUT) -> dict:
+    """One QMP command to a guest's QEMU (its greeting read, capabilities negotiated); its answer, or VmError."""
+    try:
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
+            sock.settimeout(timeout)
+            sock.connect(str(path))
+            stream = sock.makefile("rwb")
+            answers = [json.loads(stream.readline())]
+            for execute in ("qmp_capabilities", command):
+                stream.write(json.dumps({"execute": execute}).encode() + b"\n")
+                stream.flush()
+                while True:  # events may come before the answer
+                    answers.append(json.loads(stream.readline()))
+                    if "return" in answers[-1] or "error" in answers[-1]:
+                        break
+                if "error" in answers[-1]:
+                    raise VmError(f"QMP {execute} at {path}: {answers[-1]['error']}")
+            return answers[-1]
+    except (OSError, ValueError) as exc:
+        raise VmError(f"QMP {command} at {path} failed: {exc}") from exc
+
+
+def _kind(gpu_profile: str | None) -> str:
+    return f"GPU guests of profile {gpu_profile}" if gpu_profile else "plain guests (no --gpu-profile)"
+
+
+def gpu_mirror() -> Path:
+    """fleetsim's local mirror (built or brought up to date under fleetsim's state root lock), which GPU guests mount."""
+    root = fleetsim_common.state_root(None)
+    with fleetsim_fleet.root_locked(root):
+        return fleetsim_mirror.build(fleetsim_mirror.fleet_mirror_dir(root), quiet=True, cache=root / ".cache")
 
 
 def _alive(pid: int | None, needle: str) -> bool:
@@ -103,21 +149,36 @@ class Fleet:
         return f"vmfleet-{self.name}-{node}"
 
     # ------------------------------------------------------------------ up
-    def up(self, group: str, count: int, accel: str = "auto", from_image: str | None = None) -> dict:
+    def up(self, group: str, count: int, accel: str = "auto", from_image: str | None = None,
+           gpu_profile: str | None = None) -> dict:
         if count < 1 or count > 200:
             raise VmError(f"--nodes {count} is out of range: expected 1 to 200")
         if accel not in ("auto", "kvm", "tcg"):
             raise VmError(f"--accel {accel!r} is invalid: expected auto, kvm or tcg")
+        known = self.load()
+        if gpu_profile is not None:
+            check_gpu_profile(gpu_profile)
+        if known:
+            # One kind of guest a fleet; clones of a GPU fleet's image are GPU guests of its profile.
+            running = known.get("gpu_profile")
+            if from_image is not None and gpu_profile is None:
+                gpu_profile = running
+            if gpu_profile != running:
+                raise VmError(f"fleet {self.name} runs {_kind(running)}, not {_kind(gpu_profile)}: take it down first")
         if from_image is not None:
             disk = self.captured(from_image)
-            image = Path(self.load()["image"])
+            image = Path(known["image"])
         else:
-            image = ensure_image(self.stages)
+            image = ensure_image(self.stages, *variant(gpu_profile is not None))
         self.dir.mkdir(parents=True, exist_ok=True)
-        state = self.load() or {"fleet": self.name, "nodes": {},
-                                "mcast_port": _free_port(socket.SOCK_DGRAM), "image": str(image)}
+        state = known or {"fleet": self.name, "nodes": {},
+                          "mcast_port": _free_port(socket.SOCK_DGRAM), "image": str(image)}
         if state["image"] != str(image):
             raise VmError(f"fleet {self.name} runs image {state['image']}, not {image}: take it down first")
+        if gpu_profile is not None and "gpu_profile" not in state:
+            state["gpu_profile"] = gpu_profile
+            with self.stages.stage("fleetsim mirror"):
+                state["gpu_mirror"] = str(gpu_mirror())
         backing = (disk, "qcow2") if from_image is not None else (image / "rootfs.img", "raw")
         if not self.key.exists():
             run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", f"vmfleet-{self.name}", "-f", str(self.key)],
@@ -143,9 +204,14 @@ class Fleet:
                 new.append(name)
             for name in new:
                 self._wait_ssh(name, state["nodes"][name], time.monotonic() + SSH_WAIT_SECONDS)
-        with self.stages.stage("soft-RoCE rxe0 active on every guest"):
-            for name in new:
-                self._wait_rxe(name, time.monotonic() + RXE_WAIT_SECONDS)
+        if state.get("gpu_profile"):
+            with self.stages.stage("simulated GPU hardware on every guest"):
+                for name in new:
+                    self._wait_gpu(name)
+        else:
+            with self.stages.stage("soft-RoCE rxe0 active on every guest"):
+                for name in new:
+                    self._wait_rxe(name, time.monotonic() + RXE_WAIT_SECONDS)
         return state
 
     def _probe_accel(self, image: Path) -> str:
@@ -178,10 +244,18 @@ class Fleet:
         append = (f"root=/dev/vda rw console=ttyS0 net.ifnames=0 biosdevname=0 systemd.show_status=1 "
                   f"vmfleet.hostname={name} vmfleet.ip={node['private_ip']}/24 vmfleet.key={pubkey}")
         accel = state["accel"]
+        shares = []
+        if state.get("gpu_profile"):
+            # fleetsim's hardware of this guest's index (vmfleet-gpu.service, tools/vmfleet/gpuboot.py), from the
+            # host's tools/ tree and the fleetsim mirror, both read-only.
+            append += f" vmfleet.gpu={state['gpu_profile']}:{seq}"
+            for tag, path in (("vmfleet-tools", TOOLS_DIR), ("fleetsim-mirror", state["gpu_mirror"])):
+                shares += ["-virtfs", f"local,path={path},mount_tag={tag},security_model=none,readonly=on"]
         argv = [QEMU, "-name", self.needle(name), "-machine", f"q35,accel={accel}",
                 *(["-cpu", "host"] if accel == "kvm" else []),
                 "-m", str(MEMORY_MB), "-smp", "1", "-nodefaults", "-display", "none",
                 "-serial", f"file:{ndir / 'console.log'}", "-daemonize", "-pidfile", str(ndir / "qemu.pid"),
+                "-qmp", f"unix:{ndir / 'qmp.sock'},server=on,wait=off",
                 "-kernel", str(image / "vmlinuz"), "-initrd", str(image / "initrd.img"), "-append", append,
                 "-drive", f"file={overlay},if=virtio,format=qcow2,cache=unsafe",
                 # The host's entropy: without it the first boot's key generation waits minutes for the guest's.
@@ -189,7 +263,7 @@ class Fleet:
                 "-netdev", f"user,id=n0,hostfwd=tcp:127.0.0.1:{node['ssh_port']}-:22",
                 "-device", f"virtio-net-pci,netdev=n0,mac=52:54:00:00:00:{seq:02x}",
                 "-netdev", f"socket,id=n1,mcast={MCAST_GROUP}:{state['mcast_port']},localaddr=127.0.0.1",
-                "-device", f"virtio-net-pci,netdev=n1,mac=52:54:00:77:00:{seq:02x}"]
+                "-device", f"virtio-net-pci,netdev=n1,mac=52:54:00:77:00:{seq:02x}", *shares]
         run(argv, timeout=60)
         return int((ndir / "qemu.pid").read_text().strip())
 
@@ -207,6 +281,21 @@ class Fleet:
                 raise VmError(f"guest {name} did not answer SSH on 127.0.0.1:{node['ssh_port']} within "
                               f"{SSH_WAIT_SECONDS} s; see {self.dir / name / 'console.log'}")
             time.sleep(2)
+
+    def _wait_gpu(self, name: str) -> None:
+        """The GPU unit's result (it runs before sshd, so it has ended once SSH answers): refused with its log."""
+        node = self.load()["nodes"][name]
+        # One argument: ssh hands the command line to the guest's shell as one string.
+        proc = run(self.ssh_argv(name, node) + ["cat /run/vmfleet-gpu/boot.json || "
+                                                "journalctl -b -u vmfleet-gpu.service --no-pager | tail -n 20"],
+                   timeout=60, check=False)
+        try:
+            record = json.loads(proc.stdout)
+        except ValueError:
+            raise VmError(f"guest {name}: no simulated GPU hardware (vmfleet-gpu.service): "
+                          f"{(proc.stdout + proc.stderr).strip()[-1200:]}") from None
+        self.stages.say(f"vmfleet: {name}: {record['profile']} index {record['index']}, driver loaded "
+                        f"{record['nvidia_loaded']}, RDMA devices {', '.join(record['rdma_devices'])}")
 
     def _wait_rxe(self, name: str, deadline: float) -> None:
         node = self.load()["nodes"][name]
@@ -290,8 +379,14 @@ class Fleet:
             raise VmError(f"guest {name} has no disk at {overlay}")
         with self.stages.stage(f"power off {name}"):
             if _alive(node.get("pid"), self.needle(name)):
-                # The connection drops while the guest goes down: its exit status says nothing; QEMU's exit does.
-                run(self.ssh_argv(name, node) + ["systemctl", "poweroff"], timeout=60, check=False)
+                qmp = self.dir / name / "qmp.sock"
+                if qmp.exists():
+                    # The ACPI power button, as a cloud's stop does: a sealed guest has no SSH host key, so sshd takes
+                    # no new connection; systemd-logind powers the guest off.
+                    qmp_command(qmp, "system_powerdown")
+                else:
+                    # The connection drops while the guest goes down: its exit status says nothing; QEMU's exit does.
+                    run(self.ssh_argv(name, node) + ["systemctl", "poweroff"], timeout=60, check=False)
                 self._wait_exit(name, node, time.monotonic() + POWEROFF_WAIT_SECONDS)
         node.update(pid=None, stopped=True, captured_as=image)
         self.save(state)

@@ -41,21 +41,49 @@ GUEST_FILES = {
 # Units that only slow a disposable guest's boot down.
 MASKED = ("apt-daily.timer", "apt-daily-upgrade.timer", "e2scrub_all.timer", "fstrim.timer",
           "systemd-timesyncd.service", "getty@tty1.service")
+# The GPU variant (`vmfleet image --gpu`, guests of `vmfleet up --gpu-profile`): a real guest that runs fleetsim's
+# simulated GPU hardware (tools/vmfleet/gpuboot.py renders it at each boot), so that playbooks/site.yml converges it
+# whole. It adds what a GPU node's builds need (the collection's build phases and fleetsim's fixture builds), PyYAML for
+# the profiles, and the boot unit; soft-RoCE is not enabled there (the profile's NICs are the node's RDMA devices).
+GPU_PACKAGES = PACKAGES + (
+    "build-essential", "cmake", "ninja-build", "git", "python3-dev", "python3-yaml", "python3-pip", "pciutils",
+    "procps", "libibverbs-dev", "librdmacm-dev", "file", "python3-apt", "python3-setuptools", "unzip", "xz-utils",
+)
+GPU_GUEST_FILES = {
+    "vmfleet-gpu.service": ("etc/systemd/system/vmfleet-gpu.service", 0o644),
+}
 LOCK_TIMEOUT = 1800
 DEBOOTSTRAP_TIMEOUT = 1200
 
 
-def image_key(packages: tuple[str, ...] = PACKAGES) -> str:
+def variant(gpu: bool = False) -> tuple[tuple[str, ...], dict]:
+    """The package list and guest files of the base image, or of its GPU variant."""
+    if gpu:
+        return GPU_PACKAGES, {**GUEST_FILES, **GPU_GUEST_FILES}
+    return PACKAGES, GUEST_FILES
+
+
+def _units(files: dict) -> list[str]:
+    """The units an image enables: the identity unit always; soft-RoCE on the base image, the GPU unit instead."""
+    if "vmfleet-gpu.service" in files:
+        return ["vmfleet-identity.service", "vmfleet-gpu.service"]
+    return ["vmfleet-identity.service", "vmfleet-rxe.service"]
+
+
+def image_key(packages: tuple[str, ...] = PACKAGES, files: dict | None = None) -> str:
+    files = GUEST_FILES if files is None else files
     digest = hashlib.sha256()
     digest.update(json.dumps({"suite": SUITE, "mirror": MIRROR, "size": IMAGE_SIZE,
                               "packages": sorted(packages), "masked": MASKED}).encode())
-    for name in sorted(GUEST_FILES):
+    for name in sorted(files):
         digest.update(name.encode() + b"\0" + (GUEST / name).read_bytes() + b"\0")
+    if _units(files) != _units(GUEST_FILES):
+        digest.update(json.dumps(_units(files)).encode())
     return digest.hexdigest()[:16]
 
 
-def image_dir(packages: tuple[str, ...] = PACKAGES) -> Path:
-    return BUILD_DIR / f"image-{image_key(packages)}"
+def image_dir(packages: tuple[str, ...] = PACKAGES, files: dict | None = None) -> Path:
+    return BUILD_DIR / f"image-{image_key(packages, files)}"
 
 
 def _lock(path: Path, timeout: float):
@@ -73,9 +101,10 @@ def _lock(path: Path, timeout: float):
             time.sleep(2)
 
 
-def ensure_image(stages: Stages, packages: tuple[str, ...] = PACKAGES) -> Path:
-    """The image directory for packages, built when missing."""
-    final = image_dir(packages)
+def ensure_image(stages: Stages, packages: tuple[str, ...] = PACKAGES, files: dict | None = None) -> Path:
+    """The image directory for packages and guest files, built when missing."""
+    files = GUEST_FILES if files is None else files
+    final = image_dir(packages, files)
     if (final / "DONE").exists():
         stages.say(f"vmfleet: image {final.name} cached")
         return final
@@ -87,7 +116,7 @@ def ensure_image(stages: Stages, packages: tuple[str, ...] = PACKAGES) -> Path:
         root = work / "root"
         root.mkdir(parents=True)
         try:
-            _build(stages, packages, work, root)
+            _build(stages, packages, files, work, root)
             shutil.rmtree(root)
             if final.exists():
                 shutil.rmtree(final)
@@ -105,12 +134,12 @@ def _umount_all(root: Path) -> None:
         run(["umount", "-l", str(root / sub)], timeout=30, check=False)
 
 
-def _build(stages: Stages, packages: tuple[str, ...], work: Path, root: Path) -> None:
+def _build(stages: Stages, packages: tuple[str, ...], files: dict, work: Path, root: Path) -> None:
     with stages.stage("image: debootstrap"):
         run(["debootstrap", "--variant=minbase", "--include=" + ",".join(packages), SUITE, str(root), MIRROR],
             timeout=DEBOOTSTRAP_TIMEOUT)
     with stages.stage("image: configure"):
-        for name, (dest, mode) in GUEST_FILES.items():
+        for name, (dest, mode) in files.items():
             target = root / dest
             target.parent.mkdir(parents=True, exist_ok=True)
             shutil.copyfile(GUEST / name, target)
@@ -124,8 +153,7 @@ def _build(stages: Stages, packages: tuple[str, ...], work: Path, root: Path) ->
             dbus_id.unlink()
         for key in (root / "etc/ssh").glob("ssh_host_*"):
             key.unlink()
-        run(["chroot", str(root), "systemctl", "enable", "vmfleet-identity.service", "vmfleet-rxe.service"],
-            timeout=60)
+        run(["chroot", str(root), "systemctl", "enable", *_units(files)], timeout=60)
         run(["chroot", str(root), "systemctl", "mask", *MASKED], timeout=60)
         kernels = sorted((root / "boot").glob("vmlinuz-*"))
         initrds = sorted((root / "boot").glob("initrd.img-*"))
