@@ -19,7 +19,7 @@ with validate_argument_spec):
   output_root      where timestamped run directories go; latest_link: point <output_root>/latest at the run
   verify_summary   the summary.json of the last verification, shown per node (figures beside gates, transport)
   meta             more keys for the report's meta (inventory, limit, ...)
-Returns run_dir, files, summary and status (host -> ok/critical/warning/info/unreachable). The report is the
+Returns run_dir, files, summary and status (host -> ok/critical/warning/info/not_judged/unreachable). The report is the
 audit's output, so it is written under --check too; nothing on the nodes is touched by this step.
 """
 
@@ -69,6 +69,30 @@ def load_catalogue(path, extra_rules=None, disabled_rules=None):
     catalogue = dict(catalogue)
     catalogue["rules"] = [r for r in catalogue["rules"] if r.get("id") not in disabled] + list(extra_rules or [])
     return catalogue
+
+
+def _not_a_directory(path):
+    """What ``path`` (which exists and is not a directory) is, for a refusal."""
+    if os.path.islink(path):
+        return "a symbolic link to %s, not a directory" % os.path.realpath(path)
+    return "a file, not a directory" if os.path.isfile(path) else "not a directory"
+
+
+def refuse_non_directory(path, option):
+    """Refuse ``path`` (a run directory or the root of run directories, the value of ``option``) when it, or the
+    deepest part of it that exists, is not a directory: a file would end in ``[Errno 17] File exists`` and a file
+    above it in ``Not a directory``. A path that does not exist yet is fine (it is created); links are
+    ``refuse_write_through_link``'s."""
+    expected = "expected a directory, or a path that does not exist yet below a directory (it is created)"
+    if os.path.lexists(path) and not os.path.isdir(path):
+        raise AnsibleActionFail("audit_fleet_report: %s %s is %s; %s" % (option, path, _not_a_directory(path),
+                                                                          expected))
+    current = os.path.dirname(path)
+    while current and not os.path.lexists(current) and os.path.dirname(current) != current:
+        current = os.path.dirname(current)
+    if current and os.path.lexists(current) and not os.path.isdir(current):
+        raise AnsibleActionFail("audit_fleet_report: %s %s: %s is %s, so nothing can be created below it; %s"
+                                % (option, path, current, _not_a_directory(current), expected))
 
 
 def _host_var(hostvars, host, name):
@@ -123,6 +147,7 @@ class ActionModule(ActionBase):
                 run_dir = refuse_write_through_link(os.path.join(root, now.strftime("%Y%m%dT%H%M%SZ")), "output_root")
             else:
                 raise AnsibleActionFail("output_dir or output_root is required (where the report goes)")
+            refuse_non_directory(run_dir if output_dir else root, "output_dir" if output_dir else "output_root")
         except LinkRefused as exc:
             raise AnsibleActionFail("audit_fleet_report: %s" % to_native(exc))
         verify_path = os.path.expanduser(args.get("verify_summary") or "")
@@ -162,7 +187,10 @@ class ActionModule(ActionBase):
         except LinkRefused as exc:
             raise AnsibleActionFail("audit_fleet_report: %s" % to_native(exc))
         except (IOError, OSError) as exc:
-            raise AnsibleActionFail("cannot write the report into %s: %s" % (run_dir, to_native(exc)))
+            raise AnsibleActionFail("audit_fleet_report: cannot write the report into %s (%s): %s; expected a "
+                                    "directory the controller's user can create and write"
+                                    % (run_dir, "output_dir" if output_dir else "output_root",
+                                       exc.strerror or to_native(exc)))
         result.update(changed=True, run_dir=run_dir, files=files, summary=fleet["summary"],
                       status=dict((host, node["status"]) for host, node in fleet["nodes"].items()))
         return result

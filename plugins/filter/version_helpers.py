@@ -37,12 +37,12 @@ def cuda_tag(cuda_version):
         raise AnsibleFilterError("cuda_tag: %s" % exc) from exc
 
 
-def torch_index_url(cuda_version, base=PYTORCH_INDEX, nightly=False):
-    """``13.0`` -> ``https://download.pytorch.org/whl/cu130``."""
+def torch_index_url(cuda_version, base=PYTORCH_INDEX, nightly=False, allow_http=False):
+    """``13.0`` -> ``https://download.pytorch.org/whl/cu130``; a plain-http ``base`` only with ``allow_http``."""
     if not isinstance(nightly, bool):
         raise AnsibleFilterError("torch_index_url: nightly must be a boolean, got %r" % (nightly,))
     try:
-        return _torch_index_url(cuda_version, base=base, nightly=nightly)
+        return _torch_index_url(cuda_version, base=base, nightly=nightly, allow_http=allow_http)
     except VersionError as exc:
         raise AnsibleFilterError("torch_index_url: %s" % exc) from exc
 

@@ -26,7 +26,13 @@ __all__ = ["LockError", "LockTimeout", "FileLock", "prefix_lock_path"]
 
 
 class LockError(Exception):
-    """The lock file cannot be opened or locked."""
+    """The lock file cannot be opened or locked; ``code`` is the errno of the call that failed (None when no call
+    did) and ``step`` what failed: ``open`` (creating the lock file or its directory) or ``lock`` (``flock``)."""
+
+    def __init__(self, msg, code=None, step=None):
+        super(LockError, self).__init__(msg)
+        self.code = code
+        self.step = step
 
 
 class LockTimeout(LockError):
@@ -82,8 +88,9 @@ class FileLock(object):
         except (IOError, OSError) as exc:
             if exc.errno == errno.ELOOP:
                 raise LockError("cannot open the %s %s: it is a symbolic link (a lock file is never followed; "
-                                "remove the link)" % (self.what, self.path))
-            raise LockError("cannot open the %s %s: %s" % (self.what, self.path, exc.strerror or exc))
+                                "remove the link)" % (self.what, self.path), exc.errno, "open")
+            raise LockError("cannot open the %s %s: %s" % (self.what, self.path, exc.strerror or exc),
+                            exc.errno, "open")
         start = time.monotonic()
         while True:
             try:
@@ -92,7 +99,7 @@ class FileLock(object):
             except (IOError, OSError) as exc:
                 if exc.errno not in (errno.EAGAIN, errno.EACCES, errno.EWOULDBLOCK):
                     self._close()
-                    raise LockError("cannot lock %s: %s" % (self.path, exc))
+                    raise LockError("cannot lock %s: %s" % (self.path, exc.strerror or exc), exc.errno, "lock")
             self.waited = time.monotonic() - start
             if self.waited >= self.timeout:
                 holder = self._holder()

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import re
+import time
 
 NVIDIA_VENDOR = 0x10DE
 # PCI class codes (class >> 8): VGA compatible controller, 3D controller. Audio (0x0403), bridges
@@ -312,6 +313,78 @@ def parse_nvidia_smi_query(text, fields):
             row[name] = None if value in ("[N/A]", "N/A", "[Not Supported]", "") else value
         rows.append(row)
     return rows
+
+
+NVIDIA_SMI_QUERY_FIELDS = ["index", "pci.bus_id", "name", "memory.total", "compute_cap", "uuid", "driver_version"]
+
+
+def nvidia_smi_query_argv(nvidia_smi):
+    """The GPU query of gpu_topology (and node_stack's ``gpus``)."""
+    return [nvidia_smi, "--query-gpu=" + ",".join(NVIDIA_SMI_QUERY_FIELDS), "--format=csv,noheader,nounits"]
+
+
+def empty_smi_info(path):
+    """How nvidia-smi was used when it was not run: the ``nvidia_smi`` facts of gpufleet_gpus."""
+    return {"path": path, "used": False, "rc": None, "stdout": "", "stderr": "", "timed_out": False, "error": None}
+
+
+def query_nvidia_smi(path, runner, timeout, env=None, clock=time.monotonic):
+    """Run nvidia-smi's GPU query, then its NVLink status, within ``timeout`` seconds in all.
+
+    ``runner(argv, timeout=..., env=env)`` returns ``(rc, stdout, stderr)``, rc 124 when it killed the command at
+    its bound. Returns ``{"rows", "nvlink", "info", "warnings", "fatal"}``: the parsed query rows (None when
+    nvidia-smi gave none), the NVLink status (None without it), the ``nvidia_smi`` facts (``timed_out`` and
+    ``error`` name the command and the bound that was not met), sentences to warn with, and the refusal when the GPU
+    query ran past ``timeout`` (a wedged driver: the caller fails). The NVLink status gets what the query left of
+    the bound, so a slow nvidia-smi is never waited out twice; a timed-out query is never run again.
+    """
+    info = empty_smi_info(path)
+    out = {"rows": None, "nvlink": None, "info": info, "warnings": [], "fatal": None}
+    if path is None:
+        return out
+    argv = nvidia_smi_query_argv(path)
+    started = clock()
+    rc, stdout, stderr = runner(argv, timeout=timeout, env=env)
+    used_s = clock() - started
+    info["rc"] = rc
+    info["stderr"] = stderr
+    if rc == 124:
+        info["timed_out"] = True
+        info["stdout"] = stdout
+        info["error"] = "%s did not answer the GPU query within timeout=%ss and was killed: %s" % (
+            path, timeout, " ".join(argv))
+        out["fatal"] = ("%s (a wedged driver?); check the driver (dmesg, nvidia-smi by hand) or raise timeout "
+                        "(seconds, a positive integer)" % info["error"])
+        return out
+    if rc != 0:
+        info["stdout"] = stdout
+        info["error"] = "%s --query-gpu failed (rc=%s): %s" % (path, rc, (stdout + stderr).strip()[:300])
+        out["warnings"].append("%s; GPU facts come from sysfs alone" % info["error"])
+        return out
+    rows = parse_nvidia_smi_query(stdout, NVIDIA_SMI_QUERY_FIELDS)
+    if not rows:
+        info["stdout"] = stdout
+        info["error"] = ("%s answered the GPU query (rc=0) with no GPU line in %d field(s) (output: %r)"
+                         % (path, len(NVIDIA_SMI_QUERY_FIELDS), stdout.strip()[:200]))
+        out["warnings"].append("%s; GPU facts come from sysfs alone, NVLink status not asked" % info["error"])
+        return out
+    out["rows"] = rows
+    info["used"] = True
+    left = timeout - used_s
+    nvlink_argv = [path, "nvlink", "-s"]
+    if left < 1:
+        info["error"] = ("%s not run: the GPU query took %.1fs of timeout=%ss, less than a second is left"
+                         % (" ".join(nvlink_argv), used_s, timeout))
+        out["warnings"].append("%s; NVLink facts left out" % info["error"])
+        return out
+    rc2, out2, dummy = runner(nvlink_argv, timeout=left, env=env)
+    if rc2 == 124:
+        info["error"] = ("%s did not answer within the %.1fs the GPU query left of timeout=%ss and was killed"
+                         % (" ".join(nvlink_argv), left, timeout))
+        out["warnings"].append("%s; NVLink facts left out" % info["error"])
+    elif rc2 == 0:
+        out["nvlink"] = parse_nvlink_status(out2)
+    return out
 
 
 def parse_nvlink_status(text):

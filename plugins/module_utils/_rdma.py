@@ -4,10 +4,17 @@
 
 Pure logic, Python 3.8+. GID and IPv4 work uses netaddr when it is importable and falls back to the
 standard library's ipaddress module otherwise, with identical results.
+
+An entry of class/infiniband that is not an RDMA device directory (a dangling or looping symbolic link, a plain
+file, a directory without ``ports/``) is left out of ``devices`` and listed in ``skipped`` with the reason; two
+entries that resolve to one device directory are one device (the second is skipped, naming the first). A port
+rate that is not sysfs's ``<N> Gb/sec (...)`` is reported as unknown (``rate_gbps`` null). ``warnings`` says each
+of these in a sentence, for the modules to warn with.
 """
 
 from __future__ import annotations
 
+import errno
 import os
 import re
 
@@ -24,7 +31,11 @@ from ansible_collections.gpufleet.deepep.plugins.module_utils._pci import bdf_so
 
 ROCE_V2 = "RoCE v2"
 ZERO_GID = "0000:0000:0000:0000:0000:0000:0000:0000"
-_RATE_RE = re.compile(r"^\s*([0-9]+(?:\.[0-9]+)?)\s*Gb/sec")
+# The kernel's rate file: "%d%s Gb/sec (%dX%s)" ("400 Gb/sec (4X NDR)", "2.5 Gb/sec (1X SDR)").
+_RATE_RE = re.compile(r"^([0-9]{1,6}(?:\.[0-9]{1,3})?)\s*Gb/sec(?:\s*\([^()]*\))?$")
+# No port runs faster; a larger number in the rate file is garbage, not a rate.
+RATE_MAX_GBPS = 100000
+RATE_FORM = "a rate such as '400 Gb/sec (4X NDR)'"
 _STATE_RE = re.compile(r"^\s*(\d+)\s*:\s*(\S+)")
 _NATURAL_RE = re.compile(r"(\d+)")
 
@@ -88,13 +99,18 @@ def parse_state(text):
 
 
 def parse_rate_gbps(text):
-    """'400 Gb/sec (4X NDR)' -> 400; '2.5 Gb/sec (1X SDR)' -> 2.5; None when unreadable."""
-    if not text:
+    """'400 Gb/sec (4X NDR)' -> 400; '2.5 Gb/sec (1X SDR)' -> 2.5; None when missing or not a rate.
+
+    The whole text must be the kernel's form (trailing garbage, a second number or a rate above
+    RATE_MAX_GBPS make it unknown, never a number read from garbage)."""
+    if not text or not isinstance(text, str):
         return None
-    match = _RATE_RE.match(text)
+    match = _RATE_RE.match(text.strip())
     if not match:
         return None
     value = float(match.group(1))
+    if value > RATE_MAX_GBPS:
+        return None
     return int(value) if value.is_integer() else value
 
 
@@ -175,10 +191,19 @@ def read_counters(directory):
     return out
 
 
+def _read_text(path):
+    """The stripped text of ``path`` with undecodable bytes replaced (so garbage can be named), None when unreadable."""
+    try:
+        with open(path, "rb") as handle:
+            return handle.read(4096).decode("utf-8", "replace").strip()
+    except OSError:
+        return None
+
+
 def read_port(port_dir, number, use_netaddr=None):
     state_num, state = parse_state(_read(os.path.join(port_dir, "state")))
     phys_num, phys = parse_state(_read(os.path.join(port_dir, "phys_state")))
-    rate = _read(os.path.join(port_dir, "rate"))
+    rate = _read_text(os.path.join(port_dir, "rate"))
     link_layer = _read(os.path.join(port_dir, "link_layer"))
     lid = _int_or_none(_read(os.path.join(port_dir, "lid")), 16)
     sm_lid = _int_or_none(_read(os.path.join(port_dir, "sm_lid")), 16)
@@ -221,6 +246,76 @@ def read_port(port_dir, number, use_netaddr=None):
     }
 
 
+def entry_problem(path):
+    """Why the class/infiniband entry ``path`` is not an RDMA device directory, or None when it is one."""
+    try:
+        is_link = os.path.islink(path)
+        target = os.readlink(path) if is_link else None
+    except OSError:
+        is_link, target = False, None
+    try:
+        os.stat(path)
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            return "a symbolic link loop (%s -> %s)" % (os.path.basename(path), target)
+        if is_link and exc.errno == errno.ENOENT:
+            return "a dangling symbolic link (its target %s does not exist)" % target
+        return "cannot be read (%s)" % (exc.strerror or exc)
+    if not os.path.isdir(path):
+        return "not a directory (a plain file or other non-directory%s)" % (" behind a link to %s" % target
+                                                                           if is_link else "")
+    if not os.path.isdir(os.path.join(path, "ports")):
+        return "a directory without ports/ (not an RDMA device)"
+    return None
+
+
+def list_device_entries(sysfs_root):
+    """``(names, skipped)``: the entries of <sysfs_root>/class/infiniband that are RDMA devices, in natural order,
+    one name per device directory; and ``[{name, reason}]`` for the others (not a device directory, or a second
+    name of a device already listed)."""
+    base = os.path.join(sysfs_root, "class", "infiniband")
+    names, skipped, seen = [], [], {}
+    entries = sorted(_listdir(base), key=natural_key)
+    real_of = {}
+    for name in entries:
+        path = os.path.join(base, name)
+        problem = entry_problem(path)
+        if problem:
+            skipped.append({"name": name, "reason": problem})
+            continue
+        real_of[name] = os.path.realpath(path)
+    # One device directory under two names: keep the name the kernel gave it (its directory's own name), else the
+    # first in natural order.
+    by_real = {}
+    for name in entries:
+        if name in real_of:
+            by_real.setdefault(real_of[name], []).append(name)
+    for real, group in by_real.items():
+        own = [n for n in group if n == os.path.basename(real)]
+        seen[real] = own[0] if own else group[0]
+    for name in entries:
+        if name not in real_of:
+            continue
+        keep = seen[real_of[name]]
+        if keep == name:
+            names.append(name)
+        else:
+            skipped.append({"name": name, "reason": "the same device directory as %s (%s)" % (keep, real_of[name])})
+    return names, skipped
+
+
+def rate_warnings(devices):
+    """A sentence per port whose rate file holds text that is not a rate (its ``rate_gbps`` is null)."""
+    out = []
+    for dev in devices:
+        for port in dev.get("ports") or []:
+            if port.get("rate") and port.get("rate_gbps") is None:
+                out.append("RDMA device %s port %s: rate %r is not %s (at most %d Gb/sec); its rate is reported as "
+                           "unknown (rate_gbps null)" % (dev["name"], port["port"], port["rate"][:80], RATE_FORM,
+                                                         RATE_MAX_GBPS))
+    return out
+
+
 def read_device(sysfs_root, name, use_netaddr=None):
     """One entry of <sysfs_root>/class/infiniband, following its symlinks as sysfs does."""
     dev_dir = os.path.join(sysfs_root, "class", "infiniband", name)
@@ -257,8 +352,9 @@ def read_device(sysfs_root, name, use_netaddr=None):
 
 
 def collect_rdma(sysfs_root, use_netaddr=None):
-    """The gpufleet_rdma facts: devices, active_devices, hca_prefix, transport, recommended_gid_index."""
-    names = sorted(_listdir(os.path.join(sysfs_root, "class", "infiniband")), key=natural_key)
+    """The gpufleet_rdma facts: devices, active_devices, hca_prefix, transport, recommended_gid_index, skipped
+    (entries that are not devices, with the reason) and warnings (a sentence per skipped entry or garbled rate)."""
+    names, skipped = list_device_entries(sysfs_root)
     devices = [read_device(sysfs_root, n, use_netaddr=use_netaddr) for n in names]
     active = [d for d in devices if d["active"]]
     layers = [p["link_layer"] for d in active for p in d["ports"] if p["active"]]
@@ -285,6 +381,9 @@ def collect_rdma(sysfs_root, use_netaddr=None):
         "hca_prefix": hca_prefix(d["name"] for d in active),
         "transport": transport,
         "recommended_gid_index": gid_index,
+        "skipped": skipped,
+        "warnings": ["class/infiniband/%s is not listed as an RDMA device: %s" % (e["name"], e["reason"])
+                     for e in skipped] + rate_warnings(devices),
     }
 
 

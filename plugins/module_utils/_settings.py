@@ -10,9 +10,13 @@ from __future__ import annotations
 import re
 
 from ansible_collections.gpufleet.deepep.plugins.module_utils._hca_mapping import HcaMappingError, parse_hca_mapping
-from ansible_collections.gpufleet.deepep.plugins.module_utils._thresholds import VerifyInputError, select_thresholds
+from ansible_collections.gpufleet.deepep.plugins.module_utils._thresholds import (
+    VerifyInputError,
+    fallback_message,
+    select_thresholds,
+)
 
-__all__ = ["FORMS", "SettingError", "check_setting", "check_settings"]
+__all__ = ["FORMS", "SettingError", "check_setting", "check_settings", "setting_warnings"]
 
 _DIGITS = re.compile(r"[0-9]+")
 _PERCENT = re.compile(r"([0-9]+(?:\.[0-9]+)?)%")
@@ -142,3 +146,21 @@ def check_settings(settings):
         except SettingError as exc:
             errors.append(str(exc))
     return checked, errors
+
+
+def setting_warnings(settings):
+    """The warnings of values that pass their form but deserve a word: a profile (form ``profile``) that matches no
+    entry of its table, so the table's ``default`` gate applies to it. Values that fail their form are
+    ``check_settings``' (no warning for them)."""
+    warnings = []
+    for item in settings if isinstance(settings, list) else []:
+        if not isinstance(item, dict) or item.get("form") != "profile" or not isinstance(item.get("value"), str):
+            continue
+        try:
+            chosen = select_thresholds(item.get("table"), item["value"])
+        except VerifyInputError:
+            continue
+        message = fallback_message(chosen, str(item.get("name")))
+        if message:
+            warnings.append(message)
+    return warnings

@@ -23,7 +23,13 @@ Modes: a published file keeps its source's permission bits less group and world 
 (``& 0o755``: a 0600 source stays 0600 in the store and where a get installs it).
 
 Pins: the sha256 of an entry's ``record.json`` bytes is returned by every lookup, get and put
-(``record_sha256``); given as a pin, a record of another digest (a rewritten record and files) is refused.
+(``record_sha256``); given as a pin, a record of another digest (a rewritten record and files) is refused. Without
+a pin the checksums are self-referential: they catch damage, not a record rewritten with its files by a writer of
+the store (the controller's user for a controller store, every publishing node for a shared one), so a get from a
+shared store that installs from an unpinned record warns (``unpinned_warning``) with the digest to pin.
+
+Lock: a store that cannot hold ``<store>/.lock`` (read-only, a file, under /proc, no flock) is refused naming the
+store, the lock file, why, and the option (``unlockable_message``).
 
 Staging: each publication assembles its files in ``<store>/.incoming/<kind>-<key16>-<host>.<random>``, created under
 the store lock and held with ``flock`` for its life; the next publication removes those nobody holds (a killed
@@ -50,7 +56,7 @@ __all__ = [
     "KINDS", "RECORD_NAME", "LOCK_TIMEOUT", "MODE_MASK", "StoreError", "check_request", "check_files", "check_pin",
     "check_lock_timeout", "refuse_any_link", "key_path", "validate_record", "read_record", "lookup", "lookup_entry",
     "verify_file", "describe_files", "describe_sources", "store_mode", "make_record", "StoreLock", "Incoming",
-    "new_incoming", "clean_incoming", "publish", "put_local", "get_local",
+    "new_incoming", "clean_incoming", "publish", "put_local", "get_local", "unlockable_message", "unpinned_warning",
 ]
 
 KINDS = ("nvshmem", "deepep", "nccl", "gdrcopy", "deepgemm", "deepep_jit")
@@ -62,6 +68,7 @@ LOCK_TIMEOUT = 600
 LOCK_TIMEOUT_MAX = 86400
 LOCK_VARIABLE = "lock_timeout (gpufleet_artifact_lock_timeout for the roles)"
 PIN_VARIABLE = "record_sha256 (gpufleet_artifact_record_pins for the roles)"
+STORE_VARIABLE = "gpufleet_artifact_store for the roles"
 KEY_FORM = "lowercase hex, 16 to 64 characters"
 PIN_FORM = "64 lowercase hex digits, the record_sha256 a put or lookup returned"
 MODE_MASK = 0o755
@@ -373,6 +380,22 @@ def lookup(store, kind, key, pin=None):
     return lookup_entry(store, kind, key, pin)[0]
 
 
+def unpinned_warning(store, kind, key, result, check_mode=False):
+    """The warning of a get from a store every node mounts (mode=shared) that installed (or, in check mode, would
+    install) files of ``kind``/``key`` from a record no pin was given for; None when nothing was copied. The
+    checksums of a record prove its files are the ones it lists, not that nobody rewrote both: any host that can
+    write a shared store can. The warning names the digest to pin."""
+    if not result.get("found") or not result.get("copied"):
+        return None
+    record = result.get("record") or {}
+    digest = result.get("record_sha256") or "?"
+    return ("artifact store %s (mode=shared): %s %s/%s from an unpinned record (record.json sha256 %s, published by "
+            "%s at %s). Every file matched its record, but a host that can write this store can rewrite a record and "
+            "its files together; to refuse such a rewrite, pin the digest: %s {%s: %s}"
+            % (store, "would install" if check_mode else "installed", kind, key, digest, record.get("host", "?"),
+               record.get("published_at", "?"), PIN_VARIABLE, key, digest))
+
+
 def make_record(kind, key, files, host, meta=None, published_at=None):
     """A record: ``files`` is ``{name: {sha256, size}}`` in install order."""
     if published_at is None:
@@ -441,11 +464,52 @@ def verify_file(path, entry, shown=None):
 # Publication
 
 
+def _blocking_component(path):
+    """What stands where ``path`` needs a directory: ``(the deepest existing path at or above it, what it is)`` when
+    that is not a directory (nor a link to one), else None."""
+    current = os.path.normpath(path)
+    while True:
+        info = _lstat(current)
+        if info is not None:
+            if stat.S_ISDIR(info.st_mode) or (stat.S_ISLNK(info.st_mode) and os.path.isdir(current)):
+                return None
+            if stat.S_ISLNK(info.st_mode):
+                return current, "a symbolic link (to %s) that does not lead to a directory" % _target(current)
+            return current, "a file, not a directory"
+        parent = os.path.dirname(current)
+        if parent == current:
+            return None
+        current = parent
+
+
+def unlockable_message(store, lock_path, exc):
+    """Why ``store`` cannot hold its lock ``lock_path`` (``exc``: the LockError), naming the option and the path."""
+    reason = os.strerror(exc.code) if exc.code else str(exc)
+    if exc.step == "lock":
+        return ("store %s cannot hold a lock: flock on %s failed (%s); the store's file system must support flock "
+                "(an NFS mount needs locking, not 'nolock'): give store (%s) a path on such a file system"
+                % (store, lock_path, reason, STORE_VARIABLE))
+    blocking = _blocking_component(store)
+    if blocking is not None:
+        why = "%s is %s" % ("it" if blocking[0] == os.path.normpath(store) else blocking[0], blocking[1])
+    elif exc.code == errno.EROFS:
+        why = "it lies on a read-only file system"
+    elif exc.code in (errno.EACCES, errno.EPERM):
+        why = "this user (uid %d) may not create or write files there (%s)" % (os.geteuid(), reason)
+    else:
+        why = "the lock file cannot be created there (%s)" % reason
+    return ("store %s is not a writable directory and cannot hold the store lock %s: %s. Expected a directory (or "
+            "a path where one can be created) that this user can write, on a file system that is not read-only and "
+            "supports flock (not /proc or /sys): set store (%s) to such a path"
+            % (store, lock_path, why, STORE_VARIABLE))
+
+
 class StoreLock(FileLock):
     """``<store>/.lock`` held with fcntl (exclusive), waited for at most ``timeout`` seconds."""
 
     def __init__(self, store, timeout=LOCK_TIMEOUT, poll=0.1):
         FileLock.__init__(self, os.path.join(store, LOCK_NAME), timeout, poll=poll, what="store lock")
+        self.store = store
 
     def __enter__(self):
         try:
@@ -456,7 +520,9 @@ class StoreLock(FileLock):
                              % (self.path, self.timeout, "held by %s" % exc.holder if exc.holder
                                 else "its holder wrote no pid", LOCK_VARIABLE))
         except LockError as exc:
-            raise StoreError(str(exc))
+            if exc.code == errno.ELOOP or exc.step not in ("open", "lock"):
+                raise StoreError(str(exc))
+            raise StoreError(unlockable_message(self.store, self.path, exc))
 
 
 class Incoming(object):

@@ -56,9 +56,11 @@ def select_thresholds(table, profile=None, gpus=None):
     NV18 BF16 dispatch falls from about 330 GB/s on 2 GPUs to about 260 on 4, while combine rises from about 285
     to 355), so an entry may carry ``by_gpus``: the gates measured for that GPU count, over the entry's own
     values; the entry's own values are the family gate for counts nobody measured.
-    Returns ``{profile, matched, thresholds, gpus, shape}``; ``shape`` says whether the gate was measured for
-    ``gpus`` GPUs (``measured``), comes from the family's gate for other counts (``family``), or no count was
-    given (``any``).
+    Returns ``{profile, matched, fallback, known, thresholds, gpus, shape}``; ``fallback`` is true when a profile
+    was given that matches no entry (neither by name nor by a family token), so the ``default`` gate applies to it
+    (``fallback_message`` says so in words); ``known`` lists the table's profiles and families (``default`` left
+    out); ``shape`` says whether the gate was measured for ``gpus`` GPUs (``measured``), comes from the family's
+    gate for other counts (``family``), or no count was given (``any``).
     """
     if not isinstance(table, dict) or not table:
         raise VerifyInputError("thresholds must be a mapping of profile name to {metric: GB/s}; got %r" % (table,))
@@ -102,4 +104,20 @@ def select_thresholds(table, profile=None, gpus=None):
                 thresholds.update(values)
                 shape = "measured"
     return {"profile": profile, "matched": matched or ("default" if "default" in table else None),
+            "fallback": bool(profile) and matched is None,
+            "known": sorted(str(key) for key in table if key != "default"),
             "thresholds": thresholds, "gpus": count, "shape": shape}
+
+
+def fallback_message(chosen, name="profile"):
+    """The warning for a ``select_thresholds`` result whose profile fell back to ``default`` (None otherwise);
+    ``name`` is the variable that holds the profile."""
+    if not chosen.get("fallback"):
+        return None
+    gate = ", ".join("%s >= %s" % (metric, value) for metric, value in sorted(chosen["thresholds"].items())
+                     if value is not None) or "nothing gated"
+    return ("%s=%r is no profile or GPU family of the thresholds table (known: %s; a profile is matched by its name "
+            "or by a family as a '_'/'-' token, gcp_b200 -> b200), so the loose 'default' gate applies (%s): a node "
+            "far below its hardware's speed passes. Name the profile after its family (e.g. <family>_<site>) or add "
+            "an entry for it to the thresholds table"
+            % (name, chosen["profile"], ", ".join(chosen["known"]) or "none", gate))

@@ -42,6 +42,7 @@ __all__ = [
     "nvshmem_version_from_header",
     "PYTORCH_INDEX",
     "NCCL_PIP_PROJECTS",
+    "TORCH_LOCAL_FORM",
 ]
 
 
@@ -237,16 +238,29 @@ def cuda_tag(cuda_version):
     return "cu%d%d" % (parsed.major, parsed.minor)
 
 
+# The local labels torch builds carry: CUDA, CPU (old cxx11-ABI wheels too), ROCm, XPU, a source build
+# (+git<commit>) and NVIDIA's NGC containers (2.6.0a0+ecf3bae40a.nv25.01, older ones +<commit> alone).
+_TORCH_LOCAL_RE = re.compile(r"cu\d{2,3}|cpu(?:[._-]cxx11[._-]abi)?|rocm\d+(?:\.\d+)*|xpu|git[0-9a-f]{7,40}"
+                             r"|[0-9a-f]{7,40}(?:\.nv\d{2}\.\d{2})?")
+TORCH_LOCAL_FORM = ("+cuNNN (a CUDA build, e.g. 2.9.1+cu129), +cpu, +rocmX.Y, +xpu, +git<commit> (a source build), "
+                    "+<commit>.nvYY.MM (an NGC container) or no label at all")
+
+
 def split_torch_version(text):
     """Split a torch version string into its parts.
 
     ``2.9.1+cu129`` -> ``{'version': '2.9.1', 'cuda_tag': 'cu129', 'cuda_version': '12.9', 'local': 'cu129'}``;
-    ``2.11.0`` (no local label) gives ``cuda_tag`` None. The text may be the output of
+    ``2.11.0`` (no local label) gives ``cuda_tag`` None, so do ``+cpu``, ``+rocm6.2``, ``+xpu``, ``+git<commit>``
+    and an NGC container's ``+<commit>.nvYY.MM``. Any other local label (``2.9.1+garbage``) is refused, naming it
+    and these forms: a typo in a CUDA tag must not read as "no CUDA". The text may be the output of
     ``python -c 'import torch; print(torch.__version__)'`` (surrounding whitespace is ignored).
     """
     parsed = parse_version(text)
     local = parsed.local
-    tag = local if local and _CUDA_TAG_RE.fullmatch(local) else None
+    if local is not None and not _TORCH_LOCAL_RE.fullmatch(local.lower()):
+        raise VersionError("%r has the local version label +%s, which is no torch build label; expected %s"
+                           % (text, local, TORCH_LOCAL_FORM))
+    tag = local.lower() if local and _CUDA_TAG_RE.fullmatch(local.lower()) else None
     return {
         "version": parsed.public,
         "cuda_tag": tag,
@@ -258,13 +272,26 @@ def split_torch_version(text):
 PYTORCH_INDEX = "https://download.pytorch.org/whl"
 
 
-def torch_index_url(cuda, base=PYTORCH_INDEX, nightly=False):
+_INDEX_SCHEME_RE = re.compile(r"(https|http|file)://\S+", re.IGNORECASE)
+
+
+def torch_index_url(cuda, base=PYTORCH_INDEX, nightly=False, allow_http=False):
     """The PyTorch wheel index for a CUDA version or tag: ``13.0`` -> ``https://download.pytorch.org/whl/cu130``.
 
-    ``base`` points at a mirror of the same layout; ``nightly`` inserts ``/nightly``.
+    ``base`` points at a mirror of the same layout (``https://`` or ``file://``; ``http://`` only with
+    ``allow_http``: pip would fetch the wheels unauthenticated, so anyone on the path could swap them);
+    ``nightly`` inserts ``/nightly``.
     """
-    if not isinstance(base, str) or not base.strip():
-        raise VersionError("base %r is not a URL such as %s" % (base, PYTORCH_INDEX))
+    if not isinstance(allow_http, bool):
+        raise VersionError("allow_http %r is not a boolean (expected true or false)" % (allow_http,))
+    match = _INDEX_SCHEME_RE.fullmatch(base.strip()) if isinstance(base, str) else None
+    if match is None:
+        raise VersionError("base %r is not an index URL; expected https://<host>/<path> such as %s (file:///<dir> "
+                           "for a local mirror)" % (base, PYTORCH_INDEX))
+    if match.group(1).lower() == "http" and not allow_http:
+        raise VersionError("base %r is a plain-http index: pip would download torch unauthenticated, so anyone on the "
+                           "network path could replace the wheels; use an https:// mirror, or opt in with "
+                           "allow_http=true (the pytorch role: pytorch_index_allow_http: true)" % (base,))
     url = base.strip().rstrip("/")
     if nightly:
         url += "/nightly"

@@ -41,6 +41,17 @@ description:
   - Pinning. Every V(lookup), V(get) and V(put) returns RV(record_sha256), the sha256 of the key's C(record.json).
     A site that pins it (O(record_sha256); the build roles read C(gpufleet_artifact_record_pins)) makes a rewritten
     record and files refused, with a message naming the key, the pinned and the found digest.
+  - What the checksums prove (threat model). Without a pin, integrity is self-referential - the record lists the
+    sha256 of its files, and the record is read from the same store. A V(get) therefore catches a truncated,
+    corrupted or half-copied file, or a file changed without its record; it does not catch a record and its files
+    rewritten together by anyone who can write the store. With O(mode=controller) only the controller's user writes
+    the store (the build node's files are fetched, checked and published by the controller), and that user already
+    runs the play as root on every node, so a pin adds little. With O(mode=shared) every node that publishes can
+    write the store, so one broken or compromised node (or anyone with write access to the export) could replace an
+    artifact the whole fleet installs as root; pin the records there. Pinning stays opt-in because the digest exists
+    only once a key is first published (a default pin would refuse every first build); a V(get) with O(mode=shared)
+    and no O(record_sha256) that installs (or in check mode would install) files warns, naming the key and the
+    digest to pin.
   - Staging. A publication assembles its files in C(<store>/.incoming/<kind>-<key>-<host>.<random>), held with
     C(flock) while it runs; the next publication removes those that nobody holds (a killed publisher's) and that
     belong to the user running it, under the store lock.
@@ -62,7 +73,11 @@ options:
     choices: [lookup, get, put, describe]
     required: true
   store:
-    description: The store's root directory, an absolute path (on the controller, or on the nodes with O(mode=shared)).
+    description:
+      - The store's root directory, an absolute path (on the controller, or on the nodes with O(mode=shared)).
+      - V(put) creates it if absent and takes its lock C(<store>/.lock), so it must be (or be creatable as) a
+        directory the user can write, on a file system with C(flock); a read-only path, a file, or a path under
+        C(/proc) or C(/sys) fails naming this option and the path.
     type: path
     required: true
   mode:
@@ -85,8 +100,9 @@ options:
     type: path
   files:
     description:
-      - With V(put) and V(describe), the names of the files of O(src) to publish, in install order (V(get) renames them into O(dest)
-        in this order, so list last the file whose presence makes the artifact usable). Plain names, no C(/).
+      - With V(put) and V(describe), the names of the files of O(src) to publish, in install order (V(get) renames
+        them into O(dest) in this order, so list last the file whose presence makes the artifact usable). Plain
+        names, no C(/).
     type: list
     elements: str
   meta:
@@ -105,7 +121,8 @@ options:
       - The pinned sha256 of the key's C(record.json), 64 lowercase hex digits (the RV(record_sha256) a V(put) or
         V(lookup) returned). With V(lookup) and V(get), a record of another digest is refused and nothing is
         installed; with V(put), it is checked against a record the store holds already (a new publication's
-        record has a new digest; pin the one it returns). Without it the record is not pinned.
+        record has a new digest; pin the one it returns). Without it the record is not pinned (see the threat model
+        above); a V(get) with O(mode=shared) that installs files from an unpinned record warns with the digest.
     type: str
   lock_timeout:
     description:
@@ -215,6 +232,7 @@ from ansible_collections.gpufleet.deepep.plugins.module_utils._store import (
     key_path,
     lookup_entry,
     put_local,
+    unpinned_warning,
 )
 
 ARGUMENT_SPEC = dict(
@@ -240,6 +258,7 @@ def run(params, check_mode):
     check_request(store, kind, key)
     check_lock_timeout(params.get("lock_timeout", LOCK_TIMEOUT))
     pin = check_pin(params.get("record_sha256"))
+    shared = params.get("mode") == "shared"
     if params["op"] == "describe":
         described = describe_sources(params["src"], check_files(params["files"]))
         return {"changed": False, "files": dict((name, dict(entry, mode="%04o" % entry["mode"]))
@@ -249,7 +268,9 @@ def run(params, check_mode):
         return {"changed": False, "found": record is not None, "record": record or {},
                 "path": key_path(store, kind, key), "record_sha256": digest}
     if params["op"] == "get":
-        return get_local(store, kind, key, params["dest"], check_mode=check_mode, pin=pin)
+        result = get_local(store, kind, key, params["dest"], check_mode=check_mode, pin=pin)
+        warning = unpinned_warning(store, kind, key, result, check_mode) if pin is None and shared else None
+        return dict(result, warnings=[warning]) if warning else result
     return put_local(store, kind, key, params["src"], params["files"], params.get("host"), params["meta"],
                      check_mode=check_mode, timeout=params.get("lock_timeout", LOCK_TIMEOUT), pin=pin)
 
@@ -262,6 +283,8 @@ def _main():
         module.fail_json(msg="artifact store %s: %s" % (module.params["store"], exc))
     except (IOError, OSError) as exc:
         module.fail_json(msg="artifact store %s: %s" % (module.params["store"], exc))
+    for warning in result.pop("warnings", []):
+        module.warn(warning)
     module.exit_json(**result)
 
 

@@ -90,9 +90,13 @@ options:
       - A fixed run directory; empty for a new C(<output_root>/<UTC timestamp>).
       - Reports are never written through a link - O(output_dir) (or O(output_root)) must not be a symlink, no
         component above it a dangling one, and none of the report files a symlink; the task fails naming the option.
+      - It must be a directory or a path that does not exist yet below one (it is created); a file there, or a file
+        where a directory above it should be, fails naming the option and the path before anything is written.
     type: path
   output_root:
-    description: Where timestamped run directories go (used when O(output_dir) is empty).
+    description:
+      - Where timestamped run directories go (used when O(output_dir) is empty); a directory or a path to create, as
+        O(output_dir).
     type: path
   latest_link:
     description: Point C(<output_root>/latest) at the new run directory (only without O(output_dir)).
@@ -146,12 +150,16 @@ files:
   elements: str
   sample: [/srv/ansible/build/audit/20261122T054500Z/fleet.json]
 summary:
-  description: Node and finding counts of the fleet.
+  description:
+    - Node and finding counts of the fleet. C(not_judged) counts the reachable nodes where something could not be
+      judged (no profile, no torch at the interpreter the audit used); C(ok) only nodes with neither findings nor that.
   returned: success
   type: dict
-  sample: {nodes: 5, ok: 0, with_findings: 4, unreachable: 1, critical: 4, warning: 0, info: 1}
+  sample: {nodes: 5, ok: 0, with_findings: 4, not_judged: 0, unreachable: 1, critical: 4, warning: 0, info: 1}
 status:
-  description: Each host's status (C(ok), C(critical), C(warning), C(info) or C(unreachable)).
+  description:
+    - Each host's status (C(ok), C(critical), C(warning), C(info), C(not_judged) - no finding, but something could
+      not be judged - or C(unreachable)).
   returned: success
   type: dict
   sample: {b200-cluster-1: critical, b200-cluster-9: unreachable}

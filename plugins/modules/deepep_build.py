@@ -80,6 +80,7 @@ options:
     description:
       - The archs of the node's GPUs (C(ansible_facts.gpufleet_gpus.cuda_arch_list)), a list or a C(;)-separated string.
         Used as default for O(arch_list) and to check that O(arch_list) covers the GPUs.
+      - When it is the arch list (O(arch_list) unset), a malformed value is refused naming O(gpu_arch_list).
     type: raw
   nvshmem_root:
     description:
@@ -154,6 +155,9 @@ notes:
   - The stamp C(.gpufleet-build.json) is written into the installed C(deep_ep) package directory.
   - To group hosts by build key before building (build once, distribute), run the module in check mode and read
     RV(key).
+  - Check mode refuses what the real run would refuse before building or installing - a prebuilt wheel that does
+    not match its build record, a site-packages of O(python) that is not writable (with O(install)) - with the same
+    message, instead of reporting RV(would_build) or RV(would_install).
 seealso:
   - module: gpufleet.deepep.nvshmem_build
 """
@@ -766,6 +770,7 @@ class DeepepBuild(object):
         self.p = module.params
         self.builder = Builder(module)
         self.up_to_date = False
+        self.wheel_checked = None
         self.result = {
             "changed": False, "built": False, "installed": False, "would_build": False, "would_install": False,
             "reboot_required": False, "generation": None, "generation_reason": None, "preflight": {},
@@ -783,10 +788,13 @@ class DeepepBuild(object):
             raise Failed("lock_timeout must be 0 (refuse at once) or more seconds, got %d" % p["lock_timeout"])
         if p["src"] and not os.path.isfile(os.path.join(p["src"], "setup.py")):
             raise Failed("src %s is not a DeepEP source tree (no setup.py)" % p["src"])
-        if p["wheel"] and not os.path.isfile(p["wheel"]):
-            raise Failed("wheel %s does not exist" % p["wheel"])
-        if p["env_script"] and not os.path.isfile(p["env_script"]):
-            raise Failed("env_script %s does not exist" % p["env_script"])
+        for name, form in (("wheel", "a DeepEP wheel file (deep_ep-<version>-<tags>.whl)"),
+                           ("env_script", "an environment script file such as /opt/deepep/unified-env.sh")):
+            path = p[name]
+            if path and not os.path.isfile(path):
+                what = "is a directory" if os.path.isdir(path) else "is not a regular file" \
+                    if os.path.lexists(path) else "does not exist"
+                raise Failed("%s %s %s; expected %s" % (name, path, what, form))
 
     def observe_python(self):
         p = self.p
@@ -999,6 +1007,7 @@ class DeepepBuild(object):
             self.result.update(reason="wheel for key %s is in %s (install: false)" % (short_key(key), p["artifact_dir"]),
                                wheel=self.wheel)
             return None
+        self.check_apply("build" if would_build else "install")
         self.result.update(reason=self.why(would_build), would_build=would_build, would_install=p["install"],
                            changed=True, wheel=self.wheel)
         self.new_stamp = {
@@ -1013,6 +1022,21 @@ class DeepepBuild(object):
             self.result["diff"] = {"before": json.dumps(self.installed_stamp or {}, sort_keys=True, indent=2) + "\n",
                                    "after": json.dumps(self.new_stamp, sort_keys=True, indent=2) + "\n"}
         return "build" if would_build else "install"
+
+    def check_apply(self, action):
+        """The refusals of the apply step that can be known before it, run in check mode too so that the plan
+        gives the real run's verdict: a wheel that does not match its build record, a site-packages that cannot
+        be installed into."""
+        if action == "install":
+            self.check_wheel()
+        if self.p["install"]:
+            self.check_site()
+
+    def check_site(self):
+        site = self.install_site()
+        if not site or not os.access(site, os.W_OK):
+            raise Failed("cannot install into %r (the site-packages of %s): not a writable directory; nothing was "
+                         "built or installed" % (site, self.p["python"]))
 
     def why(self, would_build):
         installed_key = self.installed_key
@@ -1073,6 +1097,7 @@ class DeepepBuild(object):
     def check_wheel(self):
         """A wheel with a build record (built here, or copied from the artifact store) must match its sha256."""
         wheel, record = self.wheel, self.record
+        self.wheel_checked = wheel
         if not record:
             return
         name = record.get("wheel_name")
@@ -1091,7 +1116,8 @@ class DeepepBuild(object):
     def install(self):
         """Install the wheel as one transaction: staged by pip, swapped in, stamped, import-checked, else rolled back."""
         p, builder = self.p, self.builder
-        self.check_wheel()
+        if self.wheel_checked != self.wheel:
+            self.check_wheel()
         site = self.install_site()
         if not site or not os.access(site, os.W_OK):
             raise Failed("cannot install into %r (the site-packages of %s): not a writable directory"

@@ -30,6 +30,9 @@ description:
     warning naming its address, listed in RV(ansible_facts.gpufleet_gpus.unreadable). When C(nvidia-smi) lists
     GPUs that sysfs does not (or the other way round), the module fails instead of returning a GPU-to-NIC
     mapping shifted by the missing GPU.
+  - The NICs are read as M(gpufleet.deepep.rdma_devices) reads them. An entry of C(class/infiniband) that is not an
+    RDMA device directory (dangling link, link loop, plain file) or is a second name of one is never a NIC, and
+    the module warns naming it; so it does for a port rate that is not a rate.
 extends_documentation_fragment:
   - gpufleet.deepep.attributes
   - gpufleet.deepep.attributes.facts
@@ -45,12 +48,14 @@ options:
         from sysfs alone.
       - A path given here must exist. When it fails to run (for example the driver is not loaded), the
         module warns, records the failure in RV(ansible_facts.gpufleet_gpus.nvidia_smi) and goes on
-        from sysfs.
+        from sysfs. When it answers the query with no GPU line, the module warns the same way (not silently).
     type: path
   timeout:
     description:
-      - Seconds each C(nvidia-smi) call may run before it is killed (a wedged driver can hang it). A query that
-        runs past it fails the module, naming the command and the bound.
+      - Seconds C(nvidia-smi) may run in all before it is killed (a wedged driver can hang it). The GPU query gets
+        the whole bound and fails the module when it runs past it, naming the command and the bound (it is not
+        run again). The NVLink status (C(nvidia-smi nvlink -s)) gets what the query left; past that it is killed
+        and a warning says so (NVLink facts left out), so a slow C(nvidia-smi) is never waited out twice.
     type: int
     default: 60
 notes:
@@ -213,7 +218,7 @@ ansible_facts:
           description: How C(nvidia-smi) was used.
           returned: always
           type: dict
-          sample: {path: /usr/bin/nvidia-smi, used: true, rc: 0, stderr: ""}
+          sample: {path: /usr/bin/nvidia-smi, used: true, rc: 0, stderr: "", timed_out: false, error: null}
           contains:
             path:
               description: The C(nvidia-smi) run; null when none was found.
@@ -235,6 +240,17 @@ ansible_facts:
               description: Error output of the GPU query.
               type: str
               sample: ""
+            timed_out:
+              description: Whether the GPU query ran past O(timeout) and was killed (the module then fails).
+              type: bool
+              sample: false
+            error:
+              description:
+                - What went wrong, naming the command (and the bound of a timeout) - the GPU query failed, timed
+                  out or gave no GPU line, or the NVLink status timed out; null when nothing did. Each is also a
+                  warning or the failure message.
+              type: str
+              sample: null
 """
 
 import os
@@ -244,16 +260,14 @@ from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.gpufleet.deepep.plugins.module_utils._guard import guarded
 from ansible_collections.gpufleet.deepep.plugins.module_utils._hca_mapping import topology_facts
 from ansible_collections.gpufleet.deepep.plugins.module_utils._pci import (
+    empty_smi_info,
     gpu_count_problem,
     list_gpus,
+    query_nvidia_smi as smi_query,
     suspect_gpus,
-    parse_nvidia_smi_query,
-    parse_nvlink_status,
 )
 from ansible_collections.gpufleet.deepep.plugins.module_utils._rdma import collect_rdma
 from ansible_collections.gpufleet.deepep.plugins.module_utils._runner import run_bounded
-
-QUERY_FIELDS = ["index", "pci.bus_id", "name", "memory.total", "compute_cap", "uuid", "driver_version"]
 
 
 def build_module():
@@ -268,36 +282,14 @@ def build_module():
 
 
 def query_nvidia_smi(module, path):
-    """Run the GPU query and nvlink status; returns (rows or None, nvlink or None, info dict).
-
-    Each call is bounded by the timeout option; a query that runs past it fails the module."""
-    env = {"LC_ALL": "C", "LANG": "C"}
-    timeout = module.params["timeout"]
-    info = {"path": path, "used": False, "rc": None, "stdout": "", "stderr": ""}
-    if path is None:
-        return None, None, info
-    argv = [path, "--query-gpu=" + ",".join(QUERY_FIELDS), "--format=csv,noheader,nounits"]
-    rc, out, err = run_bounded(argv, timeout, env=env)
-    info["rc"] = rc
-    info["stderr"] = err
-    if rc == 124:
-        module.fail_json(msg=f"{path} did not answer the GPU query within timeout={timeout}s and was killed "
-                             f"(a wedged driver?): {' '.join(argv)}; check the driver (dmesg, nvidia-smi by hand) "
-                             f"or raise timeout (seconds, a positive integer)", nvidia_smi=info)
-    if rc != 0:
-        info["stdout"] = out
-        module.warn(f"{path} --query-gpu failed (rc={rc}): {(out + err).strip()[:300]}; "
-                    f"GPU facts come from sysfs alone")
-        return None, None, info
-    rows = parse_nvidia_smi_query(out, QUERY_FIELDS)
-    info["used"] = bool(rows)
-    nvlink = None
-    rc2, out2, err2 = run_bounded([path, "nvlink", "-s"], timeout, env=env)
-    if rc2 == 124:
-        module.warn(f"{path} nvlink -s did not answer within timeout={timeout}s and was killed; NVLink facts left out")
-    elif rc2 == 0:
-        nvlink = parse_nvlink_status(out2)
-    return rows, nvlink, info
+    """Run the GPU query, then the NVLink status, within the timeout option in all; returns (rows or None,
+    nvlink or None, info dict). A query that runs past the bound fails the module; what else goes wrong warns."""
+    answer = smi_query(path, run_bounded, module.params["timeout"], env={"LC_ALL": "C", "LANG": "C"})
+    if answer["fatal"]:
+        module.fail_json(msg=answer["fatal"], nvidia_smi=answer["info"])
+    for warning in answer["warnings"]:
+        module.warn(warning)
+    return answer["rows"], answer["nvlink"], answer["info"]
 
 
 def check_gpu_count(module, gpus, rows, smi_info):
@@ -326,11 +318,13 @@ def collect(module):
     for bdf, why in unreadable:
         module.warn(f"PCI device {bdf} looks like an NVIDIA GPU but cannot be read ({why}); it is not counted "
                     f"among the GPUs")
-    rows, nvlink, smi_info = (None, None, {"path": smi, "used": False, "rc": None, "stdout": "", "stderr": ""})
+    rows, nvlink, smi_info = None, None, empty_smi_info(smi)
     if gpus or unreadable:
         rows, nvlink, smi_info = query_nvidia_smi(module, smi)
         check_gpu_count(module, gpus, rows, smi_info)
     rdma = collect_rdma(sysfs_root)
+    for warning in rdma["warnings"]:
+        module.warn(warning)
     return topology_facts(gpus, rdma, smi_rows=rows, nvlink=nvlink, smi_info=smi_info,
                           unreadable=[bdf for bdf, dummy in unreadable])
 

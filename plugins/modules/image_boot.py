@@ -150,6 +150,9 @@ def run(module, runner=run_bounded):
         root = p["root"]
         manifest = facts["manifest"]
         stamp_full = im.under(root, p["stamp"])
+        problem = ss.stamp_target_problem(stamp_full)  # refused in check mode too, as a real boot record would be
+        if problem:
+            raise ss.SiteStateError(problem)
         now = datetime.datetime.now(datetime.timezone.utc).replace(microsecond=0).isoformat()
         # The paths are the node's own: fingerprinted here, under the root the node sees.
         watch = [im.under(root, w) for w in manifest["site_watch"]]

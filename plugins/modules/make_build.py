@@ -100,6 +100,8 @@ notes:
   - The build log is kept in C(<prefix>/.gpufleet-build.log) after a successful build and in
     C(<prefix>.staging-<key8>/build.log) after a failed one (reported as RV(log)).
   - Run it in check mode to learn the key (and whether a build is due) before fetching the source.
+  - When a build is due, an O(src) that is there but is not a directory with a top-level C(Makefile) (an empty
+    directory, a file) is refused with the same message in check mode and in the real run.
 seealso:
   - module: gpufleet.deepep.nvshmem_build
   - module: gpufleet.deepep.nccl_env
@@ -330,6 +332,10 @@ def build_module():
     )
 
 
+# The names GNU make reads without -f, in its order.
+MAKEFILES = ("GNUmakefile", "makefile", "Makefile")
+
+
 def missing_files(kind, tree):
     """The files of a complete ``kind`` build that ``tree`` lacks."""
     return [pattern for pattern in EXPECTED[kind] if not glob.glob(os.path.join(tree, pattern))]
@@ -417,10 +423,31 @@ class MakeBuild(object):
         if reason is None:
             self.result["reason"] = "installed build has key %s and is complete" % short_key(self.key)
             return False
+        self.check_source()
         self.result.update(reason=reason, would_build=True, changed=True)
         if self.module._diff:
             self.result["diff"] = stamp_diff(self.prefix, self.stamp, self.key, self.inputs)
         return True
+
+    def check_source(self):
+        """The source checks of the build, before it and in check mode too (one verdict for the plan and the run):
+        Failed naming O(src) when it is there but is no source tree with a top-level Makefile. An absent source
+        is left to the real run (check mode plans before the fetch)."""
+        src = self.p["src"]
+        if not os.path.lexists(src):
+            if not self.module.check_mode:
+                raise Failed("src %s is not a source directory (fetch the source first); nothing was built" % src)
+            return
+        if not os.path.isdir(src):
+            raise Failed("src %s is not a directory; expected the %s source tree (the directory with the top-level "
+                         "Makefile); nothing was built" % (src, self.p["kind"]))
+        if not any(os.path.isfile(os.path.join(src, name)) for name in MAKEFILES):
+            try:
+                found = ", ".join(sorted(e for e in os.listdir(src) if not e.startswith("."))[:8]) or "nothing"
+            except OSError as exc:
+                found = "cannot list it: %s" % (exc.strerror or exc)
+            raise Failed("src %s has no Makefile at its top (found: %s); expected the %s source tree (the directory "
+                         "with the top-level Makefile); nothing was built" % (src, found, self.p["kind"]))
 
     # --- apply ----------------------------------------------------------------------------------
 

@@ -18,6 +18,10 @@ description:
     since offline sites serve models from local directories only. With O(offline=false) a hub id is reported as such
     (RV(ansible_facts.gpufleet_model.hub_id)) with no config facts.
   - Multimodal configs with a C(text_config) are read through it. Read-only; no network, no import of transformers.
+  - The counts it reads (the attention and KV heads, the routed experts, C(hidden_size), C(num_hidden_layers),
+    C(max_position_embeddings), under any of the names listed below) must be JSON integers - a string, a JSON
+    C(true), a fraction or a number below the range (0 or less; below 0 for the experts) fails the task naming the
+    file, the key and the value. A config.json without an attention head count fails too.
 options:
   path:
     description: The model directory (holding C(config.json)), or a hub id C(org/name).
@@ -66,10 +70,12 @@ ansible_facts:
           description: C(model_type).
           type: str
         num_attention_heads:
-          description: Attention heads (must be divisible by the attention TP size).
+          description: Attention heads (C(num_attention_heads), C(n_head) or C(num_heads); must be divisible by the
+            attention TP size).
           type: int
         num_key_value_heads:
-          description: KV heads (the attention heads when config.json names none).
+          description: KV heads (C(num_key_value_heads), C(num_kv_heads) or C(multi_query_group_num); the attention
+            heads when config.json names none).
           type: int
         hidden_size:
           description: C(hidden_size).
@@ -78,7 +84,8 @@ ansible_facts:
           description: C(num_hidden_layers).
           type: int
         num_experts:
-          description: Routed experts (C(n_routed_experts), C(num_experts), C(num_local_experts)), null for a dense model.
+          description: Routed experts (C(n_routed_experts), C(num_experts), C(num_local_experts), C(moe_num_experts)),
+            null for a dense model.
           type: int
         moe:
           description: A mixture-of-experts model (DeepEP dispatch, DeepGEMM grouped GEMMs).
@@ -90,8 +97,15 @@ ansible_facts:
           description: The checkpoint is FP8.
           type: bool
         scale_fmt:
-          description: C(quantization_config.scale_fmt) (C(ue8m0) is what DeepGEMM expects on Blackwell), null when absent.
+          description: C(quantization_config.scale_fmt) (C(ue8m0) is what DeepGEMM expects on Blackwell), null when
+            absent.
           type: str
+        quantization_fmt:
+          description: C(quantization_config.fmt) (C(e4m3), ...), null when absent.
+          type: str
+        max_position_embeddings:
+          description: C(max_position_embeddings), null when config.json names none.
+          type: int
         config_sha256:
           description: sha256 of config.json.
           type: str
@@ -104,7 +118,11 @@ from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.common.text.converters import to_native
 
 from ansible_collections.gpufleet.deepep.plugins.module_utils._guard import guarded
-from ansible_collections.gpufleet.deepep.plugins.module_utils._serve.sglang import SglangError, is_hub_id, model_facts
+from ansible_collections.gpufleet.deepep.plugins.module_utils._serve.sglang import (
+    SglangError,
+    is_hub_id,
+    model_facts,
+)
 
 
 def _main():
@@ -137,8 +155,8 @@ def _main():
     except SglangError as exc:
         module.fail_json(msg="%s: %s" % (config_path, to_native(exc)))
     if facts.get("num_attention_heads") is None:
-        module.fail_json(msg="%s names no attention head count (num_attention_heads); expected an integer"
-                         % config_path, ansible_facts={"gpufleet_model": facts})
+        module.fail_json(msg="%s names no attention head count (num_attention_heads, n_head or num_heads); expected a "
+                         "positive integer" % config_path, ansible_facts={"gpufleet_model": facts})
     module.exit_json(changed=False, ansible_facts={"gpufleet_model": facts})
 
 

@@ -343,7 +343,7 @@ from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.common.text.converters import to_native
 
 from ansible_collections.gpufleet.deepep.plugins.module_utils._guard import guarded
-from ansible_collections.gpufleet.deepep.plugins.module_utils._http import HttpInputError, check_source
+from ansible_collections.gpufleet.deepep.plugins.module_utils._http import HttpInputError, check_source, url_secrets
 from ansible_collections.gpufleet.deepep.plugins.module_utils._fileio import (
     copy_atomic,
     CopyMismatch,
@@ -388,7 +388,7 @@ from ansible_collections.gpufleet.deepep.plugins.module_utils._versions import N
 
 
 def build_module():
-    return AnsibleModule(
+    module = AnsibleModule(
         argument_spec=dict(
             python=dict(type="str", default="python3"),
             state=dict(type="str", choices=["present", "report"], default="present"),
@@ -410,6 +410,10 @@ def build_module():
         required_if=[("state", "present", ("version",)), ("source", "build", ("build_dir",))],
         supports_check_mode=True,
     )
+    # A password in a package source is refused (check_source), and kept out of the result (invocation too).
+    for value in [module.params["index_url"]] + list(module.params["extra_index_urls"] or []):
+        module.no_log_values.update(url_secrets(value))
+    return module
 
 
 class NcclEnv(object):

@@ -44,7 +44,7 @@ options:
         RV(ansible_facts.gpufleet_gpus), V(bundled_nvshmem) RV(ansible_facts.gpufleet_bundled_nvshmem) and
         V(sglang) RV(ansible_facts.gpufleet_sglang), each in the shape of the module that owns it.
       - The small sets the phase roles decide from, each cheap to read on its own, are V(modules)
-        RV(ansible_facts.gpufleet_modules) (loaded kernel modules), V(paths)
+        RV(ansible_facts.gpufleet_modules) (kernel modules, loaded, built in or absent), V(paths)
         RV(ansible_facts.gpufleet_paths) (what each of O(paths) is now), V(cuda_toolkit)
         RV(ansible_facts.gpufleet_cuda_toolkit) (the toolkit at O(cuda_home)), V(imports)
         RV(ansible_facts.gpufleet_imports) (whether O(python) imports each of O(import_modules)) and V(symbols)
@@ -121,8 +121,9 @@ options:
     default: []
   module_names:
     description:
-      - Kernel modules whose presence V(modules) reports under C(present) (loaded, or built in, with
-        C(/sys/module/<name>)).
+      - Kernel modules whose state V(modules) reports under C(states) (loaded, built into the kernel, or absent and
+        whether the kernel has a module for it) and C(present) (loaded or built in). A name that is not a kernel
+        module name (letters, digits, C(_), C(-)) is refused.
     type: list
     elements: str
     default: []
@@ -277,7 +278,9 @@ options:
   root:
     description:
       - The directory that stands for C(/) when reading files (fixture trees in tests). Commands still run
-        on the node itself. For V(sglang) only its C(/proc) reads are under it (as
+        on the node itself. A path that is not a directory is refused; one with none of C(/etc/os-release),
+        C(/usr/lib/os-release), C(/proc/modules), C(/sys/module) under it is named in RV(gather_warnings). For
+        V(sglang) only its C(/proc) reads are under it (as
         O(gpufleet.deepep.sglang_env#module:sysfs_root)); the environment's own paths are read as they are.
     type: path
     default: /
@@ -322,6 +325,17 @@ gather_errors:
   type: dict
   sample: {gpufleet_bundled_nvshmem: "python '/opt/torch/.venv/bin/python' failed to report its site-packages
            directories: /opt/torch/.venv/bin/python failed (rc=127): No such file or directory"}
+gather_warnings:
+  description:
+    - The facts sets that were gathered but whose reads found nothing that defines a GPU node, by facts name, each a
+      list of sentences (each also a warning) - a O(root) with none of C(/etc/os-release), C(/usr/lib/os-release),
+      C(/proc/modules), C(/sys/module) under it, an O(sysfs_root) without any PCI device, no NVIDIA GPU among the PCI
+      devices, no driver file at O(params_path) nor O(version_path), an interpreter O(python) that is missing or
+      could not report its packages, an env script that cannot be read as text. Such a node is not a clean one.
+  returned: always
+  type: dict
+  sample: {gpufleet_gpus: ["sysfs_root /srv/sys looks empty: no PCI device under /srv/sys/bus/pci/devices, so no
+           GPU or RDMA device can be found (expected /sys or a tree shaped like it; check the sysfs_root option)"]}
 ansible_facts:
   description: Facts added to the host.
   returned: always
@@ -460,11 +474,28 @@ ansible_facts:
     gpufleet_modules:
       description:
         - With V(modules) in O(gather), the loaded kernel modules (V(loaded), sorted), where the list came from
-          (V(source), C(/proc/modules) or C(lsmod); null when neither could be read) and, for each of
-          O(module_names), whether it is loaded or built in (V(present)).
+          (V(source), C(/proc/modules), else C(lsmod), else C(/sys/module) (every module whose C(initstate) is
+          C(live)); null when none could be read), the kernel release (V(kernel)), its module directory
+          (V(module_dir), C(/lib/modules/<release>)) and the C(modules.dep) (V(module_index)) and C(modules.builtin)
+          (V(builtin_index)) read there (null where they could not be read).
+        - For each of O(module_names), V(states) gives V(state) - V(loaded) (listed in V(source), or
+          C(/sys/module/<name>/initstate) is C(live)), V(builtin) (C(/sys/module/<name>) without C(initstate), or
+          listed in C(modules.builtin)) or V(absent) - with the V(source) that said so, V(loadable) for an absent
+          one (true when C(modules.dep) lists it, false when it does not or the kernel has no module directory,
+          null when unknown) and a V(reason) in words. V(present) is whether each is loaded or built in; V(builtin),
+          V(absent) and V(not_in_kernel) (absent, and the kernel has no module for it) list the names.
+        - The same reader gives RV(ansible_facts.gpufleet_stack.kernel_modules).
       returned: when O(gather) holds V(modules)
       type: dict
-      sample: {loaded: [gdrdrv, nvidia, nvidia_uvm], source: /proc/modules, present: {gdrdrv: true}}
+      sample: {loaded: [nvidia, nvidia_uvm], source: /proc/modules, kernel: 6.18.44-fc-v657-gpu,
+               module_dir: /lib/modules/6.18.44-fc-v657-gpu, module_index: null, builtin_index: null,
+               states: {mlx5_core: {state: builtin, source: /sys/module/mlx5_core, loadable: null,
+                                    reason: "/sys/module/mlx5_core exists without initstate: built into the kernel"},
+                        nvidia_peermem: {state: absent, source: /lib/modules/6.18.44-fc-v657-gpu, loadable: false,
+                                         reason: "not loaded, not built in, and the kernel has no
+                                                  /lib/modules/6.18.44-fc-v657-gpu (no loadable modules)"}},
+               present: {mlx5_core: true, nvidia_peermem: false}, builtin: [mlx5_core], absent: [nvidia_peermem],
+               not_in_kernel: [nvidia_peermem]}
     gpufleet_paths:
       description:
         - With V(paths) in O(gather), each of O(paths) as it is now, by path. V(type) is V(file), V(directory),
@@ -609,11 +640,22 @@ ansible_facts:
                    libmlx5: {path: /usr/lib/x86_64-linux-gnu/libmlx5.so.1, newest: MLX5_1.24, required: MLX5_1.8,
                              required_ok: true, optional: MLX5_1.25, optional_ok: false, error: null}}
         kernel_modules:
-          description: Whether each watched kernel module is loaded (C(/proc/modules), else C(lsmod); or C(/sys/module/<name>)).
+          description:
+            - Whether each watched kernel module is loaded or built into the kernel (the reader of
+              RV(ansible_facts.gpufleet_modules)).
           type: dict
           returned: always
           sample: {nvidia: true, nvidia_peermem: false, nvidia_uvm: true, gdrdrv: false, mlx5_core: true,
                    mlx5_ib: true, ib_core: true}
+        kernel_module_states:
+          description:
+            - Each watched kernel module's V(state) (V(loaded), V(builtin) or V(absent)), V(source), V(loadable) and
+              V(reason), as V(states) of RV(ansible_facts.gpufleet_modules).
+          type: dict
+          returned: always
+          sample: {mlx5_core: {state: builtin, source: /sys/module/mlx5_core, loadable: null,
+                               reason: "/sys/module/mlx5_core exists without initstate: built into the kernel"},
+                   nvidia: {state: loaded, source: /proc/modules, loadable: null, reason: "listed in /proc/modules"}}
         libcuda:
           description:
             - Where C(libcuda.so) (what C(-lcuda) links), C(libcuda.so.1) and the toolkit stub are.
@@ -633,10 +675,14 @@ ansible_facts:
           returned: always
           sample: {path: /opt/torch/.venv/bin/python, version: 3.12.3, ok: true}
         torch:
-          description: torch's version from its package metadata and the CUDA of its C(+cuXYZ) label.
+          description:
+            - torch's version from its package metadata and the CUDA of its C(+cuXYZ) label.
+            - V(error) says why V(version) is null - O(python) not found (C(not found at <path>)) or failing, so torch
+              is unknown rather than absent, or no torch package in that interpreter's environment; null when found.
           type: dict
           returned: always
-          sample: {version: 2.11.0+cu130, cuda: "13.0", location: /opt/torch/.venv/lib/python3.12/site-packages}
+          sample: {version: 2.11.0+cu130, cuda: "13.0", location: /opt/torch/.venv/lib/python3.12/site-packages,
+                   error: null}
         nccl:
           description:
             - NCCL from pip (C(nvidia-nccl-cu*) in the interpreter's environment) and from the system (C(nccl.h),
@@ -670,6 +716,8 @@ ansible_facts:
               C(${NAME:-word}), C(${NAME:+word}) of values set before); V(exports_raw) the unexpanded right-hand sides;
               V(unparsed) one message per line that is not such a line (a conditional, a command, a command
               substitution), naming the line.
+            - V(error) says why a present script could not be read as text (not UTF-8, NUL bytes, an OS error),
+              naming the file; its exports are then empty, nothing is listed as unparsed, and C(errors) holds it too.
           type: dict
           returned: always
           sample: {path: /opt/deepep/unified-env.sh, present: true, mode: "0644",
@@ -694,6 +742,8 @@ ansible_facts:
               from package metadata, the import probe and the build stamp C(.gpufleet-build.json) that module writes into
               the package directory. V(nvshmem_build) is the NVSHMEM the build used (C(root), C(version), C(ibgda)).
             - V(import_ok) is null when O(import_check=false).
+            - V(import_error) also says when O(python) was not found or could not report its packages (then
+              V(installed) false means unknown, not absent).
           type: dict
           returned: always
           sample: {installed: true, version: 1.2.1, generation: v1,
@@ -717,10 +767,15 @@ ansible_facts:
           sample: {required: true, reasons: [gpufleet_nvidia.reboot_required], packages: [],
                    nvidia_reboot_required: true}
         errors:
-          description: Probes that could not run, by name, with the reason (the other facts are still returned).
+          description:
+            - Probes that could not run, by name, with the reason (the other facts are still returned).
+            - C(root) when O(root) looks empty, C(python) when O(python) is missing or failed (naming the option to
+              set), C(env_script) when the script cannot be read as text; these are also in RV(gather_warnings).
           type: dict
           returned: always
-          sample: {python: "/usr/bin/python3 failed (rc=127): No such file or directory"}
+          sample: {python: "python /opt/torch/.venv/bin/python not found at /opt/torch/.venv/bin/python: the torch,
+                   NCCL and DeepEP facts of gpufleet_stack are unknown, not absent; set the python option (audit_python
+                   in the audit role) to the interpreter of the torch environment, such as /opt/torch/.venv/bin/python"}
 """
 
 import os
@@ -757,6 +812,7 @@ from ansible_collections.gpufleet.deepep.plugins.module_utils._node.stack import
     DEFAULT_MLX5DV_SYMBOLS,
     GATHERABLE,
     gather_node,
+    set_warnings,
     subprocess_runner,
 )
 
@@ -821,6 +877,9 @@ def _main():
     if nic is not None and not NIC_NAME_RE.match(nic):
         module.fail_json(msg="deepep_v2_nic_name=%r: expected an RDMA device name (letters, digits, '_', '-' or '.', "
                              "such as mlx5_0)" % (nic,))
+    if not os.path.isdir(params["root"]):
+        module.fail_json(msg="root %r is not a directory (expected / or a tree shaped like a node's root)"
+                             % (params["root"],), gather_errors={}, gather_warnings={})
     facts, errors = {}, {}
     wanted = set(params["gather"])
     try:
@@ -858,10 +917,10 @@ def _main():
                                  "EP_JIT_CACHE_DIR points), such as /var/cache/deepep/jit" % (cache_dir,))
             facts["gpufleet_deepep_jit"] = cache_facts(os.path.normpath(cache_dir), root=params["root"])
     except PathsError as exc:
-        module.fail_json(msg=str(exc), gather_errors={})
+        module.fail_json(msg=str(exc), gather_errors={}, gather_warnings={})
     stack_sets = [name for name in params["gather"] if name not in ROLE_SETS]
     if not stack_sets:
-        module.exit_json(changed=False, ansible_facts=facts, gather_errors=errors)
+        module.exit_json(changed=False, ansible_facts=facts, gather_errors=errors, gather_warnings={})
     try:
         stack_facts, errors = gather_node(
             gather=stack_sets,
@@ -895,11 +954,20 @@ def _main():
             deepep_v2_across_nodes=params["deepep_v2_across_nodes"],
         )
     except GatherError as exc:
-        module.fail_json(msg=str(exc), gather_errors={})
+        module.fail_json(msg=str(exc), gather_errors={}, gather_warnings={})
     facts.update(stack_facts)
     for name in sorted(errors):
         module.warn("%s not gathered: %s" % (name, errors[name]))
-    module.exit_json(changed=False, ansible_facts=facts, gather_errors=errors)
+    warnings = set_warnings(stack_facts, root=params["root"], sysfs_root=params["sysfs_root"],
+                            params_path=params["params_path"], version_path=params["version_path"])
+    # One warning per sentence, naming every set it concerns (an empty sysfs concerns several).
+    by_message = {}
+    for name in sorted(warnings):
+        for message in warnings[name]:
+            by_message.setdefault(message, []).append(name)
+    for message, names in by_message.items():
+        module.warn("%s: %s" % (", ".join(names), message))
+    module.exit_json(changed=False, ansible_facts=facts, gather_errors=errors, gather_warnings=warnings)
 
 
 def main():

@@ -44,6 +44,11 @@ options:
         missing. The file is written with mode C(0644).
       - modprobe reads files in order of file name, and for a parameter set several times the last setting
         wins; a file that sorts after this one can override it (see O(conflicts)).
+      - Nothing is written, chmodded or removed through a link, as elsewhere in the collection. When the run would
+        manage the file (something asked, or O(state=absent)), a O(conf_path) that is a symbolic link (or lies
+        under a dangling one) fails, in check mode too, naming the link and its target - replacing the link would
+        leave the target with its options, writing through it would change a file this module does not own. Point
+        O(conf_path) at a real file or remove the link. A facts-only run reads through it.
     type: path
     default: /etc/modprobe.d/gpufleet-nvidia.conf
   modprobe_dirs:
@@ -417,7 +422,11 @@ from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.common.text.converters import to_native
 
 from ansible_collections.gpufleet.deepep.plugins.module_utils._guard import guarded
-from ansible_collections.gpufleet.deepep.plugins.module_utils._fileio import write_atomic
+from ansible_collections.gpufleet.deepep.plugins.module_utils._fileio import (
+    LinkRefused,
+    refuse_write_through_link,
+    write_atomic,
+)
 from ansible_collections.gpufleet.deepep.plugins.module_utils._nvidia.modprobe import (
     DEFAULT_MODPROBE_DIRS, scan_modprobe
 )
@@ -572,6 +581,28 @@ class NvidiaParams(object):
     def observe_conf(self):
         self.current = _read(self.module, self.conf_path, "conf_path")
 
+    def refuse_links(self):
+        """Never write, chmod or remove through a link: a conf_path that is a symbolic link is refused whenever the
+        run would manage it (state=absent, or something asked), in check mode too; a dangling link above it also."""
+        conf_path = self.conf_path
+        manages = self.state == "absent" or self.result["line"] is not None
+        if not manages:
+            return
+        if os.path.islink(conf_path):
+            link = os.readlink(conf_path)
+            target = os.path.realpath(conf_path)
+            where = target if os.path.exists(conf_path) else "%s, which does not exist" % target
+            self.fail("conf_path %s is a symbolic link (to %s); nvidia_params never writes, chmods or removes through "
+                      "a link: replacing it would leave %s with its own options, and writing through it would change "
+                      "a file this module does not own. Fix: point conf_path at a real .conf file (the target itself, "
+                      "%s, if it is the file to manage and lies in modprobe_dirs), or remove the link (keeping what "
+                      "its target sets, if anything) and run again. Nothing was written."
+                      % (conf_path, link, where, target))
+        try:
+            refuse_write_through_link(conf_path, "conf_path", what="file")
+        except LinkRefused as exc:
+            self.fail("%s. Nothing was written." % to_native(exc))
+
     # --- plan -----------------------------------------------------------------------------------
 
     def plan_file(self):
@@ -664,6 +695,7 @@ class NvidiaParams(object):
         self.check_request()
         self.observe_conf()
         self.plan_file()
+        self.refuse_links()
         self.plan_persistent()
         self.plan_reboot()
         self.judge()

@@ -49,8 +49,10 @@ options:
     required: true
   sha256:
     description:
-      - Expected sha256 of the O(src) tarball. The build fails before doing anything when it differs.
-      - Ignored for a source directory.
+      - Expected sha256 of the O(src) tarball, 64 hexadecimal digits (the output of C(sha256sum) without the file
+        name). The build fails before doing anything when it differs; a value that is not 64 hexadecimal digits is
+        refused up front, named. An empty value counts as unset.
+      - Ignored for a source directory (but still checked for its form).
     type: str
   prefix:
     description: Install prefix. Must be an absolute path.
@@ -113,7 +115,11 @@ notes:
     RV(key).
   - The build log is kept in C(<prefix>/.gpufleet-build.log) after a successful build, and in
     C(<prefix>.staging-<key8>/build.log) after a failed one (reported as RV(log)).
-  - In check mode the module computes the key and reports RV(would_build), and writes nothing.
+  - In check mode the module computes the key and reports RV(would_build), and writes nothing. When a build is due
+    it checks the source as the real run does (a directory or tarball without C(CMakeLists.txt) at its top, or
+    with only one directory holding it, a tarball that cannot be read or with members outside its root) and refuses
+    with the same message. A tarball O(src) that is not on the host (allowed with O(sha256)) is a warning in check
+    mode; the real run refuses it unless the packed install for the key is in O(artifact_dir) by then.
 seealso:
   - module: gpufleet.deepep.deepep_build
 """
@@ -350,6 +356,7 @@ reboot_required:
 
 import json
 import os
+import re
 import shutil
 import tarfile
 
@@ -399,6 +406,24 @@ AH_ATTR_FIX_VERSION = 1
 SOURCE_MARK = "@SOURCE@"
 BUILD_MARK = "@BUILD@"
 TARBALL_SUFFIXES = (".tar.gz", ".tgz", ".txz", ".tar.xz", ".tar.bz2", ".tbz2", ".tar")
+SHA256_RE = re.compile(r"^[0-9a-f]{64}$")
+# The build's copy of a source directory leaves these out at its top (see _copy_ignore).
+COPY_SKIPPED_AT_TOP = ("build", "_build")
+# How many single directories deep the source root may be (nvshmem-3.4.5/, a release's nested top directory).
+SOURCE_ROOT_DEPTH = 8
+SOURCE_FORM = ("expected NVSHMEM's source: the directory holding its CMakeLists.txt (or a directory holding only "
+               "that one), or a tarball of it")
+
+
+def sha256_option(value):
+    """The sha256 option lower-cased, None when unset or empty; Failed naming the value unless 64 hex digits."""
+    if value is None or not value.strip():
+        return None
+    digest = value.strip().lower()
+    if not SHA256_RE.match(digest):
+        raise Failed("sha256: %r is not a sha256 digest; expected 64 hexadecimal digits (the output of sha256sum "
+                     "without the file name)" % (value,))
+    return digest
 
 
 def build_module():
@@ -439,32 +464,105 @@ def source_identity(module, runner, src, sha256):
     return tree_identity(runner.quiet, module.get_bin_path("git"), src)
 
 
+def _check_members(tarball, members, dest):
+    """StepFailed naming the first member of ``tarball`` that would land outside ``dest``, link outside it or is a
+    device file."""
+    real_dest = os.path.realpath(dest)
+    for member in members:
+        target = os.path.realpath(os.path.join(dest, member.name))
+        if not (target == real_dest or target.startswith(real_dest + os.sep)):
+            raise StepFailed("tarball %s has a member outside its root: %s" % (tarball, member.name))
+        if member.issym() or member.islnk():
+            link = os.path.realpath(os.path.join(os.path.dirname(target), member.linkname)) \
+                if member.issym() else os.path.realpath(os.path.join(dest, member.linkname))
+            if not (link == real_dest or link.startswith(real_dest + os.sep)):
+                raise StepFailed("tarball %s has a link pointing outside its root: %s -> %s"
+                                 % (tarball, member.name, member.linkname))
+        if member.isdev():
+            raise StepFailed("tarball %s holds a device file: %s" % (tarball, member.name))
+
+
 def _safe_extract(tarball, dest):
     with tarfile.open(tarball) as archive:
         members = archive.getmembers()
-        real_dest = os.path.realpath(dest)
-        for member in members:
-            target = os.path.realpath(os.path.join(dest, member.name))
-            if not (target == real_dest or target.startswith(real_dest + os.sep)):
-                raise StepFailed("tarball %s has a member outside its root: %s" % (tarball, member.name))
-            if member.issym() or member.islnk():
-                link = os.path.realpath(os.path.join(os.path.dirname(target), member.linkname)) \
-                    if member.issym() else os.path.realpath(os.path.join(dest, member.linkname))
-                if not (link == real_dest or link.startswith(real_dest + os.sep)):
-                    raise StepFailed("tarball %s has a link pointing outside its root: %s -> %s"
-                                     % (tarball, member.name, member.linkname))
-            if member.isdev():
-                raise StepFailed("tarball %s holds a device file: %s" % (tarball, member.name))
+        _check_members(tarball, members, dest)
         archive.extractall(dest, members=members)
 
 
+def _root_problem(shown, top_entries, is_dir, entries_of, has_cmakelists):
+    """Walk down single directories from the top as the build does; ``(root, None)`` or ``(None, why)``."""
+    current, entries = "", top_entries
+    for dummy in range(SOURCE_ROOT_DEPTH):
+        if has_cmakelists(current):
+            return current, None
+        entries = [e for e in entries if not e.startswith(".")]
+        if len(entries) == 1 and is_dir(os.path.join(current, entries[0])):
+            current = os.path.join(current, entries[0])
+            entries = entries_of(current)
+            continue
+        where = "its top" if not current else "%s, its only directory" % current
+        found = ", ".join(sorted(entries)[:8]) or "nothing"
+        return None, ("%s holds no CMakeLists.txt at %s (found: %s); %s" % (shown, where, found, SOURCE_FORM))
+    return None, "%s: no CMakeLists.txt within %d nested directories; %s" % (shown, SOURCE_ROOT_DEPTH, SOURCE_FORM)
+
+
+def dir_source_problem(path):
+    """Why the source directory ``path`` would give the build no source root (None when it would)."""
+    def listing(rel):
+        try:
+            return os.listdir(os.path.join(path, rel))
+        except OSError:
+            return []
+
+    top = [e for e in listing("") if e not in COPY_SKIPPED_AT_TOP]
+    return _root_problem("src %s" % path, top, lambda rel: os.path.isdir(os.path.join(path, rel)), listing,
+                         lambda rel: os.path.exists(os.path.join(path, rel, "CMakeLists.txt")))[1]
+
+
+def tarball_source_problem(tarball, dest):
+    """Why the tarball ``tarball`` would give the build no source root (None when it would), reading only its
+    member list: a tarball that cannot be read, a member outside ``dest`` (StepFailed, as the extraction refuses),
+    no CMakeLists.txt where the build looks for it."""
+    try:
+        with tarfile.open(tarball) as archive:
+            members = archive.getmembers()
+    except (tarfile.TarError, EOFError, OSError, ValueError) as exc:
+        return "src %s is not a readable tarball (%s); %s" % (tarball, exc, SOURCE_FORM)
+    _check_members(tarball, members, dest)
+    names, dirs = set(), set()
+    for member in members:
+        name = os.path.normpath(member.name).lstrip("/")
+        if name in ("", "."):
+            continue
+        names.add(name)
+        parts = name.split("/")
+        dirs.update("/".join(parts[:i]) for i in range(1, len(parts)))
+        if member.isdir():
+            dirs.add(name)
+
+    def entries_of(rel):
+        prefix = rel + "/" if rel else ""
+        return sorted(set(n[len(prefix):].split("/")[0] for n in names | dirs
+                          if n.startswith(prefix) and n != rel and n[len(prefix):]))
+
+    return _root_problem("src %s" % tarball, entries_of(""), lambda rel: rel in dirs, entries_of,
+                         lambda rel: os.path.join(rel, "CMakeLists.txt") in names)[1]
+
+
 def _source_root(path):
-    if os.path.exists(os.path.join(path, "CMakeLists.txt")):
-        return path
-    entries = [e for e in os.listdir(path) if not e.startswith(".")]
-    if len(entries) == 1 and os.path.isdir(os.path.join(path, entries[0])):
-        return _source_root(os.path.join(path, entries[0]))
-    raise StepFailed("no CMakeLists.txt at the top of the NVSHMEM source (%s)" % path)
+    """The directory holding CMakeLists.txt in the build's copy of the source at ``path``."""
+    def listing(rel):
+        try:
+            return os.listdir(os.path.join(path, rel))
+        except OSError:
+            return []
+
+    root, problem = _root_problem("the NVSHMEM source (%s)" % path, listing(""),
+                                  lambda rel: os.path.isdir(os.path.join(path, rel)), listing,
+                                  lambda rel: os.path.exists(os.path.join(path, rel, "CMakeLists.txt")))
+    if problem:
+        raise StepFailed(problem)
+    return os.path.join(path, root) if root else path
 
 
 def _copy_ignore(top):
@@ -619,6 +717,7 @@ class NvshmemBuild(object):
             raise Failed("jobs must be 1 or more, got %d" % p["jobs"])
         if p["lock_timeout"] < 0:
             raise Failed("lock_timeout must be 0 (refuse at once) or more seconds, got %d" % p["lock_timeout"])
+        self.sha256 = sha256_option(p["sha256"])
         self.nvcc = os.path.join(p["cuda_home"], "bin", "nvcc")
         if not os.access(self.nvcc, os.X_OK):
             raise Failed("no nvcc at %s: install the CUDA toolkit or set cuda_home (NVSHMEM needs CUDACXX)" % self.nvcc)
@@ -641,7 +740,7 @@ class NvshmemBuild(object):
             if cxx:
                 rc, out, err = self.runner.run([cxx, "--version"], record=False, check=False, timeout=120)
                 compiler = out.splitlines()[0].strip() if rc == 0 and out else None
-            source = source_identity(self.module, self.runner, p["src"], p["sha256"])
+            source = source_identity(self.module, self.runner, p["src"], self.sha256)
         except StepFailed as exc:
             raise Failed(exc.msg, rc=exc.rc, cmd=exc.cmd)
         self.inputs = {
@@ -707,10 +806,33 @@ class NvshmemBuild(object):
         if self.have_artifact:
             reason += "; the packed install for the key is in %s" % self.p["artifact_dir"]
             self.result["artifact"] = self.artifact[0]
+        if not self.have_artifact:
+            self.check_source()
         self.result.update(reason=reason, would_build=not self.have_artifact, changed=True)
         if self.module._diff:
             self.result["diff"] = stamp_diff(self.prefix, self.stamp, self.key, self.inputs)
         return "artifact" if self.have_artifact else "build"
+
+    def check_source(self):
+        """The source checks of the build, before it (in check mode too, so that the plan and the real run give
+        one verdict): Failed naming the source when the build would refuse it."""
+        src = self.p["src"]
+        if not os.path.exists(src):
+            text = ("src %s does not exist on this host and no packed install for key %s is in %s"
+                    % (src, short_key(self.key), self.p["artifact_dir"]))
+            if not self.module.check_mode:
+                raise Failed(text + " (nothing was built)")
+            self.module.warn(text + ": a real run refuses unless one of them is there by then")
+            return
+        try:
+            if os.path.isfile(src):
+                problem = tarball_source_problem(src, os.path.join(self.staging, "src"))
+            else:
+                problem = dir_source_problem(src)
+        except StepFailed as exc:
+            problem = exc.msg
+        if problem:
+            raise Failed(problem + " (nothing was built)")
 
     # --- apply ----------------------------------------------------------------------------------
 

@@ -39,7 +39,8 @@ options:
           - C(serial), a positive whole number of hosts, a percentage string such as C(25%) (above 0, at most 100), or
             a non-empty list of those; C(percentage), 0 to 100; C(count), 0 or more; C(positive), 1 or more;
             C(seconds), 1 or more; C(choice), one of O(settings[].choices); C(profile), a profile O(settings[].table)
-            knows (an unknown one fails naming the known ones instead of running without a gate); C(hca_mapping),
+            knows (an unknown one fails naming the known ones instead of running without a gate; one that only
+            falls back to the table's C(default) entry warns, naming it and the known profiles); C(hca_mapping),
             C(auto), empty or C(gpu:hca:port,...) with each GPU once; C(gid_index), C(auto), empty or 0 to 255;
             C(env), a mapping of shell variable names to one-line values.
           - Whole numbers may be given as strings of digits (extra vars arrive as strings).
@@ -79,7 +80,7 @@ settings:
 from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.gpufleet.deepep.plugins.module_utils._guard import guarded
-from ansible_collections.gpufleet.deepep.plugins.module_utils._settings import FORMS, check_settings
+from ansible_collections.gpufleet.deepep.plugins.module_utils._settings import FORMS, check_settings, setting_warnings
 
 
 # Shared with the action plugin of the same name, which judges the values in the controller's process.
@@ -101,7 +102,8 @@ def judge(settings):
         return dict(failed=True, changed=False, errors=errors,
                     msg="%d setting%s refused before any host runs: %s"
                     % (len(errors), "" if len(errors) == 1 else "s", "; ".join(errors)))
-    return dict(changed=False, settings=checked)
+    warnings = setting_warnings(settings)
+    return dict(changed=False, settings=checked, **({"warnings": warnings} if warnings else {}))
 
 
 def _main():
@@ -109,6 +111,8 @@ def _main():
     result = judge(module.params["settings"])
     if result.get("failed"):
         module.fail_json(**result)
+    for warning in result.pop("warnings", []):
+        module.warn(warning)
     module.exit_json(**result)
 
 

@@ -69,7 +69,8 @@ options:
     description:
       - An environment script (as written by the C(env_script) role). When its C(LD_PRELOAD) line names the
         custom host library, the bundled copy no longer wins (RV(ansible_facts.gpufleet_bundled_nvshmem.bundled_would_win)).
-      - A missing file reads as a script that preloads nothing.
+      - A missing file reads as a script that preloads nothing. A directory, a dangling link, a file that is not a
+        regular file or one that cannot be read is refused, naming the path and why.
     type: path
 extends_documentation_fragment:
   - gpufleet.deepep.attributes
@@ -291,6 +292,7 @@ from ansible_collections.gpufleet.deepep.plugins.module_utils._comm.nvshmem_disc
     bundled_would_win,
     describe_custom,
     env_script_preloads,
+    env_script_problem,
     find_bundled,
     find_gdrcopy_lib,
     mismatches,
@@ -435,12 +437,18 @@ class BundledNvshmem(object):
         facts["preload_libs"] = preload.split(":") if preload else []
         if params["env_script"]:
             text = None
-            if os.path.isfile(params["env_script"]):
+            script = params["env_script"]
+            problem = env_script_problem(script)
+            if problem:
+                self.fail(problem)
+            if os.path.isfile(script):
                 try:
-                    with open(params["env_script"], "r", encoding="utf-8", errors="replace") as handle:
+                    with open(script, "r", encoding="utf-8", errors="replace") as handle:
                         text = handle.read()
                 except (IOError, OSError) as exc:
-                    self.fail("cannot read env_script %s: %s" % (params["env_script"], to_native(exc)))
+                    self.fail("env_script %s cannot be read (%s); expected a readable environment script (a file "
+                              "such as /opt/deepep/unified-env.sh), or leave env_script unset"
+                              % (script, to_native(exc.strerror or exc)))
             facts["env_script_preloads"] = env_script_preloads(text if text is not None else "", self.custom)
 
     def observe_mismatches(self):

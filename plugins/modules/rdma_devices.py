@@ -21,6 +21,12 @@ description:
     RV(ansible_facts.gpufleet_rdma.transport) and RV(ansible_facts.gpufleet_rdma.recommended_gid_index)
     (for C(NVSHMEM_IB_GID_INDEX)).
   - A node without RDMA devices gives empty lists and transport C(none); that is not a failure.
+  - An entry of C(class/infiniband) that is not an RDMA device directory (a dangling symbolic link, a symbolic link
+    loop, a plain file, a directory without C(ports/)) is not listed as a device; nor is a second name of a device
+    directory already listed (entries are de-duplicated by their resolved path). Each is a warning naming the
+    entry and why, and listed in RV(ansible_facts.gpufleet_rdma.skipped).
+  - A port C(rate) file that does not hold a rate (C(<N> Gb/sec (...))) gives the port a null C(rate_gbps)
+    (unknown) and a warning naming the device, the port and the text.
   - GID and IPv4 work uses the Python C(netaddr) library when the target has it and the standard
     library otherwise, with identical results.
 extends_documentation_fragment:
@@ -207,7 +213,7 @@ ansible_facts:
                   type: str
                   sample: 400 Gb/sec (4X NDR)
                 rate_gbps:
-                  description: The rate in Gb/s.
+                  description: The rate in Gb/s; null when the rate file is missing or does not hold a rate (a warning).
                   type: float
                   sample: 400
                 lid:
@@ -296,6 +302,29 @@ ansible_facts:
           returned: always
           type: int
           sample: 3
+        skipped:
+          description:
+            - Entries of C(class/infiniband) not listed as devices, each with the reason (not a device directory, or
+              the same device directory as a listed name). Each is also a warning.
+          returned: always
+          type: list
+          elements: dict
+          sample: [{name: mlx5_9, reason: "a dangling symbolic link (its target ../../devices/x does not exist)"}]
+          contains:
+            name:
+              description: The entry's name.
+              type: str
+              sample: mlx5_9
+            reason:
+              description: Why it is not listed.
+              type: str
+              sample: "a dangling symbolic link (its target ../../devices/x does not exist)"
+        warnings:
+          description: The sentences the module warned with (skipped entries, rates that are not rates); empty if none.
+          returned: always
+          type: list
+          elements: str
+          sample: []
 """
 
 import os
@@ -321,6 +350,8 @@ def run(module):
         module.fail_json(msg=f"sysfs_root {sysfs_root!r} is not a directory (expected the path of /sys or "
                              f"of a tree shaped like it)")
     facts = collect_rdma(sysfs_root)
+    for warning in facts["warnings"]:
+        module.warn(warning)
     module.exit_json(changed=False, ansible_facts={"gpufleet_rdma": facts})
 
 

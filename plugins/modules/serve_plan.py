@@ -19,8 +19,13 @@ description:
   - Preflight, before anything starts; every problem names the fix and the module fails listing them all - tp
     divisible by nnodes, multi-node dp only with dp-attention, attention TP dividing the model's attention heads
     (from O(model), the facts of M(gpufleet.deepep.model_config)), each instance's dist-init address its own rank 0
-    (never another instance's or the other role's node), a group's host count a multiple of nnodes, bootstrap ports
-    apart from the server ports, a router present in PD mode, and the runbook's C(--mini-lb) only with O(debug).
+    (never another instance's or the other role's node), a group's host count a multiple of nnodes, every port
+    unique on its host, a router present in PD mode, and the runbook's C(--mini-lb) only with O(debug).
+  - Ports are unique per host across every process the plan places there - each engine's C(--port), a prefill
+    engine's C(--disaggregation-bootstrap-port) and the port of its C(--dist-init-addr) (on every member host of its
+    instance), and the router's C(--port) and C(--prometheus-port) (on each router host, which may be an engine
+    host too). A port given twice on one host is refused naming the host, the port and both instances and flags.
+    Ports SGLang derives itself (its NCCL and ZMQ ports) are not planned here.
   - With O(nodes), the facts of the engine nodes
     (RV(gpufleet.deepep.node_stack#module:ansible_facts.gpufleet_serve_node) of M(gpufleet.deepep.node_stack) with
     C(gather=[serve_node]) on each), it also refuses per node - an address the other nodes reach it at
@@ -99,11 +104,17 @@ options:
     type: path
     default: ""
   start_timeout:
-    description: C(TimeoutStartSec) of the engine units (model loading and DeepGEMM warmup are long).
+    description:
+      - C(TimeoutStartSec) of the engine units (model loading and DeepGEMM warmup are long), whole seconds, 1 or
+        more.
+      - 0 or a negative number is refused naming the value (systemd reads 0 as no timeout at all and ignores a
+        negative one, keeping its 90 s default).
     type: int
     default: 3600
   restart_sec:
-    description: C(RestartSec) of the units.
+    description:
+      - C(RestartSec) of the units, whole seconds, 0 or more (0 restarts a failed unit at once); a negative number
+        is refused naming the value.
     type: int
     default: 5
   engine_version:

@@ -29,7 +29,10 @@ options:
     type: str
     default: sglang
   router_url:
-    description: The router as the node reaches it, e.g. C(http://127.0.0.1:30080); empty on engine nodes.
+    description:
+      - The router as the node reaches it, e.g. C(http://127.0.0.1:30080); empty on engine nodes.
+      - Credentials in the URL (C(user:password@)) are refused; the refusal shows the URL with the password as
+        C(***).
     type: str
     default: ""
   timeout:
@@ -79,7 +82,8 @@ ansible_facts:
           description:
             - One entry a unit - C(unit), C(env_file), C(role) (prefill, decode, router), C(instance) (e.g.
               C(decode1)), C(rank), C(sglang_version), C(load_state), C(active_state), C(sub_state),
-              C(unit_file_state), C(main_pid), C(restarts), C(error) (what could not be read, else null).
+              C(unit_file_state), C(main_pid), C(restarts), C(error) (what could not be read, else null; e.g. an
+              environment file that is not UTF-8 text is named there, and the other units are still read).
           type: list
           elements: dict
         router:
@@ -87,6 +91,9 @@ ansible_facts:
             - Null without O(router_url); else C(url), C(ready), C(readiness_status), C(error), C(prefill_count),
               C(decode_count) and C(workers) (C(url), C(worker_type), C(is_healthy), C(bootstrap_port)); a worker
               is healthy only when the router's C(is_healthy) is a JSON C(true) (another value is named in C(error)).
+            - C(ready) is true only when C(/readiness) answers 200 and C(/workers) answers 200 with a JSON object
+              with a C(workers) list; any other C(/workers) answer (not JSON, a JSON list, an error) is named in
+              C(error).
           type: dict
 """
 
@@ -96,15 +103,12 @@ import os
 from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.gpufleet.deepep.plugins.module_utils._guard import guarded
-from ansible_collections.gpufleet.deepep.plugins.module_utils._http import HttpInputError, check_url
+from ansible_collections.gpufleet.deepep.plugins.module_utils._http import HttpInputError, check_url, url_secrets
 from ansible_collections.gpufleet.deepep.plugins.module_utils._runner import run_bounded
-from ansible_collections.gpufleet.deepep.plugins.module_utils._serve.state import SHOW_PROPERTIES, _get, gather
+from ansible_collections.gpufleet.deepep.plugins.module_utils._serve.state import (
+    SHOW_PROPERTIES, _get, gather, read_env_text
+)
 from ansible_collections.gpufleet.deepep.plugins.module_utils._serve.unitvalues import UnitValueError, check_prefix
-
-
-def _read_text(path):
-    with open(path, "r") as handle:
-        return handle.read()
 
 
 def _main():
@@ -117,6 +121,7 @@ def _main():
         ca_path=dict(type="path"),
     ), supports_check_mode=True)
     p = module.params
+    module.no_log_values.update(url_secrets(p["router_url"]))  # a password in it: in no message, nor invocation
     if p["timeout"] < 1:
         module.fail_json(msg="timeout %r: expected a whole number of seconds, 1 or more" % p["timeout"])
     try:
@@ -135,7 +140,7 @@ def _main():
         return run_bounded(["systemctl", "show", unit, "--property=" + ",".join(SHOW_PROPERTIES)], p["timeout"])
 
     get = functools.partial(_get, validate_certs=p["validate_certs"], ca_path=p["ca_path"])
-    facts = gather(p["config_dir"], p["prefix"], p["router_url"], show, _read_text, p["timeout"], get=get)
+    facts = gather(p["config_dir"], p["prefix"], p["router_url"], show, read_env_text, p["timeout"], get=get)
     module.exit_json(changed=False, ansible_facts={"gpufleet_serving": facts})
 
 

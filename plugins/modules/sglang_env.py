@@ -62,9 +62,21 @@ options:
   hold:
     description:
       - C(project -> version) held fixed in the environment, e.g. torch 2.9.1, nvidia-nccl-cu12 2.28.3 and
-        nvidia-cudnn-cu12 9.16.0.29. C(torch) without a version (empty string) holds the version installed now.
+        nvidia-cudnn-cu12 9.16.0.29. C(torch) without a version (empty string) holds the version installed now
+        (or pinned already).
       - Held NVIDIA wheels that are missing or at another version are installed with C(--no-deps); torch is never
         installed by this module except to put back the held version after something moved it.
+      - Project names compare as pip compares them (PEP 503 - case, C(-), C(_) and C(.) alike); two keys naming the
+        same project (C(torch) and C(Torch)) are refused naming both, before anything is read. C(deep_ep) is refused
+        here while O(hold_deep_ep) holds the collection's build.
+      - A hold is written over any other line of its project in the constraints file - the hold wins, as the newer
+        word of the site (a torch upgrade of the profile). When that line pins something else (C(torch==2.8.0)
+        under a hold of C(torch 2.9.1), or C(nvidia-nccl-cu12==2.28.3) that M(gpufleet.deepep.nccl_env) keeps), the
+        task warns naming the package, the line replaced and the new hold; keep the two in agreement, or the other
+        writer and this module replace each other's pin on every run.
+      - An empty version keeps the version the constraints file pins, else the one installed.
+      - A constraints file (or pip.conf) that is not UTF-8 text is refused naming the file - it would read as no
+        pins, and be rewritten with the holds alone.
     type: dict
     default: {}
   hold_deep_ep:
@@ -364,6 +376,7 @@ from ansible.module_utils.common.text.converters import to_native
 
 from ansible_collections.gpufleet.deepep.plugins.module_utils._fileio import read_text
 from ansible_collections.gpufleet.deepep.plugins.module_utils._guard import guarded
+from ansible_collections.gpufleet.deepep.plugins.module_utils._http import url_secrets
 from ansible_collections.gpufleet.deepep.plugins.module_utils._comm.nccl import (
     constraint_text,
     pip_conf_constraints,
@@ -387,11 +400,13 @@ from ansible_collections.gpufleet.deepep.plugins.module_utils._serve.sglang impo
 )
 from ansible_collections.gpufleet.deepep.plugins.module_utils._serve.sglang_facts import (
     SglangProbeError,
+    constraint_entries,
     constraint_lines,
     facts_of,
     gather_sglang,
     probe as read_probe,
     probe_versions,
+    read_pip_file,
     resolve_python,
 )
 
@@ -526,7 +541,7 @@ class SglangEnv(object):
             version = "" if version is None else str(version)
             if not version:
                 version = (probe.get("dists") or {}).get(project, {}).get("version") or ""
-                existing = constraint_lines(self.constraint_file).get(project)
+                existing = self._read(constraint_lines, self.constraint_file).get(project)
                 version = existing or version
             if not version:
                 raise StepFailed("hold %s has no version and %s is not installed in %s; give its version, e.g. "
@@ -535,7 +550,7 @@ class SglangEnv(object):
         bundled = self.p["use_bundled_deepep"]
         if self.p["hold_deep_ep"] and not bundled:
             de = facts["deep_ep"]
-            version = constraint_lines(self.constraint_file).get("deep-ep") or de.get("version")
+            version = self._read(constraint_lines, self.constraint_file).get("deep-ep") or de.get("version")
             if (not version or not (de.get("stamp_key") or self._stamp_before)) and self.module.check_mode:
                 # A check run before the site's deepep phase installed DeepEP: predict, do not fail.
                 self.result["reasons"].append("deep_ep will be held once the deepep role installed the collection's "
@@ -713,20 +728,30 @@ class SglangEnv(object):
             raise StepFailed("transfer_engine=nixl: %s" % exc)
 
     def observe_node(self, probe, facts, want):
-        """What holds now: ``{holds, moved, constraints_before, constraints, pip_conf, pin_conf, conf_before}``."""
+        """What holds now: ``{holds, moved, constraints_before, constraints, pip_conf, pin_conf, conf_before}``.
+        The constraints file and pip.conf are read as text or refused (a binary file reads as no pins); a hold that
+        replaces another pin of its project in the constraints file is warned about, naming both."""
         self._stamp_before = facts["deep_ep"].get("stamp_key")
         self.collection_wheel = facts["deep_ep"].get("wheel")
+        before = self._read(read_pip_file, self.constraint_file, "constraints file")
+        pip_conf = self.p["pip_config_file"] or os.path.join(prefix_or_root(facts), "pip.conf")
+        conf_before = self._read(read_pip_file, pip_conf, "pip configuration")
         holds = self.wanted_holds(facts, probe)
         facts["holds"] = holds
         held_deep_ep = facts["deep_ep"] if "deep-ep" in holds else None
-        before = read_text(self.constraint_file)
+        pinned = constraint_entries(before)
         constraints = before
         for project, version in sorted(holds.items()):
+            replaced = [line for line in pinned.get(project, []) if not _pins_version(line, version)]
+            if replaced:
+                self.module.warn("hold %s %s %s %s in the constraints file %s (the hold wins; change the hold "
+                                 "if the pin was meant)"
+                                 % (project, version, "overrides, for the lock," if self.p.get("state") == "lock"
+                                    else "replaces", " and ".join(replaced), self.constraint_file))
             constraints = constraint_text(constraints, project, version)
-        pip_conf = self.p["pip_config_file"] or os.path.join(prefix_or_root(facts), "pip.conf")
         return {"holds": holds, "moved": moved(None, probe_versions(probe), holds, held_deep_ep, want["bundled"]),
                 "constraints_before": before, "constraints": constraints, "pip_conf": pip_conf,
-                "pin_conf": facts["virtualenv"] or bool(self.p["pip_config_file"]), "conf_before": read_text(pip_conf)}
+                "pin_conf": facts["virtualenv"] or bool(self.p["pip_config_file"]), "conf_before": conf_before}
 
     # --- plan: what is to be done, in words (the reasons) ------------------------------------------------
 
@@ -918,6 +943,12 @@ class SglangEnv(object):
                 os.unlink(tmp)
 
 
+def _pins_version(line, version):
+    """Whether the constraint ``line`` (``project==version``, any spacing) pins exactly ``version``."""
+    name, sep, pinned = line.partition("==")
+    return bool(sep) and pinned.strip() == str(version) and not any(c in name.strip() for c in "<>!~=;[@ ")
+
+
 def prefix_or_root(facts):
     return facts.get("prefix") or "/"
 
@@ -959,6 +990,9 @@ def _main():
         required_if=[("state", "present", ("version",)), ("state", "lock", ("version",))],
         supports_check_mode=True,
     )
+    # A password in a package source is refused (check_source), and kept out of the result (invocation too).
+    for value in [module.params["index_url"]] + list(module.params["extra_index_urls"] or []):
+        module.no_log_values.update(url_secrets(value))
     env = SglangEnv(module)
     try:
         result = env.main()

@@ -29,6 +29,8 @@ options:
     description:
       - The stamp file. Its directory is created (mode C(0755)) when missing; the file is written with mode
         C(0644).
+      - With O(state=record), a path that is a symlink or a directory, or whose parent exists as a file, is refused
+        naming it (in check mode too); the stamp is never written over or through a link.
     type: path
     default: /var/lib/gpufleet-site-converged.json
   key:
@@ -54,6 +56,8 @@ options:
     description:
       - With O(state=record), the Debian packages whose installed version is part of the state (a package
         that is not installed is recorded as such). Ignored with O(state=check).
+      - When packages are recorded (or the stamp records some), a O(dpkg_status) that is missing or cannot be read
+        fails the task naming the file; nothing is recorded as not installed from a file that could not be read.
     type: list
     elements: str
     default: []
@@ -153,6 +157,11 @@ def run(module):
         if p["state"] == "check":
             result.update(ss.check(p["path"], p["key"], p["hash_limit"], p["dpkg_status"]))
             return result
+        # Where the stamp cannot go (a symlink, a directory, a parent that is a file) is refused before anything is
+        # read or written, in check mode too, so a check run predicts the refusal a real record would give.
+        problem = ss.stamp_target_problem(p["path"])
+        if problem:
+            raise ss.SiteStateError(problem)
         now = datetime.datetime.now(datetime.timezone.utc).replace(microsecond=0).isoformat()
         content = ss.record_content(p["key"], p["watch"], p["packages"], now, p["hash_limit"], p["dpkg_status"])
         old, dummy = ss.read_stamp(p["path"])

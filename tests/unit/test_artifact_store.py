@@ -824,3 +824,88 @@ def test_action_plugin_refuses_links_and_a_rewritten_pinned_record(playbook, tmp
                           wait=False), ok=False)
     assert "%s is a symbolic link" % (tmp_path / "parent") in out, out[-3000:]
     assert os.listdir(tmp_path / "real-parent") == []  # nothing copied through the link
+
+
+# --------------------------------------------------------------------------------------------
+# A store that cannot hold its lock; the warning of an unpinned install from a shared store
+
+
+def _warnings(result):
+    """The warning texts of a module result (ansible-core 2.19 returns them as structured summaries)."""
+    return [item["event"]["msg"] if isinstance(item, dict) else item for item in result.get("warnings", [])]
+
+
+def _store_is_a_file(tmp_path):
+    (tmp_path / "afile").write_text("x")
+    return tmp_path / "afile", "it is a file, not a directory"
+
+
+def _store_under_a_file(tmp_path):
+    (tmp_path / "afile").write_text("x")
+    return tmp_path / "afile" / "store", "%s is a file, not a directory" % (tmp_path / "afile")
+
+
+def _store_is_a_dangling_link(tmp_path):
+    os.symlink(str(tmp_path / "gone"), str(tmp_path / "store"))
+    return tmp_path / "store", "it is a symbolic link (to %s) that does not lead to a directory" % (tmp_path / "gone")
+
+
+def _store_under_proc(tmp_path):
+    return "/proc/gpufleet-no-store", "the lock file cannot be created there (No such file or directory)"
+
+
+@pytest.mark.parametrize("make", [_store_is_a_file, _store_under_a_file, _store_is_a_dangling_link, _store_under_proc])
+@pytest.mark.parametrize("how", ["put_local", "module put"])
+def test_a_store_that_cannot_hold_its_lock_is_refused_naming_the_option_and_the_path(module_runner, tmp_path, make,
+                                                                                      how):
+    make_src(tmp_path / "src")
+    store, why = make(tmp_path)
+    before = sorted(os.listdir(tmp_path))
+    with pytest.raises(s.StoreError) as info:
+        if how == "put_local":
+            s.put_local(str(store), "nvshmem", KEY, str(tmp_path / "src"), FILES, "n1")
+        else:
+            _module_put(module_runner, store, tmp_path / "src")
+    message = str(info.value)
+    assert "store %s is not a writable directory and cannot hold the store lock %s/.lock" % (store, store) in message
+    assert why in message and "gpufleet_artifact_store" in message and "set store" in message, message
+    assert "Errno" not in message and "Traceback" not in message
+    assert sorted(os.listdir(tmp_path)) == before  # nothing written
+
+
+def test_a_lock_that_flock_refuses_names_the_store_and_the_file_system(monkeypatch, tmp_path):
+    import errno
+    import fcntl as real_fcntl
+
+    def no_locks(fd, op):
+        raise OSError(errno.ENOLCK, os.strerror(errno.ENOLCK))
+
+    monkeypatch.setattr(real_fcntl, "flock", no_locks)
+    make_src(tmp_path / "src")
+    with pytest.raises(s.StoreError) as info:
+        s.put_local(str(tmp_path / "store"), "nvshmem", KEY, str(tmp_path / "src"), FILES, "n1")
+    message = str(info.value)
+    assert "store %s cannot hold a lock: flock on %s/.lock failed" % (tmp_path / "store", tmp_path / "store") in message
+    assert "nolock" in message and "gpufleet_artifact_store" in message, message
+
+
+def test_an_install_from_an_unpinned_shared_store_warns_with_the_digest_to_pin(module_runner, published, tmp_path):
+    store, contents, result = published
+    digest = result["record_sha256"]
+    args = dict(op="get", mode="shared", store=str(store), kind="nvshmem", key=KEY, dest=str(tmp_path / "dest"))
+    plan = module_runner(artifact_store, args, check_mode=True)
+    assert not plan.failed and [w for w in _warnings(plan) if "would install nvshmem/%s" % KEY in w]
+    got = module_runner(artifact_store, args)
+    assert not got.failed and tree(tmp_path / "dest") == contents
+    (warning,) = [w for w in _warnings(got) if "unpinned record" in w]
+    assert "installed nvshmem/%s" % KEY in warning and digest in warning and "node-1" in warning
+    assert "gpufleet_artifact_record_pins" in warning and "{%s: %s}" % (KEY, digest) in warning
+    # Nothing copied (the files are there already): nothing to warn about.
+    assert not [w for w in _warnings(module_runner(artifact_store, args)) if "unpinned" in w]
+    # Pinned: no warning.
+    os.unlink(str(tmp_path / "dest" / FILES[0]))
+    pinned = module_runner(artifact_store, dict(args, record_sha256=digest))
+    assert not pinned.failed and pinned["copied"] == [FILES[0]] and not _warnings(pinned)
+    # A lookup only reads: no warning.
+    assert not _warnings(module_runner(artifact_store, dict(op="lookup", mode="shared", store=str(store),
+                                                            kind="nvshmem", key=KEY)))

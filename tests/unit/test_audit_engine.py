@@ -176,6 +176,10 @@ def test_node_status():
     assert node_status([{"severity": "info"}, {"severity": "warning"}]) == "warning"
     assert node_status([{"severity": "info"}, {"severity": "critical"}]) == "critical"
     assert node_status([{"severity": "info"}]) == "info"
+    # Nothing wrong found, but something not judged: never plainly ok; a finding still wins.
+    assert node_status([], True, [{"id": "NOT_JUDGED_NO_PROFILE"}]) == "not_judged"
+    assert node_status([{"severity": "warning"}], True, [{"id": "NOT_JUDGED_NO_PROFILE"}]) == "warning"
+    assert node_status([], False, [{"id": "NOT_JUDGED_NO_PROFILE"}]) == "unreachable"
 
 
 # --- drift ----------------------------------------------------------------------------------------------
@@ -240,8 +244,9 @@ def test_audit_fleet_document():
     docs = {"n1": _node("n1"), "n2": _node("n2", gpufleet_stack__torch={"version": "2.11.0+cu130"}),
             "n3": {"host": "n3", "groups": ["b200"], "reachable": False, "unreachable_reason": "ssh refused"}}
     fleet = audit_fleet(docs, CATALOGUE, groups={"b200": ["n1", "n2", "n3"]}, meta={"generated_at": "now"})
-    assert fleet["summary"] == {"nodes": 3, "ok": 1, "with_findings": 1, "unreachable": 1,
+    assert fleet["summary"] == {"nodes": 3, "ok": 1, "with_findings": 1, "not_judged": 0, "unreachable": 1,
                                 "critical": 1, "warning": 0, "info": 0}
+    assert fleet["nodes"]["n1"]["not_judged"] == [] and fleet["nodes"]["n2"]["not_judged"] == []
     assert fleet["nodes"]["n1"]["status"] == "ok"
     assert fleet["nodes"]["n2"]["status"] == "critical"
     assert [f["id"] for f in fleet["nodes"]["n2"]["findings"]] == ["DEEPEP_TORCH_ABI"]

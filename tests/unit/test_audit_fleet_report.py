@@ -10,6 +10,7 @@ import copy
 import json
 import os
 import subprocess
+import sys
 
 import pytest
 import yaml
@@ -223,3 +224,48 @@ def test_sglang_facts_reach_the_rules(tmp_path):
     assert fleet["nodes"]["s1"]["facts"]["gpufleet_sglang"] == sglang_doc["gpufleet_sglang"]
     assert fleet["nodes"]["s1"]["facts"]["gather_errors"] == {}
     assert "SGLANG_NCCL_NOT_DEEPEP_BUILD" in (tmp_path / "run" / "fleet.md").read_text()
+
+
+def test_a_run_directory_that_cannot_be_a_directory_is_refused_naming_the_option_and_the_path(tmp_path):
+    """A file as output_dir, a file above it, a dangling link as output_dir or above it, a file as output_root: each
+    is refused naming the option and the path (never ``[Errno 17] File exists``), and nothing is written."""
+    afile = tmp_path / "afile"
+    afile.write_text("not a directory\n")
+    os.symlink(str(tmp_path / "gone"), str(tmp_path / "dangling"))
+    os.symlink(str(afile), str(tmp_path / "tofile"))
+    cases = {
+        "file": ("output_dir", str(afile), "output_dir %s is a file, not a directory" % afile),
+        "under_file": ("output_dir", str(afile / "run"),
+                       "output_dir %s: %s is a file, not a directory, so nothing can be created below it"
+                       % (afile / "run", afile)),
+        "under_link_to_file": ("output_dir", str(tmp_path / "tofile" / "run"),
+                               "%s is a symbolic link to %s, not a directory" % (tmp_path / "tofile", afile)),
+        "dangling": ("output_dir", str(tmp_path / "dangling"), "is a symlink"),
+        "under_dangling": ("output_dir", str(tmp_path / "dangling" / "run"), "is a dangling symlink"),
+        "root_file": ("output_root", str(afile), "output_root %s is a file, not a directory" % afile),
+    }
+    tasks = []
+    for name, (option, path, dummy) in cases.items():
+        tasks.append({"name": name, "gpufleet.deepep.audit_fleet_report": {"rules_file": str(RULES), "hosts": [],
+                                                                           option: path},
+                      "register": "r_" + name, "ignore_errors": True})
+    tasks.append({"ansible.builtin.copy": {
+        "content": "{{ {%s} | to_json }}" % ", ".join("'%s': r_%s" % (name, name) for name in cases),
+        "dest": str(tmp_path / "results.json"), "mode": "0644"}})
+    playbook = tmp_path / "p.yml"
+    playbook.write_text(yaml.safe_dump([{"hosts": "localhost", "gather_facts": False, "tasks": tasks}]))
+    env = dict(os.environ, ANSIBLE_CONFIG=str(REPO / "ansible.cfg"), ANSIBLE_COLLECTIONS_PATH=str(REPO / ".collections"),
+               PATH="%s:%s" % (REPO / ".venv" / "bin", os.environ.get("PATH", "")))
+    proc = subprocess.run([str(REPO / ".venv" / "bin" / "ansible-playbook"), "-i", "localhost,", "-c", "local",
+                           "-e", "ansible_python_interpreter=%s" % sys.executable, str(playbook)],
+                          cwd=REPO, env=env, capture_output=True, text=True, check=False)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    results = json.loads((tmp_path / "results.json").read_text())
+    for name, (option, path, named) in cases.items():
+        result = results[name]
+        assert result.get("failed"), (name, result)
+        msg = result["msg"]
+        assert option in msg and path in msg and named in msg, (name, msg)
+        assert "Errno" not in msg and "Traceback" not in msg and "unexpected" not in msg, (name, msg)
+    assert afile.read_text() == "not a directory\n"
+    assert sorted(os.listdir(tmp_path)) == ["afile", "dangling", "p.yml", "results.json", "tofile"]

@@ -151,7 +151,7 @@ def test_html_node_table_order_and_status(fleet):
 def test_markdown(fleet):
     md = render_markdown(fleet)
     assert md.startswith("# DeepEP fleet audit")
-    assert "**4 nodes: 1 ok, 2 with findings, 1 unreachable**" in md
+    assert "**4 nodes: 1 ok, 2 with findings, 0 not fully judged, 1 unreachable** (findings: " in md
     for node in fleet["nodes"].values():
         for finding in node["findings"]:
             assert finding["fix"] in md
@@ -287,3 +287,133 @@ def test_a_node_without_linkage_or_verification_shows_neither():
     fleet = audit_fleet({"n1": json.loads(json.dumps(HEALTHY))}, CATALOGUE)
     md = render_markdown(fleet)
     assert "Linkage of the DeepEP build" not in md and "## Verification" not in md and "Last verification" not in md
+
+
+# --- an audit without a profile on a node whose audit_python has no torch (tests/fixtures/captured/h200x1) ---------
+
+H200X1 = FIXTURES / "captured" / "h200x1"
+
+
+def role_expect(variables):
+    """``audit_expect`` as roles/audit/tasks/main.yml computes it from the node's variables."""
+    from ansible.parsing.dataloader import DataLoader
+    from ansible.template import Templar, trust_as_template
+
+    tasks = yaml.safe_load((REPO / "roles" / "audit" / "tasks" / "main.yml").read_text())
+    (task,) = [t for t in tasks if t.get("name") == "Note what the node's profile expects"]
+    defaults = {"audit_expected_hca_prefix": "", "audit_profile": "", "audit_expected_deepep_v2": False,
+                "audit_sglang": False, "audit_sglang_expect": {}, "audit_expect_extra": {}}
+    templar = Templar(loader=DataLoader(), variables=dict(defaults, **variables))
+    return json.loads(json.dumps(templar.template(trust_as_template(task["ansible.builtin.set_fact"]["audit_expect"]))))
+
+
+def captured_result():
+    """The registered node_stack result of the captured node (node_stack-no-profile.txt)."""
+    return yaml.safe_load((H200X1 / "node_stack-no-profile.txt").read_text().split("=>", 1)[1])
+
+
+def captured_fleet(expect=None, result=None):
+    from ansible_collections.gpufleet.deepep.plugins.plugin_utils._audit.document import node_document
+
+    doc = node_document("gpu-node-1", ["h200_cluster"], result or captured_result(),
+                        role_expect({}) if expect is None else expect)
+    return audit_fleet({"gpu-node-1": doc}, CATALOGUE, groups={"h200_cluster": ["gpu-node-1"]},
+                       meta={"generated_at": "2026-11-29T01:20:04Z"})
+
+
+def test_the_role_names_the_profile_variables_a_node_without_a_profile_lacks():
+    assert role_expect({})["unset"] == ["gpufleet_profile", "gpufleet_intranode_only", "deepep_generation",
+                                        "audit_expected_hca_prefix"]
+    h200 = yaml.safe_load((REPO / "inventories" / "example" / "group_vars" / "h200.yml").read_text())
+    expect = role_expect(dict(h200, audit_profile="h200"))
+    assert expect["profile"] == "h200" and expect["intranode_only"] is True
+    assert expect["unset"] == ["deepep_generation", "audit_expected_hca_prefix"]
+
+
+def test_captured_no_profile_node_is_not_fully_judged():
+    fleet = captured_fleet()
+    assert fleet["summary"] == {"nodes": 1, "ok": 0, "with_findings": 0, "not_judged": 1, "unreachable": 0,
+                                "critical": 0, "warning": 0, "info": 0}
+    node = fleet["nodes"]["gpu-node-1"]
+    assert node["status"] == "not_judged" and node["findings"] == []
+    gaps = dict((g["id"], g) for g in node["not_judged"])
+    assert list(gaps) == ["NOT_JUDGED_NO_PROFILE", "NOT_JUDGED_TORCH_NOT_FOUND"]
+    assert gaps["NOT_JUDGED_NO_PROFILE"]["message"].startswith(
+        "The node has no profile (not set: gpufleet_profile, gpufleet_intranode_only, deepep_generation, "
+        "audit_expected_hca_prefix), so the audit has no expectations for it")
+    assert "CUDA, torch, NVSHMEM or DeepEP versions, GPU architecture or bandwidth gates" in \
+        gaps["NOT_JUDGED_NO_PROFILE"]["message"]
+    assert gaps["NOT_JUDGED_TORCH_NOT_FOUND"]["message"].startswith(
+        "torch was not found with /usr/bin/python3, the interpreter the audit used (it runs, but has no torch "
+        "package), so torch, the NCCL torch loads, DeepEP")
+    assert "Set audit_python to the interpreter of the node's torch environment" in \
+        gaps["NOT_JUDGED_TORCH_NOT_FOUND"]["fix"]
+    assert all(g["fix"] and g["source"] and g["kind"] == "not_judged" for g in gaps.values())
+
+
+def test_captured_no_profile_markdown_says_what_it_could_not_judge():
+    md = render_markdown(captured_fleet())
+    captured = (H200X1 / "audit-no-profile-fleet.md").read_text()
+    assert "**1 nodes: 1 ok, 0 with findings, 0 unreachable**" in captured      # what the node's audit said
+    assert "**1 nodes: 0 ok, 0 with findings, 1 not fully judged, 0 unreachable** (findings: 0 critical, 0 warning, " \
+           "0 info)" in md
+    assert "1 ok" not in md and "### gpu-node-1 (not fully judged)" in md
+    row = [line for line in md.splitlines() if line.startswith("| gpu-node-1 |")][0]
+    assert row.startswith("| gpu-node-1 | not fully judged | 0 | 0 | 0 | not judged: NOT_JUDGED_NO_PROFILE, "
+                          "NOT_JUDGED_TORCH_NOT_FOUND |")
+    # The key facts the capture's report showed from the stack (CUDA, torch, NCCL, NVSHMEM, DeepEP) are unchanged.
+    def cells(text, start):
+        return [c.strip() for c in [line for line in text.splitlines() if line.startswith(start)][0].split("|")]
+
+    header, old, new = cells(captured, "| node |"), cells(captured, "| gpu-node-1 |"), cells(md, "| gpu-node-1 |")
+    for name in ("CUDA", "torch", "NCCL", "NVSHMEM", "DeepEP"):
+        assert new[header.index(name)] == old[header.index(name)], name
+    assert "## Not fully judged" in md
+    assert "- **NOT JUDGED** `NOT_JUDGED_TORCH_NOT_FOUND` torch was not found with the interpreter the audit used" in md
+    assert "  - why: torch was not found with /usr/bin/python3" in md
+    assert "  - fix: Set audit_python to the interpreter" in md
+
+
+def test_captured_no_profile_html_and_json_agree_with_the_markdown():
+    fleet = captured_fleet()
+    page = render_html(fleet)
+    c = check(page)
+    assert c.errors == [] and c.stack == [] and c.external == []
+    assert set(c.hrefs) <= set(c.ids) and len(c.ids) == len(set(c.ids))
+    text = " ".join(c.text)
+    assert "1 nodes: 0 ok, 0 with findings, 1 not fully judged, 0 unreachable" in text
+    assert "not fully judged" in text and 'class="badge s-not_judged"' in page
+    assert '<div class="card not_judged"><b>1</b><span>not fully judged</span></div>' in page
+    assert '<div class="card ok"' not in page                    # no node counted ok
+    for gap in fleet["nodes"]["gpu-node-1"]["not_judged"]:
+        assert gap["fix"] in text and gap["message"] in text and gap["title"] in text
+    again = json.loads(render(fleet, "json"))
+    assert again["summary"] == fleet["summary"] and again["summary"]["not_judged"] == 1
+    assert [g["id"] for g in again["nodes"]["gpu-node-1"]["not_judged"]] == [
+        "NOT_JUDGED_NO_PROFILE", "NOT_JUDGED_TORCH_NOT_FOUND"]
+
+
+def test_the_same_node_with_its_profile_and_torch_environment_is_judged():
+    h200 = yaml.safe_load((REPO / "inventories" / "example" / "group_vars" / "h200.yml").read_text())
+    expect = role_expect(dict(h200, audit_profile="h200"))
+    result = captured_result()
+    result["ansible_facts"]["gpufleet_stack"]["python"]["path"] = "/opt/torch/.venv/bin/python"
+    result["ansible_facts"]["gpufleet_stack"]["torch"] = {"version": "2.9.1+cu130", "cuda": "13.0",
+                                                         "location": "/opt/torch/.venv/lib/python3.12/site-packages"}
+    fleet = captured_fleet(expect, result)
+    node = fleet["nodes"]["gpu-node-1"]
+    assert node["not_judged"] == [] and node["status"] == "ok"
+    assert fleet["summary"]["ok"] == 1 and fleet["summary"]["not_judged"] == 0
+    assert "**1 nodes: 1 ok, 0 with findings, 0 not fully judged, 0 unreachable**" in render_markdown(fleet)
+
+
+def test_not_judged_beside_findings_counts_the_node_both_ways():
+    fleet = captured_fleet()
+    doc = fleet["nodes"]["gpu-node-1"]["facts"]
+    doc["gather_errors"] = {"gpufleet_rdma": "boom"}
+    fleet = audit_fleet({"gpu-node-1": doc}, CATALOGUE)
+    node = fleet["nodes"]["gpu-node-1"]
+    assert node["status"] == "warning" and [f["id"] for f in node["findings"]] == ["FACTS_INCOMPLETE"]
+    assert (fleet["summary"]["with_findings"], fleet["summary"]["not_judged"], fleet["summary"]["ok"]) == (1, 1, 0)
+    md = render_markdown(fleet)
+    assert "| FACTS_INCOMPLETE; not judged: NOT_JUDGED_NO_PROFILE, NOT_JUDGED_TORCH_NOT_FOUND |" in md

@@ -232,6 +232,16 @@ CASES = {
         {"gather_errors": {"gpufleet_rdma": "module failed"}},
         {"gather_errors": {}},
     ),
+    # What could not be judged (kind not_judged; the captured no-profile case is in test_audit_report.py).
+    "NOT_JUDGED_NO_PROFILE": (
+        {"expect.unset": ["gpufleet_profile", "deepep_generation"]},
+        # a profile, some of whose settings are left at their defaults
+        {"expect.unset": ["deepep_generation"], "expect.profile": "b200_cuda13"},
+    ),
+    "NOT_JUDGED_TORCH_NOT_FOUND": (
+        {"gpufleet_stack.torch": {"version": None, "cuda": None, "location": None}},
+        {"gpufleet_stack.torch.version": "2.9.1+cu129"},
+    ),
 }
 
 
@@ -516,3 +526,25 @@ def test_no_mlx5dv_quiet_where_the_header_has_the_symbol(tmp_path, version):
     facts = rdma_core_facts(tmp_path, version, header_has_symbol=True)
     assert facts["mlx5dv_ok"] is True and facts["mlx5dv_rule"]["waived"] == []
     assert [f for f in evaluate_rules(audit_with(facts, version), CATALOGUE) if f["id"] == "RDMA_CORE_NO_MLX5DV"] == []
+
+
+def test_not_judged_rules_are_kept_apart_from_the_findings():
+    rules = {r["id"]: r for r in validate_rules(CATALOGUE)}
+    gaps = sorted(r for r in rules if rules[r].get("kind") == "not_judged")
+    assert gaps == ["NOT_JUDGED_NO_PROFILE", "NOT_JUDGED_TORCH_NOT_FOUND"]
+    found = evaluate_rules(mutate(HEALTHY, {"gpufleet_stack.torch.version": None,
+                                            "gpufleet_stack.python": {"path": "/opt/x/bin/python", "ok": False}}),
+                           CATALOGUE)
+    (gap,) = [f for f in found if f["id"] == "NOT_JUDGED_TORCH_NOT_FOUND"]
+    assert gap["kind"] == "not_judged" and gap["severity"] == "info"
+    assert gap["message"].startswith("torch was not found with /opt/x/bin/python, the interpreter the audit used "
+                                     "(it could not be run)")
+    assert all("kind" not in f for f in found if f["id"] != "NOT_JUDGED_TORCH_NOT_FOUND")
+
+
+def test_an_unknown_kind_is_refused_naming_it():
+    rule = {"id": "X_RULE", "title": "t", "severity": "info", "condition": "`true`", "fix": "f", "source": "s",
+            "kind": "maybe"}
+    with pytest.raises(Exception) as err:
+        validate_rules([rule])
+    assert "rule X_RULE: kind 'maybe' is not one of finding, not_judged" in str(err.value)

@@ -1118,6 +1118,8 @@ URL_IDS = ["%s-%s-%d" % (c[0].__name__.rsplit(".", 1)[-1], c[1], i) for i, c in 
 def test_a_malformed_url_is_refused_naming_option_value_and_form(module_runner, tmp_path, module, option, value, why):
     import sys
 
+    from ansible_collections.gpufleet.deepep.plugins.module_utils import _http
+
     before = snapshot(tmp_path)
     args = {option: value}
     if module is sglang_env:
@@ -1130,7 +1132,7 @@ def test_a_malformed_url_is_refused_naming_option_value_and_form(module_runner, 
     result = module_runner(module, args)
     assert result.failed, result
     shown = value[0] if isinstance(value, list) else value
-    assert result["msg"].startswith("%s %r: " % (option, shown)), result["msg"]
+    assert result["msg"].startswith("%s %r: " % (option, _http.redact_url(shown))), result["msg"]  # no password
     assert why in result["msg"] and "expected" in result["msg"]
     assert (URL_FORM if module is not serve_state else "expected http://<host>:<port>") in result["msg"]
     assert snapshot(tmp_path) == before
@@ -1280,3 +1282,157 @@ def test_node_stack_deepep_v2_options_refused_and_nothing_written(module_runner,
     if "nic_name" in named:
         assert "expected an RDMA device name" in result["msg"]
     assert snapshot(tmp_path) == before
+
+
+# ------------------------------------- site_state: where the stamp cannot go, and a dpkg status that cannot be read
+def _stamp_over_link(tmp_path):
+    (tmp_path / "real.json").write_text("{}\n")
+    os.symlink(str(tmp_path / "real.json"), str(tmp_path / "stamp.json"))
+    return {"path": str(tmp_path / "stamp.json")}, ["is a symlink (to %s)" % (tmp_path / "real.json"), "expected"]
+
+
+def _stamp_under_file(tmp_path):
+    (tmp_path / "var").write_text("x\n")
+    return ({"path": str(tmp_path / "var" / "stamp.json")},
+            ["its parent %s is a file" % (tmp_path / "var"), "expected a directory"])
+
+
+def _stamp_without_dpkg(tmp_path):
+    return ({"path": str(tmp_path / "stamp.json"), "packages": ["rdma-core"]},
+            ["cannot read dpkg status %s" % (tmp_path / "no-status"), "expected dpkg's status file"])
+
+
+@pytest.mark.parametrize("make", [_stamp_over_link, _stamp_under_file, _stamp_without_dpkg])
+@pytest.mark.parametrize("check_mode", [False, True])
+def test_site_state_record_refuses_link_file_parent_and_missing_dpkg(module_runner, tmp_path, make, check_mode):
+    args, named = make(tmp_path)
+    before = snapshot(tmp_path)
+    links = sorted(p.name for p in tmp_path.iterdir() if p.is_symlink())
+    result = module_runner(site_state, dict({"key": "k", "state": "record", "watch": [],
+                                             "dpkg_status": str(tmp_path / "no-status")}, **args),
+                           check_mode=check_mode)
+    assert result.failed, result
+    assert all(n in result["msg"] for n in named), result["msg"]
+    assert "Traceback" not in result["msg"] and "File exists" not in result["msg"]
+    assert snapshot(tmp_path) == before
+    assert sorted(p.name for p in tmp_path.iterdir() if p.is_symlink()) == links
+
+
+def test_node_stack_refuses_a_root_that_is_not_a_directory(module_runner, tmp_path):
+    (tmp_path / "root-file").write_text("x\n")
+    before = snapshot(tmp_path)
+    result = module_runner(node_stack, {"root": str(tmp_path / "root-file"), "gather": ["stack", "paths"],
+                                        "paths": ["/etc"]})
+    assert result.failed
+    assert "root %r is not a directory (expected / or a tree shaped like" % str(tmp_path / "root-file") \
+        in result["msg"]
+    assert snapshot(tmp_path) == before
+
+
+# -------------------------------------------------------- serving inputs (issue 46 C): ports, seconds, counts, holds
+def _router_on(host, address):
+    def apply(topology):
+        topology["router"]["hosts"] = [{"name": host, "address": address}]
+        return topology
+    return apply
+
+
+# (what is changed in a good topology, the args beside it, the words of the refusal)
+SERVING_INPUTS_BAD = [
+    (lambda t: _set(("router", "settings"), {"port": 30001})(_router_on("d-1", "10.0.0.20")(t)), {},
+     "host d-1: port 30001 is both sglang_decode instance 0's --port (port) and the router's --port (port)"),
+    (lambda t: _set(("router", "settings"), {"prometheus_port": 5757})(_router_on("d-1", "10.0.0.20")(t)), {},
+     "host d-1: port 5757 is both sglang_decode instance 0's --dist-init-addr port (dist_init_port) and the "
+     "router's --prometheus-port (prometheus_port)"),
+    (_set(("decode", "settings", "dist_init_port"), 30001), {},
+     "host d-1: port 30001 is both sglang_decode instance 0's --port (port) and sglang_decode instance 0's "
+     "--dist-init-addr port (dist_init_port)"),
+    (lambda t: t, {"start_timeout": -1}, "start_timeout is -1; expected a whole number of seconds of 1 or more"),
+    (lambda t: t, {"start_timeout": 0}, "start_timeout is 0; expected a whole number of seconds of 1 or more"),
+    (lambda t: t, {"restart_sec": -5}, "restart_sec is -5; expected a whole number of seconds of 0 or more"),
+]
+
+
+@pytest.mark.parametrize("change,extra,words", SERVING_INPUTS_BAD,
+                         ids=["serving-%d" % i for i in range(len(SERVING_INPUTS_BAD))])
+def test_serve_plan_refuses_colliding_ports_and_bad_seconds_naming_them(module_runner, tmp_path, change, extra,
+                                                                         words):
+    before = snapshot(tmp_path)
+    args = dict({"topology": change(_topology()), "host": "d-1", "config_dir": str(tmp_path)}, **extra)
+    result = module_runner(serve_plan, args)
+    assert result.failed, result
+    assert words in result["msg"], result["msg"]
+    assert "Traceback" not in result["msg"] and "unexpected" not in result["msg"]
+    assert snapshot(tmp_path) == before
+
+
+@pytest.mark.parametrize("config, words", [
+    ({"num_attention_heads": "abc"}, 'num_attention_heads is "abc"; expected a positive integer'),
+    ({"num_attention_heads": True},
+     "num_attention_heads is true (a boolean, not a number); expected a positive integer"),
+    ({"num_attention_heads": 8, "num_hidden_layers": "61"}, 'num_hidden_layers is "61"; expected a positive integer'),
+    ({"num_attention_heads": 8, "n_routed_experts": -2}, "n_routed_experts is -2; expected a non-negative integer"),
+])
+def test_model_config_names_the_file_key_and_value_of_a_count_that_is_no_integer(module_runner, tmp_path, config,
+                                                                                   words):
+    (tmp_path / "config.json").write_text(json.dumps(config))
+    before = snapshot(tmp_path)
+    result = module_runner(model_config, {"path": str(tmp_path)})
+    assert result.failed and result["msg"] == "%s: %s" % (tmp_path / "config.json", words), result["msg"]
+    assert snapshot(tmp_path) == before
+
+
+@pytest.mark.parametrize("check_mode", [False, True])
+def test_sglang_env_refuses_colliding_holds_and_a_binary_constraints_file_writing_nothing(module_runner, tmp_path,
+                                                                                          check_mode):
+    import sys  # this section is appended; the file's imports stay as they are
+
+    constraints = tmp_path / "constraints.txt"
+    constraints.write_bytes(b"torch==2.9.1\n\xc3\x28 not text\n")
+    before = snapshot(tmp_path)
+    twice = module_runner(sglang_env, {"python": str(tmp_path / "none"), "state": "present", "version": "0.5.19",
+                                       "hold": {"torch": "2.9.1", "Torch": "2.8.0"},
+                                       "constraint_file": str(constraints)}, check_mode=check_mode)
+    assert twice.failed and "hold names torch twice: torch: 2.9.1 and Torch: 2.8.0" in twice["msg"], twice["msg"]
+    binary = module_runner(sglang_env, {"python": sys.executable, "constraint_file": str(constraints),
+                                        "sysfs_root": str(tmp_path)}, check_mode=check_mode)
+    assert binary.failed and binary["msg"].startswith("constraints file %s is not UTF-8 text" % constraints)
+    assert "Traceback" not in twice["msg"] + binary["msg"]
+    assert snapshot(tmp_path) == before
+
+
+@pytest.mark.parametrize("check_mode", [False, True])
+def test_hardening3_nics_builds_and_env_script_refuse_or_warn_by_name(module_runner, tmp_path, check_mode):
+    """Issue 46 part E: entries of class/infiniband that are no devices, a malformed sha256, an env_script that is a
+    directory - each named, nothing written, no traceback."""
+    from ansible_collections.gpufleet.deepep.plugins.modules import nvshmem_build, pytorch_bundled_nvshmem, rdma_devices
+
+    sysfs = render_sysfs_tree(tmp_path, nic_naming="mlx5")
+    ib = sysfs / "class" / "infiniband"
+    (ib / "mlx5_9").symlink_to("../../devices/nowhere/infiniband/mlx5_9")
+    (ib / "mlx5_10").write_text("x")
+    (ib / "mlx5_0" / "ports" / "1" / "rate").write_text("fast")
+    work = tmp_path / "work"  # what must stay unwritten (the sysfs tree holds a dangling link snapshot cannot read)
+    env_dir = work / "env.sh"
+    env_dir.mkdir(parents=True)
+    before = snapshot(work)
+    rdma = module_runner(rdma_devices, {"sysfs_root": str(sysfs)}, check_mode=check_mode)
+    assert not rdma.failed and [d["name"] for d in rdma["ansible_facts"]["gpufleet_rdma"]["devices"]] == [
+        "mlx5_%d" % i for i in range(8)]
+    warnings = " | ".join(w if isinstance(w, str) else w["event"]["msg"] for w in rdma.get("warnings", []))
+    assert "class/infiniband/mlx5_9 is not listed as an RDMA device: a dangling symbolic link" in warnings
+    assert "class/infiniband/mlx5_10 is not listed as an RDMA device: not a directory" in warnings
+    assert "RDMA device mlx5_0 port 1: rate 'fast' is not a rate" in warnings
+
+    bad_sha = module_runner(nvshmem_build, {"src": str(work / "nvshmem.tar.gz"), "sha256": "deadbeef",
+                                            "prefix": str(work / "opt" / "nvshmem"), "cuda_arch": "90"},
+                            check_mode=check_mode)
+    assert bad_sha.failed and bad_sha["msg"].startswith("sha256: 'deadbeef' is not a sha256 digest; expected 64 "
+                                                        "hexadecimal digits"), bad_sha["msg"]
+
+    env = module_runner(pytorch_bundled_nvshmem, {"site_packages": [str(work)], "env_script": str(env_dir),
+                                                  "nvshmem_prefix": str(work / "nvshmem")}, check_mode=check_mode)
+    assert env.failed and env["msg"].startswith("env_script %s is a directory" % env_dir), env["msg"]
+    for result in (bad_sha, env):
+        assert "Traceback" not in result["msg"] and "unexpected" not in result["msg"]
+    assert snapshot(work) == before

@@ -547,3 +547,48 @@ def test_a_second_build_of_one_artifact_dir_refuses_and_leaves_the_first_ones_st
         plan = module_runner(deepep_build, args, check_mode=True)
         assert not plan.failed and plan["would_build"]
     assert first.returncode == 0
+
+
+# --- messages name the option the user set; check mode gives the real run's verdict ----------------------------
+
+
+def test_a_malformed_gpu_arch_list_is_named_as_gpu_arch_list(module_runner, tmp_path, nvshmem_root):
+    venv = Venv(tmp_path / "venv").set_torch("2.11.0")
+    result = module_runner(deepep_build, _args(venv, tmp_path, nvshmem_root, arch_list=None, gpu_arch_list="10,0"),
+                           check_mode=True)
+    assert result.failed and "arch_list_malformed: gpu_arch_list: arch list '10,0'" in result["msg"]
+    assert "Fix: write gpu_arch_list as TORCH_CUDA_ARCH_LIST does" in result["msg"]
+    assert "write arch_list" not in result["msg"]
+
+
+@pytest.mark.parametrize("option", ["wheel", "env_script"])
+def test_a_directory_given_as_a_file_option_is_named(module_runner, tmp_path, option):
+    venv = Venv(tmp_path / "venv")
+    args = {"python": venv.python, "arch_list": "9.0", "artifact_dir": str(tmp_path / "artifacts"),
+            "src": str(_tree(tmp_path, "deepep-v1-fixture")), option: str(tmp_path)}
+    if option == "wheel":
+        del args["src"]
+    result = module_runner(deepep_build, args, check_mode=True)
+    assert result.failed and result["msg"].startswith("%s %s is a directory; expected " % (option, tmp_path))
+
+
+def test_check_mode_refuses_a_wheel_that_does_not_match_its_record_as_the_install_does(module_runner, tmp_path,
+                                                                                      nvshmem_root):
+    """No build needed: a wheel whose build record names another sha256 is refused by the plan too."""
+    store = tmp_path / "from-store"
+    store.mkdir()
+    wheel = store / "deep_ep-1.2.1-cp311-cp311-linux_x86_64.whl"
+    wheel.write_bytes(b"PK not really a wheel")
+    (store / "build.json").write_text(json.dumps({
+        "key": "k" * 64, "generation": "v1", "wheel_name": wheel.name, "wheel_sha256": "0" * 64, "version": "1.2.1",
+        "inputs": {"arch_list": "9.0"}}))
+    venv = Venv(tmp_path / "venv").set_torch("2.11.0")
+    args = {"wheel": str(wheel), "python": venv.python, "arch_list": "9.0", "nvshmem_root": nvshmem_root,
+            "cuda_home": CUDA_HOME, "artifact_dir": str(tmp_path / "artifacts")}
+    plan = module_runner(deepep_build, args, check_mode=True)
+    real = module_runner(deepep_build, args)
+    for result in (plan, real):
+        assert result.failed and not result.get("would_install") and not result["installed"]
+        assert "%s has sha256 " % wheel in result["msg"] and "its build record says %s" % ("0" * 64) in result["msg"]
+    assert plan["msg"] == real["msg"] and real["commands"] == []
+    assert venv.run("import deep_ep").returncode != 0

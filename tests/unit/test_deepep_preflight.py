@@ -204,3 +204,18 @@ def test_a_static_fallback_without_a_readable_runtime_is_refused_with_the_fix():
     failure = next(f for f in result["failures"] if f["check"] == "libstdcxx_static")
     assert "/opt/gcc/bin/g++" in failure["message"] and "libstdc++.so" in failure["message"]
     assert "CXX" in failure["fix"] and "libstdc++" in failure["fix"]
+
+
+@pytest.mark.parametrize("change,option", [
+    ({"arch_list": None, "gpu_arch_list": "10,0"}, "gpu_arch_list"),
+    ({"arch_list": "", "gpu_arch_list": ["9.0", "sm90"]}, "gpu_arch_list"),
+    ({"arch_list": "10,0", "gpu_arch_list": "9.0"}, "arch_list"),
+])
+def test_a_malformed_arch_list_is_named_by_the_option_the_user_set(change, option):
+    result = dp.deepep_preflight(dict(GOOD_V2, **change))
+    failures = [f for f in result["failures"] if f["check"] == "arch_list_malformed"]
+    assert len(failures) == 1, result["failures"]
+    assert failures[0]["message"].startswith("%s: " % option)
+    assert failures[0]["fix"].startswith("write %s as TORCH_CUDA_ARCH_LIST does" % option)
+    other = "arch_list" if option == "gpu_arch_list" else "gpu_arch_list"
+    assert not failures[0]["message"].startswith(other)

@@ -64,7 +64,8 @@ def test_gcp_b200_rocep_without_nvidia_smi(module_runner, no_nvidia_smi, tree):
         "0:rocep145s0:1,1:rocep146s0:1,2:rocep152s0:1,3:rocep153s0:1,"
         "4:rocep198s0:1,5:rocep199s0:1,6:rocep205s0:1,7:rocep206s0:1")
     assert facts["cuda_arch_list"] == "10.0"
-    assert facts["nvidia_smi"] == {"path": None, "used": False, "rc": None, "stdout": "", "stderr": ""}
+    assert facts["nvidia_smi"] == {"path": None, "used": False, "rc": None, "stdout": "", "stderr": "",
+                                   "timed_out": False, "error": None}
     gpu0 = facts["gpus"][0]
     assert gpu0["pci_address"] == "0000:8f:00.0" and gpu0["numa_node"] == 0
     assert gpu0["name"] == "NVIDIA B200" and gpu0["compute_capability"] == "10.0"
@@ -366,3 +367,149 @@ def test_gpu_count_disagreeing_with_nvidia_smi_fails_instead_of_shifting(tmp_pat
     assert "nvidia-smi lists 8 GPUs but sysfs shows 7" in result["msg"]
     assert "only in nvidia-smi: %s" % victim["pci_address"] in result["msg"]
     assert "ansible_facts" not in result
+
+
+# ------------------------------------------------------------------- a slow or wedged nvidia-smi: one bound in all
+
+
+def _warnings(result):
+    # ansible-core 2.19 returns warnings as structured summaries; older ones as strings
+    return [w if isinstance(w, str) else w["event"]["msg"] for w in result.get("warnings", [])]
+
+
+def _logging_smi(tmp_path, body):
+    """A fake nvidia-smi that appends its arguments to calls.log, then runs ``body``."""
+    log = tmp_path / "calls.log"
+    smi = _script(tmp_path / "nvidia-smi", 'echo "$*" >> %s\n%s' % (log, body))
+    return smi, log
+
+
+def test_wedged_nvidia_smi_is_reported_timed_out_and_run_once(tmp_path, module_runner, tree):
+    smi, log = _logging_smi(tmp_path, "exec sleep 600\n")
+    result = module_runner(gpu_topology, {"sysfs_root": str(tree("h200_nvlink")), "nvidia_smi": str(smi),
+                                          "timeout": 1})
+    assert result.failed
+    info = result["nvidia_smi"]
+    assert info["timed_out"] is True and info["used"] is False and info["rc"] == 124
+    assert str(smi) in info["error"] and "timeout=1s" in info["error"] and "--query-gpu=" in info["error"]
+    assert "timeout=1s" in result["msg"] and "raise timeout" in result["msg"]
+    # killed once at its bound; neither the query nor the NVLink status ran again
+    assert log.read_text().splitlines() == [" ".join(_pci.nvidia_smi_query_argv(str(smi))[1:])]
+
+
+def test_nvidia_smi_answering_nothing_warns_and_is_not_asked_again(tmp_path, module_runner, tree):
+    smi, log = _logging_smi(tmp_path, "exit 0\n")
+    result = module_runner(gpu_topology, {"sysfs_root": str(tree("h200_nvlink")), "nvidia_smi": str(smi)})
+    facts = facts_of(result)
+    info = facts["nvidia_smi"]
+    assert info["used"] is False and info["rc"] == 0 and info["timed_out"] is False
+    assert "with no GPU line" in info["error"] and str(smi) in info["error"]
+    assert any("with no GPU line" in w and "GPU facts come from sysfs alone" in w for w in _warnings(result))
+    assert len(log.read_text().splitlines()) == 1  # no nvlink -s after a query that gave nothing
+    assert facts["gpus"][0]["source"] == "sysfs"
+
+
+def test_slow_nvlink_status_gets_only_what_the_query_left(tmp_path, module_runner, fake_smi, tree):
+    """The query answers; nvlink -s hangs: it is killed within the rest of the one bound, a warning says so."""
+    real = fake_smi("h200_nvlink")
+    smi, log = _logging_smi(tmp_path, 'if [ "$1" = nvlink ]; then exec sleep 600; fi\nexec %s "$@"\n' % real)
+    result = module_runner(gpu_topology, {"sysfs_root": str(tree("h200_nvlink")), "nvidia_smi": str(smi),
+                                          "timeout": 3})
+    facts = facts_of(result)
+    info = facts["nvidia_smi"]
+    assert info["used"] is True and info["timed_out"] is False
+    assert "nvlink -s did not answer within the" in info["error"] and "left of timeout=3s" in info["error"]
+    assert any("NVLink facts left out" in w and "timeout=3s" in w for w in _warnings(result))
+    assert facts["gpus"][0]["source"] == "nvidia-smi" and facts["gpus"][0]["nvlink"] is None
+    assert [line.split()[0] for line in log.read_text().splitlines()] == ["--query-gpu=" + ",".join(
+        _pci.NVIDIA_SMI_QUERY_FIELDS), "nvlink"]
+
+
+class _Clock(object):
+    def __init__(self):
+        self.now = 100.0
+
+    def __call__(self):
+        return self.now
+
+
+def _fake_runner(clock, answers, took):
+    calls = []
+
+    def runner(argv, timeout=None, env=None):
+        calls.append((argv[1], timeout))
+        clock.now += took.get(argv[1], 0)
+        return answers[argv[1]]
+    return runner, calls
+
+
+ROW = "0, 00000000:18:00.0, NVIDIA H200, 143771, 9.0, GPU-1, 580.1\n"
+
+
+def test_query_nvidia_smi_gives_nvlink_the_rest_of_the_bound():
+    clock = _Clock()
+    runner, calls = _fake_runner(clock, {"--query-gpu=" + ",".join(_pci.NVIDIA_SMI_QUERY_FIELDS): (0, ROW, ""),
+                                         "nvlink": (0, "GPU 0: x\n\t Link 0: 26.562 GB/s\n", "")},
+                                 {"--query-gpu=" + ",".join(_pci.NVIDIA_SMI_QUERY_FIELDS): 45})
+    answer = _pci.query_nvidia_smi("/usr/bin/nvidia-smi", runner, 60, clock=clock)
+    assert [c[1] for c in calls] == [60, 15]  # never 60 twice
+    assert answer["info"]["used"] is True and answer["info"]["error"] is None and answer["warnings"] == []
+    assert answer["nvlink"] == {0: {"links": 1, "bandwidth_gbps": 26.562}}
+
+
+def test_query_nvidia_smi_skips_nvlink_when_the_bound_is_spent():
+    clock = _Clock()
+    query = "--query-gpu=" + ",".join(_pci.NVIDIA_SMI_QUERY_FIELDS)
+    runner, calls = _fake_runner(clock, {query: (0, ROW, "")}, {query: 59.5})
+    answer = _pci.query_nvidia_smi("/usr/bin/nvidia-smi", runner, 60, clock=clock)
+    assert [c[0] for c in calls] == [query]
+    assert answer["rows"] and answer["nvlink"] is None and answer["fatal"] is None
+    assert "nvlink -s not run: the GPU query took 59.5s of timeout=60s" in answer["info"]["error"]
+    assert answer["warnings"] == [answer["info"]["error"] + "; NVLink facts left out"]
+
+
+def test_query_nvidia_smi_timed_out_is_fatal_and_named():
+    clock = _Clock()
+    query = "--query-gpu=" + ",".join(_pci.NVIDIA_SMI_QUERY_FIELDS)
+    runner, calls = _fake_runner(clock, {query: (124, "", "\ntimed out after 45s")}, {query: 45})
+    answer = _pci.query_nvidia_smi("/usr/bin/nvidia-smi", runner, 45, clock=clock)
+    assert len(calls) == 1
+    assert answer["info"]["timed_out"] is True and answer["info"]["used"] is False
+    assert "did not answer the GPU query within timeout=45s" in answer["fatal"]
+    assert "/usr/bin/nvidia-smi --query-gpu=" in answer["info"]["error"]
+
+
+# --------------------------------------------------------------------------- NIC entries that are not devices
+
+
+def test_dangling_and_looping_nic_entries_are_no_nics_and_warned(tmp_path, module_runner, no_nvidia_smi):
+    root = render(tmp_path, "gcp_b200", nic_naming="mlx5")
+    ib = root / "class" / "infiniband"
+    (ib / "mlx5_8").symlink_to("../../devices/pci0000:ff/0000:ff:00.0/infiniband/mlx5_8")
+    (ib / "mlx5_9").symlink_to("mlx5_10")
+    (ib / "mlx5_10").symlink_to("mlx5_9")
+    (ib / "mlx5_11").write_text("")
+    result = module_runner(gpu_topology, {"sysfs_root": str(root)})
+    facts = facts_of(result)
+    assert facts["deepep_hca_mapping"] == MLX5_MAPPING
+    assert sorted({n["name"] for n in facts["gpus"][0]["nics"]}) == sorted("mlx5_%d" % i for i in range(8))
+    warnings = _warnings(result)
+    for name in ("mlx5_8", "mlx5_9", "mlx5_10", "mlx5_11"):
+        assert any(w.startswith("class/infiniband/%s is not listed" % name) for w in warnings), (name, warnings)
+
+
+def test_node_stack_gpus_set_reports_a_timed_out_nvidia_smi_as_its_error(tmp_path, tree):
+    """node_stack's gpufleet_gpus runs nvidia-smi as gpu_topology does: a timeout is the set's error, named."""
+    from ansible_collections.gpufleet.deepep.plugins.module_utils._node import fact_sets
+    from ansible_collections.gpufleet.deepep.plugins.module_utils._rdma import collect_rdma
+
+    root = str(tree("h200_nvlink"))
+    calls = []
+
+    def runner(argv, timeout=None, env=None):
+        calls.append(argv)
+        return 124, "", "\ntimed out after %ss: %s" % (timeout, " ".join(argv))
+
+    with pytest.raises(fact_sets.GatherError, match=r"did not answer the GPU query within timeout=7s"):
+        fact_sets.gather_gpus(root, collect_rdma(root), "/x/nvidia-smi", runner, timeout=7)
+    assert len(calls) == 1

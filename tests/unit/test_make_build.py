@@ -178,3 +178,25 @@ def test_the_linkage_record_takes_the_archs_from_cuobjdump_and_cuda_from_nvcc(mo
     assert [(o["sass"], o["ptx"]) for o in linkage["objects"]] == [(["sm_90"], [])]
     # cuobjdump ran with a timeout on the staged object, unrecorded (the commands list only the build's).
     assert all("cuobjdump" not in " ".join(argv) for argv in result["commands"])
+
+
+@pytest.mark.parametrize("layout", ["empty dir", "a file", "no Makefile"])
+def test_check_mode_refuses_the_source_the_build_refuses(module_runner, tmp_path, layout):
+    """A source that is there but is no make tree: the plan gives the real run's refusal, not would_build."""
+    src = tmp_path / "bad-src"
+    if layout == "empty dir":
+        src.mkdir()
+    elif layout == "a file":
+        src.write_text("not a tree")
+    else:
+        (src / "src").mkdir(parents=True)
+        (src / "README").write_text("x")
+    args = _args(tmp_path, "gdrcopy", src=str(src), source_id="https://example.invalid/gdrcopy.tar.gz#sha256:ab")
+    plan = module_runner(make_build, args, check_mode=True)
+    real = module_runner(make_build, args)
+    for result in (plan, real):
+        assert result.failed and not result.get("would_build") and not result.get("built")
+        assert "src %s" % src in result["msg"] and "top-level Makefile" in result["msg"]
+        assert "nothing was built" in result["msg"]
+    assert plan["msg"] == real["msg"]
+    assert not os.path.exists(args["prefix"])

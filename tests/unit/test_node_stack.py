@@ -230,7 +230,7 @@ def test_gather_configured_node(node):
                                 "stub_path": None, "linkable": False}
     assert facts["gdrcopy"]["library"] == "/usr/lib/x86_64-linux-gnu/libgdrapi.so.2"
     assert facts["gdrcopy"]["gdrdrv_loaded"] is False
-    assert facts["torch"] == {"version": "2.11.0+cu130", "cuda": "13.0", "location": "/site"}
+    assert facts["torch"] == {"version": "2.11.0+cu130", "cuda": "13.0", "location": "/site", "error": None}
     assert facts["nccl"]["pip_version"] == "2.28.9"
     assert facts["nccl"]["system_version"] == "2.30.7"
     assert facts["nccl"]["loaded_version"] == "2.28.9"       # torch loads its pip NCCL
@@ -291,7 +291,9 @@ def test_gather_bare_node(tmp_path):
     assert facts["deepep"]["installed"] is False
     assert facts["nvshmem"]["present"] is False
     assert facts["reboot"]["required"] is False
-    assert set(facts["errors"]) == {"packages", "ldconfig", "python"}
+    # An empty root is not a clean node: the stack says so.
+    assert set(facts["errors"]) == {"packages", "ldconfig", "python", "root"}
+    assert facts["errors"]["root"].startswith("root %s looks empty" % tmp_path)
     assert "rc=127" in facts["errors"]["python"]
 
 
@@ -426,3 +428,139 @@ def test_never_imports_with_import_check_false(node):
     facts = gather(node, runner, import_check=False)
     assert _imports(runner) == [] and facts["deep_ep_import"]["checked"] is False
     assert facts["deep_ep_import"]["skipped"] is None
+
+
+# --- a node that reads as nothing is not a clean node (issue 46) ---------------------------------------------------
+
+def test_missing_interpreter_is_unknown_torch_and_deepep_not_absent(node):
+    """The interpreter the module probes does not exist: torch and DeepEP say so ("not found at <path>"), and the
+    stack's error names the option to set, instead of null versions that read as packages not installed."""
+    python = str(node / "no-venv/bin/python")
+    runner = Runner([])
+    facts = gather(node, runner, python=python)
+    assert facts["python"]["ok"] is False
+    assert facts["torch"]["version"] is None
+    assert facts["torch"]["error"] == "python %s not found at %s: torch unknown" % (python, python)
+    assert facts["deep_ep_import"]["error"].startswith("python %s not found at %s: DeepEP unknown" % (python, python))
+    assert facts["deepep"]["import_error"].startswith("python %s not found at %s" % (python, python))
+    assert facts["errors"]["python"].startswith("python %s not found at %s: the torch, NCCL and DeepEP facts" %
+                                                (python, python))
+    assert "set the python option (audit_python in the audit role)" in facts["errors"]["python"]
+
+
+def test_missing_interpreter_without_the_import_still_says_deepep_is_unknown(node):
+    python = str(node / "no-venv/bin/python")
+    facts = gather(node, Runner([]), python=python, import_check=False)
+    assert facts["deep_ep_import"]["checked"] is False and facts["deep_ep_import"]["error"] is None
+    assert facts["deepep"]["import_ok"] is None
+    assert "not found at %s" % python in facts["deepep"]["import_error"]
+
+
+def test_interpreter_on_path_that_is_not_there(node, monkeypatch):
+    monkeypatch.setenv("PATH", str(node / "empty-bin"))
+    facts = gather(node, Runner([]), python="python3-gpufleet-none")
+    assert facts["torch"]["error"] == "python python3-gpufleet-none not found on PATH: torch unknown"
+
+
+def test_interpreter_that_runs_but_cannot_report_is_named_with_its_failure(node):
+    import sys
+    runner = Runner([([sys.executable, "-c"], (1, "", "SyntaxError: boom"))])
+    facts = gather(node, runner, python=sys.executable)
+    assert facts["torch"]["error"].startswith("python %s could not report its packages (" % sys.executable)
+    assert "SyntaxError: boom" in facts["errors"]["python"]
+
+
+def test_interpreter_without_torch_says_where_torch_was_looked_for(node):
+    """The captured no-profile node: /usr/bin/python3 runs, torch lives in a venv; the fact says which
+    interpreter was asked and what to set, not just null."""
+    probe = dict(PROBE_OUT, packages=[])
+    runner = Runner(answers()[:4] + [(["/opt/torch/.venv/bin/python", "-c"], (0, json.dumps(probe), ""))])
+    facts = gather(node, runner)
+    assert facts["python"]["ok"] is True and "python" not in facts["errors"]
+    assert facts["torch"]["version"] is None
+    assert facts["torch"]["error"] == ("no torch package in the environment of /opt/torch/.venv/bin/python (where "
+                                       "torch lives in a virtual environment, set the python option to its "
+                                       "interpreter)")
+
+
+@pytest.mark.parametrize("content, says", [
+    (b"\x7fELF\x02\x01\x01\x00" + bytes(range(256)) * 4, "is not UTF-8 text (byte 0x80 at offset 136)"),
+    (b"export A=1\n\xff\xfe\xfdexport B=2\n", "is not UTF-8 text (byte 0xff at offset 11)"),
+    (b"export A=1\n" + b"\x00" * 64, "holds NUL bytes (a binary file, not a script)"),
+])
+def test_binary_env_script_is_unreadable_not_a_script_of_unparsed_lines(node, content, says):
+    path = node / "opt/deepep/unified-env.sh"
+    path.write_bytes(content)
+    runner = Runner(answers())
+    facts = gather(node, runner)
+    env = facts["env_script"]
+    assert env["present"] is True and env["sha256"] == hashlib.sha256(content).hexdigest()
+    assert env["exports"] == {} and env["unparsed"] == []
+    assert env["error"].startswith("the env script %s " % path) and says in env["error"]
+    assert facts["errors"]["env_script"] == env["error"]
+    # The import is not tried with an environment read from the wrong file.
+    assert _imports(runner) == []
+    assert facts["deep_ep_import"]["ok"] is False and says in facts["deep_ep_import"]["error"]
+
+
+def test_readable_env_script_has_no_error(node):
+    facts = gather(node, Runner(answers()))
+    assert facts["env_script"]["error"] is None and "env_script" not in facts["errors"]
+
+
+def _empty_node_args(tmp_path):
+    root, sysfs = tmp_path / "empty-root", tmp_path / "empty-sys"
+    root.mkdir()
+    sysfs.mkdir()
+    return {"root": str(root), "sysfs_root": str(sysfs), "import_check": False,
+            "params_path": str(tmp_path / "no-params"), "version_path": str(tmp_path / "no-version"),
+            "nvidia_smi": "/bin/true", "python": "/usr/bin/python3"}
+
+
+def test_empty_root_and_sysfs_are_not_a_clean_node(module_runner, tmp_path):
+    args = _empty_node_args(tmp_path)
+    result = module_runner(node_stack, dict(args, gather=["stack", "nvidia", "rdma", "gpus"]), check_mode=True)
+    assert not result.failed, result.get("msg")
+    assert result["gather_errors"] == {}
+    warned = result["gather_warnings"]
+    assert sorted(warned) == ["gpufleet_gpus", "gpufleet_nvidia", "gpufleet_rdma", "gpufleet_stack"]
+    stack = result["ansible_facts"]["gpufleet_stack"]
+    assert stack["errors"]["root"].startswith("root %s looks empty" % args["root"])
+    assert warned["gpufleet_stack"] == [stack["errors"]["root"]]
+    pci = os.path.join(args["sysfs_root"], "bus", "pci", "devices")
+    assert warned["gpufleet_rdma"] == warned["gpufleet_gpus"]
+    assert warned["gpufleet_gpus"][0].startswith("sysfs_root %s looks empty: no PCI device under %s" %
+                                                 (args["sysfs_root"], pci))
+    assert warned["gpufleet_nvidia"][0].startswith("no NVIDIA driver found: neither params_path %s nor version_path"
+                                                   % args["params_path"])
+    # Each sentence is one warning, naming every set it concerns.
+    messages = [w if isinstance(w, str) else str(w) for w in result["warnings"]]
+    assert len(messages) == 3
+    assert any("gpufleet_gpus, gpufleet_rdma: sysfs_root" in m for m in messages)
+
+
+def test_pci_devices_without_a_gpu_say_no_gpu_found(module_runner, tmp_path):
+    args = _empty_node_args(tmp_path)
+    dev = tmp_path / "empty-sys/bus/pci/devices/0000:00:1f.0"
+    dev.mkdir(parents=True)
+    (dev / "vendor").write_text("0x8086\n")
+    (dev / "class").write_text("0x060100\n")
+    result = module_runner(node_stack, dict(args, gather=["rdma", "gpus"]), check_mode=True)
+    assert not result.failed, result.get("msg")
+    assert result["ansible_facts"]["gpufleet_gpus"]["gpu_count"] == 0
+    assert result["gather_warnings"] == {"gpufleet_gpus": [
+        "no NVIDIA GPU found under %s (no PCI function of vendor 0x10de with a display or 3D controller class)"
+        % os.path.join(args["sysfs_root"], "bus", "pci", "devices")]}
+
+
+def test_root_that_is_not_a_directory_is_refused(module_runner, tmp_path):
+    result = module_runner(node_stack, {"root": str(tmp_path / "nowhere"), "import_check": False})
+    assert result.failed
+    assert result["msg"] == ("root %r is not a directory (expected / or a tree shaped like a node's root)"
+                             % str(tmp_path / "nowhere"))
+
+
+def test_configured_root_gives_no_root_warning(node):
+    facts = gather(node, Runner(answers()))
+    assert "root" not in facts["errors"]
+    assert _stack.set_warnings({"gpufleet_stack": facts}, root=str(node)) == {}

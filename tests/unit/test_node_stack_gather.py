@@ -126,7 +126,10 @@ def test_a_set_that_cannot_be_gathered_is_named_and_the_others_are_returned(node
     assert sorted(result["ansible_facts"]) == ["gpufleet_nvidia", "gpufleet_stack"]
     # The stack still reports why its Python probe failed.
     assert "no-python" in result["ansible_facts"]["gpufleet_stack"]["errors"]["python"]
-    assert len(result["warnings"]) == 3
+    # Three sets not gathered, and the missing interpreter named where users look, with the option to set.
+    assert len(result["warnings"]) == 4
+    assert result["gather_warnings"]["gpufleet_stack"][0].startswith(
+        "python %s not found at %s" % (args["python"], args["python"]))
 
 
 def test_nvidia_smi_that_is_not_executable_costs_the_gpu_facts_only(node, module_runner, tmp_path):

@@ -30,8 +30,15 @@ def test_modules_from_proc_modules_and_sys_module(tmp_path):
     assert not result.failed, result
     facts = result["ansible_facts"]
     assert set(facts) == {"gpufleet_modules"}
-    assert facts["gpufleet_modules"] == {"loaded": ["gdrdrv", "nvidia"], "source": "/proc/modules",
-                                         "present": {"gdrdrv": True, "nvidia_peermem": True, "mlx5_ib": False}}
+    modules = facts["gpufleet_modules"]
+    assert modules["loaded"] == ["gdrdrv", "nvidia"] and modules["source"] == "/proc/modules"
+    assert modules["present"] == {"gdrdrv": True, "nvidia_peermem": True, "mlx5_ib": False}
+    # /sys/module/<name> without initstate: built into the kernel; the kernel release is unknown in this tree.
+    assert [(n, s["state"], s["source"]) for n, s in modules["states"].items()] == [
+        ("gdrdrv", "loaded", "/proc/modules"), ("nvidia_peermem", "builtin", "/sys/module/nvidia_peermem"),
+        ("mlx5_ib", "absent", None)]
+    assert modules["builtin"] == ["nvidia_peermem"] and modules["absent"] == ["mlx5_ib"]
+    assert modules["kernel"] is None and modules["states"]["mlx5_ib"]["loadable"] is None
     assert result["changed"] is False
 
 
@@ -44,12 +51,15 @@ def test_modules_fall_back_to_lsmod_with_its_timeout(tmp_path):
 
     facts = _role_facts.gather_modules(str(tmp_path), runner, ["nvidia_peermem"], timeout=7)
     assert calls == [(["lsmod"], 7)]
-    assert facts == {"loaded": ["nvidia_peermem"], "source": "lsmod", "present": {"nvidia_peermem": True}}
+    assert facts["loaded"] == ["nvidia_peermem"] and facts["source"] == "lsmod"
+    assert facts["present"] == {"nvidia_peermem": True}
+    state = facts["states"]["nvidia_peermem"]
+    assert (state["state"], state["source"]) == ("loaded", "lsmod")
 
 
 def test_modules_neither_readable(tmp_path):
     facts = _role_facts.gather_modules(str(tmp_path), lambda argv, timeout=None, env=None: (127, "", "no lsmod"))
-    assert facts == {"loaded": [], "source": None, "present": {}}
+    assert facts["loaded"] == [] and facts["source"] is None and facts["present"] == {} and facts["states"] == {}
 
 
 def test_paths_describe_file_directory_link_and_absent(tmp_path):

@@ -349,3 +349,57 @@ def test_option_the_params_file_does_not_list_is_warned_not_pending(node, module
     assert not result.failed, result
     assert result["reboot_required"] is False
     assert any("EnableNonblockingOpen" in w and "cannot be checked" in w for w in warnings(result))
+
+
+# A conf_path that is a symbolic link: never replaced, written, chmodded or removed through (check mode too).
+def _link_to_target(node, target_text="options nvidia NVreg_EnableStreamMemOPs=0\n"):
+    target = node.put("vendor/nvidia-site.conf", target_text)
+    os.chmod(target, 0o600)
+    os.symlink(str(target), str(node.conf))
+    return target
+
+
+@pytest.mark.parametrize("check_mode", [False, True])
+@pytest.mark.parametrize("request_kind", ["present", "absent", "same content"])
+def test_a_conf_path_that_is_a_link_is_refused_naming_the_link_and_its_target(node, module_runner, check_mode,
+                                                                               request_kind):
+    target = _link_to_target(node)
+    if request_kind == "same content":  # even nothing to write would chmod the target through the link
+        first = node.root / "etc" / "probe.conf"
+        module_runner(nvidia_params, node.args(conf_path=str(first), **asked()))
+        target.write_text(first.read_text())
+        first.unlink()
+    before = (target.read_text(), stat.S_IMODE(os.stat(target).st_mode), node.listing())
+    args = node.args(state="absent") if request_kind == "absent" else node.args(**asked())
+    result = module_runner(nvidia_params, args, check_mode=check_mode)
+    assert result.failed, result
+    msg = result["msg"]
+    assert msg.startswith("conf_path %s is a symbolic link (to %s)" % (node.conf, target)), msg
+    assert "never writes, chmods or removes through a link" in msg and "Nothing was written." in msg
+    assert "remove the link" in msg and str(target) in msg
+    assert os.path.islink(node.conf) and os.readlink(node.conf) == str(target)
+    assert (target.read_text(), stat.S_IMODE(os.stat(target).st_mode), node.listing()) == before
+
+
+def test_a_dangling_conf_link_is_refused_and_not_created_through(node, module_runner):
+    os.symlink(str(node.root / "nowhere" / "x.conf"), str(node.conf))
+    for check_mode in (True, False):
+        result = module_runner(nvidia_params, node.args(**asked()), check_mode=check_mode)
+        assert result.failed and "which does not exist" in result["msg"], result
+    assert not (node.root / "nowhere").exists() and os.path.islink(node.conf)
+
+
+def test_a_conf_path_under_a_dangling_link_is_refused(node, module_runner):
+    os.symlink(str(node.root / "gone"), str(node.root / "moddir"))
+    conf = node.root / "moddir" / "gpufleet-nvidia.conf"
+    result = module_runner(nvidia_params, node.args(conf_path=str(conf), modprobe_dirs=[str(node.root / "moddir")],
+                                                    **asked()))
+    assert result.failed and "dangling symlink" in result["msg"] and "conf_path" in result["msg"], result
+    assert not (node.root / "gone").exists()
+
+
+def test_a_facts_only_run_reads_through_a_conf_link(node, module_runner):
+    target = _link_to_target(node)
+    result = module_runner(nvidia_params, node.args())
+    assert not result.failed and result["changed"] is False, result
+    assert os.path.islink(node.conf) and target.read_text() == "options nvidia NVreg_EnableStreamMemOPs=0\n"

@@ -6,6 +6,7 @@
 from __future__ import annotations
 
 import hashlib
+import io
 import json
 import os
 import shutil
@@ -359,3 +360,83 @@ def test_the_key_covers_the_final_configure_flags(module_runner, prefix, monkeyp
 
     monkeypatch.setattr(nvshmem_build, "nvshmem_cmake_args", with_a_new_env)
     assert module_runner(nvshmem_build, _args(prefix), check_mode=True)["key"] not in (plan["key"], changed["key"])
+
+
+# --- check mode gives the real run's verdict on the source; a malformed sha256 is refused up front --------------
+
+
+def _tar(path, files):
+    """A tar.gz at ``path`` holding ``files`` ({member name: text})."""
+    with tarfile.open(path, "w:gz") as archive:
+        for name, text in files.items():
+            data = text.encode()
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            archive.addfile(info, io.BytesIO(data))
+    return path
+
+
+@pytest.mark.parametrize("layout", ["empty dir", "no CMakeLists", "two top directories", "tarball without it",
+                                    "not a tarball"])
+def test_check_mode_refuses_the_source_the_build_refuses(module_runner, prefix, tmp_path, layout):
+    src = tmp_path / "src"
+    if layout == "empty dir":
+        src.mkdir()
+    elif layout == "no CMakeLists":
+        (src / "nvshmem" / "src").mkdir(parents=True)
+        (src / "nvshmem" / "README").write_text("x")
+    elif layout == "two top directories":
+        (src / "a").mkdir(parents=True)
+        (src / "b").mkdir()
+    elif layout == "tarball without it":
+        src = _tar(tmp_path / "src.tar.gz", {"nvshmem-3.4.5/README": "x", "nvshmem-3.4.5/src/x.cpp": "x"})
+    else:
+        src = tmp_path / "src.tar.gz"
+        src.write_bytes(b"not a tarball at all")
+    plan = module_runner(nvshmem_build, _args(prefix, src=str(src)), check_mode=True)
+    real = module_runner(nvshmem_build, _args(prefix, src=str(src)))
+    for result in (plan, real):
+        assert result.failed and not result.get("would_build") and not result.get("built")
+        assert "src %s" % src in result["msg"] and "nothing was built" in result["msg"]
+        assert "CMakeLists.txt" in result["msg"]
+    assert plan["msg"] == real["msg"]
+    assert not os.path.exists(prefix)
+    assert not [p for p in os.listdir(os.path.dirname(prefix)) if ".staging-" in p]
+
+
+def test_check_mode_finds_the_source_root_where_the_build_does(module_runner, prefix, tmp_path):
+    """A tarball of the fixture under one top directory (and a directory with build/ beside the source) plan."""
+    tarball, digest = _fixture_tarball(tmp_path)
+    plan = module_runner(nvshmem_build, _args(prefix, src=str(tarball), sha256=digest.upper()), check_mode=True)
+    assert not plan.failed, plan.get("msg")
+    assert plan["would_build"] and plan["inputs"]["source"] == {"kind": "tarball", "sha256": digest}
+    tree = tmp_path / "tree"
+    shutil.copytree(str(FIXTURE), str(tree / "nvshmem-fixture"))
+    (tree / "build").mkdir()  # the build's copy leaves build/ out at the top
+    plan = module_runner(nvshmem_build, _args(prefix, src=str(tree)), check_mode=True)
+    assert not plan.failed, plan.get("msg")
+    assert plan["would_build"]
+
+
+def test_check_mode_warns_of_a_tarball_that_is_not_there(module_runner, prefix, tmp_path):
+    absent = "/srv/absent/nvshmem-fixture.tar.gz"
+    plan = module_runner(nvshmem_build, _args(prefix, src=absent, sha256="ab" * 32), check_mode=True)
+    assert not plan.failed, plan.get("msg")
+    assert plan["would_build"] and plan["key"]
+    warnings = [w if isinstance(w, str) else w["event"]["msg"] for w in plan.get("warnings", [])]
+    assert any(absent in w and "a real run refuses" in w for w in warnings), warnings
+    real = module_runner(nvshmem_build, _args(prefix, src=absent, sha256="ab" * 32))
+    assert real.failed and "%s does not exist on this host" % absent in real["msg"]
+
+
+@pytest.mark.parametrize("value", ["abc", "g" * 64, "0" * 63, "0" * 65, "sha256 " + "0" * 64,
+                                   "0" * 32 + " " + "0" * 32])
+def test_malformed_sha256_is_refused_up_front(module_runner, prefix, tmp_path, value):
+    tarball, digest = _fixture_tarball(tmp_path)
+    for check in (True, False):
+        result = module_runner(nvshmem_build, _args(prefix, src=str(tarball), sha256=value), check_mode=check)
+        assert result.failed
+        assert result["msg"].startswith("sha256: %r is not a sha256 digest" % value)
+        assert "64 hexadecimal digits" in result["msg"] and "mismatch" not in result["msg"]
+        assert digest not in result["msg"]  # refused before the tarball was read
+    assert not os.path.exists(os.path.dirname(prefix))

@@ -97,3 +97,20 @@ def test_bad_arguments_fail_with_a_message(play, tmp_path, args, word):
                           check=False)
     assert proc.returncode != 0
     assert word in proc.stdout and "Traceback" not in proc.stdout
+
+
+def test_a_profile_that_falls_back_to_the_default_gate_warns_naming_it_and_the_known_families(play):
+    """The verify roles' first task: a profile the table knows by no name and no family token passes (the larger
+    refusal is a later change) but warns loudly, naming the variable, the profile, the known families and the gate;
+    a profile matched by its family token, and the plain 'default', do not warn."""
+    defaults = yaml.safe_load((REPO / "roles" / "verify_intranode" / "defaults" / "main.yml").read_text())
+    table = defaults["verify_intranode_thresholds"]
+    settings = [{"name": "verify_intranode_profile", "value": "mycluster", "form": "profile", "table": table}]
+    result, output = play(settings)
+    assert result.get("failed") is not True and result["settings"] == {"verify_intranode_profile": "default"}
+    text = " ".join(output.split())
+    assert "[WARNING]" in output and "verify_intranode_profile='mycluster' is no profile or GPU family" in text
+    assert "known: a100, b200, h100, h200" in text and "dispatch_bf16_nvl_gbps >= 100" in text, text
+    for quiet in ("gcp_b200", "h100_ib", "default"):
+        assert "warnings" not in play_settings.judge([dict(settings[0], value=quiet)]), quiet
+    assert play_settings.judge(settings)["warnings"][0].startswith("verify_intranode_profile='mycluster'")

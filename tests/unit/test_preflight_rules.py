@@ -21,6 +21,28 @@ from ansible_collections.gpufleet.deepep.plugins.plugin_utils._audit.engine impo
 
 CATALOGUE = yaml.safe_load((REPO / "roles" / "audit" / "files" / "rules.yml").read_text())
 AUDIT_HEALTHY = json.loads((FIXTURES / "audit" / "healthy_node.json").read_text())
+KERNEL = "6.8.0-1015-gcp"
+MODULES_DEP = "/lib/modules/%s/modules.dep" % KERNEL
+
+
+def modules_facts(loaded=(), builtin=(), absent=(), not_in_kernel=(), module_index=MODULES_DEP):
+    """gpufleet_modules (node_stack's kernel modules reader) for the modules asked: ``loaded``, ``builtin``,
+    ``absent`` (loadable) and ``not_in_kernel`` (absent, no module for them in the kernel)."""
+    states = {}
+    for name in loaded:
+        states[name] = {"state": "loaded", "source": "/proc/modules", "loadable": None, "reason": "listed"}
+    for name in builtin:
+        states[name] = {"state": "builtin", "source": "/sys/module/" + name, "loadable": None, "reason": "built in"}
+    for name in absent:
+        states[name] = {"state": "absent", "source": module_index, "loadable": True, "reason": "not loaded"}
+    for name in not_in_kernel:
+        states[name] = {"state": "absent", "source": module_index, "loadable": False, "reason": "no module"}
+    return {"loaded": sorted(list(loaded) + ["nvidia"]), "source": "/proc/modules", "kernel": KERNEL,
+            "module_dir": "/lib/modules/" + KERNEL, "module_index": module_index, "builtin_index": None,
+            "states": states, "present": dict((n, s["state"] != "absent") for n, s in states.items()),
+            "builtin": list(builtin), "absent": list(absent) + list(not_in_kernel),
+            "not_in_kernel": list(not_in_kernel)}
+
 
 HEALTHY = {
     "host": "b200-1",
@@ -29,7 +51,7 @@ HEALTHY = {
     "gpufleet_rdma": {"devices": [{"name": "mlx5_0"}, {"name": "mlx5_1"}], "active_devices": ["mlx5_0", "mlx5_1"],
                       "transport": "roce", "hca_prefix": "mlx5"},
     "gpufleet_gpus": {"gpus": [{"name": "NVIDIA B200", "compute_capability": "10.0"}] * 8},
-    "modules": ["mlx5_core", "mlx5_ib", "nvidia", "nvidia_peermem"],
+    "modules": modules_facts(loaded=["mlx5_core", "nvidia_peermem"]),
     "cuda": {"home": "/usr/local/cuda-13.0", "version": "13.0.2", "release": "13.0", "source": "version.json",
              "error": None},
     "pip_ok": True,
@@ -99,16 +121,28 @@ CASES = {
     "PREFLIGHT_PIP_MISSING": ({"pip_ok": False},
                               "pip: missing for /usr/bin/python3 (Ubuntu 24.04 ships without it). Fix: apt-get "
                               "install -y python3-pip."),
+    # mlx5_core loaded: modprobe is not the fix (changed deliberately, issue 46); the absent driver keeps it (below).
     "PREFLIGHT_RDMA_NONE": ({"gpufleet_rdma": {"devices": [], "active_devices": []}},
-                            "RDMA: no devices under /sys/class/infiniband. Fix: modprobe mlx5_core mlx5_ib; check the "
-                            "NICs (lspci -d 15b3:); or set preflight_require_rdma: false for single-node use."),
+                            "RDMA: no devices under /sys/class/infiniband (mlx5_core is loaded). Fix: check the NICs "
+                            "(lspci -d 15b3:), that mlx5_ib is loaded or built in (modprobe mlx5_ib) and the messages "
+                            "of the driver (dmesg | grep mlx5); or set preflight_require_rdma: false for single-node "
+                            "use."),
     "PREFLIGHT_RDMA_INACTIVE": ({"gpufleet_rdma": {"devices": [{"name": "mlx5_0"}, {"name": "mlx5_1"}],
                                                    "active_devices": ["mlx5_0"]}},
                                 "RDMA: 1 ACTIVE devices of 2 (need 2). Fix: check cabling and the switch port "
                                 "(ibv_devinfo: state PORT_ACTIVE)."),
-    "PREFLIGHT_MODULE_MISSING": ({"modules": ["nvidia", "nvidia_peermem"]},
+    "PREFLIGHT_MODULE_MISSING": ({"modules": modules_facts(loaded=["nvidia_peermem"], absent=["mlx5_core"])},
                                  "Kernel module mlx5_core is not loaded. Fix: modprobe mlx5_core."),
-    "PREFLIGHT_MODULE_OPTIONAL": ({"modules": ["mlx5_core"]},
+    "PREFLIGHT_MODULE_NOT_IN_KERNEL": (
+        {"modules": modules_facts(loaded=["nvidia_peermem"], not_in_kernel=["mlx5_core"])},
+        "Kernel module mlx5_core is neither loaded nor built into kernel 6.8.0-1015-gcp, and the kernel has no module "
+        "for it (it is not in /lib/modules/6.8.0-1015-gcp/modules.dep), so modprobe mlx5_core cannot load it. "
+        "Fix: install the modules of kernel 6.8.0-1015-gcp (its linux-modules / linux-modules-extra package, or "
+        "DOCA-OFED's for mlx5), or boot a kernel built with the driver."),
+    "PREFLIGHT_MODULE_BUILTIN": ({"modules": modules_facts(builtin=["mlx5_core"], loaded=["nvidia_peermem"])},
+                                 "Kernel module mlx5_core is built into kernel 6.8.0-1015-gcp: nothing to load (it is "
+                                 "not in /proc/modules)."),
+    "PREFLIGHT_MODULE_OPTIONAL": ({"modules": modules_facts(loaded=["mlx5_core"], absent=["nvidia_peermem"])},
                                   "Kernel module nvidia_peermem is not loaded (optional: NVSHMEM IBGDA falls back to "
                                   "dma-buf)."),
     # The MLX5DV messages name the NVSHMEM version rule (changed deliberately: 3.4.5 and newer define the symbol).
@@ -164,6 +198,7 @@ def test_rule_fires_with_the_role_message(rule_id):
 def test_notes_are_info_and_failures_critical():
     rules = {r["id"]: r for r in validate_rules(CATALOGUE)}
     notes = {"PREFLIGHT_CUDA_TO_INSTALL", "PREFLIGHT_PIP_TO_INSTALL", "PREFLIGHT_MODULE_OPTIONAL",
+             "PREFLIGHT_MODULE_BUILTIN",
              "PREFLIGHT_MLX5DV_TO_INSTALL", "PREFLIGHT_MLX5DV_NOT_NEEDED", "PREFLIGHT_LIBCUDA_SO1_ONLY",
              "PREFLIGHT_LIBCUDA_STUBS"}
     for rule_id in CASES:
@@ -179,15 +214,45 @@ def test_gaps_the_play_fills_are_notes_not_failures():
 
 
 def test_every_missing_module_is_named_in_order():
-    found = judge(doc(modules=[], expect__required_modules=["mlx5_core", "mlx5_ib"]))
+    found = judge(doc(modules=modules_facts(loaded=["nvidia_peermem"], absent=["mlx5_core", "mlx5_ib"]),
+                      expect__required_modules=["mlx5_core", "mlx5_ib"]))
     assert [f["message"] for f in found if f["id"] == "PREFLIGHT_MODULE_MISSING"] == [
         "Kernel module mlx5_core is not loaded. Fix: modprobe mlx5_core.",
         "Kernel module mlx5_ib is not loaded. Fix: modprobe mlx5_ib."]
 
 
 def test_without_rdma_neither_devices_nor_modules_are_required():
-    found = judge(doc(gpufleet_rdma={}, modules=["nvidia_peermem"], expect__require_rdma=False))
+    found = judge(doc(gpufleet_rdma={}, modules=modules_facts(loaded=["nvidia_peermem"], absent=["mlx5_core"]),
+                      expect__require_rdma=False, expect__required_modules=[]))
     assert found == []
+
+
+def test_a_built_in_driver_passes_and_modprobe_is_not_the_rdma_fix():
+    found = judge(doc(gpufleet_rdma={"devices": [], "active_devices": []},
+                      modules=modules_facts(builtin=["mlx5_core"], loaded=["nvidia_peermem"])))
+    assert [f["id"] for f in found] == ["PREFLIGHT_RDMA_NONE", "PREFLIGHT_MODULE_BUILTIN"]
+    assert found[0]["message"].startswith("RDMA: no devices under /sys/class/infiniband (mlx5_core is built into the "
+                                          "kernel). Fix: check the NICs (lspci -d 15b3:)")
+    assert "modprobe mlx5_core" not in " ".join(f["message"] for f in found)
+
+
+def test_an_absent_driver_keeps_modprobe_as_the_rdma_fix():
+    found = judge(doc(gpufleet_rdma={"devices": [], "active_devices": []},
+                      modules=modules_facts(loaded=["nvidia_peermem"], absent=["mlx5_core"])))
+    assert [f["message"] for f in found] == [
+        "RDMA: no devices under /sys/class/infiniband. Fix: modprobe mlx5_core mlx5_ib; check the NICs (lspci -d "
+        "15b3:); or set preflight_require_rdma: false for single-node use.",
+        "Kernel module mlx5_core is not loaded. Fix: modprobe mlx5_core."]
+
+
+def test_a_kernel_without_a_module_directory_is_named():
+    facts = modules_facts(loaded=["mlx5_core"], not_in_kernel=["nvidia_peermem"], module_index=None)
+    assert messages(doc(modules=facts)) == [
+        "Kernel module nvidia_peermem is not loaded, and the kernel has no module for it (optional: NVSHMEM IBGDA "
+        "falls back to dma-buf)."]
+    facts = modules_facts(loaded=["nvidia_peermem"], not_in_kernel=["mlx5_core"], module_index=None)
+    (message,) = [f["message"] for f in judge(doc(modules=facts)) if f["id"] == "PREFLIGHT_MODULE_NOT_IN_KERNEL"]
+    assert "(there is no /lib/modules/6.8.0-1015-gcp)" in message
 
 
 def test_no_cuda_wanted_and_no_arch_expected_pass():

@@ -429,3 +429,56 @@ def test_return_documents_every_fact(module_runner, tree):
     assert {"changed", "diff", "ansible_facts"} <= set(documented)
     assert set(facts_doc["custom"]["sample"]) == set(facts_of(result)["custom"])
     assert set(facts_doc["replaced"]["sample"][0]) == set(facts_of(result)["replaced"][0])
+
+
+@pytest.mark.parametrize("kind", ["directory", "fifo", "dangling link"])
+def test_env_script_that_is_no_file_is_refused_naming_it(module_runner, tmp_path, tree, kind):
+    site, prefix = tree
+    script = tmp_path / "unified-env.sh"
+    if kind == "directory":
+        script.mkdir()
+        why = "is a directory"
+    elif kind == "fifo":
+        os.mkfifo(str(script))
+        why = "is not a regular file"
+    else:
+        script.symlink_to(tmp_path / "gone.sh")
+        why = "is a dangling symbolic link"
+    for check in (False, True):
+        result = module_runner(mod, {"site_packages": [str(site)], "nvshmem_prefix": str(prefix),
+                                     "env_script": str(script)}, check_mode=check)
+        assert result.failed
+        assert result["msg"].startswith("env_script %s %s; expected the path of an environment script" % (script, why))
+
+
+def test_unreadable_env_script_is_refused_naming_it(module_runner, tmp_path, tree, monkeypatch):
+    site, prefix = tree
+    script = tmp_path / "unified-env.sh"
+    script.write_text("export LD_PRELOAD=x\n")
+    real_open = open
+
+    def refusing_open(path, *args, **kwargs):  # root reads a mode-000 file, so deny the read itself
+        if str(path) == str(script):
+            raise PermissionError(13, "Permission denied", str(path))
+        return real_open(path, *args, **kwargs)
+
+    monkeypatch.setattr(mod, "open", refusing_open, raising=False)
+    result = module_runner(mod, {"site_packages": [str(site)], "nvshmem_prefix": str(prefix),
+                                 "env_script": str(script)})
+    assert result.failed
+    assert result["msg"].startswith("env_script %s cannot be read (Permission denied); expected a readable" % script)
+
+
+def test_node_stack_refuses_the_env_script_the_module_refuses(tmp_path, tree):
+    """node_stack's gpufleet_bundled_nvshmem set reads env_script as this module does: a directory is its error."""
+    from ansible_collections.gpufleet.deepep.plugins.module_utils._node import fact_sets
+
+    site, prefix = tree
+    py = {"ok": True, "site": {"executable": "/usr/bin/python3", "version": "3.12.3", "purelib": str(site)}}
+    script = tmp_path / "unified-env.sh"
+    script.mkdir()
+    with pytest.raises(fact_sets.GatherError, match="env_script %s is a directory" % script):
+        fact_sets.gather_bundled_nvshmem("/usr/bin/python3", py, str(prefix), env_script=str(script))
+    script.rmdir()
+    facts = fact_sets.gather_bundled_nvshmem("/usr/bin/python3", py, str(prefix), env_script=str(script))
+    assert facts["env_script_preloads"] is False  # a missing script preloads nothing, as the module says

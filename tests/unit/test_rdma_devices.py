@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import copy
 import importlib
+import os
 import sys
 
 import pytest
@@ -113,7 +114,7 @@ def test_h100_infiniband(tree):
 
 def test_no_rdma_devices(tmp_path, tree):
     empty = {"devices": [], "active_devices": [], "hca_prefix": None, "transport": "none",
-             "recommended_gid_index": None}
+             "recommended_gid_index": None, "skipped": [], "warnings": []}
     assert _rdma.collect_rdma(str(tree("h200_nvlink"))) == empty
     (tmp_path / "bare").mkdir()
     assert _rdma.collect_rdma(str(tmp_path / "bare")) == empty
@@ -255,3 +256,95 @@ def test_module_bad_sysfs_root(tmp_path, module_runner):
     result = module_runner(rdma_devices, {"sysfs_root": str(tmp_path / "missing")})
     assert result.failed
     assert "missing' is not a directory" in result["msg"]
+
+
+# ------------------------------------------------------------------- entries that are not devices, garbled rates
+
+
+def _warnings(result):
+    # ansible-core 2.19 returns warnings as structured summaries; older ones as strings
+    return [w if isinstance(w, str) else w["event"]["msg"] for w in result.get("warnings", [])]
+
+
+def _spoil_class_dir(root):
+    """class/infiniband of a rendered gcp_b200 node (mlx5 names) plus every kind of entry that is not a device."""
+    ib = root / "class" / "infiniband"
+    (ib / "mlx5_dangling").symlink_to("../../devices/pci0000:ff/0000:ff:00.0/infiniband/mlx5_dangling")
+    (ib / "mlx5_file").write_text("not a device\n")
+    (ib / "loop_a").symlink_to("loop_b")
+    (ib / "loop_b").symlink_to("loop_a")
+    (ib / "mlx5_alias").symlink_to((ib / "mlx5_3").readlink())
+    (ib / "mlx5_empty").mkdir()
+    return ib
+
+
+def test_entries_that_are_not_device_directories_are_skipped_and_named(tmp_path):
+    root = render(tmp_path, nic_naming="mlx5")
+    _spoil_class_dir(root)
+    facts = _rdma.collect_rdma(str(root))
+    assert [d["name"] for d in facts["devices"]] == [f"mlx5_{i}" for i in range(8)]
+    assert facts["active_devices"] == [f"mlx5_{i}" for i in range(8)] and facts["hca_prefix"] == "mlx5"
+    reasons = dict((e["name"], e["reason"]) for e in facts["skipped"])
+    assert sorted(reasons) == ["loop_a", "loop_b", "mlx5_alias", "mlx5_dangling", "mlx5_empty", "mlx5_file"]
+    assert reasons["mlx5_dangling"].startswith("a dangling symbolic link")
+    assert "mlx5_dangling" in reasons["mlx5_dangling"]  # the target is named
+    assert reasons["mlx5_file"].startswith("not a directory")
+    assert reasons["loop_a"].startswith("a symbolic link loop") and reasons["loop_b"].startswith("a symbolic link loop")
+    assert reasons["mlx5_alias"].startswith("the same device directory as mlx5_3")
+    assert "without ports/" in reasons["mlx5_empty"]
+    assert len(facts["warnings"]) == 6
+    assert all(w.startswith("class/infiniband/") for w in facts["warnings"])
+
+
+def test_one_device_under_two_names_is_listed_once_under_its_own_name(tmp_path):
+    root = render(tmp_path, nic_naming="mlx5")
+    ib = root / "class" / "infiniband"
+    target = (ib / "mlx5_0").readlink()
+    # "a_first" sorts before mlx5_0 but is not the directory's own name: mlx5_0 stays the device.
+    (ib / "a_first").symlink_to(target)
+    facts = _rdma.collect_rdma(str(root))
+    assert [d["name"] for d in facts["devices"]] == [f"mlx5_{i}" for i in range(8)]
+    assert facts["skipped"] == [{"name": "a_first",
+                                 "reason": "the same device directory as mlx5_0 (%s)"
+                                           % os.path.realpath(str(ib / "mlx5_0"))}]
+
+
+@pytest.mark.parametrize("text", ["garbage", "9999999 Gb/sec (4X NDR)", "400 Gb/sec (4X NDR) 12", "400Gbps",
+                                  "\xff\xfe\x00", "-5 Gb/sec", "400 Gb/sec 200 Gb/sec"])
+def test_garbled_rate_is_unknown_with_a_warning(tmp_path, module_runner, text):
+    root = render(tmp_path, nic_naming="mlx5")
+    rate = root / "class/infiniband/mlx5_2/ports/1/rate"
+    rate.write_bytes(text.encode("latin-1"))
+    result = module_runner(rdma_devices, {"sysfs_root": str(root)})
+    assert not result.failed, result.get("msg")
+    facts = result["ansible_facts"]["gpufleet_rdma"]
+    assert facts["devices"][2]["ports"][0]["rate_gbps"] is None
+    assert facts["devices"][1]["ports"][0]["rate_gbps"] == 400
+    warnings = _warnings(result)
+    assert any("RDMA device mlx5_2 port 1: rate" in w and "reported as unknown" in w for w in warnings), warnings
+    assert facts["warnings"] == [w for w in warnings if w.startswith("RDMA device")]
+    # an unknown rate is no rate: the slow-rail check does not see a number read from garbage
+    assert _rdma.active_rate(facts["devices"][2]) is None
+
+
+def test_rate_parser_takes_only_the_kernel_form():
+    assert _rdma.parse_rate_gbps("400 Gb/sec (4X NDR)") == 400
+    assert _rdma.parse_rate_gbps("  14 Gb/sec (1X FDR)\n") == 14
+    assert _rdma.parse_rate_gbps("2.5 Gb/sec (1X SDR)") == 2.5
+    assert _rdma.parse_rate_gbps("800 Gb/sec") == 800
+    for bad in ("400 Gb/secXYZ", "400.0.0 Gb/sec", "1e3 Gb/sec", "400 Gb/sec (4X NDR) trailing", "", None,
+                "%d Gb/sec" % (_rdma.RATE_MAX_GBPS + 1)):
+        assert _rdma.parse_rate_gbps(bad) is None, bad
+
+
+def test_module_warns_naming_each_skipped_entry(tmp_path, module_runner):
+    root = render(tmp_path, nic_naming="mlx5")
+    _spoil_class_dir(root)
+    result = module_runner(rdma_devices, {"sysfs_root": str(root)})
+    assert not result.failed, result.get("msg")
+    facts = result["ansible_facts"]["gpufleet_rdma"]
+    assert len(facts["devices"]) == 8
+    warnings = _warnings(result)
+    for name in ("mlx5_dangling", "mlx5_file", "loop_a", "loop_b", "mlx5_alias", "mlx5_empty"):
+        assert any(w.startswith("class/infiniband/%s is not listed as an RDMA device: " % name) for w in warnings), \
+            (name, warnings)

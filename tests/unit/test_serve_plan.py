@@ -76,7 +76,9 @@ def test_decode_pointed_at_prefill_node_is_refused_naming_the_fix():
     ({"nnodes": 2, "tp": 6, "dp": 2}, "needs dp_attention"),
     ({"nnodes": 2, "tp": 6, "dp": 2, "dp_attention": True, "dist_init_addr": "0.0.0.0:5757"},
      "0.0.0.0 only serves a one-node instance"),
-    ({"nnodes": 1, "tp": 3, "bootstrap_port": 30000}, "collides with the server or dist-init port"),
+    ({"nnodes": 1, "tp": 3, "bootstrap_port": 30000},
+     "host p-1: port 30000 is both sglang_prefill instance 0's --port (port) and sglang_prefill instance 0's "
+     "--disaggregation-bootstrap-port (bootstrap_port)"),
 ])
 def test_layout_rules(settings, text):
     problems = _serve.plan(topo(prefill=settings), "p-1", model=SMOLLM)["problems"]
@@ -129,3 +131,71 @@ def test_an_environment_value_on_two_lines_is_refused_naming_it():
     with pytest.raises(UnitValueError, match=r"sglang_decode.environment\['NCCL_DEBUG'\] is 'INFO\\nX=1'"):
         _serve.plan(topo(decode={"port": 30001, "tp": 3, "environment": {"NCCL_DEBUG": "INFO\nX=1"}}), "d-1",
                     model=SMOLLM, python="/v/bin/python", model_path="/m")
+
+
+# ----------------------------------------------------------------------- ports unique per host, the units' seconds
+def _on(host, address="10.0.0.10"):
+    return [{"name": host, "address": address}]
+
+
+def test_a_router_on_an_engine_host_with_the_engines_port_is_refused_naming_both():
+    layout = topo(router={"port": 30000})
+    layout["router"]["hosts"] = _on("p-1")
+    problems = _serve.plan(layout, "p-1", model=SMOLLM)["problems"]
+    assert problems == ["host p-1: port 30000 is both sglang_prefill instance 0's --port (port) and the router's "
+                        "--port (port); a port serves one process on a host: give each its own port"]
+
+
+def test_a_routers_prometheus_port_on_an_engines_dist_init_port_is_refused():
+    layout = topo(router={"prometheus_port": 5757})
+    layout["router"]["hosts"] = _on("d-1", "10.0.0.20")
+    (problem,) = _serve.plan(layout, "d-1", model=SMOLLM)["problems"]
+    assert problem.startswith("host d-1: port 5757 is both sglang_decode instance 0's --dist-init-addr port "
+                              "(dist_init_port) and the router's --prometheus-port (prometheus_port)")
+
+
+def test_the_same_collision_on_every_member_of_an_instance_is_one_problem_naming_the_hosts():
+    settings = {"nnodes": 2, "tp": 6, "dp": 2, "dp_attention": True, "dist_init_port": 30000}
+    (problem,) = _serve.plan(topo(prefill=settings), "p-1", model=SMOLLM)["problems"]
+    assert problem.startswith("hosts p-1, p-2: port 30000 is both sglang_prefill instance 0's --port (port) and "
+                              "sglang_prefill instance 0's --dist-init-addr port (dist_init_port)")
+
+
+def test_three_owners_of_one_port_are_all_named():
+    layout = topo(decode={"port": 30001, "dist_init_port": 30001}, router={"port": 30001})
+    layout["router"]["hosts"] = _on("d-1", "10.0.0.20")
+    (problem,) = _serve.plan(layout, "d-1", model=SMOLLM)["problems"]
+    assert ("port 30001 is sglang_decode instance 0's --port (port), sglang_decode instance 0's --dist-init-addr "
+            "port (dist_init_port) and the router's --port (port)") in problem
+
+
+def test_the_same_port_on_different_hosts_and_a_router_host_of_its_own_pass():
+    layout = topo(router={"port": 30000, "prometheus_port": 5757})  # r-1 serves no engine
+    assert _serve.plan(layout, "r-1", model=SMOLLM)["problems"] == []
+    layout["router"]["hosts"] = _on("p-1")
+    layout["router"]["settings"] = {"port": 30080, "prometheus_port": 29000}
+    assert _serve.plan(layout, "p-1", model=SMOLLM)["problems"] == []
+
+
+@pytest.mark.parametrize("option, value, form", [
+    ("start_timeout", -1, "1 or more (TimeoutStartSec="),
+    ("start_timeout", 0, "1 or more (TimeoutStartSec="),
+    ("start_timeout", True, "1 or more (TimeoutStartSec="),
+    ("start_timeout", "soon", "1 or more (TimeoutStartSec="),
+    ("restart_sec", -5, "0 or more (RestartSec="),
+    ("restart_sec", 1.5, "0 or more (RestartSec="),
+])
+def test_the_units_seconds_out_of_range_are_refused_naming_the_option_and_the_value(option, value, form):
+    with pytest.raises(UnitValueError) as refused:
+        _serve.plan(topo(), "p-1", model=SMOLLM, **{option: value})
+    assert str(refused.value).startswith("%s is %r; expected a whole number of seconds of " % (option, value))
+    assert form in str(refused.value)
+    with pytest.raises(UnitValueError, match="^%s is " % option):
+        _serve_units.unit_text("x", ["/bin/true"], [], **dict({"start_timeout": 10, "restart_sec": 1},
+                                                                 **{option: value}))
+
+
+def test_restart_sec_0_restarts_at_once():
+    (unit,) = _serve.plan(topo(), "p-1", model=SMOLLM, restart_sec=0, start_timeout=1)["units"]
+    lines = unit["text"].splitlines()
+    assert "RestartSec=0" in lines and "TimeoutStartSec=1" in lines

@@ -106,6 +106,8 @@ def test_the_plans_warnings_are_task_warnings(play):
     ({"host": "p1"}, "topology"),
     ({"host": "p1", "topology": {}, "state": "facts"}, "state"),
     ({"host": "p1", "topology": {}, "start_timeout": "soon"}, "'soon'"),
+    ({"host": "p1", "topology": {}, "start_timeout": -1}, "start_timeout is -1; expected a whole number of seconds"),
+    ({"host": "p1", "topology": {}, "restart_sec": "-5"}, "restart_sec is -5; expected a whole number of seconds"),
     ({"host": "p1", "topology": {}, "nodes": "d1"}, "nodes='d1'"),
 ])
 def test_bad_arguments_are_refused_naming_them(tmp_path, args, word):

@@ -283,7 +283,7 @@ def test_a_malformed_url_is_refused_naming_option_value_and_form(url, why):
     with pytest.raises(_http.HttpInputError) as info:
         _http.check_url(url, "router_url")
     text = str(info.value)
-    assert text.startswith("router_url %r: " % url) and why in text
+    assert text.startswith("router_url %r: " % _http.redact_url(url)) and why in text and ":pw@" not in text
     assert "expected http://<host>:<port>[/path] or https://<host>:<port>[/path]" in text
 
 

@@ -326,12 +326,38 @@ def test_a_package_without_an_entry_is_named_before_pip_runs(env):
     assert facts(env)["versions"]["sglang"] is None
 
 
-@pytest.mark.parametrize("key", ["num_attention_heads", "num_key_value_heads", "hidden_size", "num_hidden_layers",
-                                 "num_experts"])
-def test_a_json_true_is_no_count_in_config_json(key):
-    facts = _sglang.model_facts({"num_attention_heads": 8, key: True})
-    assert facts[key if key != "num_experts" else "num_experts"] in (None, 8 if key == "num_key_value_heads" else None)
-    assert facts["moe"] is False
+@pytest.mark.parametrize("key", ["num_attention_heads", "n_head", "num_key_value_heads", "num_kv_heads",
+                                 "hidden_size", "num_hidden_layers", "num_experts", "n_routed_experts",
+                                 "max_position_embeddings"])
+@pytest.mark.parametrize("value, shown", [(True, "true (a boolean, not a number)"), ("abc", '"abc"'),
+                                          ("64", '"64"'), (8.5, "8.5"), (-1, "-1")])
+def test_a_count_that_is_not_an_integer_is_refused_naming_the_key_and_the_value(key, value, shown):
+    config = {"num_attention_heads": 8} if key not in ("num_attention_heads", "n_head") else {}
+    config[key] = value
+    with pytest.raises(_sglang.SglangError) as refused:
+        _sglang.model_facts(config)
+    expected = "a non-negative" if key in ("num_experts", "n_routed_experts") else "a positive"
+    assert str(refused.value) == "%s is %s; expected %s integer" % (key, shown, expected)
+
+
+def test_a_count_of_the_text_config_is_named_there_and_zero_experts_is_a_dense_model():
+    with pytest.raises(_sglang.SglangError, match=r"^text_config.num_attention_heads is 0; expected a positive"):
+        _sglang.model_facts({"text_config": {"num_attention_heads": 0}})
+    facts = _sglang.model_facts({"num_attention_heads": 8, "num_experts": 0, "max_position_embeddings": 4096})
+    assert facts["num_experts"] == 0 and facts["moe"] is False and facts["max_position_embeddings"] == 4096
+
+
+@pytest.mark.parametrize("config, words", [
+    ({"num_attention_heads": "abc"}, 'num_attention_heads is "abc"; expected a positive integer'),
+    ({"num_attention_heads": True}, "num_attention_heads is true (a boolean, not a number); expected a positive"),
+    ({"num_attention_heads": 8, "num_key_value_heads": "eight"}, 'num_key_value_heads is "eight"; expected'),
+    ({"num_attention_heads": 8, "hidden_size": False}, "hidden_size is false (a boolean, not a number)"),
+])
+def test_model_config_names_the_file_the_key_and_the_value_of_a_bad_count(tmp_path, config, words):
+    (tmp_path / "config.json").write_text(json.dumps(config))
+    result = run_module(model_config, {"path": str(tmp_path)})
+    assert result.failed and result["msg"].startswith("%s: %s" % (tmp_path / "config.json", words)), result["msg"]
+    assert "names no attention head count" not in result["msg"]
 
 
 # ----------------------------------------------------------------------------- the hash lock (state=lock)

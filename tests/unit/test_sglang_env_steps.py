@@ -7,6 +7,7 @@ facts alone (plan), and nothing is run before apply."""
 from __future__ import annotations
 
 import stat
+import sys
 from unittest import mock
 
 import pytest
@@ -83,3 +84,64 @@ def test_plan_names_every_step_and_an_environment_as_held_plans_none(tmp_path):
     (tmp_path / "pip.conf").write_text(sglang_env.pip_conf_text(None, env.constraint_file))
     held = _facts(tmp_path, sglang="0.5.19")
     assert env.plan(held, want, env.observe_node(probe, held, want)) == []
+
+
+# ------------------------------------------------------------------------ holds: names, replaced pins, the file read
+@pytest.mark.parametrize("hold, words", [
+    ({"torch": "2.9.1", "Torch": "2.8.0"}, "hold names torch twice: torch: 2.9.1 and Torch: 2.8.0 are the same project"),
+    ({"nvidia_nccl_cu12": "2.28.3", "nvidia-nccl.cu12": "2.27.0"},
+     "hold names nvidia-nccl-cu12 twice: nvidia_nccl_cu12: 2.28.3 and nvidia-nccl.cu12: 2.27.0"),
+])
+def test_holds_naming_one_project_twice_are_refused_naming_both(tmp_path, hold, words):
+    result = run_module(sglang_env, {"python": str(tmp_path / "never-run"), "state": "present", "version": "0.5.19",
+                                     "hold": hold})
+    assert result.failed and result["msg"].startswith(words), result["msg"]
+    assert result["commands"] == []  # refused before anything ran
+
+
+def test_a_deep_ep_hold_beside_hold_deep_ep_is_refused_naming_the_fix(tmp_path):
+    result = run_module(sglang_env, {"python": str(tmp_path / "never-run"), "hold": {"deep_ep": "1.2.1"}})
+    assert result.failed and result["msg"].startswith("hold deep_ep: 1.2.1: hold_deep_ep already holds")
+    assert "set hold_deep_ep: false" in result["msg"]
+    bundled = run_module(sglang_env, {"python": str(tmp_path / "never-run"), "hold": {"deep_ep": "1.2.1"},
+                                      "hold_deep_ep": False})
+    assert "hold_deep_ep already holds" not in bundled["msg"]  # fails later: the interpreter does not exist
+
+
+def test_a_hold_over_another_pin_warns_naming_the_package_the_old_pin_and_the_hold(tmp_path):
+    env = _env(tmp_path, hold={"Torch": "2.9.1", "nvidia-nccl-cu12": "2.28.3"})
+    (tmp_path / "constraints.txt").write_text("# kept\ntorch==2.8.0\nnvidia_nccl_cu12 == 2.28.3\nnumpy<2\n")
+    facts = _facts(tmp_path)
+    seen = env.observe_node({"dists": {}}, facts, env.observe_request(facts))
+    (call,) = env.module.warn.call_args_list
+    assert call.args[0] == ("hold torch 2.9.1 replaces torch==2.8.0 in the constraints file %s (the hold wins; change "
+                            "the hold if the pin was meant)" % env.constraint_file)
+    assert seen["constraints"].splitlines()[1:] == ["torch==2.9.1", "nvidia-nccl-cu12==2.28.3", "numpy<2"]
+    # once written, the same hold warns no more
+    (tmp_path / "constraints.txt").write_text(seen["constraints"])
+    again = _env(tmp_path, hold={"torch": "2.9.1", "nvidia-nccl-cu12": "2.28.3"})
+    again.observe_node({"dists": {}}, facts, again.observe_request(facts))
+    assert again.module.warn.call_args_list == []
+
+
+@pytest.mark.parametrize("content, words", [
+    (b"torch==2.9.1\n\xff\xfe\x00garbage", "is not UTF-8 text (byte 0xff at offset 13)"),
+    (b"torch==2.9.1\n\x00\x01", "is binary (a NUL byte at offset 13)"),
+])
+def test_a_binary_constraints_file_is_refused_naming_it_and_left_as_it_was(tmp_path, content, words):
+    path = tmp_path / "constraints.txt"
+    path.write_bytes(content)
+    env = _env(tmp_path, hold={"torch": "2.9.1"})
+    facts = _facts(tmp_path)
+    with pytest.raises(StepFailed) as refused:
+        env.observe_node({"dists": {}}, facts, env.observe_request(facts))
+    assert str(refused.value).startswith("constraints file %s %s" % (path, words)), str(refused.value)
+    assert "repair or remove it" in str(refused.value) and path.read_bytes() == content
+
+
+def test_state_facts_refuses_a_binary_constraints_file_naming_it(tmp_path):
+    path = tmp_path / "constraints.txt"
+    path.write_bytes(b"\x89PNG\r\n\x1a\n\x00\x00")
+    result = run_module(sglang_env, {"python": sys.executable, "constraint_file": str(path),
+                                     "sysfs_root": str(tmp_path)})
+    assert result.failed and result["msg"].startswith("constraints file %s is not UTF-8 text" % path), result["msg"]

@@ -230,3 +230,89 @@ def test_interrupted_write_leaves_the_old_stamp(node, monkeypatch):
     assert result.failed and "cannot write the stamp" in result["msg"] and "No space left on device" in result["msg"]
     assert (node / "stamp.json").read_text() == before
     assert [p.name for p in node.iterdir() if p.name.startswith(".gpufleet-site.")] == []
+
+
+# --- read failures and paths the stamp cannot go to are refused, in check mode too (issue 46) ------------------------
+
+@pytest.mark.parametrize("check_mode", [False, True])
+def test_missing_dpkg_status_is_a_read_failure_not_packages_not_installed(node, check_mode):
+    (node / "dpkg-status").unlink()
+    result = record(node, check_mode=check_mode)
+    assert result.failed
+    assert result["msg"].startswith("cannot read dpkg status %s: the file does not exist" % (node / "dpkg-status"))
+    assert "cuda-toolkit-12-9, doca-ofed, mft" in result["msg"] and "set dpkg_status" in result["msg"]
+    assert not (node / "stamp.json").exists()
+
+
+def test_record_without_packages_needs_no_dpkg_status(node):
+    (node / "dpkg-status").unlink()
+    result = record(node, packages=())
+    assert not result.failed and result["changed"]
+    assert json.loads((node / "stamp.json").read_text())["packages"] == {}
+
+
+def test_check_with_dpkg_status_gone_is_refused_naming_it(node):
+    record(node)
+    (node / "dpkg-status").unlink()
+    result = check(node)
+    assert result.failed
+    assert "cannot read dpkg status %s" % (node / "dpkg-status") in result["msg"]
+
+
+def test_unreadable_dpkg_status_is_refused_naming_it(node):
+    (node / "dpkg-status").unlink()
+    (node / "dpkg-status").mkdir()
+    result = record(node)
+    assert result.failed and result["msg"].startswith("cannot read dpkg status %s: " % (node / "dpkg-status"))
+    assert not (node / "stamp.json").exists()
+
+
+def test_dpkg_versions_of_a_node_without_dpkg_for_the_other_readers():
+    # The roles' package facts (node_stack gather=[packages]) still read a missing database as none installed.
+    assert ss.dpkg_versions(["cmake"], "/nonexistent/dpkg/status") == {"cmake": None}
+    with pytest.raises(ss.SiteStateError, match="/nonexistent/dpkg/status: the file does not exist"):
+        ss.dpkg_versions(["cmake"], "/nonexistent/dpkg/status", require_file=True)
+
+
+@pytest.mark.parametrize("check_mode", [False, True])
+def test_stamp_that_is_a_symlink_is_refused_and_left_alone(node, tmp_path, check_mode):
+    target = tmp_path / "elsewhere.json"
+    target.write_text("{}\n")
+    os.symlink(str(target), str(node / "stamp.json"))
+    result = record(node, check_mode=check_mode)
+    assert result.failed
+    assert result["msg"].startswith("stamp path %s is a symlink (to %s); the stamp is never written over or through"
+                                    % (node / "stamp.json", target))
+    assert os.path.islink(str(node / "stamp.json")) and target.read_text() == "{}\n"
+
+
+@pytest.mark.parametrize("check_mode", [False, True])
+def test_stamp_whose_parent_is_a_file_is_refused_naming_the_parent(node, check_mode):
+    (node / "state").write_text("a file\n")
+    result = run_module(site_state, {"path": str(node / "state/stamp.json"), "key": KEY, "state": "record",
+                                     "watch": watch_of(node), "packages": [],
+                                     "dpkg_status": str(node / "dpkg-status")}, check_mode=check_mode)
+    assert result.failed
+    assert result["msg"] == ("stamp path %s: its parent %s is a file, expected a directory (the stamp's directory is "
+                             "created when missing, never over a file)" % (node / "state/stamp.json", node / "state"))
+    assert (node / "state").read_text() == "a file\n"
+
+
+def test_stamp_under_a_file_further_up_is_refused_naming_it(node):
+    (node / "state").write_text("a file\n")
+    result = run_module(site_state, {"path": str(node / "state/sub/stamp.json"), "key": KEY, "state": "record",
+                                     "watch": [], "packages": [], "dpkg_status": str(node / "dpkg-status")})
+    assert result.failed and "its parent %s is a file, expected a directory" % (node / "state") in result["msg"]
+
+
+def test_stamp_that_is_a_directory_is_refused(node):
+    (node / "stamp.json").mkdir()
+    result = record(node, check_mode=True)
+    assert result.failed
+    assert result["msg"].startswith("stamp path %s is a directory, expected a regular file" % (node / "stamp.json"))
+
+
+def test_missing_stamp_directory_is_still_created(node):
+    result = run_module(site_state, {"path": str(node / "new/dir/stamp.json"), "key": KEY, "state": "record",
+                                     "watch": [], "packages": [], "dpkg_status": str(node / "dpkg-status")})
+    assert not result.failed and (node / "new/dir/stamp.json").is_file()

@@ -305,3 +305,20 @@ def test_serving_gate_counts_a_worker_healthy_only_on_a_json_true(value):
 def test_serving_gate_passes_real_booleans():
     workers = {"status": 200, "json": _workers_reply(True)}
     assert _gate.workers_settled(workers, GATE_PLAN) is True
+
+
+@pytest.mark.parametrize("value, minimum, expected", [
+    (3600, 1, 3600), ("3600", 1, 3600), (" 5 ", 0, 5), (0, 0, 0), (7.0, 1, 7),
+])
+def test_seconds_take_whole_numbers_from_their_minimum(value, minimum, expected):
+    assert _uv.check_seconds(value, "start_timeout", minimum, "whole seconds") == expected
+
+
+@pytest.mark.parametrize("value, minimum", [
+    (-1, 1), (0, 1), (-5, 0), (True, 0), (False, 0), (1.5, 0), ("5s", 0), ("", 0), (None, 0), ([5], 0),
+    ("1\nExecStartPre=/bin/sh", 0),
+])
+def test_seconds_out_of_range_or_not_whole_are_refused_naming_field_and_value(value, minimum):
+    with pytest.raises(_uv.UnitValueError) as refused:
+        _uv.check_seconds(value, "restart_sec", minimum, "whole seconds, %d or more" % minimum)
+    assert str(refused.value) == "restart_sec is %r; expected whole seconds, %d or more" % (value, minimum)

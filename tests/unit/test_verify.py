@@ -421,3 +421,75 @@ def test_the_2_gpu_capture_passes_its_measured_gate():
     chosen = _thresholds.select_thresholds(defaults["verify_intranode_thresholds"], "h200", gpus=2)
     assert chosen["shape"] == "measured" and chosen["thresholds"]["dispatch_bf16_nvl_gbps"] == 300
     assert _verify_gate.gate(_captured_intranode(), chosen["thresholds"])["passed"]
+
+
+# ------------------------------------------------------------------------------------------ hardening: record shapes
+_GOOD_GATE = {"passed": True, "status": "pass", "reasons": [], "diagnosis": []}
+_GOOD_NIC = {"passed": True, "idle": [], "busy": ["mlx5_0"], "slow": [], "causes": []}
+
+
+@pytest.mark.parametrize("change, named", [
+    ({"gate": "pass"}, "record 0 (host 'n1'): gate is a string ('pass'); expected verify_gate's result"),
+    ({"nic": ["mlx5_0"]}, "record 0 (host 'n1'): nic is a list (['mlx5_0']); expected verify_nic_traffic's result"),
+    ({"parsed": "garbage"}, "record 0 (host 'n1'): parsed is a string ('garbage'); expected deepep_bandwidth's result"),
+    ({"gate": dict(_GOOD_GATE, reasons="slow")}, "gate.reasons is a string ('slow'); expected a list"),
+    ({"gate": dict(_GOOD_GATE, passed="false")}, "gate.passed is a string ('false'); expected true or false"),
+    ({"nic": dict(_GOOD_NIC, idle="mlx5_1")}, "nic.idle is a string ('mlx5_1'); expected a list"),
+    ({"nic": dict(_GOOD_NIC, passed=1)}, "nic.passed is a number (1); expected true or false"),
+    ({"parsed": {"cases": 3}}, "parsed.cases is a number (3); expected a mapping with passed and failed"),
+    ({"thresholds": ["dispatch_bf16_nvl_gbps"]}, "thresholds is a list"),
+    ({"host": ["n1"]}, "record 0: host is a list (['n1']); expected a string"),
+])
+def test_a_record_of_the_wrong_shape_is_refused_naming_the_field_its_type_and_the_form(change, named):
+    record = dict({"host": "n1", "stage": "test", "test": "intranode", "parsed": {}, "gate": _GOOD_GATE}, **change)
+    with pytest.raises(AnsibleFilterError) as info:
+        vf.verify_summary([record])
+    message = str(info.value)
+    assert message.startswith("verify_summary: ") and named in message, message
+    assert "unexpected" not in message and "AttributeError" not in message
+
+
+def test_a_record_that_is_not_a_mapping_is_refused_naming_its_position():
+    good = {"host": "n1", "parsed": {}, "gate": _GOOD_GATE}
+    with pytest.raises(AnsibleFilterError, match=r"record 1 is a string \('n2'\); expected a verification record"):
+        vf.verify_summary([good, "n2"])
+
+
+def test_records_of_the_documented_shapes_still_summarize():
+    records = [{"host": "n1", "parsed": {}, "gate": _GOOD_GATE, "nic": None},
+               {"host": "n2", "parsed": None, "gate": None, "nic": _GOOD_NIC, "thresholds": None, "log": None},
+               {}]
+    summary = vf.verify_summary(records, missing_hosts=["n3"])
+    assert summary["counts"] == {"total": 3, "passed": 1, "failed": 2}
+    assert [row["host"] for row in summary["rows"]] == ["n1", "n2", "n3"]
+
+
+# ------------------------------------------------------------------------------------------ hardening: unknown profiles
+def test_a_profile_that_falls_back_to_default_is_marked_with_the_known_families():
+    got = _thresholds.select_thresholds(TABLE, "mycluster")
+    assert got["matched"] == "default" and got["fallback"] is True and got["known"] == ["b200", "h200"]
+    message = _thresholds.fallback_message(got, "verify_intranode_profile")
+    assert message.startswith("verify_intranode_profile='mycluster' is no profile or GPU family")
+    assert "known: b200, h200" in message and "dispatch_bf16_nvl_gbps >= 100" in message
+    for profile in ("gcp_b200", "h200", "default", None, ""):
+        chosen = _thresholds.select_thresholds(TABLE, profile)
+        assert chosen["fallback"] is False and _thresholds.fallback_message(chosen) is None, profile
+    assert vf.verify_thresholds(TABLE, "mycluster")["fallback"] is True
+
+
+def test_every_profile_the_inventories_and_scenarios_use_has_a_gate_of_its_own():
+    """An unknown profile only warns today; none the shipped inventories or Molecule scenarios use falls back."""
+    import glob
+    import re
+
+    import yaml
+    used = set()
+    for path in glob.glob(str(REPO / "inventories" / "**" / "*.yml"), recursive=True) + \
+            glob.glob(str(REPO / "molecule" / "**" / "molecule.yml"), recursive=True):
+        used.update(re.findall(r"^\s*(?:gpufleet_profile|profile):\s*([A-Za-z0-9_.-]+)\s*$", open(path).read(),
+                               re.MULTILINE))
+    assert {"gcp_b200", "h100_ib", "h200_nvlink", "a100_roce"} <= used
+    for role in ("verify_intranode", "verify_internode"):
+        table = yaml.safe_load((REPO / "roles" / role / "defaults" / "main.yml").read_text())[role + "_thresholds"]
+        for profile in sorted(used):
+            assert not _thresholds.select_thresholds(table, profile)["fallback"], (role, profile)

@@ -166,9 +166,54 @@ def test_cuda_tags():
 def test_torch_index_url():
     assert torch_index_url("13.0") == "https://download.pytorch.org/whl/cu130"
     assert torch_index_url("cu129", nightly=True) == "https://download.pytorch.org/whl/nightly/cu129"
-    assert torch_index_url("12.9.1", base="http://mirror.local/torch/") == "http://mirror.local/torch/cu129"
+    assert torch_index_url("12.9.1", base="https://mirror.local/torch/") == "https://mirror.local/torch/cu129"
+    assert torch_index_url("12.9", base="file:///srv/mirror/torch") == "file:///srv/mirror/torch/cu129"
+    # A plain-http mirror only with the explicit opt-in.
+    assert torch_index_url("12.9.1", base="http://mirror.local/torch/", allow_http=True) == \
+        "http://mirror.local/torch/cu129"
     with pytest.raises(VersionError, match="base ''"):
         torch_index_url("13.0", base="")
+
+
+@pytest.mark.parametrize("base, kwargs, named", [
+    ("http://mirror.local/torch", {}, "base 'http://mirror.local/torch' is a plain-http index"),
+    ("HTTP://mirror.local/torch", {}, "is a plain-http index"),
+    ("mirror.local/torch", {}, "base 'mirror.local/torch' is not an index URL; expected https://"),
+    ("ftp://mirror.local/torch", {}, "base 'ftp://mirror.local/torch' is not an index URL"),
+    ("https://mirror local/torch", {}, "is not an index URL"),
+    (["https://x"], {}, "base ['https://x'] is not an index URL"),
+    ("http://mirror.local/torch", {"allow_http": "yes"}, "allow_http 'yes' is not a boolean"),
+])
+def test_torch_index_url_refuses_an_unauthenticated_or_malformed_base_naming_it(base, kwargs, named):
+    with pytest.raises(VersionError) as info:
+        torch_index_url("12.9", base=base, **kwargs)
+    assert named in str(info.value)
+    with pytest.raises(AnsibleFilterError, match="torch_index_url: "):
+        version_helpers.FilterModule().filters()["torch_index_url"]("12.9", base=base, **kwargs)
+    if "plain-http" in named:
+        assert "allow_http=true" in str(info.value) and "pytorch_index_allow_http" in str(info.value)
+
+
+@pytest.mark.parametrize("text, local, tag", [
+    ("2.9.1+cu129", "cu129", "cu129"), ("2.9.1+CU129", "CU129", "cu129"), ("2.11.0+cpu", "cpu", None),
+    ("2.1.0+cpu.cxx11.abi", "cpu.cxx11.abi", None), ("2.5.1+rocm6.2", "rocm6.2", None),
+    ("2.5.1+rocm6.2.4", "rocm6.2.4", None), ("2.7.0+xpu", "xpu", None),
+    ("2.10.0a0+git1234abc", "git1234abc", None), ("2.6.0a0+ecf3bae40a.nv25.01", "ecf3bae40a.nv25.01", None),
+    ("2.1.0a0+32f93b1", "32f93b1", None), ("2.11.0", None, None),
+])
+def test_torch_build_labels_are_read(text, local, tag):
+    parts = split_torch_version(text)
+    assert (parts["local"], parts["cuda_tag"]) == (local, tag)
+
+
+@pytest.mark.parametrize("text", ["2.9.1+garbage", "2.9.1+cuda12.9", "2.9.1+cu1290", "2.9.1+cpux", "2.13.0+standin"])
+def test_an_unknown_torch_build_label_is_refused_naming_it_and_the_forms(text):
+    local = text.split("+", 1)[1]
+    with pytest.raises(AnsibleFilterError) as info:
+        version_helpers.FilterModule().filters()["torch_version_info"](text)
+    message = str(info.value)
+    assert message.startswith("torch_version_info: %r has the local version label +%s" % (text, local)), message
+    assert "+cuNNN" in message and "+cpu" in message and "+rocmX.Y" in message
 
 
 # ---------------------------------------------------------------------------------------------

@@ -116,9 +116,12 @@ def deepep_preflight(obs):
     arch_list = None
     raw_arch = obs.get("arch_list")
     gpu_archs = obs.get("gpu_arch_list")
+    # The option the arch list comes from: messages name the one the user set (gpu_arch_list is arch_list's default).
+    arch_option = "arch_list"
     if raw_arch in (None, "", []):
         if gpu_archs not in (None, "", []):
             raw_arch = gpu_archs
+            arch_option = "gpu_arch_list"
     if raw_arch in (None, "", []):
         _fail(failures, "arch_list_missing",
               "no arch list: arch_list is not set and no gpu_arch_list (gpufleet_gpus.cuda_arch_list) was given",
@@ -128,8 +131,11 @@ def deepep_preflight(obs):
         try:
             arch_list = format_arch_list(parse_arch_list(raw_arch))
         except ArchError as exc:
-            _fail(failures, "arch_list_malformed", str(exc),
-                  "write arch_list as TORCH_CUDA_ARCH_LIST does: 9.0, 10.0, 9.0;10.0, 9.0a or 10.0+PTX")
+            fix = "write %s as TORCH_CUDA_ARCH_LIST does: 9.0, 10.0, 9.0;10.0, 9.0a or 10.0+PTX" % arch_option
+            if arch_option == "gpu_arch_list":
+                fix += (" (a list or a ;-separated string, e.g. gpufleet_gpus.cuda_arch_list), or set arch_list, "
+                        "which takes precedence")
+            _fail(failures, "arch_list_malformed", "%s: %s" % (arch_option, exc), fix)
     if arch_list and gpu_archs not in (None, "", []):
         try:
             missing = uncovered_gpu_archs(arch_list, gpu_archs)

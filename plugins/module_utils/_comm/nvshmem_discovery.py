@@ -40,6 +40,7 @@ __all__ = [
     "find_gdrcopy_lib",
     "preload_value",
     "env_script_preloads",
+    "env_script_problem",
     "mismatches",
     "bundled_would_win",
     "plan_replacements",
@@ -349,6 +350,23 @@ def preload_value(custom, gdrcopy_lib=None):
 
 
 _PRELOAD_LINE_RE = re.compile(r"^\s*(?:export\s+)?LD_PRELOAD=(.*)$", re.MULTILINE)
+
+
+def env_script_problem(path):
+    """Why ``path`` cannot be the env_script option (a directory, a device, a FIFO), None when it is a file or
+    absent (a missing script preloads nothing)."""
+    if not os.path.lexists(path):
+        return None
+    if os.path.isdir(path):
+        return ("env_script %s is a directory; expected the path of an environment script (a file such as "
+                "/opt/deepep/unified-env.sh), or leave env_script unset" % path)
+    if not os.path.exists(path):
+        return ("env_script %s is a dangling symbolic link; expected the path of an environment script (a file such "
+                "as /opt/deepep/unified-env.sh), or leave env_script unset" % path)
+    if not os.path.isfile(path):
+        return ("env_script %s is not a regular file; expected the path of an environment script (a file such as "
+                "/opt/deepep/unified-env.sh), or leave env_script unset" % path)
+    return None
 
 
 def env_script_preloads(text, custom):

@@ -17,9 +17,10 @@ from __future__ import annotations
 import os
 import re
 
-from ansible_collections.gpufleet.deepep.plugins.module_utils._node.nodeio import read_text, sha256_file, under
+from ansible_collections.gpufleet.deepep.plugins.module_utils._node.nodeio import sha256_file, under
 
-__all__ = ["EnvLineError", "read_env_script", "parse_env_script", "gather_env_script", "import_probe_env"]
+__all__ = ["EnvLineError", "read_env_script", "parse_env_script", "read_script_text", "gather_env_script",
+           "import_probe_env"]
 
 _NAME = r"[A-Za-z_][A-Za-z0-9_]*"
 _ASSIGN_LINE_RE = re.compile(r"(export[ \t]+)?(%s)=(.*)" % _NAME)
@@ -174,10 +175,33 @@ def parse_env_script(text):
     return exports, raw
 
 
+def read_script_text(path, limit=4 * 1024 * 1024):
+    """``(text or None, problem or None)``: the env script's text, or why it cannot be read as one - an OS error,
+    bytes that are not UTF-8 text or a NUL byte (a binary file: each of its "lines" would be reported as a line the
+    reader does not take, which reads as a script, not as the wrong file)."""
+    try:
+        with open(path, "rb") as handle:
+            data = handle.read(limit)
+    except (IOError, OSError) as exc:
+        return None, "cannot read the env script %s: %s" % (path, exc.strerror or exc)
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        return None, ("the env script %s is not UTF-8 text (byte 0x%02x at offset %d): not read as a script "
+                      "(expected the shell script of export lines the env_script role writes)"
+                      % (path, data[exc.start], exc.start))
+    if "\0" in text:
+        return None, ("the env script %s holds NUL bytes (a binary file, not a script): not read (expected the shell "
+                      "script of export lines the env_script role writes)" % path)
+    return text, None
+
+
 def gather_env_script(root, path):
+    """The env script's facts; ``error`` says why a present script could not be read as text (its exports are then
+    empty and nothing is listed as unparsed)."""
     full = under(root, path)
     result = {"path": path, "present": os.path.isfile(full), "sha256": None, "mode": None, "exports": {},
-              "exports_raw": {}, "unparsed": []}
+              "exports_raw": {}, "unparsed": [], "error": None}
     if not result["present"]:
         return result
     result["sha256"] = sha256_file(full)
@@ -185,19 +209,24 @@ def gather_env_script(root, path):
         result["mode"] = "%04o" % (os.stat(full).st_mode & 0o7777)
     except OSError:
         pass
-    exports, raw, dummy, errors = read_env_script(read_text(full))
+    text, problem = read_script_text(full)
+    if problem:
+        result["error"] = problem
+        return result
+    exports, raw, dummy, errors = read_env_script(text)
     result["exports"], result["exports_raw"], result["unparsed"] = exports, raw, errors
     return result
 
 
 def import_probe_env(env_script, env_present):
     """``(env or None, refusal or None)``: the environment the import probe runs with, read from the env script
-    as data on top of this process's environment; a refusal when the script has lines that are not data."""
+    as data on top of this process's environment; a refusal when the script cannot be read as text or has lines
+    that are not data."""
     if not env_present:
         return None, None
-    text = read_text(env_script)
-    if text is None:
-        return None, "cannot read the env script %s" % env_script
+    text, problem = read_script_text(env_script)
+    if problem:
+        return None, problem + "; the import is not tried"
     dummy, dummy2, env, errors = read_env_script(text, base=os.environ)
     if errors:
         return None, ("the env script %s has lines that are not plain NAME=value exports, so it is not read and the "

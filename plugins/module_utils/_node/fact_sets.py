@@ -29,6 +29,7 @@ from ansible_collections.gpufleet.deepep.plugins.module_utils._comm.nvshmem_disc
     bundled_would_win,
     describe_custom,
     env_script_preloads,
+    env_script_problem,
     find_bundled,
     mismatches,
     ordered_site_packages,
@@ -36,18 +37,16 @@ from ansible_collections.gpufleet.deepep.plugins.module_utils._comm.nvshmem_disc
     preload_value,
 )
 from ansible_collections.gpufleet.deepep.plugins.module_utils._pci import (
+    NVIDIA_SMI_QUERY_FIELDS,
     gpu_count_problem,
     list_gpus,
-    parse_nvidia_smi_query,
-    parse_nvlink_status,
+    nvidia_smi_query_argv,
+    query_nvidia_smi,
     suspect_gpus,
 )
 
 __all__ = ["NVIDIA_SMI_QUERY_FIELDS", "GatherError", "gather_nvidia", "gather_gpus", "nvidia_smi_query_argv",
            "gather_bundled_nvshmem"]
-
-NVIDIA_SMI_QUERY_FIELDS = ["index", "pci.bus_id", "name", "memory.total", "compute_cap", "uuid", "driver_version"]
-
 
 class GatherError(Exception):
     """One facts set could not be gathered; the message names the bad value and the expected form."""
@@ -83,29 +82,18 @@ def gather_gpus(sysfs_root, rdma, nvidia_smi, runner, timeout=60):
     check_sysfs(sysfs_root)
     gpus = list_gpus(sysfs_root)
     unreadable = suspect_gpus(sysfs_root)
-    info = {"path": nvidia_smi, "used": False, "rc": None, "stdout": "", "stderr": ""}
-    rows, nvlink = None, None
-    if (gpus or unreadable) and nvidia_smi is not None:
-        rc, out, err = runner(nvidia_smi_query_argv(nvidia_smi), timeout=timeout, env=None)
-        info["rc"] = rc
-        info["stderr"] = err
-        if rc != 0:
-            info["stdout"] = out
-        else:
-            rows = parse_nvidia_smi_query(out, NVIDIA_SMI_QUERY_FIELDS)
-            info["used"] = bool(rows)
-            rc2, out2, _err2 = runner([nvidia_smi, "nvlink", "-s"], timeout=timeout, env=None)
-            if rc2 == 0:
-                nvlink = parse_nvlink_status(out2)
+    # The same run of nvidia-smi as gpu_topology's (_pci.query_nvidia_smi): a timed-out query is this set's error
+    # (gpu_topology fails), never "not used"; what else went wrong is in nvidia_smi.error.
+    answer = query_nvidia_smi(nvidia_smi if (gpus or unreadable) else None, runner, timeout)
+    if answer["fatal"]:
+        raise GatherError(answer["fatal"])
+    info, rows, nvlink = answer["info"], answer["rows"], answer["nvlink"]
+    info["path"] = nvidia_smi
     problem = gpu_count_problem(gpus, rows)
     if problem:
         raise GatherError(problem)
     return topology_facts(gpus, rdma, smi_rows=rows, nvlink=nvlink, smi_info=info,
                           unreadable=[bdf for bdf, dummy in unreadable])
-
-
-def nvidia_smi_query_argv(nvidia_smi):
-    return [nvidia_smi, "--query-gpu=" + ",".join(NVIDIA_SMI_QUERY_FIELDS), "--format=csv,noheader,nounits"]
 
 
 def gather_bundled_nvshmem(python, py, nvshmem_prefix, env_script=None, gdrcopy_lib=None):
@@ -139,7 +127,13 @@ def gather_bundled_nvshmem(python, py, nvshmem_prefix, env_script=None, gdrcopy_
         "replaced": [],
     }
     if env_script:
+        problem = env_script_problem(env_script)  # as the module refuses it: a directory, a FIFO, a dangling link
+        if problem:
+            raise GatherError(problem)
         text = read_text(env_script) if os.path.isfile(env_script) else None
+        if text is None and os.path.isfile(env_script):
+            raise GatherError("env_script %s cannot be read; expected a readable environment script (a file such as "
+                              "/opt/deepep/unified-env.sh)" % env_script)
         facts["env_script_preloads"] = env_script_preloads(text if text is not None else "", custom)
     found = mismatches(bundled, custom)
     facts["mismatches"] = found

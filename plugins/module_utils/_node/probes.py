@@ -16,6 +16,9 @@ import os
 import re
 
 from ansible_collections.gpufleet.deepep.plugins.module_utils._node.nodeio import output_tail, read_text, under
+from ansible_collections.gpufleet.deepep.plugins.module_utils._node.kmods import (
+    parse_lsmod, parse_proc_modules, read_kernel_modules
+)
 from ansible_collections.gpufleet.deepep.plugins.module_utils._comm.nvshmem_rdma import NvshmemRdmaError, mlx5dv_verdict
 from ansible_collections.gpufleet.deepep.plugins.module_utils._comm.nvshmem_discovery import (
     PROBE_SCRIPT as SITE_PROBE_SCRIPT
@@ -261,34 +264,14 @@ def gather_gdrcopy(root, ldcache, gdrcopy_home, modules):
 
 
 # --- kernel modules ------------------------------------------------------------------------------------
-
-def parse_proc_modules(text):
-    return set(line.split()[0] for line in (text or "").splitlines() if line.strip())
-
-
-def parse_lsmod(text):
-    """``lsmod`` output (a ``Module Size Used by`` header, then one module per line) -> set of names."""
-    names = set()
-    for line in (text or "").splitlines():
-        fields = line.split()
-        if fields and fields[0] != "Module":
-            names.add(fields[0])
-    return names
-
+# One reader for node_stack's ``modules`` set and ``gpufleet_stack.kernel_modules``: ``_node/kmods``.
 
 def gather_kernel_modules(root, runner):
-    """Loaded kernel modules from ``/proc/modules``; where that file does not exist (a kernel without module
-    support, some containers), from ``lsmod``. ``/sys/module/<name>`` counts too (built-in drivers)."""
-    text = read_text(under(root, "/proc/modules"))
-    if text is not None:
-        modules = parse_proc_modules(text)
-    else:
-        rc, out, err = runner(["lsmod"], timeout=30, env=None)
-        modules = parse_lsmod(out) if rc == 0 else set()
-    loaded = {}
-    for name in WATCHED_KERNEL_MODULES:
-        loaded[name] = name in modules or os.path.isdir(under(root, "/sys/module/%s" % name))
-    return modules, loaded
+    """(loaded module names, ``{name: loaded or built in}`` and ``{name: {state, source, loadable, reason}}``) for
+    the watched modules, read by :func:`kmods.read_kernel_modules` (``/proc/modules``, else ``lsmod``;
+    ``/sys/module/<name>`` with or without ``initstate``; ``/lib/modules/<release>/modules.builtin``)."""
+    facts = read_kernel_modules(root, runner, WATCHED_KERNEL_MODULES)
+    return set(facts["loaded"]), facts["present"], facts["states"]
 
 
 # --- Python packages: torch, NCCL ----------------------------------------------------------------------

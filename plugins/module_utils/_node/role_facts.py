@@ -2,8 +2,8 @@
 # GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
 """Small read-only facts the phase roles decide from (gathered through ``gpufleet.deepep.node_stack``).
 
-- ``modules``: the loaded kernel modules (``/proc/modules``, else ``lsmod``; ``/sys/module/<name>`` for the
-  names asked in ``module_names``, so that built-in drivers count too).
+- ``modules``: the kernel modules (``_node/kmods``: loaded from ``/proc/modules``, else ``lsmod``; for the names
+  asked in ``module_names`` whether each is loaded, built into the kernel or absent, and whether the kernel has it).
 - ``paths``: what each asked path is now (type, mode, owner, sha1 of a regular file, target of a symlink).
 - ``cuda_toolkit``: the CUDA toolkit at a directory (``version.json``, else ``nvcc --version``).
 - ``imports``: whether an interpreter imports each of some Python modules (one process, bounded).
@@ -23,9 +23,10 @@ import re
 import stat
 
 from ansible_collections.gpufleet.deepep.plugins.module_utils._fileio import read_json_dict
-from ansible_collections.gpufleet.deepep.plugins.module_utils._node.probes import (
-    parse_lsmod, parse_proc_modules, scan_header_symbols
+from ansible_collections.gpufleet.deepep.plugins.module_utils._node.kmods import (
+    KernelModuleNameError, read_kernel_modules
 )
+from ansible_collections.gpufleet.deepep.plugins.module_utils._node.probes import scan_header_symbols
 from ansible_collections.gpufleet.deepep.plugins.module_utils._node.nodeio import read_text, sha256_file, under
 from ansible_collections.gpufleet.deepep.plugins.module_utils._node.site_state import SiteStateError, dpkg_versions
 
@@ -50,17 +51,13 @@ class PathsError(Exception):
 
 
 def gather_modules(root, runner, names=(), timeout=30):
-    """``{loaded: [names], source, <name>: bool for each of names}``; ``source`` says where the list came from."""
-    text = read_text(under(root, "/proc/modules"))
-    if text is not None:
-        loaded, source = parse_proc_modules(text), "/proc/modules"
-    else:
-        rc, out, err = runner(["lsmod"], timeout=timeout, env=None)
-        loaded, source = (parse_lsmod(out), "lsmod") if rc == 0 else (set(), None)
-    facts = {"loaded": sorted(loaded), "source": source, "present": {}}
-    for name in names:
-        facts["present"][name] = name in loaded or os.path.isdir(under(root, "/sys/module/%s" % name))
-    return facts
+    """The kernel modules (:func:`kmods.read_kernel_modules`, the reader ``gpufleet_stack.kernel_modules`` uses too):
+    ``{loaded: [names], source, kernel, module_dir, states, present, builtin, absent, not_in_kernel}``; ``states``,
+    ``present`` and the lists are for ``names``. A name that is not a kernel module name raises :class:`PathsError`."""
+    try:
+        return read_kernel_modules(root, runner, names, timeout=timeout)
+    except KernelModuleNameError as exc:
+        raise PathsError(str(exc))
 
 
 def _sha1(path, limit=HASH_LIMIT):

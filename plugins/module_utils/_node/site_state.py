@@ -104,21 +104,29 @@ def fingerprint_watch(paths, hash_limit=HASH_LIMIT):
     return out
 
 
-def dpkg_versions(names, status_path="/var/lib/dpkg/status"):
+def dpkg_versions(names, status_path="/var/lib/dpkg/status", require_file=False):
     """{name: version or None}: the installed version of each Debian package, read from dpkg's status file.
 
     A package counts as installed when its Status ends in ``installed`` (not ``config-files``,
-    ``half-installed``, ...). Architecture-qualified names (``foo:amd64``) match the plain name.
+    ``half-installed``, ...). Architecture-qualified names (``foo:amd64``) match the plain name. A status file that
+    cannot be read raises SiteStateError naming it; with ``require_file`` (the converged stamp) a missing one too,
+    since it is not a fact about the packages (without, a node with no dpkg database has none installed).
     """
     wanted = {n.split(":", 1)[0]: n for n in names}
     found = {n: None for n in names}
     if not wanted:
         return found
+    # A status file that cannot be read says nothing of the packages: recording them as not installed from it
+    # would be a false fact, so for the stamp a missing file is refused like any other read failure.
     try:
         with open(status_path, "r", encoding="utf-8", errors="replace") as handle:
             text = handle.read()
     except FileNotFoundError:
-        return found
+        if not require_file:
+            return found
+        raise SiteStateError("cannot read dpkg status %s: the file does not exist, so the versions of %s cannot be "
+                             "known (expected dpkg's status file: set dpkg_status to it, or leave packages empty on a "
+                             "node without dpkg)" % (status_path, _first(sorted(found), 3, ", ")))
     except OSError as exc:
         raise SiteStateError("cannot read dpkg status %s: %s" % (status_path, exc.strerror or exc))
     for para in text.split("\n\n"):
@@ -193,7 +201,7 @@ def drift(recorded, current):
 def current_state(stamp, hash_limit=HASH_LIMIT, dpkg_status="/var/lib/dpkg/status"):
     """Fingerprint again exactly what ``stamp`` recorded."""
     return {"watch": fingerprint_watch(list(stamp.get("watch", {})), hash_limit),
-            "packages": dpkg_versions(list(stamp.get("packages", {})), dpkg_status)}
+            "packages": dpkg_versions(list(stamp.get("packages", {})), dpkg_status, require_file=True)}
 
 
 def watched_count(stamp):
@@ -289,7 +297,7 @@ def check(path, key, hash_limit=HASH_LIMIT, dpkg_status="/var/lib/dpkg/status"):
 def record_content(key, watch, packages, recorded_at, hash_limit=HASH_LIMIT, dpkg_status="/var/lib/dpkg/status"):
     return {"format": FORMAT, "key": key, "recorded_at": recorded_at,
             "watch": fingerprint_watch(watch, hash_limit),
-            "packages": dpkg_versions(packages, dpkg_status)}
+            "packages": dpkg_versions(packages, dpkg_status, require_file=True)}
 
 
 def same_record(old, new):
@@ -299,7 +307,36 @@ def same_record(old, new):
     return {k: v for k, v in old.items() if k != "recorded_at"} == {k: v for k, v in new.items() if k != "recorded_at"}
 
 
+def stamp_target_problem(path):
+    """Why the stamp cannot be written at ``path``, or None: a symlink (the rename would replace the link, and the
+    collection never writes over a link silently), a directory, or an ancestor that exists but is not a directory.
+    Read only, so check mode predicts the same refusals as a real record."""
+    path = os.path.abspath(path)
+    if os.path.islink(path):
+        return ("stamp path %s is a symlink (to %s); the stamp is never written over or through a link - expected a "
+                "regular file or a path that does not exist yet (remove the link or set path to the real file)"
+                % (path, os.readlink(path)))
+    if os.path.isdir(path):
+        return "stamp path %s is a directory, expected a regular file or a path that does not exist yet" % path
+    parent = os.path.dirname(path)
+    while parent and parent != os.path.dirname(parent):
+        if os.path.islink(parent) and not os.path.exists(parent):
+            return ("stamp path %s: its component %s is a dangling symlink (to %s); nothing is written through a "
+                    "link - expected a path of real directories" % (path, parent, os.readlink(parent)))
+        if os.path.lexists(parent):
+            if not os.path.isdir(parent):
+                return ("stamp path %s: its parent %s is a file, expected a directory (the stamp's directory is "
+                        "created when missing, never over a file)" % (path, parent))
+            break
+        parent = os.path.dirname(parent)
+    return None
+
+
 def write_stamp(path, data):
-    """Write the stamp atomically (temp file beside it, then rename), mode 0644, creating its directory."""
+    """Write the stamp atomically (temp file beside it, then rename), mode 0644, creating its directory.
+    Refuses (SiteStateError) what :func:`stamp_target_problem` names."""
+    problem = stamp_target_problem(path)
+    if problem:
+        raise SiteStateError(problem)
     os.makedirs(os.path.dirname(path) or ".", mode=0o755, exist_ok=True)
     write_json_file(path, data, indent=1, tmp_prefix=".gpufleet-site.")

@@ -72,7 +72,7 @@ from ansible_collections.gpufleet.deepep.plugins.module_utils._nvidia.params imp
     DEFAULT_PARAMS_PATH,
     DEFAULT_VERSION_PATH,
 )
-from ansible_collections.gpufleet.deepep.plugins.module_utils._pci import list_gpus
+from ansible_collections.gpufleet.deepep.plugins.module_utils._pci import list_gpus, list_pci_devices
 from ansible_collections.gpufleet.deepep.plugins.module_utils._rdma import collect_rdma
 from ansible_collections.gpufleet.deepep.plugins.module_utils._serve.node import (
     DEFAULT_DG_CACHE_DIR as DEFAULT_SERVE_DG_CACHE_DIR,
@@ -93,6 +93,7 @@ from ansible_collections.gpufleet.deepep.plugins.module_utils._serve.sglang_fact
 __all__ = [
     "DEFAULT_MLX5DV_SYMBOLS", "DEFAULT_DPKG_PACKAGES", "C_ENV", "GATHERABLE", "FACT_NAMES", "SBIN_DIRS",
     "subprocess_runner", "gather_stack", "PrefetchRunner", "find_executable", "gather_node", "nvshmem_libmlx5",
+    "ROOT_MARKERS", "root_problem", "python_missing", "set_warnings",
 ]
 
 DEFAULT_MLX5DV_SYMBOLS = ("MLX5DV_REG_DMABUF_ACCESS_DATA_DIRECT",)
@@ -108,6 +109,10 @@ FACT_NAMES = {"stack": "gpufleet_stack", "nvidia": "gpufleet_nvidia", "rdma": "g
               "gpus": "gpufleet_gpus", "bundled_nvshmem": "gpufleet_bundled_nvshmem", "sglang": "gpufleet_sglang",
               "serve_node": "gpufleet_serve_node", "linkage": "gpufleet_linkage", "deepep_v2": "gpufleet_deepep_v2"}
 SBIN_DIRS = ("/sbin", "/usr/sbin", "/usr/local/sbin")
+# Paths every Linux root holds: a root without any of them is not a node's root (a wrong ``root``, an empty tree).
+ROOT_MARKERS = ("/etc/os-release", "/usr/lib/os-release", "/proc/modules", "/sys/module")
+PYTHON_ADVICE = ("set the python option (audit_python in the audit role) to the interpreter of the torch environment, "
+                 "such as /opt/torch/.venv/bin/python")
 
 
 def subprocess_runner(argv, timeout=None, env=None):
@@ -126,6 +131,83 @@ def subprocess_runner(argv, timeout=None, env=None):
     except OSError as exc:
         return 127, "", str(exc)
     return (proc.returncode, proc.stdout.decode("utf-8", "replace"), proc.stderr.decode("utf-8", "replace"))
+
+
+# --- what a node that reads as empty or without its interpreter looks like --------------------------------
+
+def root_problem(root):
+    """Why ``root`` cannot be a node's root, or None: not a directory, or none of :data:`ROOT_MARKERS` under it
+    (every fact read under it would then describe nothing and look like a clean node)."""
+    root = root or "/"
+    if not os.path.isdir(root):
+        return "root %r is not a directory (expected / or a tree shaped like a node's root)" % (root,)
+    if any(os.path.lexists(under(root, marker)) for marker in ROOT_MARKERS):
+        return None
+    return ("root %s looks empty: none of %s is under it, so the facts read under it describe nothing (expected / or "
+            "a tree shaped like a node's root; check the root option)" % (root, ", ".join(ROOT_MARKERS)))
+
+
+def python_missing(python, path=None):
+    """How the interpreter ``python`` (a path, or a name searched in PATH) is missing - ``not found at <path>``,
+    ``not found on PATH`` or ``<path> is not an executable file`` - or None when it is there."""
+    if "/" in python:
+        if not os.path.lexists(python) or (os.path.islink(python) and not os.path.exists(python)):
+            return "not found at %s" % python
+        if not (os.path.isfile(python) and os.access(python, os.X_OK)):
+            return "%s is not an executable file" % python
+        return None
+    return None if find_executable(python, path) else "not found on PATH"
+
+
+def _python_facts_notes(python, py):
+    """``(torch_error, deepep_error, stack_error)``: what the torch and DeepEP facts say when ``python`` could not
+    report its packages, so their nulls do not read as packages that are absent; all None when it reported."""
+    if py["ok"]:
+        return None, None, None
+    missing = python_missing(python)
+    if missing:
+        head = "python %s %s" % (python, missing)
+    else:
+        head = "python %s could not report its packages (%s)" % (python, py["error"])
+    stack_error = ("%s: the torch, NCCL and DeepEP facts of gpufleet_stack are unknown, not absent; %s"
+                   % (head, PYTHON_ADVICE))
+    if missing:
+        stack_error += " (the probe: %s)" % py["error"]
+    return head + ": torch unknown", head + ": DeepEP unknown, import deep_ep could not run", stack_error
+
+
+def set_warnings(facts, root="/", sysfs_root="/sys", params_path=DEFAULT_PARAMS_PATH,
+                 version_path=DEFAULT_VERSION_PATH):
+    """``{facts name: [sentence]}``: the sets that were gathered but whose reads that define a GPU node found
+    nothing at all (a wrong ``root``/``sysfs_root``, an empty tree, no driver, no GPU, a missing interpreter), so
+    that such a node is not reported as a clean one. Read only."""
+    out = {}
+    stack = facts.get("gpufleet_stack")
+    if isinstance(stack, dict):
+        errors = stack.get("errors") or {}
+        found = [errors[k] for k in ("root", "python", "env_script") if errors.get(k)]
+        if found:
+            out["gpufleet_stack"] = found
+    if isinstance(facts.get("gpufleet_nvidia"), dict) and not facts["gpufleet_nvidia"].get("driver_loaded") \
+            and not os.path.exists(params_path) and not os.path.exists(version_path):
+        out["gpufleet_nvidia"] = ["no NVIDIA driver found: neither params_path %s nor version_path %s exists (the "
+                                  "driver is not loaded, or these options name the wrong files)"
+                                  % (params_path, version_path)]
+    sysfs_sets = [n for n in ("gpufleet_rdma", "gpufleet_gpus", "gpufleet_linkage", "gpufleet_deepep_v2")
+                  if n in facts]
+    if sysfs_sets:
+        pci = os.path.join(sysfs_root, "bus", "pci", "devices")
+        if not list_pci_devices(sysfs_root):
+            message = ("sysfs_root %s looks empty: no PCI device under %s, so no GPU or RDMA device can be found "
+                       "(expected /sys or a tree shaped like it; check the sysfs_root option)" % (sysfs_root, pci))
+            for name in sysfs_sets:
+                out.setdefault(name, []).append(message)
+        elif isinstance(facts.get("gpufleet_gpus"), dict) and not facts["gpufleet_gpus"].get("gpu_count") \
+                and not facts["gpufleet_gpus"].get("unreadable"):
+            out.setdefault("gpufleet_gpus", []).append(
+                "no NVIDIA GPU found under %s (no PCI function of vendor 0x10de with a display or 3D controller "
+                "class)" % pci)
+    return out
 
 
 # --- everything ----------------------------------------------------------------------------------------
@@ -156,6 +238,9 @@ def gather_stack(root="/", cuda_home="/usr/local/cuda", python="/usr/bin/python3
 
     ``python_probe``: the result of :func:`gather_python` when the caller already ran it."""
     errors = {}
+    problem = root_problem(root)
+    if problem:
+        errors["root"] = problem
     facts = {"os": gather_os(root)}
     facts["cuda"] = gather_cuda(root, cuda_home, runner)
     if facts["cuda"]["error"] and facts["cuda"]["nvcc_present"]:
@@ -173,8 +258,9 @@ def gather_stack(root="/", cuda_home="/usr/local/cuda", python="/usr/bin/python3
     if error:
         errors["ldconfig"] = error
     facts["rdma_core"]["libmlx5"] = nvshmem_libmlx5(root, ldcache)
-    module_names, loaded = gather_kernel_modules(root, runner)
+    module_names, loaded, module_states = gather_kernel_modules(root, runner)
     facts["kernel_modules"] = loaded
+    facts["kernel_module_states"] = module_states
     facts["libcuda"] = gather_libcuda(root, ldcache, cuda_home)
     facts["gdrcopy"] = gather_gdrcopy(root, ldcache, gdrcopy_home, module_names)
 
@@ -182,12 +268,24 @@ def gather_stack(root="/", cuda_home="/usr/local/cuda", python="/usr/bin/python3
     if py["error"]:
         errors["python"] = py["error"]
     facts["python"] = {"path": python, "version": py["python_version"], "ok": py["ok"]}
+    torch_error, deepep_error, python_error = _python_facts_notes(python, py)
+    if python_error:
+        errors["python"] = python_error
     facts["torch"] = torch_facts(py)
+    if torch_error:
+        facts["torch"]["error"] = torch_error
+    elif facts["torch"]["version"] is None:
+        facts["torch"]["error"] = ("no torch package in the environment of %s (where torch lives in a virtual "
+                                   "environment, set the python option to its interpreter)" % python)
+    else:
+        facts["torch"]["error"] = None
     facts["nccl"] = nccl_facts(root, py, cuda_home, ldcache)
     deep_ep = find_packages(py["packages"], r"^deep[-_]ep$")
     facts["deep_ep_package"] = deep_ep[0] if deep_ep else None
 
     facts["env_script"] = gather_env_script(root, env_script)
+    if facts["env_script"]["error"]:
+        errors["env_script"] = facts["env_script"]["error"]
     skipped = unchanged_install(root, facts["deep_ep_package"], facts["torch"]["version"]) \
         if import_check == "changed" else None
     if import_check and not skipped:
@@ -196,7 +294,11 @@ def gather_stack(root="/", cuda_home="/usr/local/cuda", python="/usr/bin/python3
     else:
         facts["deep_ep_import"] = {"checked": False, "ok": None, "env_sourced": False, "file": None,
                                    "version": None, "error": None, "rc": None, "skipped": skipped}
+    if deepep_error and facts["deep_ep_import"]["checked"]:
+        facts["deep_ep_import"]["error"] = "%s (%s)" % (deepep_error, facts["deep_ep_import"]["error"])
     facts["deepep"] = gather_deepep_install(root, python, facts["deep_ep_package"], facts["deep_ep_import"])
+    if deepep_error:
+        facts["deepep"]["import_error"] = facts["deep_ep_import"]["error"] or deepep_error
     facts["peermem_loaded"] = loaded["nvidia_peermem"]
     facts["reboot"] = gather_reboot(root, nvidia_reboot_required)
     facts["errors"] = errors

@@ -15,6 +15,8 @@ from ansible_collections.gpufleet.deepep.plugins.module_utils._serve.rules impor
     node_problems,
 )
 from ansible_collections.gpufleet.deepep.plugins.module_utils._serve.units import (
+    RESTART_SEC_FORM,
+    START_TIMEOUT_FORM,
     ServeError,
     env_file_text,
     router_unit_name,
@@ -27,13 +29,14 @@ from ansible_collections.gpufleet.deepep.plugins.module_utils._serve.unitvalues 
     check_env_value,
     check_line,
     check_prefix,
+    check_seconds,
     setting_bool,
 )
 
 __all__ = [
     "ROLES", "ROUTERS", "POLICIES", "TRANSFER_BACKENDS", "DEEPEP_MODES", "INSTANCE_DEFAULTS", "ROUTER_DEFAULTS",
     "ENGINE_ENVIRONMENT", "instance_settings", "router_settings", "build_instances", "preflight", "engine_argv",
-    "router_argv", "check_shapes", "plan",
+    "router_argv", "check_shapes", "port_collisions", "plan",
 ]
 
 ROLES = ("prefill", "decode")
@@ -210,7 +213,7 @@ def _check_hosts(topology):
 
 
 def _check_options(python, model_path, prefix, config_dir, router_venv, secrets_env_file, engine_version):
-    """serve_plan's own options that reach a unit or environment file."""
+    """serve_plan's own options that reach a unit or environment file (the units' seconds: ``plan``)."""
     check_abs_path(python, "python")
     check_line(model_path, "model_path", "a model directory of one line")
     check_prefix(prefix, "prefix")
@@ -280,7 +283,6 @@ def preflight(instances, settings, router_hosts, router, model, debug):
                             % (where, (model or {}).get("path")))
     seen_dist = {}
     for inst in instances:
-        cfg = settings[inst["role"]]
         host, _sep, port = inst["dist_init_addr"].rpartition(":")
         where = "sglang_%s instance %d (%s)" % (inst["role"], inst["index"], ", ".join(inst["hosts"]))
         if not port.isdigit():
@@ -311,9 +313,7 @@ def preflight(instances, settings, router_hosts, router, model, debug):
             problems.append("%s: dist_init_addr %s:%s is also %s's; give each instance its own"
                             % (where, key[0], key[1], seen_dist[key]))
         seen_dist[key] = where
-        if inst["role"] == "prefill" and cfg["bootstrap_port"] in (cfg["port"], cfg["dist_init_port"]):
-            problems.append("%s: bootstrap_port %d collides with the server or dist-init port; choose another"
-                            % (where, cfg["bootstrap_port"]))
+    problems += port_collisions(instances, settings, router_hosts, router)
     pd = any(i["role"] == "prefill" for i in instances) or any(i["role"] == "decode" for i in instances)
     if pd:
         if not any(i["role"] == "prefill" for i in instances) or not any(i["role"] == "decode" for i in instances):
@@ -327,6 +327,49 @@ def preflight(instances, settings, router_hosts, router, model, debug):
         problems.append("router: mini_lb is the runbook's debug-only load balancer (no health checks, no readiness); "
                         "remove mini_lb, or set sglang_serve_debug: true for a debug run")
     return problems
+
+
+def _port_claims(instances, settings, router_hosts, router):
+    """``(host, port, owner)`` of every port the plan gives a process: each engine's ``--port``, a prefill engine's
+    ``--disaggregation-bootstrap-port`` and the port of its ``--dist-init-addr`` on every member host of its instance
+    (a rank may bind each: the dist-init rendezvous and the bootstrap server on rank 0, the HTTP port on every rank of
+    newer SGLang), and the router's ``--port`` and ``--prometheus-port`` on each router host."""
+    claims = []
+    for inst in instances:
+        cfg = settings[inst["role"]]
+        owner = "sglang_%s instance %d's" % (inst["role"], inst["index"])
+        ports = [(inst["port"], "%s --port (port)" % owner)]
+        if inst["bootstrap_port"] is not None:
+            ports.append((inst["bootstrap_port"], "%s --disaggregation-bootstrap-port (bootstrap_port)" % owner))
+        dist_port = inst["dist_init_addr"].rpartition(":")[2]
+        if dist_port.isdigit():
+            ports.append((int(dist_port), "%s --dist-init-addr port (%s)"
+                          % (owner, "dist_init_addr" if cfg["dist_init_addr"] else "dist_init_port")))
+        claims += [(host, port, what) for host in inst["hosts"] for port, what in ports]
+    if router:
+        ports = [(router["port"], "the router's --port (port)")]
+        if router["prometheus_port"]:
+            ports.append((router["prometheus_port"], "the router's --prometheus-port (prometheus_port)"))
+        claims += [(host["name"], port, what) for host in router_hosts or [] for port, what in ports]
+    return claims
+
+
+def port_collisions(instances, settings, router_hosts, router):
+    """One problem for each port two processes (or two flags of one) would bind on the same host, naming the
+    host(s), the port and both owners; the same collision on every member of an instance is one problem."""
+    owners = {}
+    for host, port, what in _port_claims(instances, settings, router_hosts, router):
+        taken = owners.setdefault((host, port), [])
+        if what not in taken:
+            taken.append(what)
+    grouped = {}
+    for (host, port), taken in owners.items():
+        if len(taken) > 1:
+            grouped.setdefault((port, tuple(taken)), []).append(host)
+    return ["host%s %s: port %d is %s%s and %s; a port serves one process on a host: give each its own port"
+            % ("s" if len(hosts) > 1 else "", ", ".join(hosts), port, "both " if len(taken) == 2 else "",
+               ", ".join(taken[:-1]), taken[-1])
+            for (port, taken), hosts in grouped.items()]
 
 
 def engine_argv(python, model_path, inst, rank, cfg):
@@ -390,6 +433,8 @@ def plan(topology, host, model=None, python="/usr/bin/python3", model_path="", p
     """
     check_shapes(topology, host, model, nodes)
     _check_options(python, model_path, prefix, config_dir, router_venv, secrets_env_file, engine_version)
+    start_timeout = check_seconds(start_timeout, "start_timeout", 1, START_TIMEOUT_FORM)
+    restart_sec = check_seconds(restart_sec, "restart_sec", 0, RESTART_SEC_FORM)
     _check_hosts(topology)
     if isinstance(model, dict) and model.get("moe") is not None:  # model_config's facts, or given by hand
         model = dict(model, moe=setting_bool(model["moe"], "model.moe"))

@@ -22,6 +22,7 @@ import os
 import re
 
 from ansible_collections.gpufleet.deepep.plugins.module_utils._http import HttpInputError, check_source
+from ansible_collections.gpufleet.deepep.plugins.module_utils._versions import normalize_project_name
 
 __all__ = [
     "SglangError",
@@ -70,8 +71,8 @@ class SglangError(Exception):
 
 
 def normalize(name):
-    """PEP 503 project name: ``Flashinfer_Python`` -> ``flashinfer-python``."""
-    return re.sub(r"[-_.]+", "-", str(name)).lower()
+    """PEP 503 project name: ``Flashinfer_Python`` -> ``flashinfer-python`` (``_versions.normalize_project_name``)."""
+    return normalize_project_name(name)
 
 
 def version_tuple(value):
@@ -476,48 +477,65 @@ def is_hub_id(value):
     return bool(_HUB_ID_RE.fullmatch(str(value or ""))) and not str(value).startswith((".", "/"))
 
 
-def _first(cfg, *names):
+# The counts model_facts reads, each under its names in config.json (the first one given counts), and the least
+# value it takes: heads, layers and sizes are positive; a config may give 0 routed experts (a dense model).
+_COUNTS = (
+    ("num_attention_heads", ("num_attention_heads", "n_head", "num_heads"), 1),
+    ("num_key_value_heads", ("num_key_value_heads", "num_kv_heads", "multi_query_group_num"), 1),
+    ("num_experts", ("n_routed_experts", "num_experts", "num_local_experts", "moe_num_experts"), 0),
+    ("hidden_size", ("hidden_size",), 1),
+    ("num_hidden_layers", ("num_hidden_layers",), 1),
+    ("max_position_embeddings", ("max_position_embeddings",), 1),
+)
+
+
+def _count(config, text_cfg, names, minimum):
+    """The first of ``names`` given (the top level before ``text_config``) as a whole number >= ``minimum``; None
+    when none is given. SglangError naming the key (``text_config.<key>`` when read there), the value and the form
+    when it is not one - a JSON true, a string, a fraction or a negative number is no count."""
     for name in names:
-        if cfg.get(name) is not None:
-            return cfg[name]
+        for where, cfg in (("", config), ("text_config.", text_cfg)):
+            value = cfg.get(name)
+            if value is None:
+                continue
+            if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+                raise SglangError("%s%s is %s%s; expected %s integer" % (
+                    where, name, json.dumps(value) if isinstance(value, (bool, int, float, str)) else repr(value),
+                    " (a boolean, not a number)" if isinstance(value, bool) else "",
+                    "a positive" if minimum > 0 else "a non-negative"))
+            return value
     return None
 
 
-def _whole(value):
-    """A count of config.json: an integer (a JSON true is no count), else None."""
-    return value if isinstance(value, int) and not isinstance(value, bool) else None
-
-
 def model_facts(config, config_text=None):
-    """Facts of a model's ``config.json`` (a dict): architecture, heads, experts, quantization."""
+    """Facts of a model's ``config.json`` (a dict): architecture, heads, experts, quantization. A count given as
+    anything but a whole number in its range raises SglangError naming the key and the value."""
     if not isinstance(config, dict):
         raise SglangError("config.json must hold a JSON object, got %s" % type(config).__name__)
     text_cfg = config.get("text_config") if isinstance(config.get("text_config"), dict) else {}
     merged = dict(text_cfg)
     merged.update(dict((k, v) for k, v in config.items() if v is not None))
-    heads = _first(merged, "num_attention_heads", "n_head", "num_heads")
-    kv = _first(merged, "num_key_value_heads", "num_kv_heads", "multi_query_group_num")
-    experts = _first(merged, "n_routed_experts", "num_experts", "num_local_experts", "moe_num_experts")
+    counts = dict((fact, _count(config, text_cfg, names, minimum)) for fact, names, minimum in _COUNTS)
+    heads, kv, experts = counts["num_attention_heads"], counts["num_key_value_heads"], counts["num_experts"]
     quant = merged.get("quantization_config") if isinstance(merged.get("quantization_config"), dict) else None
     quant_method = (quant or {}).get("quant_method") or (quant or {}).get("quant_algo")
     fmt = (quant or {}).get("fmt")
     archs = merged.get("architectures") if isinstance(merged.get("architectures"), list) else []
-    heads, kv, experts = _whole(heads), _whole(kv), _whole(experts)
     return {
         "architectures": [str(a) for a in archs],
         "architecture": str(archs[0]) if archs else None,
         "model_type": merged.get("model_type"),
         "num_attention_heads": heads,
         "num_key_value_heads": kv if kv is not None else heads,
-        "hidden_size": _whole(merged.get("hidden_size")),
-        "num_hidden_layers": _whole(merged.get("num_hidden_layers")),
+        "hidden_size": counts["hidden_size"],
+        "num_hidden_layers": counts["num_hidden_layers"],
         "num_experts": experts,
         "moe": experts is not None and experts > 1,
         "quantization": quant_method,
         "quantization_fmt": fmt,
         "fp8": bool(quant_method and "fp8" in str(quant_method).lower()),
         "scale_fmt": (quant or {}).get("scale_fmt"),
-        "max_position_embeddings": merged.get("max_position_embeddings"),
+        "max_position_embeddings": counts["max_position_embeddings"],
         "config_sha256": hashlib.sha256(config_text.encode() if isinstance(config_text, str)
                                         else (config_text or b"")).hexdigest() if config_text is not None else None,
     }
@@ -652,6 +670,7 @@ def check_request(params):
                               % (option, value))
     if params.get("cuda_version") is not None and not _CUDA_RE.fullmatch(params["cuda_version"]):
         raise SglangError("cuda_version %r: expected a CUDA release such as 12.9" % (params["cuda_version"],))
+    held = {}
     for project, version in (params.get("hold") or {}).items():
         if not isinstance(project, str) or not _NAME_RE.fullmatch(project):
             raise SglangError("hold %r: the key is not a pip project name; expected project: version (e.g. torch: "
@@ -660,6 +679,16 @@ def check_request(params):
                                     or not _PIP_VERSION_RE.fullmatch(str(version)) and str(version) != ""):
             raise SglangError("hold %s %r: expected a version such as 2.9.1 (or an empty string: the installed one)"
                               % (project, version))
+        name = normalize(project)
+        if name in held:
+            raise SglangError("hold names %s twice: %s: %s and %s: %s are the same project (pip compares names "
+                              "case-insensitively, with '-', '_' and '.' alike); keep one"
+                              % (name, held[name][0], held[name][1], project, version))
+        held[name] = (project, version)
+        if name == "deep-ep" and params.get("hold_deep_ep", True) and not params.get("use_bundled_deepep"):
+            raise SglangError("hold %s: %s: hold_deep_ep already holds the collection's DeepEP at its installed "
+                              "version; leave %s out of hold, or set hold_deep_ep: false to hold it by version here"
+                              % (project, version, project))
     for option in ("exclude", "ignore_installed"):
         for project in params.get(option) or []:
             if not _NAME_RE.fullmatch(project):

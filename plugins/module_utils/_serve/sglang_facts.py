@@ -14,8 +14,8 @@ Standard library only, Python 3.8+ (this file runs on the managed nodes).
 from __future__ import annotations
 
 import os
+import re
 
-from ansible_collections.gpufleet.deepep.plugins.module_utils._fileio import read_text
 from ansible_collections.gpufleet.deepep.plugins.module_utils._serve.sglang import (
     PROBE_SCRIPT,
     SglangError,
@@ -41,6 +41,8 @@ __all__ = [
     "deepgemm_cache",
     "facts_of",
     "default_constraint_file",
+    "read_pip_file",
+    "constraint_entries",
     "constraint_lines",
     "held_state",
     "gather_sglang",
@@ -53,6 +55,10 @@ CUDNN_PROJECTS = ("nvidia-cudnn-cu13", "nvidia-cudnn-cu12")
 CUSPARSELT_PROJECTS = ("nvidia-cusparselt-cu13", "nvidia-cusparselt-cu12")
 NIXL_PROJECTS = ("nixl-cu13", "nixl-cu12", "nixl")
 MOONCAKE_PROJECTS = ("mooncake-transfer-engine", "mooncake-transfer-engine-cuda13", "mooncake-transfer-engine-non-cuda")
+
+
+# The project at the head of a requirement line (what ``nccl.constraint_text`` replaces).
+_REQ_HEAD_RE = re.compile(r"^\s*([A-Za-z0-9][A-Za-z0-9._-]*)")
 
 
 class SglangProbeError(SglangError):
@@ -221,10 +227,45 @@ def default_constraint_file(facts):
     return SYSTEM_CONSTRAINT_FILE
 
 
-def constraint_lines(constraint_file):
-    """``{project: version}`` of the ``project==version`` lines of the constraints file (none when absent)."""
+def read_pip_file(path, what="constraints file"):
+    """The text of one of pip's files (the constraints file, pip.conf); None when it is absent or cannot be opened.
+    SglangError naming ``what`` and ``path`` when it is not UTF-8 text or holds a NUL byte: a binary file would read
+    as no pins, and a rewrite would replace it with pins only."""
+    try:
+        with open(path, "rb") as handle:
+            raw = handle.read()
+    except (IOError, OSError):
+        return None
+    form = ("expected a text file of pip %s lines; repair or remove it"
+            % ("constraint (project==version)" if what == "constraints file" else "configuration"))
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise SglangError("%s %s is not UTF-8 text (byte 0x%02x at offset %d): it cannot be read as pins or kept; %s"
+                          % (what, path, raw[exc.start], exc.start, form))
+    if "\x00" in text:
+        raise SglangError("%s %s is binary (a NUL byte at offset %d): it cannot be read as pins or kept; %s"
+                          % (what, path, text.index("\x00"), form))
+    return text
+
+
+def constraint_entries(text):
+    """``{project: [line, ...]}`` of a constraints file's text: every requirement line (comments left out) under its
+    project's normalized name, in file order - what a hold of that project replaces."""
     out = {}
-    text = read_text(constraint_file) or ""
+    for line in (text or "").splitlines():
+        body = line.split("#", 1)[0].strip()
+        match = _REQ_HEAD_RE.match(body)
+        if match:
+            out.setdefault(normalize(match.group(1)), []).append(body)
+    return out
+
+
+def constraint_lines(constraint_file):
+    """``{project: version}`` of the ``project==version`` lines of the constraints file (none when absent);
+    SglangError naming the file when it is not text (``read_pip_file``)."""
+    out = {}
+    text = read_pip_file(constraint_file) or ""
     for line in text.splitlines():
         line = line.split("#", 1)[0].strip()
         if "==" in line:

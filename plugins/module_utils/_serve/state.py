@@ -18,9 +18,11 @@ from ansible_collections.gpufleet.deepep.plugins.module_utils._serve.units impor
 )
 from ansible_collections.gpufleet.deepep.plugins.module_utils._serve.unitvalues import UnitValueError, reply_bool
 
-__all__ = ["ServeStateError", "parse_show", "unit_facts", "router_facts", "gather"]
+__all__ = ["ServeStateError", "NotJson", "parse_show", "read_env_text", "unit_facts", "router_facts", "gather"]
 
 SHOW_PROPERTIES = ("LoadState", "ActiveState", "SubState", "MainPID", "NRestarts", "UnitFileState")
+MAX_ENV_FILE = 1024 * 1024  # bytes; a larger environment file is not one sglang_serve wrote
+ENV_FORM = "expected the environment file sglang_serve writes (UTF-8 text, NAME=\"value\" lines)"
 
 
 class ServeStateError(ValueError):
@@ -46,9 +48,25 @@ def parse_show(text, unit):
     return out
 
 
-def unit_facts(config_dir, prefix, show, read_text):
+def _also(error, more):
+    """``more`` after the error already recorded (the environment file's), not in its place."""
+    return "%s; %s" % (error, more) if error else more
+
+
+def read_env_text(path):
+    """The environment file at ``path`` as text: UnicodeDecodeError where it is not UTF-8, ServeStateError where it
+    is larger than MAX_ENV_FILE (neither is a file sglang_serve wrote)."""
+    with open(path, "rb") as handle:
+        raw = handle.read(MAX_ENV_FILE + 1)
+    if len(raw) > MAX_ENV_FILE:
+        raise ServeStateError("%s: larger than %d bytes; %s" % (path, MAX_ENV_FILE, ENV_FORM))
+    return raw.decode("utf-8")
+
+
+def unit_facts(config_dir, prefix, show, read_text=read_env_text):
     """Every unit of ``prefix`` with an environment file in ``config_dir``: its instance, role, rank, systemd state
-    (``show(unit)`` -> (rc, stdout, stderr)) and the SGLang version its environment names."""
+    (``show(unit)`` -> (rc, stdout, stderr)) and the SGLang version its environment names. A file that cannot be read
+    (not UTF-8, not a regular file, malformed) is named in its unit's ``error``; the other units are still read."""
     units = []
     try:
         names = sorted(os.listdir(config_dir))
@@ -64,41 +82,91 @@ def unit_facts(config_dir, prefix, show, read_text):
         entry = {"unit": unit, "env_file": os.path.join(config_dir, name), "role": parsed["role"],
                  "instance": parsed["instance"], "rank": parsed["rank"], "sglang_version": None, "error": None}
         try:
+            if not os.path.isfile(entry["env_file"]):  # a FIFO would block the read, a directory cannot be read
+                raise ServeStateError("%s: not a regular file; %s" % (entry["env_file"], ENV_FORM))
             env = parse_env_file(read_text(entry["env_file"]), entry["env_file"])
             entry["sglang_version"] = env.get("GPUFLEET_SGLANG_VERSION")
-        except (OSError, ServeError) as exc:
+        except UnicodeDecodeError as exc:  # this unit's file only: the other units and the router are still read
+            entry["error"] = "%s: not UTF-8 text (byte 0x%s at offset %d); %s" % (
+                entry["env_file"], bytes(exc.object[exc.start:exc.start + 1]).hex(), exc.start, ENV_FORM)
+        except (OSError, ServeError, ServeStateError) as exc:
             entry["error"] = str(exc)
         rc, out, err = show(unit)
         if rc != 0:
             entry.update(load_state=None, active_state=None, sub_state=None, unit_file_state=None, main_pid=None,
                          restarts=None)
-            entry["error"] = "systemctl show %s: rc %s: %s" % (unit, rc, (err or out).strip()[:200])
+            entry["error"] = _also(entry["error"],
+                                   "systemctl show %s: rc %s: %s" % (unit, rc, (err or out).strip()[:200]))
         else:
             try:
                 entry.update(parse_show(out, unit))
             except ServeStateError as exc:
-                entry["error"] = str(exc)
+                entry["error"] = _also(entry["error"], str(exc))
         units.append(entry)
     return units
 
 
+class NotJson(object):
+    """An answer that is not JSON (``_get``'s body then): ``text`` is its beginning, to name it."""
+
+    def __init__(self, text):
+        self.text = text
+
+    def __repr__(self):
+        return "NotJson(%r)" % self.text
+
+
 def _get(url, timeout, validate_certs=True, ca_path=None):
-    """(HTTP status, parsed JSON or None, error text or None); status None and the error text when the router did not
-    answer in full within ``timeout`` seconds (one deadline for the whole exchange, module_utils/_http)."""
+    """(HTTP status, body, error text or None): the body parsed as JSON, a NotJson where it is not JSON, None where it
+    is empty; status None and the error text when the router did not answer in full within ``timeout`` seconds (one
+    deadline for the whole exchange, module_utils/_http)."""
     try:
         status, raw = http_get(url, timeout, validate_certs=validate_certs, ca_path=ca_path, option="router_url")
     except HttpError as exc:  # router_facts names the URL itself
         text = str(exc)
         return None, None, text[len(url) + 2:] if text.startswith(url + ": ") else text
     body = raw.decode("utf-8", "replace")
-    try:
-        return status, json.loads(body) if body.strip() else None, None
-    except ValueError:
+    if not body.strip():
         return status, None, None
+    try:
+        return status, json.loads(body), None
+    except (ValueError, RecursionError):  # RecursionError: nested deeper than the parser goes
+        return status, NotJson(body.strip()[:60]), None
+
+
+_JSON_TYPES = ((bool, "JSON boolean"), (str, "JSON string"), ((int, float), "JSON number"), (list, "JSON list"),
+               (dict, "JSON object"))
+
+
+def _what(body):
+    """What an answer is, in words (``a JSON list``, ``an answer that is not JSON (it begins '<html>')``)."""
+    if isinstance(body, NotJson):
+        return "an answer that is not JSON (it begins %r)" % body.text
+    if body is None:
+        return "an empty answer (or JSON null)"
+    for kind, name in _JSON_TYPES:
+        if isinstance(body, kind):
+            return "a %s" % name
+    return "a %s" % type(body).__name__
+
+
+def _workers_problem(status, body):
+    """Why a ``/workers`` answer is not the router's workers list, or None when it is."""
+    form = "expected 200 with a JSON object with a workers list"
+    if status != 200:
+        return "HTTP %s; %s" % (status, form)
+    if not isinstance(body, dict):
+        return "HTTP 200 with %s, not an object with a workers list; %s" % (_what(body), form)
+    if "workers" not in body:
+        return "HTTP 200 with a JSON object without workers; %s" % form
+    if not isinstance(body["workers"], list):
+        return "HTTP 200 with a JSON object whose workers is %s, not a list; %s" % (_what(body["workers"]), form)
+    return None
 
 
 def router_facts(url, timeout, get=_get):
-    """The router at ``url``: ``/readiness`` (200 only with a healthy prefill/decode pair) and ``/workers``.
+    """The router at ``url``: ``/readiness`` (200 only with a healthy prefill/decode pair) and ``/workers``; ready only
+    with both (a ``/workers`` answer that is no JSON object with a workers list is named in ``error``).
     ``get(url, timeout)`` -> (status, body, error)."""
     facts = {"url": url, "ready": False, "readiness_status": None, "error": None, "prefill_count": None,
              "decode_count": None, "workers": []}
@@ -109,8 +177,10 @@ def router_facts(url, timeout, get=_get):
         facts["error"] = "%s/readiness: %s" % (url, error)
         return facts
     status, body, error = get(url.rstrip("/") + "/workers", timeout)
-    if error or status != 200 or not isinstance(body, dict) or not isinstance(body.get("workers"), list):
-        facts["error"] = "%s/workers: %s" % (url, error or "HTTP %s, expected 200 with a workers list" % status)
+    problem = error or _workers_problem(status, body)
+    if problem:  # without its workers list, the router's readiness is not shown: not ready
+        facts["ready"] = False
+        facts["error"] = "%s/workers: %s" % (url, problem)
         return facts
     stats = body.get("stats") if isinstance(body.get("stats"), dict) else {}
     facts["prefill_count"] = stats.get("prefill_count")

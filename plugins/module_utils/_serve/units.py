@@ -23,6 +23,7 @@ from ansible_collections.gpufleet.deepep.plugins.module_utils._serve.unitvalues 
     check_env_value,
     check_line,
     check_prefix,
+    check_seconds,
     env_file_path,
     env_file_value,
     exec_line,
@@ -30,9 +31,12 @@ from ansible_collections.gpufleet.deepep.plugins.module_utils._serve.unitvalues 
 
 __all__ = [
     "ServeError", "SYSTEM_PATH", "unit_name", "router_unit_name", "parse_unit_name", "parse_env_script",
-    "env_file_text", "parse_env_file", "unit_text",
+    "env_file_text", "parse_env_file", "unit_text", "START_TIMEOUT_FORM", "RESTART_SEC_FORM",
 ]
 
+# The forms of the units' two numbers of seconds, as the refusals name them.
+START_TIMEOUT_FORM = "a whole number of seconds of 1 or more (TimeoutStartSec=; e.g. 3600)"
+RESTART_SEC_FORM = "a whole number of seconds of 0 or more (RestartSec=; 0 restarts at once, e.g. 5)"
 # What a service's PATH ends with (a unit starts with none of a login shell's variables).
 SYSTEM_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 _EXPORT_RE = re.compile(r"export\s+(?P<name>[A-Za-z_][A-Za-z0-9_]*)=(?P<value>.*)")
@@ -173,7 +177,10 @@ def parse_env_file(text, path="<env file>"):
 def unit_text(description, argv, env_files, start_timeout, restart_sec, after=(), memlock=True, fields=None):
     """A systemd service: the argv quoted for ExecStart (``unitvalues.exec_line``: ``%``, ``$``, quotes escaped the
     way systemd reads them back; ``fields`` names the arguments in a refusal), the env files, Restart=on-failure, a
-    long start timeout. A value with a control character raises UnitValueError."""
+    long start timeout. A value with a control character, a ``start_timeout`` below 1 or a ``restart_sec`` below 0
+    (or either not a whole number) raises UnitValueError."""
+    start_timeout = check_seconds(start_timeout, "start_timeout", 1, START_TIMEOUT_FORM)
+    restart_sec = check_seconds(restart_sec, "restart_sec", 0, RESTART_SEC_FORM)
     description = check_line(description, "Description").replace("%", "%%")
     after = [check_line(a, "After[%d]" % i, "a unit name").replace("%", "%%") for i, a in enumerate(after)]
     lines = ["# Written by gpufleet.deepep (sglang_serve)", "[Unit]", "Description=%s" % description,

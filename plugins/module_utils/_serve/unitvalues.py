@@ -18,6 +18,9 @@ systemd.exec(5) "EnvironmentFile=":
 - an ``EnvironmentFile=`` path: an absolute path; ``%`` is written ``%%`` (systemd expands specifiers there);
 - an environment file's name: ``[A-Za-z_][A-Za-z0-9_]*``; its value: double-quoted, ``\\`` and ``"`` escaped
   (``$`` has no meaning in an EnvironmentFile);
+- a number of seconds (``TimeoutStartSec=``, ``RestartSec=``; ``check_seconds``): a whole number from a minimum on,
+  never a boolean - systemd reads ``TimeoutStartSec=0`` as no timeout at all and ignores a negative span (it logs
+  a warning and keeps its default, 90 s for a start), while ``RestartSec=0`` restarts at once;
 - the unit-name prefix: refused unless it is letters, digits, ``_``, ``.`` or ``-`` starting with a letter or
   digit, without ``..`` and at most 64 characters (systemd's unit-name characters less ``:``, ``@`` and ``\\``; the
   unit names are also file names under /etc/systemd/system).
@@ -38,7 +41,8 @@ import re
 
 __all__ = [
     "UnitValueError", "PREFIX_RE", "ENV_NAME_RE", "check_line", "check_prefix", "check_env_name", "check_env_value",
-    "check_abs_path", "exec_argument", "exec_line", "env_file_path", "env_file_value", "setting_bool", "reply_bool",
+    "check_abs_path", "check_seconds", "exec_argument", "exec_line", "env_file_path", "env_file_value", "setting_bool",
+    "reply_bool",
 ]
 
 PREFIX_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")
@@ -83,6 +87,21 @@ def check_abs_path(value, field):
     if not text.startswith("/"):
         raise UnitValueError("%s is %r; expected an absolute path (e.g. /opt/venv/bin/python)" % (field, text))
     return text
+
+
+def check_seconds(value, field, minimum, expected):
+    """``value`` as a whole number of seconds >= ``minimum`` (an int, or a string or float holding one; never a
+    boolean), else UnitValueError naming ``field``, the value and ``expected``."""
+    number = None
+    if isinstance(value, int) and not isinstance(value, bool):
+        number = value
+    elif isinstance(value, float) and value.is_integer():
+        number = int(value)
+    elif isinstance(value, str) and re.fullmatch(r"\s*[+-]?[0-9]+\s*", value):
+        number = int(value)
+    if number is None or number < minimum:
+        raise UnitValueError("%s is %r; expected %s" % (field, value, expected))
+    return number
 
 
 def check_env_name(value, field):

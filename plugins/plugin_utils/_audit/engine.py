@@ -19,7 +19,10 @@ standard ones (``version_cmp``, ``arch_covers``, ``arch_list``, ``to_int``, ``mo
 registered node_stack result, is made in ``document``.
 
 One engine judges more than the audit: a rule's ``when`` names the contexts it applies in (``audit``, the
-default, and ``preflight``, the checks of the preflight role before anything is installed). A rule with
+default, and ``preflight``, the checks of the preflight role before anything is installed). A rule's ``kind`` is
+``finding`` (the default: something wrong on the node) or ``not_judged`` (something the audit could not judge there,
+such as a node without a profile or without torch at the interpreter the audit used): the fleet document keeps those
+apart from the findings, and a node with one is "not fully judged" instead of ok. A rule with
 ``each`` (a jmespath expression giving a list) is judged once per item, with the item as ``item`` in the
 document. A rule with ``message`` (a Python format string over the keys of its evidence, which must then
 be a mapping) gives each finding a ``message`` naming the values it found.
@@ -37,17 +40,21 @@ from ansible_collections.gpufleet.deepep.plugins.plugin_utils._audit.expr import
 )
 
 __all__ = [
-    "SEVERITIES", "SEVERITY_RANK", "RULE_KEYS_REQUIRED", "RULE_KEYS_OPTIONAL", "CONTEXTS", "RULE_ID_RE",
+    "SEVERITIES", "SEVERITY_RANK", "RULE_KEYS_REQUIRED", "RULE_KEYS_OPTIONAL", "CONTEXTS", "KINDS", "RULE_ID_RE",
     "DRIFT_KEYS_REQUIRED", "DRIFT_KEYS_OPTIONAL", "DEFAULT_DRIFT_SKIP_GROUPS", "validate_rules", "applies",
-    "validate_drift", "evaluate_rules", "severity_counts", "node_status", "fleet_drift", "key_facts",
-    "split_catalogue", "audit_fleet",
+    "validate_drift", "evaluate_rules", "severity_counts", "node_status", "split_not_judged", "fleet_drift",
+    "key_facts", "split_catalogue", "audit_fleet",
 ]
 
 SEVERITIES = ("critical", "warning", "info")
 SEVERITY_RANK = {"critical": 0, "warning": 1, "info": 2}
 RULE_KEYS_REQUIRED = ("id", "title", "severity", "condition", "fix", "source")
-RULE_KEYS_OPTIONAL = ("evidence", "description", "tags", "when", "each", "message")
+RULE_KEYS_OPTIONAL = ("evidence", "description", "tags", "when", "each", "message", "kind")
 CONTEXTS = ("audit", "preflight")
+# finding: something wrong on the node; not_judged: something the audit could not judge on it (no expectations, a
+# fact it could not read where it looked), reported apart so that such a node is not counted plainly ok.
+KINDS = ("finding", "not_judged")
+NOT_JUDGED = "not_judged"
 RULE_ID_RE = re.compile(r"^[A-Z][A-Z0-9_]*$")
 DRIFT_KEYS_REQUIRED = ("name", "path")
 DRIFT_KEYS_OPTIONAL = ("expand", "description")
@@ -94,6 +101,8 @@ def validate_rules(rules):
             compile_expression(rule["evidence"], "%s evidence" % where)
         if rule.get("each") is not None:
             compile_expression(rule["each"], "%s each" % where)
+        if rule.get("kind", "finding") not in KINDS:
+            raise AuditError("%s: kind %r is not one of %s" % (where, rule.get("kind"), ", ".join(KINDS)))
         when = rule.get("when", ["audit"])
         if not isinstance(when, list) or not when or [c for c in when if c not in CONTEXTS]:
             raise AuditError("%s: when %r must be a non-empty list of %s" % (where, when, ", ".join(CONTEXTS)))
@@ -152,8 +161,8 @@ def evaluate_rules(document, rules, context="audit", order="severity"):
     """Return the findings of one node: the rules of ``context`` whose condition holds.
 
     Each finding: id, title, severity, fix, source, evidence (the value of the rule's evidence expression,
-    or null) and, for a rule with a message, the message. ``order``: ``severity`` (most severe first, then
-    by id) or ``catalogue`` (the order of the rules, then of their items).
+    or null), for a rule with a message, the message, and for a rule of kind ``not_judged``, ``kind``. ``order``:
+    ``severity`` (most severe first, then by id) or ``catalogue`` (the order of the rules, then of their items).
     """
     if not isinstance(document, dict):
         raise AuditError("facts document: expected a mapping, got %s" % type(document).__name__)
@@ -187,6 +196,8 @@ def evaluate_rules(document, rules, context="audit", order="severity"):
             }
             if rule.get("message") is not None:
                 finding["message"] = _message(rule, evidence, where)
+            if rule.get("kind", "finding") != "finding":
+                finding["kind"] = rule["kind"]
             findings.append(finding)
     if order == "severity":
         findings.sort(key=lambda f: (SEVERITY_RANK[f["severity"]], f["id"]))
@@ -200,13 +211,19 @@ def severity_counts(findings):
     return counts
 
 
-def node_status(findings, reachable=True):
-    """``unreachable``, ``critical``, ``warning``, ``info`` or ``ok`` (the worst finding wins)."""
+def node_status(findings, reachable=True, not_judged=()):
+    """``unreachable``, ``critical``, ``warning``, ``info`` (the worst finding wins), ``not_judged`` (no finding, but
+    something could not be judged) or ``ok``."""
     if not reachable:
         return "unreachable"
     if not findings:
-        return "ok"
+        return NOT_JUDGED if not_judged else "ok"
     return min((f["severity"] for f in findings), key=lambda s: SEVERITY_RANK[s])
+
+
+def split_not_judged(findings):
+    """(the findings, what could not be judged) of :func:`evaluate_rules`' list."""
+    return ([f for f in findings if f.get("kind") != NOT_JUDGED], [f for f in findings if f.get("kind") == NOT_JUDGED])
 
 
 def _canonical(value):
@@ -326,8 +343,13 @@ def audit_fleet(documents, catalogue, groups=None, skip_groups=DEFAULT_DRIFT_SKI
     ``documents``: host -> facts document (``reachable: false`` for nodes that could not be reached);
     ``catalogue``: the rules catalogue (``rules``, ``drift``, ``key_facts``) or a bare rule list;
     ``groups``: group -> hosts for drift. Returns ``{meta, nodes: {host: {status, reachable, groups,
-    findings, counts, key_facts, facts}}, drift: [...], summary: {nodes, ok, with_findings, unreachable,
-    critical, warning, info}, rules: [{id, title, severity, source}]}``.
+    findings, not_judged, counts, key_facts, facts}}, drift: [...], summary: {nodes, ok, with_findings, not_judged,
+    unreachable, critical, warning, info}, rules: [{id, title, severity, source, kind}]}``.
+
+    ``not_judged`` of a node: the findings of the rules of kind ``not_judged`` (what could not be judged there, each
+    with its message and fix); they are not counted by severity. ``ok`` counts the reachable nodes with neither
+    findings nor anything not judged; ``not_judged`` every reachable node with something not judged (with findings or
+    not), so that a node the audit could not fully judge is never reported plainly ok.
     """
     if not isinstance(documents, dict):
         raise AuditError("documents: expected a mapping of host to facts document, got %s"
@@ -335,20 +357,21 @@ def audit_fleet(documents, catalogue, groups=None, skip_groups=DEFAULT_DRIFT_SKI
     rules, drift_entries, key_entries = split_catalogue(catalogue)
     rules = [rule for rule in rules if applies(rule, "audit")]
     nodes = {}
-    summary = {"nodes": 0, "ok": 0, "with_findings": 0, "unreachable": 0,
+    summary = {"nodes": 0, "ok": 0, "with_findings": 0, "not_judged": 0, "unreachable": 0,
                "critical": 0, "warning": 0, "info": 0}
     for host in sorted(documents):
         doc = documents[host]
         if not isinstance(doc, dict):
             raise AuditError("documents[%r]: expected a mapping, got %s" % (host, type(doc).__name__))
         reachable = doc.get("reachable", True) is not False
-        findings = evaluate_rules(doc, rules) if reachable else []
+        findings, not_judged = split_not_judged(evaluate_rules(doc, rules) if reachable else [])
         counts = severity_counts(findings)
         nodes[host] = {
-            "status": node_status(findings, reachable),
+            "status": node_status(findings, reachable, not_judged),
             "reachable": reachable,
             "groups": list(doc.get("groups") or []),
             "findings": findings,
+            "not_judged": not_judged,
             "counts": counts,
             "key_facts": key_facts(doc, key_entries) if reachable else [],
             "facts": doc,
@@ -358,8 +381,10 @@ def audit_fleet(documents, catalogue, groups=None, skip_groups=DEFAULT_DRIFT_SKI
             summary["unreachable"] += 1
         elif findings:
             summary["with_findings"] += 1
-        else:
+        elif not not_judged:
             summary["ok"] += 1
+        if reachable and not_judged:
+            summary["not_judged"] += 1
         for severity in SEVERITIES:
             summary[severity] += counts[severity]
     drift = fleet_drift(documents, groups or {}, drift_entries, skip_groups) if groups else []
@@ -368,6 +393,6 @@ def audit_fleet(documents, catalogue, groups=None, skip_groups=DEFAULT_DRIFT_SKI
         "summary": summary,
         "nodes": nodes,
         "drift": drift,
-        "rules": [{"id": r["id"], "title": r["title"], "severity": r["severity"], "source": r["source"]}
-                  for r in rules],
+        "rules": [{"id": r["id"], "title": r["title"], "severity": r["severity"], "source": r["source"],
+                   "kind": r.get("kind", "finding")} for r in rules],
     }

@@ -4,8 +4,9 @@
 
 Pure controller-side logic. The HTML page has its CSS inline and loads nothing (no scripts, fonts or
 images), so it opens offline. Every string that comes from a node (host names, fact values, error text)
-is escaped. Each node's details show, beside its findings, the linkage of its DeepEP build checked against it and
-its last verification (every figure beside its gate, the transport that ran): ``_audit.verification``.
+is escaped. Each node's details show, beside its findings, what could not be judged on it (rules of kind
+``not_judged``: such a node is "not fully judged", never plainly ok), the linkage of its DeepEP build checked against it
+and its last verification (every figure beside its gate, the transport that ran): ``_audit.verification``.
 """
 
 from __future__ import annotations
@@ -16,9 +17,23 @@ import json
 from ansible_collections.gpufleet.deepep.plugins.plugin_utils._audit.verification import linkage_rows, verify_rows
 
 SEVERITIES = ("critical", "warning", "info")
-STATUS_ORDER = {"unreachable": 0, "critical": 1, "warning": 2, "info": 3, "ok": 4}
+STATUS_ORDER = {"unreachable": 0, "critical": 1, "warning": 2, "info": 3, "not_judged": 4, "ok": 5}
 STATUS_LABEL = {"unreachable": "unreachable", "critical": "critical", "warning": "warning", "info": "info",
-                "ok": "ok"}
+                "not_judged": "not fully judged", "ok": "ok"}
+
+
+def _label(status):
+    return STATUS_LABEL.get(status, status)
+
+
+def summary_line(summary):
+    """The fleet's one line: nodes ok, with findings, not fully judged, unreachable, and the findings by severity."""
+    summary = summary or {}
+    return ("%d nodes: %d ok, %d with findings, %d not fully judged, %d unreachable "
+            "(findings: %d critical, %d warning, %d info)"
+            % (summary.get("nodes", 0), summary.get("ok", 0), summary.get("with_findings", 0),
+               summary.get("not_judged", 0), summary.get("unreachable", 0), summary.get("critical", 0),
+               summary.get("warning", 0), summary.get("info", 0)))
 
 
 def _text(value):
@@ -71,6 +86,16 @@ def _findings_by_severity(fleet):
             row[3].append(host)
     order = dict((s, i) for i, s in enumerate(SEVERITIES))
     return sorted((tuple(r) for r in rules.values()), key=lambda r: (order.get(r[0], 9), r[1]))
+
+
+def _not_judged_by_rule(fleet):
+    """One row per not-judged rule that fired anywhere: (rule id, title, fix, [hosts]), by rule id."""
+    rules = {}
+    nodes = fleet.get("nodes") or {}
+    for host in sorted(nodes):
+        for gap in nodes[host].get("not_judged") or []:
+            rules.setdefault(gap["id"], [gap["id"], gap["title"], gap.get("fix"), []])[3].append(host)
+    return [tuple(rules[key]) for key in sorted(rules)]
 
 
 # --- Markdown ------------------------------------------------------------------------------------------
@@ -172,10 +197,9 @@ def render_markdown(fleet):
         out.append("Generated %s%s." % (meta["generated_at"],
                                         " from inventory %s" % meta["inventory"] if meta.get("inventory") else ""))
         out.append("")
-    out.append("**%d nodes: %d ok, %d with findings, %d unreachable** (findings: %d critical, %d warning, %d info)"
-               % (summary.get("nodes", 0), summary.get("ok", 0), summary.get("with_findings", 0),
-                  summary.get("unreachable", 0), summary.get("critical", 0), summary.get("warning", 0),
-                  summary.get("info", 0)))
+    line = summary_line(summary)
+    head, tail = line.split(" (findings: ", 1)
+    out.append("**%s** (findings: %s" % (head, tail))
     out.append("")
 
     key_names = []
@@ -191,8 +215,11 @@ def render_markdown(fleet):
         node = nodes[host]
         values = dict((k["name"], k["value"]) for k in node.get("key_facts") or [])
         counts = node.get("counts") or {}
-        row = [host, node.get("status"), counts.get("critical", 0), counts.get("warning", 0), counts.get("info", 0),
-               ", ".join(f["id"] for f in node.get("findings") or [])]
+        listed = [f["id"] for f in node.get("findings") or []]
+        if node.get("not_judged"):
+            listed.append("not judged: " + ", ".join(g["id"] for g in node["not_judged"]))
+        row = [host, _label(node.get("status")), counts.get("critical", 0), counts.get("warning", 0),
+               counts.get("info", 0), "; ".join(listed)]
         row += [values.get(name) for name in key_names]
         out.append("| " + " | ".join(_md_cell(v) for v in row) + " |")
     out.append("")
@@ -209,6 +236,15 @@ def render_markdown(fleet):
         out.append("|---|---|---|---|")
         for severity, rule_id, title, hosts in rows:
             out.append("| %s | %s | %s | %s |" % (severity, rule_id, _md_cell(title), _md_cell(", ".join(hosts))))
+        out.append("")
+
+    gaps = _not_judged_by_rule(fleet)
+    if gaps:
+        out += ["## Not fully judged", "",
+                "What the audit could not judge; these nodes are not counted ok until it can.", "",
+                "| rule | what was not judged | fix | nodes |", "|---|---|---|---|"]
+        for rule_id, title, fix, hosts in gaps:
+            out.append("| %s | %s | %s | %s |" % (rule_id, _md_cell(title), _md_cell(fix), _md_cell(", ".join(hosts))))
         out.append("")
 
     out += ["## Drift", ""]
@@ -234,7 +270,7 @@ def render_markdown(fleet):
     out += ["## Node details", ""]
     for host in _sorted_hosts(fleet):
         node = nodes[host]
-        out.append("### %s (%s)" % (host, node.get("status")))
+        out.append("### %s (%s)" % (host, _label(node.get("status"))))
         out.append("")
         if node.get("groups"):
             out += ["Groups: %s" % ", ".join(node["groups"]), ""]
@@ -252,6 +288,15 @@ def render_markdown(fleet):
             out.append("  - source: %s" % finding["source"])
         if node.get("findings"):
             out.append("")
+        if node.get("not_judged"):
+            out += ["Not judged on this node:", ""]
+            for gap in node["not_judged"]:
+                out.append("- **NOT JUDGED** `%s` %s" % (gap["id"], gap["title"]))
+                if gap.get("message"):
+                    out.append("  - why: %s" % _md_cell(gap["message"]))
+                out.append("  - fix: %s" % gap["fix"])
+                out.append("  - source: %s" % gap["source"])
+            out.append("")
         out += _linkage_markdown(node) + _verify_markdown(node)
     return "\n".join(out).rstrip("\n") + "\n"
 
@@ -261,7 +306,7 @@ def render_markdown(fleet):
 CSS = """
 :root { --crit: #b42318; --crit-bg: #fef3f2; --warn: #b54708; --warn-bg: #fffaeb; --info: #175cd3;
   --info-bg: #eff8ff; --ok: #067647; --ok-bg: #ecfdf3; --down: #475467; --down-bg: #f2f4f7;
-  --line: #d0d5dd; --muted: #667085; --ink: #101828; }
+  --line: #d0d5dd; --muted: #667085; --ink: #101828; --nj: #6941c6; --nj-bg: #f4f3ff; }
 * { box-sizing: border-box; }
 body { font: 14px/1.45 system-ui, -apple-system, "Segoe UI", Roboto, "Helvetica Neue", Arial, sans-serif;
   color: var(--ink); margin: 0; background: #f9fafb; }
@@ -282,6 +327,7 @@ h3 { font-size: 15px; margin: 0; display: inline; }
 .card.critical { border-top: 4px solid var(--crit); } .card.warning { border-top: 4px solid #f79009; }
 .card.info { border-top: 4px solid #2e90fa; } .card.unreachable { border-top: 4px solid #98a2b3; }
 .card.ok { border-top: 4px solid #17b26a; }
+.card.not_judged b { color: var(--nj); } .card.not_judged { border-top: 4px solid #9e77ed; }
 table { border-collapse: collapse; background: #fff; width: 100%; border: 1px solid var(--line); }
 th, td { text-align: left; padding: 6px 10px; border-bottom: 1px solid #eaecf0; vertical-align: top; }
 th { background: #f2f4f7; font-size: 12px; text-transform: uppercase; letter-spacing: .03em; color: #344054; }
@@ -292,6 +338,7 @@ tr.row-warning td:first-child { box-shadow: inset 4px 0 #f79009; }
 tr.row-info td:first-child { box-shadow: inset 4px 0 #2e90fa; }
 tr.row-ok td:first-child { box-shadow: inset 4px 0 #17b26a; }
 tr.row-unreachable td:first-child { box-shadow: inset 4px 0 #98a2b3; }
+tr.row-not_judged td:first-child { box-shadow: inset 4px 0 #9e77ed; }
 tr.row-critical { background: #fffbfa; } tr.row-unreachable { background: #f9fafb; }
 td.host { font-weight: 600; white-space: nowrap; }
 td.facts { white-space: nowrap; }
@@ -310,16 +357,19 @@ pre { background: #f2f4f7; border-radius: 6px; padding: 8px 10px; margin: 6px 0 
 .s-info { color: var(--info); background: var(--info-bg); border: 1px solid #b2ddff; }
 .s-ok { color: var(--ok); background: var(--ok-bg); border: 1px solid #75e0a7; }
 .s-unreachable { color: var(--down); background: var(--down-bg); border: 1px solid #98a2b3; }
+.s-not_judged { color: var(--nj); background: var(--nj-bg); border: 1px solid #bdb4fe; }
 .node { background: #fff; border: 1px solid var(--line); border-radius: 8px; margin: 12px 0; padding: 12px 16px; }
 .node.critical { border-left: 5px solid var(--crit); } .node.warning { border-left: 5px solid #f79009; }
 .node.info { border-left: 5px solid #2e90fa; } .node.ok { border-left: 5px solid #17b26a; }
 .node.unreachable { border-left: 5px solid #98a2b3; }
+.node.not_judged { border-left: 5px solid #9e77ed; }
 .node .groups { color: var(--muted); font-size: 12px; margin-left: 8px; }
 .node .facts { color: #344054; font-size: 12px; margin: 6px 0 0; }
 .node .facts span { margin-right: 14px; white-space: nowrap; } .node .facts b { color: var(--muted); font-weight: 500; }
 .finding { border-left: 4px solid var(--line); padding: 6px 12px; margin: 10px 0; }
 .finding.critical { border-color: var(--crit); background: #fffbfa; } .finding.warning { border-color: #f79009; }
 .finding.info { border-color: #2e90fa; }
+.finding.not_judged { border-color: #9e77ed; background: var(--nj-bg); }
 .finding .title { font-weight: 600; }
 .finding .id { color: var(--muted); font-size: 12px; margin-left: 6px; }
 .fix { margin: 6px 0 0; } .fix b { color: var(--ok); }
@@ -348,7 +398,7 @@ def _anchor(host, rule_id=None):
 
 def _badge(status):
     status = status or "ok"
-    return '<span class="badge s-%s">%s</span>' % (html.escape(status), html.escape(STATUS_LABEL.get(status, status)))
+    return '<span class="badge s-%s">%s</span>' % (html.escape(status), html.escape(_label(status)))
 
 
 def _chips(host, findings):
@@ -433,14 +483,17 @@ def render_html(fleet):
         sub.append("check mode" if meta.get("check_mode") else "read-only run")
     sub.append("%d rules" % len(fleet.get("rules") or []))
     add("<p>%s</p>" % " &middot; ".join(sub))
-    add('<nav><a href="#nodes">Nodes</a><a href="#findings">Findings by severity</a><a href="#drift">Drift</a>'
-        '<a href="#details">Node details</a></nav>')
+    gaps = _not_judged_by_rule(fleet)
+    add('<nav><a href="#nodes">Nodes</a><a href="#findings">Findings by severity</a>%s<a href="#drift">Drift</a>'
+        '<a href="#details">Node details</a></nav>' % ('<a href="#not-judged">Not fully judged</a>' if gaps else ""))
     add("</header>")
     add("<main>")
 
+    add('<p class="muted" id="summary">%s</p>' % html.escape(summary_line(summary)))
     add('<div class="cards">')
     cards = [("nodes", summary.get("nodes", 0), ""), ("ok", summary.get("ok", 0), "ok"),
              ("with findings", summary.get("with_findings", 0), ""),
+             ("not fully judged", summary.get("not_judged", 0), "not_judged"),
              ("unreachable", summary.get("unreachable", 0), "unreachable"),
              ("critical findings", summary.get("critical", 0), "critical"),
              ("warning findings", summary.get("warning", 0), "warning"),
@@ -471,8 +524,9 @@ def render_html(fleet):
             reason = (node.get("facts") or {}).get("unreachable_reason")
             cells.append('<td class="muted" title="%s">not reachable (<a href="#%s">why</a>)</td>'
                          % (_e(reason or "unreachable"), _anchor(host)))
-        elif node.get("findings"):
-            cells.append("<td>%s</td>" % _chips(host, node["findings"]))
+        elif node.get("findings") or node.get("not_judged"):
+            gaps_here = [dict(g, severity="not_judged") for g in node.get("not_judged") or []]
+            cells.append("<td>%s</td>" % _chips(host, list(node.get("findings") or []) + gaps_here))
         else:
             cells.append('<td class="muted">none</td>')
         for name in key_names:
@@ -498,6 +552,18 @@ def render_html(fleet):
                 % (html.escape(severity), _badge(severity), _e(rule_id), _e(title),
                    _e(fixes.get(rule_id) or (rules_by_id.get(rule_id) or {}).get("fix")), _host_links(hosts),
                    len(hosts)))
+        add("</tbody></table>")
+
+    # What could not be judged, by rule, with how to supply it.
+    if gaps:
+        add('<h2 id="not-judged">Not fully judged<span class="muted">what the audit could not judge; these nodes are '
+            'not counted ok until it can</span></h2>')
+        add("<table><thead><tr><th>rule</th><th>what was not judged, and the fix</th><th>nodes</th></tr></thead>"
+            "<tbody>")
+        for rule_id, title, fix, hosts in gaps:
+            add('<tr class="row-not_judged"><td><code>%s</code></td><td>%s<div class="rulefix">%s</div></td>'
+                '<td class="hosts">%s <span class="muted">(%d)</span></td></tr>'
+                % (_e(rule_id), _e(title), _e(fix), _host_links(hosts), len(hosts)))
         add("</tbody></table>")
 
     # Drift: per group and fact, the value most nodes hold, then the odd values with their nodes.
@@ -538,6 +604,15 @@ def render_html(fleet):
         elif not node.get("findings"):
             add('<p class="muted">No findings.</p>')
         tail = _linkage_html(node) + _verify_html(node)
+        for gap in node.get("not_judged") or []:
+            add('<div class="finding not_judged" id="%s">' % _anchor(host, gap["id"]))
+            add('<div>%s <span class="title">%s</span><span class="id">%s</span></div>'
+                % (_badge("not_judged"), _e(gap["title"]), _e(gap["id"])))
+            if gap.get("message"):
+                add("<pre>%s</pre>" % html.escape(gap["message"]))
+            add('<p class="fix"><b>Fix:</b> %s</p>' % _e(gap["fix"]))
+            add('<div class="source">Source: %s</div>' % _e(gap["source"]))
+            add("</div>")
         for finding in node.get("findings") or []:
             add('<div class="finding %s" id="%s">' % (html.escape(finding["severity"]), _anchor(host, finding["id"])))
             add('<div>%s <span class="title">%s</span><span class="id">%s</span></div>'

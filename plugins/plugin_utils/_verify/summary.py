@@ -30,6 +30,75 @@ METRIC_LABELS = (
 )
 
 
+# The shapes summarize reads, each with the form a refusal names.
+_GATE_FORM = "verify_gate's result: a mapping with passed (true/false), status, reasons and diagnosis (lists)"
+_NIC_FORM = ("verify_nic_traffic's result: a mapping with passed (true/false) and idle, busy, slow, causes (lists), "
+             "or null when the NIC check did not run")
+_PARSED_FORM = "deepep_bandwidth's result: a mapping (test, generation, cases, the GB/s figures), or {} for no run"
+
+
+_TYPE_NAMES = ((bool, "a boolean"), (str, "a string"), (int, "a number"), (float, "a number"), (dict, "a mapping"),
+               (list, "a list"), (tuple, "a list"))
+
+
+def _type(value):
+    """The kind of ``value`` as a refusal says it: ``a string``, ``a list``, ``null``..."""
+    if value is None:
+        return "null"
+    for kind, name in _TYPE_NAMES:
+        if isinstance(value, kind):
+            return name
+    return "a %s" % type(value).__name__
+
+
+def _check_record(index, record):
+    """Refuse a record whose fields summarize reads are of another shape, naming the record, the field, the
+    value's type and the form expected (instead of an AttributeError deep in the summary)."""
+    def refuse(field, value, expected):
+        host = record.get("host")
+        raise VerifyInputError("record %d%s: %s is %s (%s); expected %s"
+                               % (index, " (host %r)" % (host,) if isinstance(host, str) else "", field, _type(value),
+                                  repr(value)[:120], expected))
+
+    for field in ("host", "scope", "stage", "test", "log"):
+        value = record.get(field)
+        if value is not None and not isinstance(value, str):
+            refuse(field, value, "a string")
+    parsed = record.get("parsed")
+    if parsed not in (None, "") and not isinstance(parsed, dict):
+        refuse("parsed", parsed, _PARSED_FORM)
+    if isinstance(parsed, dict):
+        cases = parsed.get("cases")
+        if cases is not None and not isinstance(cases, dict):
+            refuse("parsed.cases", cases, "a mapping with passed and failed (counts)")
+        for field in ("test", "generation"):
+            if parsed.get(field) is not None and not isinstance(parsed[field], str):
+                refuse("parsed.%s" % field, parsed[field], "a string")
+    verdict = record.get("gate")
+    if verdict is not None and not isinstance(verdict, dict):
+        refuse("gate", verdict, _GATE_FORM)
+    if isinstance(verdict, dict):
+        if "passed" in verdict and not isinstance(verdict["passed"], bool):
+            refuse("gate.passed", verdict["passed"], "true or false (%s)" % _GATE_FORM)
+        if verdict.get("status") is not None and not isinstance(verdict["status"], str):
+            refuse("gate.status", verdict["status"], "a string such as pass, fail, timeout or error")
+        for field in ("reasons", "diagnosis"):
+            if verdict.get(field) is not None and not isinstance(verdict[field], list):
+                refuse("gate.%s" % field, verdict[field], "a list of sentences (%s)" % _GATE_FORM)
+    nic = record.get("nic")
+    if nic is not None and not isinstance(nic, dict):
+        refuse("nic", nic, _NIC_FORM)
+    if isinstance(nic, dict):
+        if "passed" in nic and not isinstance(nic["passed"], bool):
+            refuse("nic.passed", nic["passed"], "true or false (%s)" % _NIC_FORM)
+        for field in ("idle", "busy", "slow", "causes"):
+            if nic.get(field) is not None and not isinstance(nic[field], list):
+                refuse("nic.%s" % field, nic[field], "a list (%s)" % _NIC_FORM)
+    thresholds = record.get("thresholds")
+    if thresholds not in (None, "") and not isinstance(thresholds, dict):
+        refuse("thresholds", thresholds, "a mapping of metric to GB/s (verify_thresholds' thresholds)")
+
+
 def summarize(records, missing_hosts=None):
     """Summary of verification records, one per node and stage.
 
@@ -56,11 +125,13 @@ def summarize(records, missing_hosts=None):
                   "reasons": ["the node failed or was unreachable before it gave a result (see the play output)"]}}
         for host in (missing_hosts or [])]
     rows, failures = [], []
-    for record in records:
+    for index, record in enumerate(records):
         if not record:
             continue
         if not isinstance(record, dict):
-            raise VerifyInputError("a verification record must be a mapping; got %r" % (record,))
+            raise VerifyInputError("record %d is %s (%r); expected a verification record, a mapping with host, "
+                                   "stage, test, parsed and gate" % (index, _type(record), record))
+        _check_record(index, record)
         parsed = record.get("parsed") or {}
         verdict = record.get("gate") or {}
         nic = record.get("nic")
