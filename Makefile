@@ -89,12 +89,15 @@ galaxy-importer: bootstrap
 sanity: bootstrap
 	scripts/sanity.sh
 
-# tests/gpu runs on a GPU node only (tests/gpu/run_on_gpu_node.sh), never here.
+# The tiers: tests/unit imports and calls the collection's code (no ansible-playbook, no fleet, no root; a few
+# minutes alone); tests/integration runs what is bigger than a call: ansible-playbook on the controller
+# (tests/integration/controller), the test harness's own tools (tests/integration/tools) and simulated fleets (the
+# rest, root and namespaces). tests/gpu runs on a GPU node only (tests/gpu/run_on_gpu_node.sh), never here.
 unit: bootstrap
-	python -m pytest -q tests/unit
+	python -m pytest -q tests/unit --durations=10
 
 integration: bootstrap
-	python -m pytest -q tests/integration
+	python -m pytest -q tests/integration --durations=10
 
 molecule: bootstrap
 	@python scripts/molecule_run.py --jobs $(MOLECULE_JOBS) --timeout $(MOLECULE_TIMEOUT) --logs $(MOLECULE_LOGS) \

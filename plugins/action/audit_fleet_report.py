@@ -85,8 +85,8 @@ def refuse_non_directory(path, option):
     ``refuse_write_through_link``'s."""
     expected = "expected a directory, or a path that does not exist yet below a directory (it is created)"
     if os.path.lexists(path) and not os.path.isdir(path):
-        raise AnsibleActionFail("audit_fleet_report: %s %s is %s; %s" % (option, path, _not_a_directory(path),
-                                                                          expected))
+        raise AnsibleActionFail("audit_fleet_report: %s %s is %s; %s"
+                                % (option, path, _not_a_directory(path), expected))
     current = os.path.dirname(path)
     while current and not os.path.lexists(current) and os.path.dirname(current) != current:
         current = os.path.dirname(current)

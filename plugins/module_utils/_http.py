@@ -278,7 +278,8 @@ def get(url, timeout, validate_certs=True, ca_path=None, max_body=MAX_BODY, opti
                 if size > max_body:
                     raise HttpError("%s: the answer is larger than %d bytes" % (url, max_body))
                 chunks.append(chunk)
-            short = resp.length if not resp.chunked else None
+            # what a Content-Length promised and did not come (http.client counts it down; 0 or None: nothing owed)
+            short = 0 if resp.chunked else (resp.length or 0)
             status = resp.status
         except HttpError:
             raise

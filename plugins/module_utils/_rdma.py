@@ -262,8 +262,8 @@ def entry_problem(path):
             return "a dangling symbolic link (its target %s does not exist)" % target
         return "cannot be read (%s)" % (exc.strerror or exc)
     if not os.path.isdir(path):
-        return "not a directory (a plain file or other non-directory%s)" % (" behind a link to %s" % target
-                                                                           if is_link else "")
+        behind = " behind a link to %s" % target if is_link else ""
+        return "not a directory (a plain file or other non-directory%s)" % behind
     if not os.path.isdir(os.path.join(path, "ports")):
         return "a directory without ports/ (not an RDMA device)"
     return None

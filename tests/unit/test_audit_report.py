@@ -362,6 +362,7 @@ def test_captured_no_profile_markdown_says_what_it_could_not_judge():
     assert row.startswith("| gpu-node-1 | not fully judged | 0 | 0 | 0 | not judged: NOT_JUDGED_NO_PROFILE, "
                           "NOT_JUDGED_TORCH_NOT_FOUND |")
     # The key facts the capture's report showed from the stack (CUDA, torch, NCCL, NVSHMEM, DeepEP) are unchanged.
+
     def cells(text, start):
         return [c.strip() for c in [line for line in text.splitlines() if line.startswith(start)][0].split("|")]
 
@@ -398,8 +399,8 @@ def test_the_same_node_with_its_profile_and_torch_environment_is_judged():
     expect = role_expect(dict(h200, audit_profile="h200"))
     result = captured_result()
     result["ansible_facts"]["gpufleet_stack"]["python"]["path"] = "/opt/torch/.venv/bin/python"
-    result["ansible_facts"]["gpufleet_stack"]["torch"] = {"version": "2.9.1+cu130", "cuda": "13.0",
-                                                         "location": "/opt/torch/.venv/lib/python3.12/site-packages"}
+    result["ansible_facts"]["gpufleet_stack"]["torch"] = {
+        "version": "2.9.1+cu130", "cuda": "13.0", "location": "/opt/torch/.venv/lib/python3.12/site-packages"}
     fleet = captured_fleet(expect, result)
     node = fleet["nodes"]["gpu-node-1"]
     assert node["not_judged"] == [] and node["status"] == "ok"

@@ -1355,8 +1355,8 @@ SERVING_INPUTS_BAD = [
 
 @pytest.mark.parametrize("change,extra,words", SERVING_INPUTS_BAD,
                          ids=["serving-%d" % i for i in range(len(SERVING_INPUTS_BAD))])
-def test_serve_plan_refuses_colliding_ports_and_bad_seconds_naming_them(module_runner, tmp_path, change, extra,
-                                                                         words):
+def test_serve_plan_refuses_colliding_ports_and_bad_seconds_naming_them(
+        module_runner, tmp_path, change, extra, words):
     before = snapshot(tmp_path)
     args = dict({"topology": change(_topology()), "host": "d-1", "config_dir": str(tmp_path)}, **extra)
     result = module_runner(serve_plan, args)
@@ -1373,8 +1373,8 @@ def test_serve_plan_refuses_colliding_ports_and_bad_seconds_naming_them(module_r
     ({"num_attention_heads": 8, "num_hidden_layers": "61"}, 'num_hidden_layers is "61"; expected a positive integer'),
     ({"num_attention_heads": 8, "n_routed_experts": -2}, "n_routed_experts is -2; expected a non-negative integer"),
 ])
-def test_model_config_names_the_file_key_and_value_of_a_count_that_is_no_integer(module_runner, tmp_path, config,
-                                                                                   words):
+def test_model_config_names_the_file_key_and_value_of_a_count_that_is_no_integer(
+        module_runner, tmp_path, config, words):
     (tmp_path / "config.json").write_text(json.dumps(config))
     before = snapshot(tmp_path)
     result = module_runner(model_config, {"path": str(tmp_path)})

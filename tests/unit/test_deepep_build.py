@@ -572,8 +572,8 @@ def test_a_directory_given_as_a_file_option_is_named(module_runner, tmp_path, op
     assert result.failed and result["msg"].startswith("%s %s is a directory; expected " % (option, tmp_path))
 
 
-def test_check_mode_refuses_a_wheel_that_does_not_match_its_record_as_the_install_does(module_runner, tmp_path,
-                                                                                      nvshmem_root):
+def test_check_mode_refuses_a_wheel_that_does_not_match_its_record_as_the_install_does(
+        module_runner, tmp_path, nvshmem_root):
     """No build needed: a wheel whose build record names another sha256 is refused by the plan too."""
     store = tmp_path / "from-store"
     store.mkdir()

@@ -361,8 +361,8 @@ def _link_to_target(node, target_text="options nvidia NVreg_EnableStreamMemOPs=0
 
 @pytest.mark.parametrize("check_mode", [False, True])
 @pytest.mark.parametrize("request_kind", ["present", "absent", "same content"])
-def test_a_conf_path_that_is_a_link_is_refused_naming_the_link_and_its_target(node, module_runner, check_mode,
-                                                                               request_kind):
+def test_a_conf_path_that_is_a_link_is_refused_naming_the_link_and_its_target(
+        node, module_runner, check_mode, request_kind):
     target = _link_to_target(node)
     if request_kind == "same content":  # even nothing to write would chmod the target through the link
         first = node.root / "etc" / "probe.conf"

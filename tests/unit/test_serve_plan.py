@@ -191,8 +191,8 @@ def test_the_units_seconds_out_of_range_are_refused_naming_the_option_and_the_va
     assert str(refused.value).startswith("%s is %r; expected a whole number of seconds of " % (option, value))
     assert form in str(refused.value)
     with pytest.raises(UnitValueError, match="^%s is " % option):
-        _serve_units.unit_text("x", ["/bin/true"], [], **dict({"start_timeout": 10, "restart_sec": 1},
-                                                                 **{option: value}))
+        _serve_units.unit_text("x", ["/bin/true"], [],
+                               **dict({"start_timeout": 10, "restart_sec": 1}, **{option: value}))
 
 
 def test_restart_sec_0_restarts_at_once():

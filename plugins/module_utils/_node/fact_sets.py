@@ -48,6 +48,7 @@ from ansible_collections.gpufleet.deepep.plugins.module_utils._pci import (
 __all__ = ["NVIDIA_SMI_QUERY_FIELDS", "GatherError", "gather_nvidia", "gather_gpus", "nvidia_smi_query_argv",
            "gather_bundled_nvshmem"]
 
+
 class GatherError(Exception):
     """One facts set could not be gathered; the message names the bad value and the expected form."""
 

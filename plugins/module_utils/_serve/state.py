@@ -87,8 +87,9 @@ def unit_facts(config_dir, prefix, show, read_text=read_env_text):
             env = parse_env_file(read_text(entry["env_file"]), entry["env_file"])
             entry["sglang_version"] = env.get("GPUFLEET_SGLANG_VERSION")
         except UnicodeDecodeError as exc:  # this unit's file only: the other units and the router are still read
+            start = int(exc.start)
             entry["error"] = "%s: not UTF-8 text (byte 0x%s at offset %d); %s" % (
-                entry["env_file"], bytes(exc.object[exc.start:exc.start + 1]).hex(), exc.start, ENV_FORM)
+                entry["env_file"], bytes(exc.object[start:start + 1]).hex(), start, ENV_FORM)
         except (OSError, ServeError, ServeStateError) as exc:
             entry["error"] = str(exc)
         rc, out, err = show(unit)

@@ -14,7 +14,7 @@ import pytest
 
 from tools.fleetsim import fakehw
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 
 CAPTURED = REPO / "tests" / "fixtures" / "captured" / "h200x2"
 SYSTEM_PYTHON = "/usr/bin/python3" if os.path.exists("/usr/bin/python3") else sys.executable

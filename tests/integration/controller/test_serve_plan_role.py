@@ -41,8 +41,8 @@ def play(tmp_path):
 
     def run(plan, *extra):
         out = tmp_path / "result.json"
-        tasks = [{"name": "Write the environment files", "ansible.builtin.include_role": {
-                      "name": "gpufleet.deepep.sglang_serve", "tasks_from": "env_files", "public": True},
+        role = {"name": "gpufleet.deepep.sglang_serve", "tasks_from": "env_files", "public": True}
+        tasks = [{"name": "Write the environment files", "ansible.builtin.include_role": role,
                   "vars": {"sglang_serve_plan": plan}},
                  {"name": "Dump", "ansible.builtin.copy": {
                      "content": "{{ {'changed': sglang_serve_envs.results | map(attribute='changed') | list,"

@@ -11,7 +11,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 FAKE_MOLECULE = """#!/bin/bash
 s=$3
 echo "INFO     $s ➜ create: Executing"
