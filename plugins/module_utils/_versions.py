@@ -233,6 +233,13 @@ def cuda_tag(cuda_version):
     if isinstance(cuda_version, str) and _CUDA_TAG_RE.fullmatch(cuda_version.strip()):
         return cuda_version.strip()
     parsed = parse_version(cuda_version)
+    form = "expected a CUDA release such as 12.9, 13.0 or 13.0.88, or a tag such as cu129"
+    if parsed.local is not None or parsed.pre is not None or parsed.dev is not None:
+        raise VersionError("%r is not a CUDA release: CUDA versions carry no label (+..., rc, dev); %s"
+                           % (cuda_version, form))
+    if parsed.major < 9:
+        raise VersionError("%r is not a CUDA release (CUDA %d does not exist; a torch version given for the CUDA "
+                           "one?); %s" % (cuda_version, parsed.major, form))
     if parsed.minor > 9:
         raise VersionError("%r has a minor version above 9, which no cuXXX tag can express" % (cuda_version,))
     return "cu%d%d" % (parsed.major, parsed.minor)

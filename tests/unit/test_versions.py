@@ -163,6 +163,22 @@ def test_cuda_tags():
         cuda_tag("12.10")
 
 
+@pytest.mark.parametrize("value, named", [
+    ("2.9.1+garbage", "carry no label"),   # a torch version with a typo in its label: no cu29
+    ("12.9+garbage", "carry no label"),    # a stray label is not dropped: no cu129 from it
+    ("13.0rc1", "carry no label"),
+    ("2.9.1", "CUDA 2 does not exist"),    # a torch version given for the CUDA one
+])
+def test_a_cuda_version_that_is_no_cuda_release_is_refused_naming_it(value, named):
+    with pytest.raises(VersionError, match="'%s' is not a CUDA release.*%s.*expected a CUDA release" % (
+            value.replace("+", "[+]"), named)):
+        cuda_tag(value)
+    with pytest.raises(VersionError, match="'%s' is not a CUDA release" % value.replace("+", "[+]")):
+        torch_index_url(value)
+    with pytest.raises(AnsibleFilterError, match="is not a CUDA release"):
+        version_helpers.FilterModule().filters()["cuda_tag"](value)
+
+
 def test_torch_index_url():
     assert torch_index_url("13.0") == "https://download.pytorch.org/whl/cu130"
     assert torch_index_url("cu129", nightly=True) == "https://download.pytorch.org/whl/nightly/cu129"
