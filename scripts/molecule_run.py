@@ -7,7 +7,9 @@ Every scenario writes its whole output to ``<logs>/<scenario>.log``. One job at 
 streamed as it comes; several at a time, only a line per start and end is printed, and the last lines of a
 failed scenario's log. Each scenario's time, and the time of each of its Molecule actions (create, prepare,
 converge, ...), is printed at the end and written to ``<logs>/timings.json``; the longest scenarios start
-first (from the timings of the previous run, else from :data:`EXPECTED_SECONDS`).
+first (from the timings of the previous run, else from :data:`EXPECTED_SECONDS`). Every task's wall time goes to
+``<logs>/<scenario>.tasks.jsonl`` (the harness callback tools/callbacks/gpufleet_task_times.py, enabled in
+.config/molecule/config.yml), and each scenario's slowest tasks are printed with its time.
 
 A scenario that runs past ``--timeout`` (a VM scenario: at least :data:`VM_TIMEOUT`) is stopped (its whole process
 group: SIGTERM, then SIGKILL) and its simulated fleet (``mol-<scenario>``) is taken down, so the next run starts clean.
@@ -39,6 +41,7 @@ VM_SCENARIOS = ("realvm", "realvm_image")
 # on a loaded 2-core machine.
 VM_TIMEOUT = 3600
 TAIL_LINES = 300
+SLOWEST = 8  # tasks printed per scenario
 
 
 def clean(line: str) -> str:
@@ -49,6 +52,7 @@ class Run:
     def __init__(self, scenario: str, logs: Path, timeout: int, stream: bool, repo: Path):
         self.scenario = scenario
         self.log = logs / f"{scenario}.log"
+        self.tasks = logs / f"{scenario}.tasks.jsonl"
         self.timeout = timeout
         self.stream = stream
         self.repo = repo
@@ -67,9 +71,12 @@ class Run:
 
     def run(self) -> None:
         start = time.monotonic()
+        self.tasks.unlink(missing_ok=True)
+        env = dict(os.environ, GPUFLEET_TASK_TIMES=str(self.tasks.resolve()))
         with open(self.log, "w", encoding="utf-8", errors="replace") as log:
             proc = subprocess.Popen(["molecule", "test", "-s", self.scenario], cwd=self.repo, stdout=subprocess.PIPE,
-                                    stderr=subprocess.STDOUT, text=True, errors="replace", start_new_session=True)
+                                    stderr=subprocess.STDOUT, text=True, errors="replace", start_new_session=True,
+                                    env=env)
             timer = threading.Timer(self.timeout, self._stop, args=(proc,))
             timer.daemon = True
             timer.start()
@@ -117,6 +124,21 @@ class Run:
     @property
     def ok(self) -> bool:
         return self.rc == 0 and not self.timed_out
+
+    def slowest(self, count: int = SLOWEST) -> list[str]:
+        """The scenario's ``count`` slowest tasks from its task times (none where the file is missing or bad)."""
+        rows = []
+        try:
+            for line in self.tasks.read_text(encoding="utf-8").splitlines():
+                row = json.loads(line)
+                rows.append((float(row["seconds"]), f"{row['playbook']} / {row['play']} / {row['task']}",
+                             int(row["hosts"])))
+        except (OSError, ValueError, KeyError, TypeError):
+            return []
+        total = sum(r[0] for r in rows)
+        rows.sort(key=lambda r: -r[0])
+        return [f"{secs:7.1f} s {hosts:2d} hosts  {name}" for secs, name, hosts in rows[:count]] + \
+            [f"{total:7.1f} s in {len(rows)} tasks"]
 
     def summary(self) -> str:
         state = "passed" if self.ok else (f"TIMED OUT after {self.timeout} s" if self.timed_out
@@ -166,6 +188,8 @@ def main(argv: list[str] | None = None) -> int:
             run.run()
             with lock:
                 print(f"== molecule {run.summary()}", flush=True)
+                for line in run.slowest():
+                    print(f"     {line}", flush=True)
                 if not run.ok and not stream:
                     lines = run.log.read_text(errors="replace").splitlines()
                     print(f"== last {min(TAIL_LINES, len(lines))} lines of {run.log}:")
