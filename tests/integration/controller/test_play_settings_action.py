@@ -15,6 +15,7 @@ import subprocess
 import pytest
 import yaml
 
+from play_helpers import dump_task, run_play
 from unit_helpers import REPO
 
 from ansible_collections.gpufleet.deepep.plugins.modules import play_settings
@@ -28,30 +29,17 @@ SETTINGS = [
 
 @pytest.fixture
 def play(tmp_path):
-    inventory = tmp_path / "hosts.yml"
-    inventory.write_text(yaml.safe_dump({"all": {"vars": {"ansible_connection": "local",
-                                                          "ansible_python_interpreter": "/nonexistent/python"},
-                                                 "hosts": {"n1": None, "n2": None}}}))
+    inventory = {"all": {"vars": {"ansible_connection": "local", "ansible_python_interpreter": "/nonexistent/python"},
+                         "hosts": {"n1": None, "n2": None}}}
 
     def run(settings, *extra):
         out = tmp_path / "result.json"
         tasks = [{"name": "Check", "gpufleet.deepep.play_settings": {"settings": settings},
                   "delegate_to": "localhost", "register": "checked", "ignore_errors": True},
                  {"name": "Keep", "ansible.builtin.set_fact": {"kept": "{{ checked }}"}, "run_once": True},
-                 {"name": "Dump", "ansible.builtin.copy": {"content": "{{ kept | to_json }}", "dest": str(out)},
-                  "delegate_to": "localhost", "run_once": True, "check_mode": False,
-                  "vars": {"ansible_python_interpreter": str(REPO / ".venv" / "bin" / "python")}}]
-        path = tmp_path / "play.yml"
-        path.write_text(yaml.safe_dump([{"hosts": "all", "gather_facts": False, "tasks": tasks}], sort_keys=False))
-        env = dict(os.environ, ANSIBLE_CONFIG=str(REPO / "ansible.cfg"),
-                   ANSIBLE_COLLECTIONS_PATH=str(REPO / ".collections"), ANSIBLE_LOCAL_TEMP=str(tmp_path / ".ansible"),
-                   PATH="%s:%s" % (REPO / ".venv" / "bin", os.environ.get("PATH", "")))
-        proc = subprocess.run([str(REPO / ".venv" / "bin" / "ansible-playbook"), "-i", str(inventory), str(path),
-                               *extra], cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                              timeout=300, check=False)
-        assert proc.returncode == 0, proc.stdout[-4000:]
-        assert "Traceback" not in proc.stdout
-        return json.loads(out.read_text()), proc.stdout
+                 dump_task("kept", out)]
+        output = run_play(tmp_path, inventory, tasks, *extra)
+        return json.loads(out.read_text()), output
 
     return run
 

@@ -19,15 +19,14 @@ import yaml
 
 from test_serve_node import DSV3, node, nodes, topo
 from test_serve_plan_action import module_result
+from play_helpers import dump_task, run_play
 from unit_helpers import REPO
 
 
 @pytest.fixture
 def play(tmp_path):
-    inventory = tmp_path / "hosts.yml"
-    inventory.write_text(yaml.safe_dump({"all": {"vars": {"ansible_connection": "local",
-                                                          "ansible_python_interpreter": "/nonexistent/python"},
-                                                 "hosts": {"p1": None, "p2": None, "d1": None, "r1": None}}}))
+    inventory = {"all": {"vars": {"ansible_connection": "local", "ansible_python_interpreter": "/nonexistent/python"},
+                         "hosts": {"p1": None, "p2": None, "d1": None, "r1": None}}}
 
     def run(args, *extra):
         out = tmp_path / "result.json"
@@ -36,20 +35,9 @@ def play(tmp_path):
                  {"name": "Keep", "ansible.builtin.set_fact": {
                      "kept": "{{ dict(ansible_play_hosts | zip(ansible_play_hosts | map('extract', hostvars, "
                              "'planned'))) }}"}, "run_once": True},
-                 {"name": "Dump", "ansible.builtin.copy": {"content": "{{ kept | to_json }}", "dest": str(out)},
-                  "delegate_to": "localhost", "run_once": True, "check_mode": False,
-                  "vars": {"ansible_python_interpreter": str(REPO / ".venv" / "bin" / "python")}}]
-        path = tmp_path / "play.yml"
-        path.write_text(yaml.safe_dump([{"hosts": "all", "gather_facts": False, "tasks": tasks}], sort_keys=False))
-        env = dict(os.environ, ANSIBLE_CONFIG=str(REPO / "ansible.cfg"), ANSIBLE_NOCOLOR="1",
-                   ANSIBLE_COLLECTIONS_PATH=str(REPO / ".collections"), ANSIBLE_LOCAL_TEMP=str(tmp_path / ".ansible"),
-                   PATH="%s:%s" % (REPO / ".venv" / "bin", os.environ.get("PATH", "")))
-        proc = subprocess.run([str(REPO / ".venv" / "bin" / "ansible-playbook"), "-i", str(inventory), str(path),
-                               *extra], cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                              timeout=300, check=False)
-        assert proc.returncode == 0, proc.stdout[-4000:]
-        assert "Traceback" not in proc.stdout
-        return json.loads(out.read_text()), proc.stdout
+                 dump_task("kept", out)]
+        output = run_play(tmp_path, inventory, tasks, *extra)
+        return json.loads(out.read_text()), output
 
     return run
 

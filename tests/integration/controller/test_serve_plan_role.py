@@ -19,6 +19,7 @@ import subprocess
 import pytest
 import yaml
 
+from play_helpers import VENV_PYTHON, run_play
 from unit_helpers import REPO
 
 from ansible_collections.gpufleet.deepep.plugins.module_utils._serve import plan as _serve
@@ -35,9 +36,7 @@ def _plan(config_dir, token="hf_secret"):
 
 @pytest.fixture
 def play(tmp_path):
-    inventory = tmp_path / "hosts.yml"
-    inventory.write_text(yaml.safe_dump({"all": {"hosts": {"p-1": {
-        "ansible_connection": "local", "ansible_python_interpreter": str(REPO / ".venv" / "bin" / "python")}}}}))
+    inventory = {"all": {"hosts": {"p-1": {"ansible_connection": "local", "ansible_python_interpreter": VENV_PYTHON}}}}
 
     def run(plan, *extra):
         out = tmp_path / "result.json"
@@ -48,16 +47,7 @@ def play(tmp_path):
                      "content": "{{ {'changed': sglang_serve_envs.results | map(attribute='changed') | list,"
                                 " 'restart': sglang_serve_env_changed} | to_json }}", "dest": str(out)},
                   "vars": {"sglang_serve_plan": plan}, "check_mode": False}]
-        path = tmp_path / "play.yml"
-        path.write_text(yaml.safe_dump([{"hosts": "all", "gather_facts": False, "tasks": tasks}], sort_keys=False))
-        env = dict(os.environ, ANSIBLE_CONFIG=str(REPO / "ansible.cfg"), ANSIBLE_NOCOLOR="1",
-                   ANSIBLE_COLLECTIONS_PATH=str(REPO / ".collections"), ANSIBLE_LOCAL_TEMP=str(tmp_path / ".ansible"),
-                   PATH="%s:%s" % (REPO / ".venv" / "bin", os.environ.get("PATH", "")))
-        proc = subprocess.run([str(REPO / ".venv" / "bin" / "ansible-playbook"), "-i", str(inventory), str(path),
-                               *extra], cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                              timeout=300, check=False)
-        assert proc.returncode == 0, proc.stdout[-4000:]
-        assert "Traceback" not in proc.stdout
+        run_play(tmp_path, inventory, tasks, *extra)
         return json.loads(out.read_text())
 
     return run
