@@ -3,13 +3,15 @@
 
 """Filters of serving: the serving verification (role verify_serving) and the environment files of sglang_serve.
 
-Documented in ``serving_gate.yml``, ``serve_env_file.yml`` and ``router_lock_installed.yml`` beside this file. The logic lives in
+Documented in ``serving_gate.yml``, ``serve_env_file.yml``, ``serve_env_changed.yml`` and
+``router_lock_installed.yml`` beside this file. The logic lives in
 ``plugins/plugin_utils/_serving_gate.py`` and ``plugins/module_utils/_serve/units.py`` (the one writer of a unit's
 environment file, with the checks of ``_serve/unitvalues.py``).
 """
 
 from __future__ import annotations
 
+import hashlib
 import re
 
 from ansible.errors import AnsibleFilterError
@@ -48,6 +50,35 @@ def serve_env_file(env, where="environment", secret=False):
         raise AnsibleFilterError("serve_env_file: %s" % exc) from exc
 
 
+def serve_env_changed(units, found):
+    """The instances (each once, in the plan's order) whose environment file's content is not the plan's: ``units``
+    are the plan's units (``instance``, ``env_path``, ``env_text``), ``found`` what ``ansible.builtin.stat`` with a
+    sha1 checksum read of those paths before the write (a registered loop's ``results``). A file not there, or one
+    whose checksum is not the sha1 of the planned text, counts; a file whose mode alone differs does not."""
+    form = "expected sglang_serve_plan.units (instance, env_path, env_text) and a stat loop's results"
+    if not isinstance(units, list) or not isinstance(found, list):
+        raise AnsibleFilterError("serve_env_changed: %r and %r are not two lists; %s"
+                                 % (type(units).__name__, type(found).__name__, form))
+    sums = {}
+    for result in found:
+        path = (result.get("item") or {}).get("env_path") if isinstance(result, dict) else None
+        stat = result.get("stat") if isinstance(result, dict) else None
+        if not isinstance(path, str) or not isinstance(stat, dict):
+            raise AnsibleFilterError("serve_env_changed: a stat result without item.env_path and stat (%r); %s"
+                                     % (str(result)[:200], form))
+        sums[path] = stat.get("checksum") if stat.get("exists") else None
+    changed = []
+    for unit in units:
+        if not isinstance(unit, dict) or not all(isinstance(unit.get(k), str) for k in ("instance", "env_path",
+                                                                                        "env_text")):
+            raise AnsibleFilterError("serve_env_changed: a unit without instance, env_path and env_text (%r); %s"
+                                     % (str(unit)[:200], form))
+        planned = hashlib.sha1(unit["env_text"].encode("utf-8")).hexdigest()  # what stat's checksum reads
+        if sums.get(unit["env_path"]) != planned and unit["instance"] not in changed:
+            changed.append(unit["instance"])
+    return changed
+
+
 _DIST_INFO = re.compile(r"^(?P<name>[^-/]+)-(?P<version>[^-/]+)\.dist-info$")
 
 
@@ -81,4 +112,5 @@ class FilterModule:
 
     def filters(self):
         return guard_filters({"serving_gate": serving_gate, "serve_env_file": serve_env_file,
+                              "serve_env_changed": serve_env_changed,
                               "router_lock_installed": router_lock_installed})

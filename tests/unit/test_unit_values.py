@@ -322,3 +322,41 @@ def test_seconds_out_of_range_or_not_whole_are_refused_naming_field_and_value(va
     with pytest.raises(_uv.UnitValueError) as refused:
         _uv.check_seconds(value, "restart_sec", minimum, "whole seconds, %d or more" % minimum)
     assert str(refused.value) == "restart_sec is %r; expected whole seconds, %d or more" % (value, minimum)
+
+
+# --- serve_env_changed: which instances restart for their environment file -----------------------------------
+def _units():
+    return [{"instance": "sglang-prefill0", "env_path": "/etc/x/p0.env", "env_text": "A=\"1\"\n"},
+            {"instance": "sglang-prefill0", "env_path": "/etc/x/p0-rank1.env", "env_text": "A=\"1\"\n"},
+            {"instance": "sglang-decode0", "env_path": "/etc/x/d0.env", "env_text": "TOKEN=\"hf_x\"\n"}]
+
+
+def _stat(path, text=None):
+    import hashlib
+    stat = {"exists": text is not None}
+    if text is not None:
+        stat["checksum"] = hashlib.sha1(text.encode("utf-8")).hexdigest()
+    return {"item": {"env_path": path}, "stat": stat}
+
+
+def test_serve_env_changed_names_missing_and_different_files_not_the_same_content():
+    changed = serving_helpers.FilterModule().filters()["serve_env_changed"]
+    same = [_stat("/etc/x/p0.env", "A=\"1\"\n"), _stat("/etc/x/p0-rank1.env", "A=\"1\"\n"),
+            _stat("/etc/x/d0.env", "TOKEN=\"hf_x\"\n")]
+    assert changed(_units(), same) == []  # a mode-only difference is no change: stat's checksum is the content's
+    rotated = same[:2] + [_stat("/etc/x/d0.env", "TOKEN=\"hf_y\"\n")]
+    assert changed(_units(), rotated) == ["sglang-decode0"]
+    missing = [_stat("/etc/x/p0.env", "A=\"1\"\n"), _stat("/etc/x/p0-rank1.env"), same[2]]
+    assert changed(_units(), missing) == ["sglang-prefill0"]  # one instance, once, for its second rank's file
+    assert changed(_units(), []) == ["sglang-prefill0", "sglang-decode0"]  # nothing read yet (first run)
+
+
+@pytest.mark.parametrize("units, found, named", [
+    ("x", [], "are not two lists"),
+    (_units(), [{"stat": {}}], "without item.env_path and stat"),
+    ([{"instance": "a", "env_path": "/p"}], [], "without instance, env_path and env_text"),
+])
+def test_serve_env_changed_refuses_other_shapes_naming_them(units, found, named):
+    from ansible.errors import AnsibleFilterError
+    with pytest.raises(AnsibleFilterError, match="serve_env_changed: .*%s" % named):
+        serving_helpers.serve_env_changed(units, found)
