@@ -258,7 +258,6 @@ def get(url, timeout, validate_certs=True, ca_path=None, max_body=MAX_BODY, opti
             if ctx is not None:
                 sock.settimeout(_left(deadline))
                 sock = ctx.wrap_socket(sock, server_hostname=host)
-            if ctx is not None:
                 conn = http.client.HTTPSConnection(host, port, context=ctx)
             else:
                 conn = http.client.HTTPConnection(host, port)

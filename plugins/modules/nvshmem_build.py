@@ -506,17 +506,22 @@ def _root_problem(shown, top_entries, is_dir, entries_of, has_cmakelists):
     return None, "%s: no CMakeLists.txt within %d nested directories; %s" % (shown, SOURCE_ROOT_DEPTH, SOURCE_FORM)
 
 
-def dir_source_problem(path):
-    """Why the source directory ``path`` would give the build no source root (None when it would)."""
+def _dir_root(path, shown, skip_top=()):
+    """``_root_problem`` over the directory ``path`` (``skip_top``: top entries the build's copy leaves out)."""
     def listing(rel):
         try:
             return os.listdir(os.path.join(path, rel))
         except OSError:
             return []
 
-    top = [e for e in listing("") if e not in COPY_SKIPPED_AT_TOP]
-    return _root_problem("src %s" % path, top, lambda rel: os.path.isdir(os.path.join(path, rel)), listing,
-                         lambda rel: os.path.exists(os.path.join(path, rel, "CMakeLists.txt")))[1]
+    top = [e for e in listing("") if e not in skip_top]
+    return _root_problem(shown, top, lambda rel: os.path.isdir(os.path.join(path, rel)), listing,
+                         lambda rel: os.path.exists(os.path.join(path, rel, "CMakeLists.txt")))
+
+
+def dir_source_problem(path):
+    """Why the source directory ``path`` would give the build no source root (None when it would)."""
+    return _dir_root(path, "src %s" % path, COPY_SKIPPED_AT_TOP)[1]
 
 
 def tarball_source_problem(tarball, dest):
@@ -551,15 +556,7 @@ def tarball_source_problem(tarball, dest):
 
 def _source_root(path):
     """The directory holding CMakeLists.txt in the build's copy of the source at ``path``."""
-    def listing(rel):
-        try:
-            return os.listdir(os.path.join(path, rel))
-        except OSError:
-            return []
-
-    root, problem = _root_problem("the NVSHMEM source (%s)" % path, listing(""),
-                                  lambda rel: os.path.isdir(os.path.join(path, rel)), listing,
-                                  lambda rel: os.path.exists(os.path.join(path, rel, "CMakeLists.txt")))
+    root, problem = _dir_root(path, "the NVSHMEM source (%s)" % path)
     if problem:
         raise StepFailed(problem)
     return os.path.join(path, root) if root else path
