@@ -325,7 +325,7 @@ def test_seconds_out_of_range_or_not_whole_are_refused_naming_field_and_value(va
 
 
 # --- serve_env_changed: which instances restart for their environment file -----------------------------------
-def _units():
+def _plan_units():
     return [{"instance": "sglang-prefill0", "env_path": "/etc/x/p0.env", "env_text": "A=\"1\"\n"},
             {"instance": "sglang-prefill0", "env_path": "/etc/x/p0-rank1.env", "env_text": "A=\"1\"\n"},
             {"instance": "sglang-decode0", "env_path": "/etc/x/d0.env", "env_text": "TOKEN=\"hf_x\"\n"}]
@@ -343,17 +343,17 @@ def test_serve_env_changed_names_missing_and_different_files_not_the_same_conten
     changed = serving_helpers.FilterModule().filters()["serve_env_changed"]
     same = [_stat("/etc/x/p0.env", "A=\"1\"\n"), _stat("/etc/x/p0-rank1.env", "A=\"1\"\n"),
             _stat("/etc/x/d0.env", "TOKEN=\"hf_x\"\n")]
-    assert changed(_units(), same) == []  # a mode-only difference is no change: stat's checksum is the content's
+    assert changed(_plan_units(), same) == []  # a mode-only difference is no change: stat's checksum is the content's
     rotated = same[:2] + [_stat("/etc/x/d0.env", "TOKEN=\"hf_y\"\n")]
-    assert changed(_units(), rotated) == ["sglang-decode0"]
+    assert changed(_plan_units(), rotated) == ["sglang-decode0"]
     missing = [_stat("/etc/x/p0.env", "A=\"1\"\n"), _stat("/etc/x/p0-rank1.env"), same[2]]
-    assert changed(_units(), missing) == ["sglang-prefill0"]  # one instance, once, for its second rank's file
-    assert changed(_units(), []) == ["sglang-prefill0", "sglang-decode0"]  # nothing read yet (first run)
+    assert changed(_plan_units(), missing) == ["sglang-prefill0"]  # one instance, once, for its second rank's file
+    assert changed(_plan_units(), []) == ["sglang-prefill0", "sglang-decode0"]  # nothing read yet (first run)
 
 
 @pytest.mark.parametrize("units, found, named", [
     ("x", [], "are not two lists"),
-    (_units(), [{"stat": {}}], "without item.env_path and stat"),
+    (_plan_units(), [{"stat": {}}], "without item.env_path and stat"),
     ([{"instance": "a", "env_path": "/p"}], [], "without instance, env_path and env_text"),
 ])
 def test_serve_env_changed_refuses_other_shapes_naming_them(units, found, named):
