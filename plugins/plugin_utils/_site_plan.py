@@ -1,9 +1,9 @@
 # Copyright: (c) 2026, gpufleet.deepep contributors
 # GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
-"""The batch planning of playbooks/site.yml (action gpufleet.deepep.site_plan): what a converge rolls out
-(``content_paths``), the settings key of a node (``settings_names``, ``settings_key``), its lane from its stamp
-(``decide``), the batches of the changing nodes (``batches``), whether a run ran every phase (``full_run``), what the
-phases watch (``watched``) and the nodes that did not converge (``report``).
+"""The batch planning of playbooks/site.yml (action gpufleet.deepep.site_plan): its phases (``PHASES``), what a
+converge rolls out (``content_paths``), the settings key of a node (``settings_names``, ``settings_key``), its lane
+from its stamp (``decide``), the batches of the changing nodes (``batches``), whether a run ran every phase
+(``full_run``), what the phases watch (``watched``) and the nodes that did not converge (``report``).
 
 Controller only: pure logic over the values the action reads from the play; standard library and ansible-core.
 """
@@ -18,15 +18,21 @@ import re
 from ansible.module_utils.common.json import get_encoder
 from ansible.module_utils.parsing.convert_bool import boolean
 
-__all__ = ["PREFIXES", "PHASE_TAGS", "LANES", "SitePlanError", "content_paths", "settings_names", "settings_key",
-           "decide", "batches", "full_run", "watched", "report"]
+__all__ = ["PHASES", "PREFIXES", "PHASE_TAGS", "LANES", "SitePlanError", "content_paths", "settings_names",
+           "settings_key", "decide", "batches", "full_run", "watched", "report"]
 
-# The variables of every phase (the settings key covers each variable with one of these prefixes).
-PREFIXES = ("gpufleet", "preflight", "cuda_toolkit", "doca_ofed", "nvidia_peermapping", "gdrcopy", "pytorch",
-            "nvshmem", "deepep", "nccl", "env_script")
-# The tags of the phases: a run that skips one of them is not a full run.
-PHASE_TAGS = ("preflight", "cuda_toolkit", "doca_ofed", "nvidia_peermapping", "gdrcopy", "pytorch", "nvshmem",
-              "deepep", "nccl", "env_script", "always")
+# The phases of site.yml's converge play, the one list of them: each name is at once the role site.yml imports
+# (roles/<name>), the tag of its imports and the prefix of its variables. A role imported twice is one phase
+# (doca_ofed: the install, then its check after the reboot; nccl: the pin, then the pin put back after DeepEP).
+# The order is not site.yml's run order (nccl runs before nvshmem) but the order of the key: content_paths hashes
+# the roles in this order, so a new order would re-key every converged node once. A new phase goes at the end.
+# tests/unit/test_phase_list.py holds this list and site.yml to each other.
+PHASES = ("preflight", "cuda_toolkit", "doca_ofed", "nvidia_peermapping", "gdrcopy", "pytorch", "nvshmem", "deepep",
+          "nccl", "env_script")
+# The variables of every phase (the settings key covers each variable with one of these prefixes), and the play's.
+PREFIXES = ("gpufleet",) + PHASES
+# The tags of the phases: a run that skips one of them (or always) is not a full run.
+PHASE_TAGS = PHASES + ("always",)
 LANES = ("intact", "steady", "changing")
 # Variables of the play itself, not of a phase: never part of the key.
 _NOT_SETTINGS = re.compile(r"^gpufleet_(serial|max_fail_percentage|hosts|site_|reboot_|allow_reboot)")

@@ -4,9 +4,10 @@
 
 Each phase role of playbooks/site.yml publishes, in its vars/main.yml, ``<role>_site_watch`` (the paths and glob
 patterns it manages) and ``<role>_site_watch_packages`` (the Debian packages it installs); site.yml's record
-task collects every such variable by name. These tests read site.yml itself: a phase role that publishes
-nothing fails here, and the expressions of the record task, run through ansible-playbook against the roles'
-own defaults and vars, give the set of things the stamp fingerprints.
+task collects every such variable by name. These tests read site.yml itself and take its phase roles from
+``PHASES`` (plugins/plugin_utils/_site_plan.py; tests/unit/test_phase_list.py holds the two to each other): a
+phase role that publishes nothing fails here, and the expressions of the record task, run through
+ansible-playbook against the roles' own defaults and vars, give the set of things the stamp fingerprints.
 """
 
 from __future__ import annotations
@@ -21,22 +22,12 @@ from unit_helpers import REPO
 from ansible_collections.gpufleet.deepep.plugins.plugin_utils import _site_plan
 
 SITE = REPO / "playbooks" / "site.yml"
-PREFIX = "gpufleet.deepep."
+# The phase roles: tests/unit/test_phase_list.py holds PHASES to the imports of site.yml.
+PHASES = _site_plan.PHASES
 
 
 def _site() -> list:
     return yaml.safe_load(SITE.read_text(encoding="utf-8"))
-
-
-def _phase_roles() -> list[str]:
-    """The roles imported by the converge play, in order, once each (the reboot handler is a dependency)."""
-    converge = next(play for play in _site() if play["name"] == "Converge GPU nodes to a DeepEP-ready state")
-    names = []
-    for task in converge["tasks"]:
-        name = (task.get("ansible.builtin.import_role") or {}).get("name", "")
-        if name.startswith(PREFIX) and name[len(PREFIX):] not in names:
-            names.append(name[len(PREFIX):])
-    return names
 
 
 def _record_task() -> dict:
@@ -48,12 +39,7 @@ def _record_task() -> dict:
     raise AssertionError("site.yml has no site_plan record task")
 
 
-def test_site_imports_the_phase_roles():
-    assert _phase_roles() == ["preflight", "cuda_toolkit", "doca_ofed", "nvidia_peermapping", "gdrcopy", "pytorch",
-                              "nccl", "nvshmem", "deepep", "env_script"]
-
-
-@pytest.mark.parametrize("role", _phase_roles())
+@pytest.mark.parametrize("role", PHASES)
 def test_every_phase_role_publishes_what_it_manages(role):
     path = REPO / "roles" / role / "vars" / "main.yml"
     assert path.is_file(), f"phase role {role} publishes nothing: {path} is missing"
@@ -70,17 +56,15 @@ def test_record_task_collects_by_name_not_by_role():
                                {"newrole_site_watch": ["/a"], "newrole_site_watch_packages": ["p"],
                                 "newrole_site_watcher": ["/b"]}.get)
     assert found == {"watch": ["/a"], "packages": ["p"]}
-    for role in _phase_roles():
+    for role in PHASES:
         assert f"{role}_" not in text, f"site.yml names a variable of role {role} in its record task"
 
 
 def test_content_key_covers_every_phase_role():
     plan = _site()[0]
     assert [task for task in plan["tasks"] if "gpufleet.deepep.site_plan" in task]
-    prefixes = _site_plan.PREFIXES
     paths = _site_plan.content_paths(str(REPO / "playbooks"))
-    assert set(_phase_roles()) <= set(prefixes)
-    assert {str(REPO / "roles" / role) for role in _phase_roles()} <= set(paths)
+    assert {str(REPO / "roles" / role) for role in PHASES} <= set(paths)
     # The preflight phase judges the node by the catalogue's preflight rules: the key covers them too.
     assert str(REPO / "roles" / "audit" / "files" / "rules.yml") in paths
     # The build phases include the build_once role: a change to it re-runs them.

@@ -26,7 +26,7 @@ KEY = "a" * 64
 
 
 # ------------------------------------------------------------------------------------------ through a play
-PHASES = [p for p in sp.PREFIXES if p != "gpufleet"]
+PHASES = list(sp.PHASES)
 
 
 @pytest.fixture

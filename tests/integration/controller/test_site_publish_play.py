@@ -15,7 +15,6 @@ from pathlib import Path
 import pytest
 import yaml
 
-from test_site_publish import _phase_roles
 from unit_helpers import COLLECTIONS, REPO
 
 from ansible_collections.gpufleet.deepep.plugins.plugin_utils import _site_plan
@@ -36,7 +35,7 @@ def published(tmp_path_factory) -> dict:
     vars: every variable named like a published one, evaluated by Ansible, then selected as the action selects."""
     tmp = tmp_path_factory.mktemp("publish")
     files = []
-    for role in _phase_roles():
+    for role in _site_plan.PHASES:
         for part in ("defaults", "vars"):
             path = REPO / "roles" / role / part / "main.yml"
             if path.is_file():
