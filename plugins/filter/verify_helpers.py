@@ -84,8 +84,9 @@ def verify_master_address(facts, address=None, interface=None, ansible_host=None
 
 
 def verify_thresholds(table, profile=None, gpus=None):
-    """The thresholds of a profile: exact name, then a family token (b200, h200...), then default; with ``gpus``,
-    the gate measured for that GPU count where the entry has one (``by_gpus``)."""
+    """The thresholds of a profile: exact name, then a family token (b200, h200...); ``default`` only for the
+    profile ``default`` or none, any other profile refused; with ``gpus``, the gate measured for that GPU count where
+    the entry has one (``by_gpus``)."""
     return _call("verify_thresholds", select_thresholds, table, profile, gpus)
 
 

@@ -10,13 +10,9 @@ from __future__ import annotations
 import re
 
 from ansible_collections.gpufleet.deepep.plugins.module_utils._hca_mapping import HcaMappingError, parse_hca_mapping
-from ansible_collections.gpufleet.deepep.plugins.module_utils._thresholds import (
-    VerifyInputError,
-    fallback_message,
-    select_thresholds,
-)
+from ansible_collections.gpufleet.deepep.plugins.module_utils._thresholds import VerifyInputError, select_thresholds
 
-__all__ = ["FORMS", "SettingError", "check_setting", "check_settings", "setting_warnings"]
+__all__ = ["FORMS", "SettingError", "check_setting", "check_settings"]
 
 _DIGITS = re.compile(r"[0-9]+")
 _PERCENT = re.compile(r"([0-9]+(?:\.[0-9]+)?)%")
@@ -30,7 +26,8 @@ FORMS = {
     "positive": "a whole number, 1 or more",
     "seconds": "a whole number of seconds, 1 or more",
     "choice": "one of the choices given",
-    "profile": "a profile name the thresholds table knows (its keys), or a name with one of them as a '_'/'-' token",
+    "profile": "a profile name the thresholds table knows (its keys), a name with one of them as a '_'/'-' token "
+               "(gcp_b200 -> b200), or 'default' for the table's loose default gate",
     "hca_mapping": "'auto', '' (none) or gpu:hca:port[,gpu:hca:port...] with each GPU once, e.g. 0:mlx5_0:1,1:mlx5_1:1",
     "gid_index": "'auto', '' (none) or a whole number from 0 to 255",
     "env": "a mapping of shell variable names (letters, digits, _; not starting with a digit) to one-line values",
@@ -75,8 +72,9 @@ def _serial_item(name, value):
     return _number(name, value, "serial", 1)
 
 
-def check_setting(name, value, form, choices=None, table=None):
-    """The value, normalised (numbers as int), or SettingError."""
+def check_setting(name, value, form, choices=None, table=None, table_name=None):
+    """The value, normalised (numbers as int; a profile as the table key it takes), or SettingError. ``table_name``
+    is the variable that holds ``table``, named in a profile's refusal."""
     if form not in FORMS:
         raise SettingError("setting %s: form %r is unknown; expected one of %s" % (name, form, ", ".join(sorted(FORMS))))
     if form == "serial":
@@ -102,7 +100,7 @@ def check_setting(name, value, form, choices=None, table=None):
         if value is not None and not isinstance(value, str):
             _fail(name, value, form, "not a string")
         try:
-            return select_thresholds(table, value)["matched"]
+            return select_thresholds(table, value, table_name=table_name)["matched"]
         except VerifyInputError as exc:
             raise SettingError("%s: %s" % (name, exc))
     if form == "hca_mapping":
@@ -132,7 +130,8 @@ def check_setting(name, value, form, choices=None, table=None):
 
 
 def check_settings(settings):
-    """Check a list of {name, value, form[, choices][, table]}; returns (checked {name: value}, errors [str])."""
+    """Check a list of {name, value, form[, choices][, table][, table_name]}; returns (checked {name: value}, errors
+    [str])."""
     if not isinstance(settings, list):
         return {}, ["settings must be a list of {name, value, form}, got %r" % (settings,)]
     checked, errors = {}, []
@@ -142,25 +141,8 @@ def check_settings(settings):
             continue
         try:
             checked[item["name"]] = check_setting(item["name"], item.get("value"), item["form"],
-                                                  choices=item.get("choices"), table=item.get("table"))
+                                                  choices=item.get("choices"), table=item.get("table"),
+                                                  table_name=item.get("table_name"))
         except SettingError as exc:
             errors.append(str(exc))
     return checked, errors
-
-
-def setting_warnings(settings):
-    """The warnings of values that pass their form but deserve a word: a profile (form ``profile``) that matches no
-    entry of its table, so the table's ``default`` gate applies to it. Values that fail their form are
-    ``check_settings``' (no warning for them)."""
-    warnings = []
-    for item in settings if isinstance(settings, list) else []:
-        if not isinstance(item, dict) or item.get("form") != "profile" or not isinstance(item.get("value"), str):
-            continue
-        try:
-            chosen = select_thresholds(item.get("table"), item["value"])
-        except VerifyInputError:
-            continue
-        message = fallback_message(chosen, str(item.get("name")))
-        if message:
-            warnings.append(message)
-    return warnings

@@ -2,7 +2,8 @@
 # GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
 
 """Bandwidth thresholds per profile: the metrics a threshold may name (``METRICS``), the choice of one profile's
-thresholds out of a table (``select_thresholds``) and ``VerifyInputError``, the error of the verification's input.
+thresholds out of a table (``select_thresholds``, which refuses a profile the table has no gate for instead of
+handing it the loose ``default`` gate) and ``VerifyInputError``, the error of the verification's input.
 
 Shared by the controller's verification gate (plugin_utils/_verify/gate.py) and the settings check that a node-side
 module also runs (``_settings``), so it lives here, where both may import it. Pure logic, standard library only.
@@ -10,7 +11,12 @@ module also runs (``_settings``), so it lives here, where both may import it. Pu
 
 from __future__ import annotations
 
-import re
+from ansible_collections.gpufleet.deepep.plugins.module_utils._gpu_families import (
+    FAMILIES,
+    compute_capability,
+    family_of,
+    profile_tokens,
+)
 
 # Threshold keys: where each one is read in the deepep_bandwidth result.
 METRICS = {
@@ -47,20 +53,24 @@ def _check_metrics(where, entry):
             raise VerifyInputError("%s[%r] must be a non-negative number of GB/s or null; got %r" % (where, metric, value))
 
 
-def select_thresholds(table, profile=None, gpus=None):
+def select_thresholds(table, profile=None, gpus=None, table_name=None):
     """The thresholds of ``profile`` from ``table`` (profile -> {metric: min GB/s or null, by_gpus: {N: {...}}}).
 
-    Exact name first, then the first table key found as a ``_``/``-`` separated token of the profile
-    name (``gcp_b200`` and ``b200_cuda13`` take ``b200``), then ``default``. Values of ``default`` fill
-    what the chosen entry leaves out. DeepEP's intranode figures depend on how many GPUs take part (on H100/H200
-    NV18 BF16 dispatch falls from about 330 GB/s on 2 GPUs to about 260 on 4, while combine rises from about 285
-    to 355), so an entry may carry ``by_gpus``: the gates measured for that GPU count, over the entry's own
-    values; the entry's own values are the family gate for counts nobody measured.
-    Returns ``{profile, matched, fallback, known, thresholds, gpus, shape}``; ``fallback`` is true when a profile
-    was given that matches no entry (neither by name nor by a family token), so the ``default`` gate applies to it
-    (``fallback_message`` says so in words); ``known`` lists the table's profiles and families (``default`` left
-    out); ``shape`` says whether the gate was measured for ``gpus`` GPUs (``measured``), comes from the family's
-    gate for other counts (``family``), or no count was given (``any``).
+    Exact name first, then the first table key found as a token of the profile name (split on ``_``, ``-``, ``.``
+    and white space: ``gcp_b200`` and ``b200_cuda13`` take ``b200``). The ``default`` entry is the gate only of a
+    profile that asks for it: ``default`` itself, or no profile at all (None or empty: the verify roles turn an unset
+    profile into ``default``). Any other profile the table does not match is refused, because the loose ``default``
+    gate would pass a node far below its hardware's speed (a B300 node at a quarter of its NVLink speed passed the
+    100 GB/s default): one that names a GPU family (``_gpu_families``: ``gcp_b300``, ``gb200_nvl72``) is told to add
+    that family's entry to the table; one that names none (``mycluster``) to name the profile after its family or to
+    set it to ``default``. ``table_name`` is the table's variable, named in those refusals.
+
+    Values of ``default`` fill what the chosen entry leaves out. DeepEP's intranode figures depend on how many GPUs
+    take part (on H100/H200 NV18 BF16 dispatch falls from about 330 GB/s on 2 GPUs to about 260 on 4, while combine
+    rises from about 285 to 355), so an entry may carry ``by_gpus``: the gates measured for that GPU count, over the
+    entry's own values; the entry's own values are the family gate for counts nobody measured.
+    Returns ``{profile, matched, thresholds, gpus, shape}``; ``shape`` says whether the gate was measured for ``gpus``
+    GPUs (``measured``), comes from the family's gate for other counts (``family``), or no count was given (``any``).
     """
     if not isinstance(table, dict) or not table:
         raise VerifyInputError("thresholds must be a mapping of profile name to {metric: GB/s}; got %r" % (table,))
@@ -76,25 +86,26 @@ def select_thresholds(table, profile=None, gpus=None):
             _gpu_count(count, "thresholds[%r].by_gpus" % name)
             _check_metrics("thresholds[%r].by_gpus[%r]" % (name, count), shape)
     count = None if gpus in (None, "") else _gpu_count(gpus, "gpus")
+    if profile is not None and not isinstance(profile, str):
+        raise VerifyInputError("profile %r is not a string; expected a profile name out of %s"
+                               % (profile, ", ".join(sorted(map(str, table)))))
     matched = None
     if profile and profile in table:
         matched = profile
     elif profile:
-        tokens = [t for t in re.split(r"[_\-.\s]+", str(profile).lower()) if t]
-        for key in table:
-            if key != "default" and str(key).lower() in tokens:
-                matched = key
-                break
-    if profile is not None and not isinstance(profile, str):
-        raise VerifyInputError("profile %r is not a string; expected a profile name out of %s"
-                               % (profile, ", ".join(sorted(map(str, table)))))
-    if matched is None and "default" not in table:
-        raise VerifyInputError("profile %r matches no entry of the thresholds table and it has no 'default' entry, so "
-                               "no gate would apply; expected one of the known profiles %s (or a name with one of "
-                               "them as a '_'/'-' token), or add a 'default' entry"
-                               % (profile, ", ".join(sorted(map(str, table)))))
+        tokens = profile_tokens(profile)
+        matched = next((key for key in table if key != "default" and str(key).lower() in tokens), None)
+    if matched is None:
+        if profile and profile != "default":
+            raise VerifyInputError(_unmatched(table, profile, table_name or "the thresholds table"))
+        if "default" not in table:
+            raise VerifyInputError("profile %r matches no entry of the thresholds table and it has no 'default' entry, "
+                                   "so no gate would apply; expected one of the known profiles %s (or a name with one "
+                                   "of them as a '_'/'-' token), or add a 'default' entry"
+                                   % (profile, ", ".join(sorted(map(str, table)))))
+        matched = "default"
     thresholds = dict((k, v) for k, v in (table.get("default") or {}).items() if k != "by_gpus")
-    entry = table[matched] if matched is not None else table.get("default") or {}
+    entry = table[matched]
     thresholds.update((k, v) for k, v in entry.items() if k != "by_gpus")
     shape = "any"
     if count is not None:
@@ -103,21 +114,27 @@ def select_thresholds(table, profile=None, gpus=None):
             if _gpu_count(key, "by_gpus") == count:
                 thresholds.update(values)
                 shape = "measured"
-    return {"profile": profile, "matched": matched or ("default" if "default" in table else None),
-            "fallback": bool(profile) and matched is None,
-            "known": sorted(str(key) for key in table if key != "default"),
-            "thresholds": thresholds, "gpus": count, "shape": shape}
+    return {"profile": profile, "matched": matched, "thresholds": thresholds, "gpus": count, "shape": shape}
 
 
-def fallback_message(chosen, name="profile"):
-    """The warning for a ``select_thresholds`` result whose profile fell back to ``default`` (None otherwise);
-    ``name`` is the variable that holds the profile."""
-    if not chosen.get("fallback"):
-        return None
-    gate = ", ".join("%s >= %s" % (metric, value) for metric, value in sorted(chosen["thresholds"].items())
-                     if value is not None) or "nothing gated"
-    return ("%s=%r is no profile or GPU family of the thresholds table (known: %s; a profile is matched by its name "
-            "or by a family as a '_'/'-' token, gcp_b200 -> b200), so the loose 'default' gate applies (%s): a node "
-            "far below its hardware's speed passes. Name the profile after its family (e.g. <family>_<site>) or add "
-            "an entry for it to the thresholds table"
-            % (name, chosen["profile"], ", ".join(chosen["known"]) or "none", gate))
+def _unmatched(table, profile, table_name):
+    """Why ``profile``, which no entry of ``table`` matches, is refused, and the fix, in words."""
+    known = sorted(str(key) for key in table if key != "default")
+    gated = ", ".join(known) or "no family"
+    loose = ", ".join("%s >= %s" % (metric, value) for metric, value in sorted((table.get("default") or {}).items())
+                      if metric != "by_gpus" and value is not None) or "nothing gated"
+    family = family_of(profile)
+    if family is not None:
+        return ("profile %r names the GPU family %s (compute capability %s), and %s has no %s entry (it gates %s); a "
+                "named family never takes the loose 'default' gate (%s), which would pass %s nodes far below their "
+                "speed. Add an entry for %s to %s with gates measured on %s nodes, or set the profile to 'default' "
+                "to run under the loose gate knowingly"
+                % (profile, family, compute_capability(family), table_name, family, gated, loose, family, family,
+                   table_name, family))
+    text = ("profile %r matches no entry of %s, by name or by a '_'/'-' token (known profiles %s), and names no GPU "
+            "family (%s)" % (profile, table_name, gated, ", ".join(sorted(FAMILIES))))
+    if "default" in table:
+        return text + ("; the loose 'default' gate (%s) applies only to a profile that asks for it. Name the profile "
+                       "after its GPU family (<family>_<site>, e.g. h200_%s), or set it to 'default' to accept that "
+                       "gate" % (loose, profile_tokens(profile)[0] if profile_tokens(profile) else "site"))
+    return text + "; name the profile after its GPU family (<family>_<site>) or add an entry for it to %s" % table_name

@@ -39,8 +39,11 @@ options:
           - C(serial), a positive whole number of hosts, a percentage string such as C(25%) (above 0, at most 100), or
             a non-empty list of those; C(percentage), 0 to 100; C(count), 0 or more; C(positive), 1 or more;
             C(seconds), 1 or more; C(choice), one of O(settings[].choices); C(profile), a profile O(settings[].table)
-            knows (an unknown one fails naming the known ones instead of running without a gate; one that only
-            falls back to the table's C(default) entry warns, naming it and the known profiles); C(hca_mapping),
+            knows by name or by a family token (C(gcp_b200) takes C(b200)), or C(default) (also an empty one) for the
+            table's loose C(default) gate. Any other profile fails instead of running under that loose gate; one
+            that names a GPU family the table has no entry for (C(gcp_b300), C(gb200_nvl72)) naming the family and
+            the entry to add to O(settings[].table_name), one that names none (C(mycluster)) asking to name it after
+            its family or to set C(default); C(hca_mapping),
             C(auto), empty or C(gpu:hca:port,...) with each GPU once; C(gid_index), C(auto), empty or 0 to 255;
             C(env), a mapping of shell variable names to one-line values.
           - Whole numbers may be given as strings of digits (extra vars arrive as strings).
@@ -54,6 +57,9 @@ options:
       table:
         description: The thresholds table (profile to metrics), with O(settings[].form=profile).
         type: dict
+      table_name:
+        description: The variable that holds O(settings[].table), named in a refusal of the profile.
+        type: str
 notes:
   - Runs the same in check mode.
 """
@@ -80,7 +86,7 @@ settings:
 from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.gpufleet.deepep.plugins.module_utils._guard import guarded
-from ansible_collections.gpufleet.deepep.plugins.module_utils._settings import FORMS, check_settings, setting_warnings
+from ansible_collections.gpufleet.deepep.plugins.module_utils._settings import FORMS, check_settings
 
 
 # Shared with the action plugin of the same name, which judges the values in the controller's process.
@@ -91,6 +97,7 @@ ARGUMENT_SPEC = dict(
         form=dict(type="str", required=True, choices=sorted(FORMS)),
         choices=dict(type="list", elements="raw"),
         table=dict(type="dict"),
+        table_name=dict(type="str"),
     )),
 )
 
@@ -102,8 +109,7 @@ def judge(settings):
         return dict(failed=True, changed=False, errors=errors,
                     msg="%d setting%s refused before any host runs: %s"
                     % (len(errors), "" if len(errors) == 1 else "s", "; ".join(errors)))
-    warnings = setting_warnings(settings)
-    return dict(changed=False, settings=checked, **({"warnings": warnings} if warnings else {}))
+    return dict(changed=False, settings=checked)
 
 
 def _main():
@@ -111,8 +117,6 @@ def _main():
     result = judge(module.params["settings"])
     if result.get("failed"):
         module.fail_json(**result)
-    for warning in result.pop("warnings", []):
-        module.warn(warning)
     module.exit_json(**result)
 
 

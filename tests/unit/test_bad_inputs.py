@@ -124,7 +124,9 @@ def test_play_settings_refuse(module_runner, tmp_path, form, value, why):
 BAD_PROFILES = [("b20", NO_DEFAULT, "known profiles b200, h200"), ("", NO_DEFAULT, "known profiles"),
                 (None, NO_DEFAULT, "known profiles"), (5, TABLE, "not a string"),
                 ("b200", {"b200": {"bogus_gbps": 1}}, "unknown metric"), ("b200", {}, "mapping of profile"),
-                ("b200", {"b200": {"dispatch_bf16_nvl_gbps": -3}}, "non-negative")]
+                ("b200", {"b200": {"dispatch_bf16_nvl_gbps": -3}}, "non-negative"),
+                ("a100", TABLE, "names the GPU family a100"), ("gcp_b300", TABLE, "Add an entry for b300"),
+                ("mycluster", TABLE, "names no GPU family")]
 
 
 @pytest.mark.parametrize("profile,table,why", BAD_PROFILES)
@@ -160,9 +162,11 @@ def test_play_settings_accept(module_runner, form, value, normal):
     assert result["settings"]["v"] == normal
 
 
-@pytest.mark.parametrize("profile,matched", [("gcp_b200", "b200"), ("b200_cuda13", "b200"), ("a100", "default"),
-                                             ("default", "default")])
-def test_known_or_defaulted_profiles_pass(profile, matched):
+@pytest.mark.parametrize("profile,matched", [("gcp_b200", "b200"), ("b200_cuda13", "b200"), ("default", "default"),
+                                             ("", "default"), (None, "default")])
+def test_known_or_default_profiles_pass(profile, matched):
+    """A profile the table knows, or 'default' (or none) for the loose default gate; 'a100', which TABLE has no entry
+    for, no longer takes 'default' (BAD_PROFILES)."""
     assert _settings.check_setting("p", profile, "profile", table=TABLE) == matched
 
 

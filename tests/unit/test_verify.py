@@ -13,7 +13,7 @@ from ansible_collections.gpufleet.deepep.plugins.filter import verify_helpers as
 from ansible_collections.gpufleet.deepep.plugins.module_utils._rdma import parse_rate_gbps
 from ansible_collections.gpufleet.deepep.plugins.plugin_utils._verify import plan as v
 from ansible_collections.gpufleet.deepep.plugins.plugin_utils._verify.bandwidth import parse_output
-from ansible_collections.gpufleet.deepep.plugins.module_utils import _thresholds
+from ansible_collections.gpufleet.deepep.plugins.module_utils import _gpu_families, _thresholds
 from ansible_collections.gpufleet.deepep.plugins.plugin_utils._verify import gate as _verify_gate
 from ansible_collections.gpufleet.deepep.plugins.plugin_utils._verify import summary as _verify_summary
 from ansible_collections.gpufleet.deepep.plugins.plugin_utils._verify import traffic as _verify_traffic
@@ -108,7 +108,8 @@ TABLE = {"default": {"dispatch_bf16_nvl_gbps": 100, "combine_nvl_gbps": 100},
 
 @pytest.mark.parametrize("profile,matched,bf16,combine", [
     ("h200", "h200", 300, 250), ("gcp_b200", "b200", 380, 100), ("b200_cuda13", "b200", 380, 100),
-    ("a100", "default", 100, 100), (None, "default", 100, 100),
+    ("NVIDIA H200", "h200", 300, 250), ("default", "default", 100, 100), (None, "default", 100, 100),
+    ("", "default", 100, 100),
 ])
 def test_select_thresholds(profile, matched, bf16, combine):
     got = _thresholds.select_thresholds(TABLE, profile)
@@ -464,21 +465,99 @@ def test_records_of_the_documented_shapes_still_summarize():
     assert [row["host"] for row in summary["rows"]] == ["n1", "n2", "n3"]
 
 
-# ------------------------------------------------------------------------------------------ hardening: unknown profiles
-def test_a_profile_that_falls_back_to_default_is_marked_with_the_known_families():
-    got = _thresholds.select_thresholds(TABLE, "mycluster")
-    assert got["matched"] == "default" and got["fallback"] is True and got["known"] == ["b200", "h200"]
-    message = _thresholds.fallback_message(got, "verify_intranode_profile")
-    assert message.startswith("verify_intranode_profile='mycluster' is no profile or GPU family")
-    assert "known: b200, h200" in message and "dispatch_bf16_nvl_gbps >= 100" in message
+# ------------------------------------------------------------------------------------------ profiles without a gate
+def _role_tables():
+    import yaml
+    return [(role + "_thresholds",
+             yaml.safe_load((REPO / "roles" / role / "defaults" / "main.yml").read_text())[role + "_thresholds"])
+            for role in ("verify_intranode", "verify_internode")]
+
+
+@pytest.mark.parametrize("profile,family", [("gcp_b300", "b300"), ("b300", "b300"), ("gb200_nvl72", "gb200"),
+                                            ("gb300", "gb300"), ("GB300-NVL72", "gb300"), ("a100", "a100")])
+def test_a_profile_naming_a_family_without_an_entry_is_refused_naming_the_family_and_the_table(profile, family):
+    """Before: the loose default gate (100 GB/s NVL, no FP8 gate) with a warning, so a B300 or GB200 node at a
+    quarter of its NVLink speed passed. A named family now never takes 'default'. ('a100' against TABLE, which has no
+    a100 entry; the real tables below gate it.)"""
+    tables = [("verify_intranode_thresholds", dict(TABLE))] + \
+        ([] if family == "a100" else _role_tables())
+    for name, table in tables:
+        with pytest.raises(_thresholds.VerifyInputError) as info:
+            _thresholds.select_thresholds(table, profile, gpus=8, table_name=name)
+        message = str(info.value)
+        assert message.startswith("profile %r names the GPU family %s (compute capability %s)"
+                                  % (profile, family, _gpu_families.FAMILIES[family])), message
+        assert "%s has no %s entry (it gates %s)" % (name, family, ", ".join(sorted(set(table) - {"default"}))) \
+            in message, message
+        assert "Add an entry for %s to %s" % (family, name) in message and "set the profile to 'default'" in message
+        # without a table name, the refusal still says which table it means
+        with pytest.raises(_thresholds.VerifyInputError, match="Add an entry for %s to the thresholds table" % family):
+            _thresholds.select_thresholds(table, profile)
+    with pytest.raises(AnsibleFilterError, match="verify_thresholds: profile %r names the GPU family %s"
+                       % (profile, family)):
+        vf.verify_thresholds(TABLE, profile)
+
+
+def test_a_profile_naming_no_family_is_refused_instead_of_taking_the_default_gate():
+    """'mycluster' used to take the default gate with a warning (test_a_profile_that_falls_back_to_default_is_marked_
+    with_the_known_families, now gone with the warning): default gates apply only to a profile that asks for them."""
+    with pytest.raises(_thresholds.VerifyInputError) as info:
+        _thresholds.select_thresholds(TABLE, "mycluster", table_name="verify_intranode_thresholds")
+    message = str(info.value)
+    assert message.startswith("profile 'mycluster' matches no entry of verify_intranode_thresholds, by name or by a "
+                              "'_'/'-' token (known profiles b200, h200), and names no GPU family (a100, a800, b200, "
+                              "b300, gb200, gb300, h100, h20, h200, h800)"), message
+    assert "the loose 'default' gate (combine_nvl_gbps >= 100, dispatch_bf16_nvl_gbps >= 100) applies only to a " \
+           "profile that asks for it" in message, message
+    assert "(<family>_<site>, e.g. h200_mycluster), or set it to 'default' to accept that gate" in message, message
+    with pytest.raises(AnsibleFilterError, match="verify_thresholds: profile 'mycluster' matches no entry"):
+        vf.verify_thresholds(TABLE, "mycluster")
     for profile in ("gcp_b200", "h200", "default", None, ""):
-        chosen = _thresholds.select_thresholds(TABLE, profile)
-        assert chosen["fallback"] is False and _thresholds.fallback_message(chosen) is None, profile
-    assert vf.verify_thresholds(TABLE, "mycluster")["fallback"] is True
+        keys = set(_thresholds.select_thresholds(TABLE, profile))
+        assert keys == {"profile", "matched", "thresholds", "gpus", "shape"}, profile
 
 
-def test_every_profile_the_inventories_and_scenarios_use_has_a_gate_of_its_own():
-    """An unknown profile only warns today; none the shipped inventories or Molecule scenarios use falls back."""
+def test_default_still_gives_the_loose_gate_of_both_roles():
+    """Asked for by name (or left empty), 'default' is the loose gate, as before, and no error."""
+    loose = {"verify_intranode_thresholds": {"dispatch_bf16_nvl_gbps": 100, "dispatch_fp8_nvl_gbps": None,
+                                             "combine_nvl_gbps": 100},
+             "verify_internode_thresholds": {"dispatch_bf16_rdma_gbps": 30, "dispatch_fp8_rdma_gbps": None,
+                                             "combine_rdma_gbps": 30}}
+    for name, table in _role_tables():
+        for profile in ("default", "", None):
+            chosen = _thresholds.select_thresholds(table, profile, gpus=4, table_name=name)
+            assert chosen["matched"] == "default" and chosen["thresholds"] == loose[name], (name, profile)
+    # a table without 'default' has nothing to give even to the profile that asks for it
+    with pytest.raises(_thresholds.VerifyInputError, match="it has no 'default' entry"):
+        _thresholds.select_thresholds({"b200": {}}, "default")
+
+
+# Which families of the registry (module_utils/_gpu_families.py) the roles' gate tables gate, and which they refuse.
+# A family added to the registry, or an entry added to one table only, fails the test below until it is listed here.
+GATED_FAMILIES = {"a100", "b200", "h100", "h200"}
+REFUSED_FAMILIES = {"a800", "h800", "h20", "gb200", "b300", "gb300"}
+
+
+def test_every_gpu_family_is_gated_by_both_role_tables_or_refused_by_both():
+    assert GATED_FAMILIES | REFUSED_FAMILIES == set(_gpu_families.FAMILIES)
+    assert not GATED_FAMILIES & REFUSED_FAMILIES
+    for name, table in _role_tables():
+        assert set(table) - {"default"} == GATED_FAMILIES, name
+        for family in sorted(_gpu_families.FAMILIES):
+            for profile in (family, "site_" + family, family.upper() + "-cluster"):
+                if family in GATED_FAMILIES:
+                    chosen = _thresholds.select_thresholds(table, profile, table_name=name)
+                    assert chosen["matched"] == family, (name, profile)
+                    assert chosen["thresholds"] != table["default"], (name, profile)
+                else:
+                    fix = "Add an entry for %s to %s" % (family, name)
+                    with pytest.raises(_thresholds.VerifyInputError, match=fix):
+                        _thresholds.select_thresholds(table, profile, table_name=name)
+
+
+def test_every_profile_the_inventories_scenarios_and_fleetsim_use_has_a_gate_of_its_own():
+    """No shipped inventory, Molecule scenario or fleetsim profile is refused (nor takes 'default'): each names a
+    family both tables gate."""
     import glob
     import re
 
@@ -488,8 +567,12 @@ def test_every_profile_the_inventories_and_scenarios_use_has_a_gate_of_its_own()
             glob.glob(str(REPO / "molecule" / "**" / "molecule.yml"), recursive=True):
         used.update(re.findall(r"^\s*(?:gpufleet_profile|profile):\s*([A-Za-z0-9_.-]+)\s*$", open(path).read(),
                                re.MULTILINE))
-    assert {"gcp_b200", "h100_ib", "h200_nvlink", "a100_roce"} <= used
-    for role in ("verify_intranode", "verify_internode"):
-        table = yaml.safe_load((REPO / "roles" / role / "defaults" / "main.yml").read_text())[role + "_thresholds"]
+    for path in glob.glob(str(REPO / "tools" / "fleetsim" / "profiles" / "*.yml")):
+        profile = yaml.safe_load(open(path).read())
+        used.update([profile["name"], profile["gpu_model"]["name"]])
+    assert {"gcp_b200", "h100_ib", "h200_nvlink", "a100_roce", "b200_cuda13", "h200", "NVIDIA B200"} <= used
+    for name, table in _role_tables():
         for profile in sorted(used):
-            assert not _thresholds.select_thresholds(table, profile)["fallback"], (role, profile)
+            chosen = _thresholds.select_thresholds(table, profile, table_name=name)
+            family = _gpu_families.family_of(profile)
+            assert family in GATED_FAMILIES and chosen["matched"] == family, (name, profile)

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import re
 
+from ansible_collections.gpufleet.deepep.plugins.module_utils._gpu_families import profile_tokens
 from ansible_collections.gpufleet.deepep.plugins.module_utils._thresholds import VerifyInputError
 from ansible_collections.gpufleet.deepep.plugins.plugin_utils._verify.bandwidth import (
     BandwidthInputError,
@@ -561,12 +562,16 @@ GENERATIONS = ("v1", "v2")
 
 
 def select_transport_policy(table, profile=None, generation=None):
-    """The transport policy of ``profile`` from ``table`` (profile -> policy), looked up as the bandwidth gates are.
+    """The transport policy of ``profile`` from ``table`` (profile -> policy).
 
-    Exact name first, then the first table key found as a ``_``/``-`` separated token of the profile name
-    (``gcp_b200`` takes ``b200``), then ``default``. An entry holds the policy keys of :func:`check_policy` and may
-    carry ``by_generation`` (``v1``/``v2`` -> policy keys) whose values replace the entry's own for that DeepEP
-    generation (V2 runs NCCL GIN, V1 NVSHMEM IBGDA). Every entry is checked, so a typo fails before any run.
+    Exact name first, then the first table key found as a token of the profile name (the token rule of the bandwidth
+    gates, ``_gpu_families.profile_tokens``: ``gcp_b200`` takes ``b200``), then ``default``, for any profile. Unlike
+    the bandwidth gates' ``default``, which is loose and so refused to a profile that did not ask for it, the roles'
+    ``default`` policy is the strict one every profile runs under (NVLink only intranode; IBGDA with the GPU as NIC
+    handler, or GIN GDAKI, internode), and a profile with other hardware names its own entry. An entry holds the
+    policy keys of :func:`check_policy` and may carry ``by_generation`` (``v1``/``v2`` -> policy keys) whose values
+    replace the entry's own for that DeepEP generation (V2 runs NCCL GIN, V1 NVSHMEM IBGDA). Every entry is checked,
+    so a typo fails before any run.
     Returns ``{profile, matched, generation, policy}`` with ``policy`` the merged keys as given (not normalized).
     """
     if not isinstance(table, dict) or not table:
@@ -600,7 +605,7 @@ def select_transport_policy(table, profile=None, generation=None):
     if profile and profile in table:
         matched = profile
     elif profile:
-        tokens = [t for t in re.split(r"[_\-.\s]+", profile.lower()) if t]
+        tokens = profile_tokens(profile)
         matched = next((k for k in table if k != "default" and str(k).lower() in tokens), None)
     if matched is None and "default" not in table:
         raise TransportInputError("profile %r matches no transport policy and there is no 'default' entry; expected "

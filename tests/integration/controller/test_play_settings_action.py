@@ -87,18 +87,28 @@ def test_bad_arguments_fail_with_a_message(play, tmp_path, args, word):
     assert word in proc.stdout and "Traceback" not in proc.stdout
 
 
-def test_a_profile_that_falls_back_to_the_default_gate_warns_naming_it_and_the_known_families(play):
-    """The verify roles' first task: a profile the table knows by no name and no family token passes (the larger
-    refusal is a later change) but warns loudly, naming the variable, the profile, the known families and the gate;
-    a profile matched by its family token, and the plain 'default', do not warn."""
+def test_a_profile_without_a_gate_of_its_own_is_refused_before_any_host_runs(play):
+    """The verify roles' first task: the loose 'default' gate applies only to the profile 'default'. A profile naming
+    a GPU family the table has no entry for (a B300 node at a quarter of its NVLink speed passed the default gate)
+    is refused naming the family and the entry to add to the table; one naming no family is refused asking to name
+    it after its family or to set 'default'. Profiles matched by name or family token, and 'default', pass quietly."""
     defaults = yaml.safe_load((REPO / "roles" / "verify_intranode" / "defaults" / "main.yml").read_text())
-    table = defaults["verify_intranode_thresholds"]
-    settings = [{"name": "verify_intranode_profile", "value": "mycluster", "form": "profile", "table": table}]
-    result, output = play(settings)
+    item = {"name": "verify_intranode_profile", "form": "profile", "table": defaults["verify_intranode_thresholds"],
+            "table_name": "verify_intranode_thresholds"}
+    result = play([dict(item, value="gcp_b300")])[0]
+    assert result["failed"] is True, result
+    text = " ".join(result["msg"].split())
+    assert text.startswith("1 setting refused before any host runs: verify_intranode_profile: profile 'gcp_b300' "
+                           "names the GPU family b300 (compute capability 10.3)"), text
+    assert "verify_intranode_thresholds has no b300 entry (it gates a100, b200, h100, h200)" in text, text
+    assert "Add an entry for b300 to verify_intranode_thresholds" in text, text
+    result = play([dict(item, value="mycluster")])[0]
+    text = " ".join(result["msg"].split())
+    assert result["failed"] is True and "profile 'mycluster' matches no entry of verify_intranode_thresholds" in text
+    assert "names no GPU family" in text and "<family>_<site>" in text and "set it to 'default'" in text, text
+    result, output = play([dict(item, value="default")])
     assert result.get("failed") is not True and result["settings"] == {"verify_intranode_profile": "default"}
-    text = " ".join(output.split())
-    assert "[WARNING]" in output and "verify_intranode_profile='mycluster' is no profile or GPU family" in text
-    assert "known: a100, b200, h100, h200" in text and "dispatch_bf16_nvl_gbps >= 100" in text, text
-    for quiet in ("gcp_b200", "h100_ib", "default"):
-        assert "warnings" not in play_settings.judge([dict(settings[0], value=quiet)]), quiet
-    assert play_settings.judge(settings)["warnings"][0].startswith("verify_intranode_profile='mycluster'")
+    assert "[WARNING]" not in output
+    for asked, matched in (("gcp_b200", "b200"), ("h100_ib", "h100"), ("default", "default"), ("", "default")):
+        assert play_settings.judge([dict(item, value=asked)]) == \
+            {"changed": False, "settings": {"verify_intranode_profile": matched}}, asked
