@@ -105,7 +105,7 @@ def phase_drift(plays, phases, source=SITE) -> list[str]:
 
 def _site_tags(plays) -> dict[str, tuple[str, ...]]:
     """The tags site.yml gives each phase role (its imports agree: phase_drift checks it)."""
-    return {role: tags for role, tags, _ in role_imports(plays) if role not in NOT_PHASES}
+    return {role: tags for role, tags, _task in role_imports(plays) if role not in NOT_PHASES}
 
 
 def test_site_imports_exactly_the_phases():
@@ -123,8 +123,8 @@ def test_the_phase_tags_and_prefixes_are_the_phases():
 def test_site_imports_doca_ofed_and_nccl_twice_under_their_own_tag():
     # doca_ofed: the install, then its check after the reboot; nccl: the pin, then the pin put back after DeepEP.
     imports = role_imports(_site())
-    assert [tags for role, tags, _ in imports if role == "doca_ofed"] == [("doca_ofed",), ("doca_ofed",)]
-    assert [tags for role, tags, _ in imports if role == "nccl"] == [("nccl",), ("nccl",)]
+    assert [tags for role, tags, _task in imports if role == "doca_ofed"] == [("doca_ofed",), ("doca_ofed",)]
+    assert [tags for role, tags, _task in imports if role == "nccl"] == [("nccl",), ("nccl",)]
 
 
 @pytest.mark.parametrize("phase", _site_plan.PHASES)
