@@ -83,11 +83,11 @@ def verify_master_address(facts, address=None, interface=None, ansible_host=None
             "addresses": [str(ip) for ip in own]}
 
 
-def verify_thresholds(table, profile=None, gpus=None):
-    """The thresholds of a profile: exact name, then a family token (b200, h200...); ``default`` only for the
-    profile ``default`` or none, any other profile refused; with ``gpus``, the gate measured for that GPU count where
-    the entry has one (``by_gpus``)."""
-    return _call("verify_thresholds", select_thresholds, table, profile, gpus)
+def verify_thresholds(table, profile=None, gpus=None, family=None):
+    """The thresholds of a profile: exact name, then the GPU family it declares (``family``, gpufleet_gpu_family),
+    then a family token of the name (b200, h200...); ``default`` only for the profile ``default`` or none, any other
+    profile refused; with ``gpus``, the gate measured for that GPU count where the entry has one (``by_gpus``)."""
+    return _call("verify_thresholds", select_thresholds, table, profile, gpus, family=family)
 
 
 def verify_gate(parsed, thresholds, rc=0, timed_out=False, timeout_s=None, stage="test"):

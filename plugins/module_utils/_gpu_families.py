@@ -9,7 +9,8 @@ names a family its gate table has no entry for must be refused, not gated by the
 needs to know which tokens are GPU families, so the families are written down here once, as data. The compute
 capability comes with each family because the build roles need it in two spellings: ``deepep_arch_list``,
 ``nccl_cuda_arch_list`` and ``preflight_expected_cuda_arch`` take PyTorch's ``10.0``; ``nvshmem_cuda_arch`` takes
-CMake's ``100`` (see inventories/example/group_vars).
+CMake's ``100``. A profile declares its family once (``gpufleet_gpu_family``) and the roles' defaults derive those
+settings from it with the filter ``gpu_arch`` (plugins/filter/gpu_arch.py); the verify roles choose its gate by it.
 
 Shared by controller code (``_thresholds``, the verify filters) and node-side modules (``_settings``), so it lives
 in module_utils. Pure logic, standard library only.
@@ -27,8 +28,9 @@ __all__ = ["FAMILIES", "profile_tokens", "family_of", "compute_capability", "tor
 #   a100, a800 8.0; h100, h800, h200 9.0; b200, gb200 10.0; b300, gb300 10.3: the PCI device table of
 #   module_utils/_pci.py (GPU_DEVICE_IDS; a unit test holds the two tables together); B300/GB300 as SM 10.3 also in
 #   shared/reference/field-2026-11-29.md ("B300/GB300 are SM 10.3") and field-2026-11.md ("10.0/10.3 missing from the
-#   arch list"); a100 8.0, h100/h200 9.0, b200 10.0 as the example inventories build them (group_vars a100.yml,
-#   h100.yml, h200.yml, b200_*.yml: deepep_arch_list, nvshmem_cuda_arch, preflight_expected_cuda_arch).
+#   arch list"); a100 8.0, h100/h200 9.0, b200 10.0 as the example inventories built them (group_vars a100.yml,
+#   h100.yml, h200.yml, b200_*.yml spelt deepep_arch_list, nvshmem_cuda_arch and preflight_expected_cuda_arch
+#   until they declared gpufleet_gpu_family; tests/unit/test_gpu_arch.py holds the derived values to those).
 #   h20 9.0: a Hopper part (NVIDIA's CUDA GPU compute capability table); no capture of one here.
 # A family that shares a capability with another does not share its speed (the H800's and H20's NVLink is capped),
 # so each one is a family of its own, and a gate table must name it to gate it.

@@ -53,17 +53,21 @@ def _check_metrics(where, entry):
             raise VerifyInputError("%s[%r] must be a non-negative number of GB/s or null; got %r" % (where, metric, value))
 
 
-def select_thresholds(table, profile=None, gpus=None, table_name=None):
+def select_thresholds(table, profile=None, gpus=None, table_name=None, family=None):
     """The thresholds of ``profile`` from ``table`` (profile -> {metric: min GB/s or null, by_gpus: {N: {...}}}).
 
-    Exact name first, then the first table key found as a token of the profile name (split on ``_``, ``-``, ``.``
-    and white space: ``gcp_b200`` and ``b200_cuda13`` take ``b200``). The ``default`` entry is the gate only of a
-    profile that asks for it: ``default`` itself, or no profile at all (None or empty: the verify roles turn an unset
-    profile into ``default``). Any other profile the table does not match is refused, because the loose ``default``
-    gate would pass a node far below its hardware's speed (a B300 node at a quarter of its NVLink speed passed the
-    100 GB/s default): one that names a GPU family (``_gpu_families``: ``gcp_b300``, ``gb200_nvl72``) is told to add
-    that family's entry to the table; one that names none (``mycluster``) to name the profile after its family or to
-    set it to ``default``. ``table_name`` is the table's variable, named in those refusals.
+    Exact name first; then ``family``, the GPU family the profile declares (``gpufleet_gpu_family``: ``b200``),
+    when it declares one: the declaration says what the hardware is, so it wins over a family word the name happens
+    to carry, and a declared family the table has no entry for is refused as a profile naming it is; then the first
+    table key found as a token of the profile name (split on ``_``, ``-``, ``.`` and white space: ``gcp_b200`` and
+    ``b200_cuda13`` take ``b200``). The ``default`` entry is the gate only of a profile that asks for it:
+    ``default`` itself, or no profile and no family at all (the verify roles turn an unset profile into the declared
+    family, else into ``default``). Any other profile the table does not match is refused, because the loose
+    ``default`` gate would pass a node far below its hardware's speed (a B300 node at a quarter of its NVLink speed
+    passed the 100 GB/s default): one that names or declares a GPU family (``_gpu_families``: ``gcp_b300``,
+    ``gb200_nvl72``) is told to add that family's entry to the table; one that names none (``mycluster``) to name
+    the profile after its family or to set it to ``default``. ``table_name`` is the table's variable, named in those
+    refusals.
 
     Values of ``default`` fill what the chosen entry leaves out. DeepEP's intranode figures depend on how many GPUs
     take part (on H100/H200 NV18 BF16 dispatch falls from about 330 GB/s on 2 GPUs to about 260 on 4, while combine
@@ -89,9 +93,17 @@ def select_thresholds(table, profile=None, gpus=None, table_name=None):
     if profile is not None and not isinstance(profile, str):
         raise VerifyInputError("profile %r is not a string; expected a profile name out of %s"
                                % (profile, ", ".join(sorted(map(str, table)))))
+    if family not in (None, "") and (not isinstance(family, str) or family not in FAMILIES):
+        raise VerifyInputError("GPU family %r (gpufleet_gpu_family) is no family the collection knows; expected one "
+                               "of %s, or empty where the profile declares none"
+                               % (family, ", ".join(sorted(FAMILIES))))
     matched = None
     if profile and profile in table:
         matched = profile
+    elif family:
+        matched = next((key for key in table if key != "default" and str(key).lower() == family), None)
+        if matched is None:
+            raise VerifyInputError(_unmatched(table, profile, table_name or "the thresholds table", declared=family))
     elif profile:
         tokens = profile_tokens(profile)
         matched = next((key for key in table if key != "default" and str(key).lower() in tokens), None)
@@ -117,20 +129,22 @@ def select_thresholds(table, profile=None, gpus=None, table_name=None):
     return {"profile": profile, "matched": matched, "thresholds": thresholds, "gpus": count, "shape": shape}
 
 
-def _unmatched(table, profile, table_name):
-    """Why ``profile``, which no entry of ``table`` matches, is refused, and the fix, in words."""
+def _unmatched(table, profile, table_name, declared=None):
+    """Why ``profile``, which no entry of ``table`` matches, is refused, and the fix, in words. ``declared`` is the
+    GPU family the profile declares (gpufleet_gpu_family), refused like a family its name carries."""
     known = sorted(str(key) for key in table if key != "default")
     gated = ", ".join(known) or "no family"
     loose = ", ".join("%s >= %s" % (metric, value) for metric, value in sorted((table.get("default") or {}).items())
                       if metric != "by_gpus" and value is not None) or "nothing gated"
-    family = family_of(profile)
+    family = declared or family_of(profile)
     if family is not None:
-        return ("profile %r names the GPU family %s (compute capability %s), and %s has no %s entry (it gates %s); a "
+        names = "declares (gpufleet_gpu_family)" if declared else "names"
+        return ("profile %r %s the GPU family %s (compute capability %s), and %s has no %s entry (it gates %s); a "
                 "named family never takes the loose 'default' gate (%s), which would pass %s nodes far below their "
                 "speed. Add an entry for %s to %s with gates measured on %s nodes, or set the profile to 'default' "
                 "to run under the loose gate knowingly"
-                % (profile, family, compute_capability(family), table_name, family, gated, loose, family, family,
-                   table_name, family))
+                % (profile, names, family, compute_capability(family), table_name, family, gated, loose, family,
+                   family, table_name, family))
     text = ("profile %r matches no entry of %s, by name or by a '_'/'-' token (known profiles %s), and names no GPU "
             "family (%s)" % (profile, table_name, gated, ", ".join(sorted(FAMILIES))))
     if "default" in table:

@@ -39,9 +39,10 @@ options:
           - C(serial), a positive whole number of hosts, a percentage string such as C(25%) (above 0, at most 100), or
             a non-empty list of those; C(percentage), 0 to 100; C(count), 0 or more; C(positive), 1 or more;
             C(seconds), 1 or more; C(choice), one of O(settings[].choices); C(profile), a profile O(settings[].table)
-            knows by name or by a family token (C(gcp_b200) takes C(b200)), or C(default) (also an empty one) for the
-            table's loose C(default) gate. Any other profile fails instead of running under that loose gate; one
-            that names a GPU family the table has no entry for (C(gcp_b300), C(gb200_nvl72)) naming the family and
+            knows by name, by its declared GPU family (O(settings[].family)) or by a family token (C(gcp_b200) takes
+            C(b200)), or C(default) (also an empty one) for the table's loose C(default) gate. Any other profile
+            fails instead of running under that loose gate; one that names or declares a GPU family the table has no
+            entry for (C(gcp_b300), C(gb200_nvl72)) naming the family and
             the entry to add to O(settings[].table_name), one that names none (C(mycluster)) asking to name it after
             its family or to set C(default); C(hca_mapping),
             C(auto), empty or C(gpu:hca:port,...) with each GPU once; C(gid_index), C(auto), empty or 0 to 255;
@@ -59,6 +60,13 @@ options:
         type: dict
       table_name:
         description: The variable that holds O(settings[].table), named in a refusal of the profile.
+        type: str
+      family:
+        description:
+          - With O(settings[].form=profile), the GPU family the profile declares (C(gpufleet_gpu_family), e.g.
+            C(b200)); empty for none.
+          - A declared family picks the table's entry after the exact profile name and before the family tokens of
+            the name; a declared family the table has no entry for is refused naming it, as a profile naming it is.
         type: str
 notes:
   - Runs the same in check mode.
@@ -98,6 +106,7 @@ ARGUMENT_SPEC = dict(
         choices=dict(type="list", elements="raw"),
         table=dict(type="dict"),
         table_name=dict(type="str"),
+        family=dict(type="str"),
     )),
 )
 

@@ -18,6 +18,7 @@ from ansible.module_utils.common.arg_spec import ArgumentSpecValidator
 from unit_helpers import REPO, render_sysfs_tree
 
 from ansible_collections.gpufleet.deepep.plugins.filter import build_once as build_once_filter
+from ansible_collections.gpufleet.deepep.plugins.filter import gpu_arch as gpu_arch_filter
 from ansible_collections.gpufleet.deepep.plugins.filter import hca_mapping as hca_filter
 from ansible_collections.gpufleet.deepep.plugins.filter import transport_truth as transport_filter
 from ansible_collections.gpufleet.deepep.plugins.filter import verify_helpers
@@ -134,6 +135,19 @@ def test_unknown_profile_fails_naming_the_known_ones(module_runner, profile, tab
     result = module_runner(play_settings, {"settings": [{"name": "verify_intranode_profile", "value": profile,
                                                          "form": "profile", "table": table}]})
     assert result.failed and why in result["msg"] and "verify_intranode_profile" in result["msg"], result["msg"]
+
+
+@pytest.mark.parametrize("family,why", [
+    ("b300", "profile 'mycluster' declares (gpufleet_gpu_family) the GPU family b300 (compute capability 10.3)"),
+    ("b400", "GPU family 'b400' (gpufleet_gpu_family) is no family the collection knows; expected one of a100"),
+])
+def test_a_declared_family_the_table_cannot_gate_fails_through_the_module(module_runner, family, why):
+    result = module_runner(play_settings, {"settings": [{"name": "verify_intranode_profile", "value": "mycluster",
+                                                         "form": "profile", "table": TABLE, "family": family}]})
+    assert result.failed and why in result["msg"] and "verify_intranode_profile" in result["msg"], result["msg"]
+    good = module_runner(play_settings, {"settings": [{"name": "verify_intranode_profile", "value": "mycluster",
+                                                       "form": "profile", "table": TABLE, "family": "b200"}]})
+    assert not good.failed and good["settings"] == {"verify_intranode_profile": "b200"}, good
 
 
 def test_every_bad_setting_is_named_in_one_failure(module_runner):
@@ -649,6 +663,14 @@ FILTER_BAD = [
     (hca_filter.hca_mapping, ("0:mlx5_0:1",), {"output": "xml"}, "'xml'"),
     (verify_helpers.verify_thresholds, (NO_DEFAULT, "b20"), {}, "known profiles b200, h200"),
     (verify_helpers.verify_thresholds, (TABLE, 5), {}, "profile 5 is not a string"),
+    (verify_helpers.verify_thresholds, (TABLE, "mycluster"), {"family": "b300"},
+     "profile 'mycluster' declares (gpufleet_gpu_family) the GPU family b300"),
+    (verify_helpers.verify_thresholds, (TABLE, "mycluster"), {"family": "B200"},
+     "GPU family 'B200' (gpufleet_gpu_family)"),
+    (gpu_arch_filter.gpu_arch, ("b400", "torch"), {}, "'b400' is no GPU family the collection knows; expected one of"),
+    (gpu_arch_filter.gpu_arch, (["b200"], "cmake"), {}, "GPU family ['b200'] is a list, not a family name"),
+    (gpu_arch_filter.gpu_arch, ("b200", "sm"), {}, "notation 'sm' is not one of torch, cmake"),
+    (gpu_arch_filter.gpu_arch, ("b200", "torch"), {"as_list": "yes"}, "as_list must be true or false; got 'yes'"),
     (verify_helpers.verify_thresholds, ([], "b200"), {}, "[]"),
     (verify_helpers.verify_thresholds, ({"b200": {"fast_gbps": 1}}, "b200"), {}, "'fast_gbps'"),
     (verify_helpers.verify_thresholds, ({"b200": {"dispatch_bf16_nvl_gbps": "fast"}}, "b200"), {}, "'fast'"),
@@ -780,7 +802,7 @@ def test_transport_gate_cases_cover_every_policy_key():
                          ids=["%s-%d" % (c[0].__name__, i) for i, c in enumerate(FILTER_BAD)])
 def test_filters_refuse_naming_the_value(func, args, kwargs, named):
     filters = {}
-    for module in (hca_filter, verify_helpers, version_helpers, build_once_filter, transport_filter):
+    for module in (hca_filter, verify_helpers, version_helpers, build_once_filter, transport_filter, gpu_arch_filter):
         filters.update(module.FilterModule().filters())
     with pytest.raises(AnsibleFilterError) as err:
         filters[func.__name__](*args, **kwargs)

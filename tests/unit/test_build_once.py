@@ -88,9 +88,11 @@ def test_both_roles_default_the_store_alike(name):
 
 @pytest.mark.parametrize("role", ["nvshmem", "deepep"])
 def test_every_default_is_validated(role):
+    """Every role default has its spec; beyond them the spec documents the inventory-wide gpufleet_* variables the
+    role reads (gpufleet_gpu_family), which no role defines."""
     defaults = _yaml(f"roles/{role}/defaults/main.yml")
     options = _yaml(f"roles/{role}/meta/argument_specs.yml")["argument_specs"]["main"]["options"]
-    assert sorted(defaults) == sorted(options)
+    assert sorted(defaults) == sorted(name for name in options if not name.startswith("gpufleet_"))
 
 
 def _build_once_includes(role):

@@ -2,19 +2,16 @@
 # GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
 """Unit tests of the GPU family registry (plugins/module_utils/_gpu_families.py): the families, the token a profile
 names one by, and the arch notations the roles spell a family's compute capability in. Which families the verify
-roles' gate tables gate is tests/unit/test_verify.py's (test_every_gpu_family_is_gated_by_both_role_tables_...)."""
+roles' gate tables gate is tests/unit/test_verify.py's (test_every_gpu_family_is_gated_by_both_role_tables_...); the
+family a profile declares (gpufleet_gpu_family) and the arch settings the roles derive from it, tests/unit/
+test_gpu_arch.py's."""
 
 from __future__ import annotations
 
-import glob
-
 import pytest
-import yaml
 
 from ansible_collections.gpufleet.deepep.plugins.module_utils import _gpu_families as gf
 from ansible_collections.gpufleet.deepep.plugins.module_utils._pci import GPU_DEVICE_IDS
-
-from unit_helpers import REPO
 
 
 def test_the_families_and_their_compute_capabilities():
@@ -67,22 +64,3 @@ def test_the_registry_agrees_with_the_pci_device_table():
             assert capability == gf.FAMILIES[family], (name, capability, family)
             seen.add(family)
     assert set(gf.FAMILIES) - seen == {"h20"}
-
-
-def test_the_example_inventories_spell_their_family_arch_as_the_registry_derives_it():
-    checked = 0
-    for path in sorted(glob.glob(str(REPO / "inventories" / "*" / "group_vars" / "*.yml"))):
-        values = yaml.safe_load(open(path).read()) or {}
-        family = gf.family_of(values.get("gpufleet_profile"))
-        if family is None:
-            continue
-        if "deepep_arch_list" in values:
-            assert values["deepep_arch_list"] == gf.torch_arch(family), path
-            checked += 1
-        if "nvshmem_cuda_arch" in values:
-            assert values["nvshmem_cuda_arch"] == gf.cmake_arch(family), path
-            checked += 1
-        if "preflight_expected_cuda_arch" in values:
-            assert values["preflight_expected_cuda_arch"] == [gf.torch_arch(family)], path
-            checked += 1
-    assert checked >= 12

@@ -109,7 +109,8 @@ CASES = {
                              "for B200)."),
     "PREFLIGHT_CUDA_ARCH": ({"expect__cuda_arch": ["9.0"]},
                             "GPU compute capability 10.0 does not match the profile (9.0). Fix: put the host in the "
-                            "group of its GPU profile (b200_*, h100, h200, a100)."),
+                            "group of its GPU profile (b200_*, h100, h200, a100), or correct that profile's "
+                            "gpufleet_gpu_family, from which the expected capability derives."),
     "PREFLIGHT_CUDA_TO_INSTALL": ({"cuda": {"version": "", "release": ""}, "expect__cuda_by_play": True},
                                   "CUDA 13.0: absent at /usr/local/cuda-13.0; the cuda_toolkit phase installs it."),
     "PREFLIGHT_CUDA_MISSING": ({"cuda": {"version": "12.9", "release": "12.9"}},

@@ -556,8 +556,8 @@ def test_every_gpu_family_is_gated_by_both_role_tables_or_refused_by_both():
 
 
 def test_every_profile_the_inventories_scenarios_and_fleetsim_use_has_a_gate_of_its_own():
-    """No shipped inventory, Molecule scenario or fleetsim profile is refused (nor takes 'default'): each names a
-    family both tables gate."""
+    """No shipped inventory, Molecule scenario or fleetsim profile is refused (nor takes 'default'): each names, or
+    declares (gpufleet_gpu_family), a family both tables gate."""
     import glob
     import re
 
@@ -571,8 +571,17 @@ def test_every_profile_the_inventories_scenarios_and_fleetsim_use_has_a_gate_of_
         profile = yaml.safe_load(open(path).read())
         used.update([profile["name"], profile["gpu_model"]["name"]])
     assert {"gcp_b200", "h100_ib", "h200_nvlink", "a100_roce", "b200_cuda13", "h200", "NVIDIA B200"} <= used
+    declared = set()
+    for path in glob.glob(str(REPO / "inventories" / "**" / "*.yml"), recursive=True) + \
+            glob.glob(str(REPO / "molecule" / "**" / "molecule.yml"), recursive=True):
+        declared.update(re.findall(r"^\s*gpufleet_gpu_family:\s*([A-Za-z0-9_.-]+)\s*$", open(path).read(),
+                                   re.MULTILINE))
+    assert {"b200", "h100", "h200", "a100"} <= declared
     for name, table in _role_tables():
         for profile in sorted(used):
             chosen = _thresholds.select_thresholds(table, profile, table_name=name)
             family = _gpu_families.family_of(profile)
             assert family in GATED_FAMILIES and chosen["matched"] == family, (name, profile)
+        for family in sorted(declared):
+            chosen = _thresholds.select_thresholds(table, "mycluster", table_name=name, family=family)
+            assert family in GATED_FAMILIES and chosen["matched"] == family, (name, family)

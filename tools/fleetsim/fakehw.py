@@ -34,6 +34,10 @@ API
     dict (ids as strings, PCI ids as ints, defaults filled in). The dict can be deep-copied and edited
     (tests add NICs, change states) and passed to the renderers; they validate it again.
 
+``gpu_family(profile) -> str``
+    The GPU family of the profile's GPUs as the collection names it (``gpufleet_gpu_family``): the model word
+    of ``gpu_model.name``, lower case (``NVIDIA B200`` -> ``b200``, ``NVIDIA A100-SXM4-80GB`` -> ``a100``).
+
 ``render_sysfs(profile, dest_root, *, nic_naming="as-profile", port_states=None, node_index=0) -> dict``
     Write a sysfs-shaped tree under ``dest_root``::
 
@@ -179,6 +183,16 @@ def load_profile(name_or_path) -> dict:
     data.setdefault("name", path.stem)
     data["_source"] = str(path)
     return validate_profile(data)
+
+
+def gpu_family(profile) -> str:
+    """The GPU family of the profile's GPUs (``gpufleet_gpu_family``): the model word of nvidia-smi's name, lower
+    case, without its variant (``NVIDIA H100 80GB HBM3`` -> ``h100``, ``NVIDIA A100-SXM4-80GB`` -> ``a100``).
+    Read from the name rather than the collection's family registry, so that the simulator stays independent of the
+    code it tests; a unit test holds the two to each other for every shipped profile."""
+    words = str(profile["gpu_model"]["name"]).split()
+    model = words[1] if len(words) > 1 and words[0].upper() == "NVIDIA" else (words or [""])[0]
+    return model.split("-")[0].lower()
 
 
 def _err(profile_name, where, msg):

@@ -616,9 +616,16 @@ class Fleet:
         }
         all_vars.update(reboot)
         groups: dict[str, dict] = {}
+        hardware: dict[str, set] = {}
         for name, node in sorted(state["nodes"].items(), key=lambda kv: kv[1]["seq"]):
+            # fleetsim_profile: the simulated hardware of the node, for people and the harness; no role reads it.
             groups.setdefault(node["group"], {"hosts": {}})["hosts"][name] = {
                 "ansible_host": node["ip"], "fleetsim_profile": node["profile"]}
+            hardware.setdefault(node["group"], set()).add(node["profile"])
+        for group, profiles in hardware.items():
+            if len(profiles) == 1:
+                with contextlib.suppress(fakehw.ProfileError):  # a profile file gone since `up`: no profile vars
+                    groups[group]["vars"] = profile_vars(next(iter(profiles)))
         return {"all": {"vars": all_vars, "children": groups}}
 
     def write_inventory(self, output: str | None, reboot_timeout: int | None = None) -> str:
@@ -643,6 +650,15 @@ class Fleet:
                            "boot_id": st.get("boot_id"), "since": st.get("since")}
         return {"fleet": self.name, "up": True, "bridge": state["bridge"], "subnet": state["subnet"],
                 "nodes": nodes}
+
+
+def profile_vars(profile: str) -> dict:
+    """The collection's profile of a harness group whose nodes share one hardware profile: ``gpufleet_profile`` (the
+    hardware profile's name) and ``gpufleet_gpu_family`` (its GPUs' family), so that the verify gates and the arch
+    settings follow the simulated hardware. Written as group vars of the inventory file, the weakest variables of
+    an inventory: a group that joins a profile of inventories/fleetsim takes that profile's group_vars instead."""
+    prof = fakehw.load_profile(profile)
+    return {"gpufleet_profile": prof["name"], "gpufleet_gpu_family": fakehw.gpu_family(prof)}
 
 
 def boot_log(root: Path, fleet: str) -> list[dict]:

@@ -109,6 +109,14 @@ def test_a_profile_without_a_gate_of_its_own_is_refused_before_any_host_runs(pla
     result, output = play([dict(item, value="default")])
     assert result.get("failed") is not True and result["settings"] == {"verify_intranode_profile": "default"}
     assert "[WARNING]" not in output
+    # The GPU family a profile declares (gpufleet_gpu_family, the roles pass it as family) picks its entry: a profile
+    # named after its site is gated as its hardware; a declared family the table has no gate for is refused by name.
+    result = play([dict(item, value="mycluster", family="h200"), dict(item, name="other", value="lab", family="b300")])[0]
+    text = " ".join(result["msg"].split())
+    assert result["failed"] is True and text.startswith("1 setting refused before any host runs: other: profile 'lab' "
+                                                        "declares (gpufleet_gpu_family) the GPU family b300"), text
+    result = play([dict(item, value="mycluster", family="h200")])[0]
+    assert result.get("failed") is not True and result["settings"] == {"verify_intranode_profile": "h200"}, result
     for asked, matched in (("gcp_b200", "b200"), ("h100_ib", "h100"), ("default", "default"), ("", "default")):
         assert play_settings.judge([dict(item, value=asked)]) == \
             {"changed": False, "settings": {"verify_intranode_profile": matched}}, asked

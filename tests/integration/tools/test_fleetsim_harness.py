@@ -161,6 +161,21 @@ def test_inventory(tmp_path):
     children = inv["all"]["children"]
     assert list(children["b200_cluster"]["hosts"]) == ["b200-cluster-1", "b200-cluster-2"]
     assert children["h100_ib"]["hosts"]["h100-ib-1"]["ansible_host"] == "10.9.0.13"
+    # A group of one hardware profile carries the collection's profile variables (no role reads fleetsim_profile):
+    # inventory-file group vars, which a profile group's group_vars (inventories/fleetsim) override.
+    assert children["b200_cluster"]["vars"] == {"gpufleet_profile": "gcp_b200", "gpufleet_gpu_family": "b200"}
+    assert children["h100_ib"]["vars"] == {"gpufleet_profile": "h100_ib", "gpufleet_gpu_family": "h100"}
+    assert children["h100_ib"]["hosts"]["h100-ib-1"]["fleetsim_profile"] == "h100_ib"
+    assert not [k for k in allvars if k in ("gpufleet_profile", "gpufleet_gpu_family")]
+
+
+def test_a_group_of_mixed_hardware_gets_no_profile_of_its_own(tmp_path):
+    state_path = fake_state(tmp_path)
+    state = json.loads(state_path.read_text())
+    state["nodes"]["h100-ib-1"]["group"] = "b200_cluster"
+    state_path.write_text(json.dumps(state))
+    children = fleet.Fleet(tmp_path, "demo").inventory()["all"]["children"]
+    assert list(children) == ["b200_cluster"] and "vars" not in children["b200_cluster"]
 
 
 def test_inventory_of_a_fleet_that_is_not_up(tmp_path):
