@@ -44,6 +44,17 @@ def validate(params):
     return jid, timeout, poll, params["cleanup"]
 
 
+def poll_delays(poll):
+    """Seconds to sleep before each next status call: 1, 2, 4, ... up to ``poll``, then ``poll``.
+
+    A job that ends within seconds (a quick test, a short build step) is seen within about its own time, not a whole
+    ``poll`` later; a long one costs at most log2(poll) more status calls than a fixed interval."""
+    delay = 1
+    while True:
+        yield min(delay, poll)
+        delay = min(delay * 2, poll)
+
+
 class ActionModule(ActionBase):
 
     _VALID_ARGS = frozenset(ARGUMENT_SPEC)
@@ -67,6 +78,7 @@ class ActionModule(ActionBase):
             return result
         start = time.monotonic()
         polls = 0
+        delays = poll_delays(poll)
         while True:
             polls += 1
             status = self._status(jid, "status", task_vars)
@@ -78,12 +90,13 @@ class ActionModule(ActionBase):
                 return result
             if status.get("finished"):
                 break
-            if time.monotonic() - start + poll > timeout:
+            delay = next(delays)
+            if time.monotonic() - start + delay > timeout:
                 result.update(failed=True, finished=False, waited=waited, polls=polls,
                               msg="job_wait: job %s did not finish within %s s (timeout); its own time limit "
                                   "ends it" % (jid, timeout))
                 return result
-            time.sleep(poll)
+            time.sleep(delay)
         for key in ("started", "finished", "ansible_job_id", "results_file", "invocation", "_ansible_parsed"):
             status.pop(key, None)
         status.pop("failed", None)

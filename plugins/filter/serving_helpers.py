@@ -3,7 +3,7 @@
 
 """Filters of serving: the serving verification (role verify_serving) and the environment files of sglang_serve.
 
-Documented in ``serving_gate.yml``, ``serve_env_file.yml``, ``serve_env_changed.yml`` and
+Documented in ``serving_gate.yml``, ``serve_env_file.yml``, ``serve_files_changed.yml`` and
 ``router_lock_installed.yml`` beside this file. The logic lives in
 ``plugins/plugin_utils/_serving_gate.py`` and ``plugins/module_utils/_serve/units.py`` (the one writer of a unit's
 environment file, with the checks of ``_serve/unitvalues.py``).
@@ -11,7 +11,6 @@ environment file, with the checks of ``_serve/unitvalues.py``).
 
 from __future__ import annotations
 
-import hashlib
 import re
 
 from ansible.errors import AnsibleFilterError
@@ -50,31 +49,36 @@ def serve_env_file(env, where="environment", secret=False):
         raise AnsibleFilterError("serve_env_file: %s" % exc) from exc
 
 
-def serve_env_changed(units, found):
-    """The instances (each once, in the plan's order) whose environment file's content is not the plan's: ``units``
-    are the plan's units (``instance``, ``env_path``, ``env_text``), ``found`` what ``ansible.builtin.stat`` with a
-    sha1 checksum read of those paths before the write (a registered loop's ``results``). A file not there, or one
-    whose checksum is not the sha1 of the planned text, counts; a file whose mode alone differs does not."""
-    form = "expected sglang_serve_plan.units (instance, env_path, env_text) and a stat loop's results"
-    if not isinstance(units, list) or not isinstance(found, list):
-        raise AnsibleFilterError("serve_env_changed: %r and %r are not two lists; %s"
-                                 % (type(units).__name__, type(found).__name__, form))
-    sums = {}
-    for result in found:
-        path = (result.get("item") or {}).get("env_path") if isinstance(result, dict) else None
-        stat = result.get("stat") if isinstance(result, dict) else None
-        if not isinstance(path, str) or not isinstance(stat, dict):
-            raise AnsibleFilterError("serve_env_changed: a stat result without item.env_path and stat (%r); %s"
-                                     % (str(result)[:200], form))
-        sums[path] = stat.get("checksum") if stat.get("exists") else None
+FILE_KEYS = ("env_file", "unit_file")
+
+
+def serve_files_changed(units, written, which, content_only=False):
+    """The instances (each once, in the plan's order) whose ``which`` file (``env_file`` or ``unit_file`` of each of
+    ``units``, the plan's) gpufleet.deepep.file_set changed: ``written`` is its ``files`` result (``path``,
+    ``changed``, ``content_changed``). With ``content_only``, a file whose mode alone changed counts for nothing (an
+    environment file an earlier release wrote 0644 is tightened without a restart). A unit whose file file_set did not
+    report (nothing written yet) counts as changed."""
+    form = ("expected sglang_serve_plan.units (instance, env_file, unit_file), a file_set result's files (path, "
+            "changed, content_changed) and one of %s" % ", ".join(FILE_KEYS))
+    if not isinstance(units, list) or not isinstance(written, list) or which not in FILE_KEYS:
+        raise AnsibleFilterError("serve_files_changed: %r, %r and %r are not two lists and a file key; %s"
+                                 % (type(units).__name__, type(written).__name__, which, form))
+    key = "content_changed" if content_only else "changed"
+    changed_paths = {}
+    for result in written:
+        if not isinstance(result, dict) or not isinstance(result.get("path"), str) \
+                or not isinstance(result.get(key), bool):
+            raise AnsibleFilterError("serve_files_changed: a file_set result without path and %s (%r); %s"
+                                     % (key, str(result)[:200], form))
+        changed_paths[result["path"]] = result[key]
     changed = []
     for unit in units:
-        if not isinstance(unit, dict) or not all(isinstance(unit.get(k), str) for k in ("instance", "env_path",
-                                                                                        "env_text")):
-            raise AnsibleFilterError("serve_env_changed: a unit without instance, env_path and env_text (%r); %s"
-                                     % (str(unit)[:200], form))
-        planned = hashlib.sha1(unit["env_text"].encode("utf-8")).hexdigest()  # what stat's checksum reads
-        if sums.get(unit["env_path"]) != planned and unit["instance"] not in changed:
+        entry = unit.get(which) if isinstance(unit, dict) else None
+        if not isinstance(unit, dict) or not isinstance(unit.get("instance"), str) or not isinstance(entry, dict) \
+                or not isinstance(entry.get("path"), str):
+            raise AnsibleFilterError("serve_files_changed: a unit without instance and %s.path (%r); %s"
+                                     % (which, str(unit)[:200], form))
+        if changed_paths.get(entry["path"], True) and unit["instance"] not in changed:
             changed.append(unit["instance"])
     return changed
 
@@ -112,5 +116,5 @@ class FilterModule:
 
     def filters(self):
         return guard_filters({"serving_gate": serving_gate, "serve_env_file": serve_env_file,
-                              "serve_env_changed": serve_env_changed,
+                              "serve_files_changed": serve_files_changed,
                               "router_lock_installed": router_lock_installed})

@@ -10,8 +10,9 @@ module: job_wait
 short_description: Wait quietly for a background (async) job on a node, within a bound
 version_added: 0.1.0
 description:
-  - Waits for a job started with C(async) and C(poll=0) to finish, asking the node for its status every O(poll)
-    seconds, and returns the job's result (rc, stdout, stderr, ...) once it finished.
+  - Waits for a job started with C(async) and C(poll=0) to finish, asking the node for its status at once, then
+    after 1, 2, 4, ... seconds up to every O(poll) seconds, and returns the job's result (rc, stdout, stderr, ...)
+    once it finished. A job that ends within seconds is seen within about its own time, not a whole O(poll) later.
   - Unlike C(ansible.builtin.async_status) with C(until)/C(retries), it prints nothing while it waits (no
     C(FAILED - RETRYING) lines, which read as failures to an operator), only one result line per node when the job
     finished, as for any task.
@@ -44,7 +45,9 @@ options:
     type: int
     required: true
   poll:
-    description: Seconds between two status calls (a positive whole number, at most O(timeout)).
+    description:
+      - Seconds between two status calls once the first ones (after 1, 2, 4, ... seconds) reached it (a positive whole
+        number, at most O(timeout)).
     type: int
     default: 10
   cleanup:

@@ -161,7 +161,8 @@ instances:
 units:
   description:
     - The units of O(host) - C(name), C(kind) (engine or router), C(role), C(instance), C(rank), C(argv),
-      C(env_path), C(env), C(env_text), C(text) (the unit file).
+      C(env_path), C(env), C(env_text), C(text) (the unit file), and C(env_file) and C(unit_file) (C(path),
+      C(content), C(mode) 0600 and 0644, C(diff)) as M(gpufleet.deepep.file_set) writes them.
   returned: always
   type: list
   elements: dict

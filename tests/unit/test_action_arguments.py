@@ -6,6 +6,7 @@ naming the bad value, and the spec is the one the module's DOCUMENTATION gives."
 
 from __future__ import annotations
 
+import itertools
 import json
 from unittest import mock
 
@@ -73,6 +74,40 @@ def test_job_wait_types_its_arguments_and_skips_in_check_mode():
     assert result["skipped"] and result["polls"] == 0
     assert job_wait_action.validate({"jid": "j12.34", "timeout": 60, "poll": 10, "cleanup": False}) \
         == ("j12.34", 60, 10, False)
+
+
+def test_job_wait_polls_soon_then_every_poll_seconds():
+    assert list(itertools.islice(job_wait_action.poll_delays(10), 7)) == [1, 2, 4, 8, 10, 10, 10]
+    assert list(itertools.islice(job_wait_action.poll_delays(1), 3)) == [1, 1, 1]
+    assert list(itertools.islice(job_wait_action.poll_delays(3), 4)) == [1, 2, 3, 3]
+
+
+def test_job_wait_sees_a_quick_job_at_its_end_and_bounds_a_slow_one():
+    """Time is simulated: each sleep advances the clock; the job ends at 2.5 s (quick) or never (slow)."""
+    def run(ends_at, timeout, poll):
+        clock = {"now": 100.0}
+        sleeps = []
+
+        def status(_self, jid, mode, task_vars):
+            done = clock["now"] - 100.0 >= ends_at
+            return {"finished": done, "rc": 0} if mode == "status" else {}
+
+        def sleep(seconds):
+            sleeps.append(seconds)
+            clock["now"] += seconds
+
+        plugin = action(job_wait_action, "job_wait", {"jid": "j1.2", "timeout": timeout, "poll": poll})
+        with mock.patch.object(job_wait_action.ActionModule, "_status", status), \
+                mock.patch.object(job_wait_action.time, "monotonic", lambda: clock["now"]), \
+                mock.patch.object(job_wait_action.time, "sleep", sleep):
+            return plugin.run(task_vars={}), sleeps
+
+    quick, sleeps = run(2.5, 600, 10)
+    # Seen at 3 s (0, 1, 3), not at 10 s as a fixed 10 s interval would.
+    assert sleeps == [1, 2] and quick["finished"] and quick["waited"] == 3 and quick["polls"] == 3
+    slow, sleeps = run(float("inf"), 30, 10)
+    assert slow["failed"] and "did not finish within 30 s" in slow["msg"]
+    assert sleeps == [1, 2, 4, 8, 10] and sum(sleeps) <= 30
 
 
 @pytest.mark.parametrize("args, named", [

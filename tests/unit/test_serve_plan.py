@@ -115,6 +115,19 @@ def test_every_instance_names_its_members_units_and_its_peers_for_a_rolling_upda
     assert (prefill["peers"], decode0["peers"], decode1["peers"]) == (0, 1, 1)
 
 
+def test_each_unit_carries_its_two_files_as_file_set_writes_them():
+    result = _serve.plan(topo(), "r-1", model=SMOLLM, python="/v/bin/python", model_path="/m")
+    (router,) = result["units"]
+    assert router["unit_file"] == {"path": "/etc/systemd/system/sglang-router.service", "content": router["text"],
+                                   "mode": "0644", "diff": True}
+    # 0600 and never shown in a diff: an instance's environment may carry a token
+    assert router["env_file"] == {"path": router["env_path"], "content": router["env_text"], "mode": "0600",
+                                  "diff": False}
+    engine = _serve.plan(topo(), "p-2", model=SMOLLM, python="/v/bin/python", model_path="/m")["units"][0]
+    assert engine["unit_file"]["path"] == "/etc/systemd/system/" + engine["name"]
+    assert engine["env_file"]["path"] == "/etc/gpufleet/sglang-serve/sglang-prefill0-rank1.env"
+
+
 def test_unit_names_parse_back_to_their_instance_and_rank():
     assert _serve_units.parse_unit_name(_serve_units.unit_name("sglang", "decode", 1, 0)) == {
         "prefix": "sglang", "role": "decode", "instance": "decode1", "index": 1, "rank": 0}

@@ -324,39 +324,44 @@ def test_seconds_out_of_range_or_not_whole_are_refused_naming_field_and_value(va
     assert str(refused.value) == "restart_sec is %r; expected whole seconds, %d or more" % (value, minimum)
 
 
-# --- serve_env_changed: which instances restart for their environment file -----------------------------------
+# --- serve_files_changed: which instances restart for their unit or environment file ---------------------------
 def _plan_units():
-    return [{"instance": "sglang-prefill0", "env_path": "/etc/x/p0.env", "env_text": "A=\"1\"\n"},
-            {"instance": "sglang-prefill0", "env_path": "/etc/x/p0-rank1.env", "env_text": "A=\"1\"\n"},
-            {"instance": "sglang-decode0", "env_path": "/etc/x/d0.env", "env_text": "TOKEN=\"hf_x\"\n"}]
+    def unit(instance, env_path, unit_name):
+        return {"instance": instance, "env_file": {"path": env_path, "content": "A=1\n", "mode": "0600"},
+                "unit_file": {"path": "/etc/systemd/system/" + unit_name, "content": "[Unit]\n", "mode": "0644"}}
+    return [unit("sglang-prefill0", "/etc/x/p0.env", "p0.service"),
+            unit("sglang-prefill0", "/etc/x/p0-rank1.env", "p0-rank1.service"),
+            unit("sglang-decode0", "/etc/x/d0.env", "d0.service")]
 
 
-def _stat(path, text=None):
-    import hashlib
-    stat = {"exists": text is not None}
-    if text is not None:
-        stat["checksum"] = hashlib.sha1(text.encode("utf-8")).hexdigest()
-    return {"item": {"env_path": path}, "stat": stat}
+def _written(path, content=False, mode=False):
+    return {"path": path, "content_changed": content, "mode_changed": mode, "changed": content or mode}
 
 
-def test_serve_env_changed_names_missing_and_different_files_not_the_same_content():
-    changed = serving_helpers.FilterModule().filters()["serve_env_changed"]
-    same = [_stat("/etc/x/p0.env", "A=\"1\"\n"), _stat("/etc/x/p0-rank1.env", "A=\"1\"\n"),
-            _stat("/etc/x/d0.env", "TOKEN=\"hf_x\"\n")]
-    assert changed(_plan_units(), same) == []  # a mode-only difference is no change: stat's checksum is the content's
-    rotated = same[:2] + [_stat("/etc/x/d0.env", "TOKEN=\"hf_y\"\n")]
-    assert changed(_plan_units(), rotated) == ["sglang-decode0"]
-    missing = [_stat("/etc/x/p0.env", "A=\"1\"\n"), _stat("/etc/x/p0-rank1.env"), same[2]]
-    assert changed(_plan_units(), missing) == ["sglang-prefill0"]  # one instance, once, for its second rank's file
-    assert changed(_plan_units(), []) == ["sglang-prefill0", "sglang-decode0"]  # nothing read yet (first run)
+def test_serve_files_changed_names_written_files_and_a_mode_only_change_only_when_asked():
+    changed = serving_helpers.FilterModule().filters()["serve_files_changed"]
+    same = [_written("/etc/x/p0.env"), _written("/etc/x/p0-rank1.env"), _written("/etc/x/d0.env")]
+    assert changed(_plan_units(), same, "env_file", content_only=True) == []
+    tightened = [_written("/etc/x/p0.env", mode=True)] + same[1:]
+    assert changed(_plan_units(), tightened, "env_file", content_only=True) == []  # 0644 -> 0600: no restart
+    assert changed(_plan_units(), tightened, "env_file") == ["sglang-prefill0"]
+    rotated = same[:2] + [_written("/etc/x/d0.env", content=True)]
+    assert changed(_plan_units(), rotated, "env_file", content_only=True) == ["sglang-decode0"]
+    second_rank = [same[0], _written("/etc/x/p0-rank1.env", content=True), same[2]]
+    assert changed(_plan_units(), second_rank, "env_file", True) == ["sglang-prefill0"]  # once, for its second rank
+    assert changed(_plan_units(), [], "env_file", True) == ["sglang-prefill0", "sglang-decode0"]  # none reported
+    units = [_written("/etc/systemd/system/p0.service"), _written("/etc/systemd/system/p0-rank1.service"),
+             _written("/etc/systemd/system/d0.service", mode=True)]
+    assert changed(_plan_units(), units, "unit_file") == ["sglang-decode0"]
 
 
-@pytest.mark.parametrize("units, found, named", [
-    ("x", [], "are not two lists"),
-    (_plan_units(), [{"stat": {}}], "without item.env_path and stat"),
-    ([{"instance": "a", "env_path": "/p"}], [], "without instance, env_path and env_text"),
+@pytest.mark.parametrize("units, written, which, named", [
+    ("x", [], "env_file", "are not two lists and a file key"),
+    (_plan_units(), [], "text", "are not two lists and a file key"),
+    (_plan_units(), [{"path": "/p"}], "env_file", "without path and changed"),
+    ([{"instance": "a", "env_file": {}}], [], "env_file", r"without instance and env_file.path"),
 ])
-def test_serve_env_changed_refuses_other_shapes_naming_them(units, found, named):
+def test_serve_files_changed_refuses_other_shapes_naming_them(units, written, which, named):
     from ansible.errors import AnsibleFilterError
-    with pytest.raises(AnsibleFilterError, match="serve_env_changed: .*%s" % named):
-        serving_helpers.serve_env_changed(units, found)
+    with pytest.raises(AnsibleFilterError, match="serve_files_changed: .*%s" % named):
+        serving_helpers.serve_files_changed(units, written, which)

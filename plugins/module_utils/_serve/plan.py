@@ -64,6 +64,17 @@ ENGINE_ENVIRONMENT = {
 
 
 PORT_KEYS = ("port", "bootstrap_port", "dist_init_port", "prometheus_port")
+# Where the units' files go (the role writes each unit's env_file and unit_file with gpufleet.deepep.file_set).
+UNIT_DIR = "/etc/systemd/system"
+
+
+def _unit_files(unit):
+    """``unit`` with ``env_file`` (0600: an instance's environment may carry a token, never shown in a diff) and
+    ``unit_file`` (0644), each as gpufleet.deepep.file_set takes it."""
+    unit["env_file"] = {"path": unit["env_path"], "content": unit["env_text"], "mode": "0600", "diff": False}
+    unit["unit_file"] = {"path": "%s/%s" % (UNIT_DIR, unit["name"]), "content": unit["text"], "mode": "0644",
+                         "diff": True}
+    return unit
 
 
 def _int(settings, key, where):
@@ -496,23 +507,25 @@ def plan(topology, host, model=None, python="/usr/bin/python3", model_path="", p
             env.update(cfg["environment"])
             env_path = "%s/%s.env" % (config_dir, name[:-len(".service")])
             argv = engine_argv(python, model_path, inst, rank, cfg)
-            units.append({"name": name, "kind": "engine", "role": inst["role"], "instance": inst["name"],
-                          "rank": rank, "argv": argv, "env_path": env_path, "env": env,
-                          "env_text": env_file_text(env, "environment of %s" % name),
-                          "text": unit_text("SGLang %s instance %d rank %d of %d (gpufleet.deepep)"
-                                            % (inst["role"], inst["index"], rank, inst["nnodes"]), argv,
-                                            [env_path] + secrets, start_timeout, restart_sec)})
+            text = unit_text("SGLang %s instance %d rank %d of %d (gpufleet.deepep)"
+                             % (inst["role"], inst["index"], rank, inst["nnodes"]), argv,
+                             [env_path] + secrets, start_timeout, restart_sec)
+            units.append(_unit_files({"name": name, "kind": "engine", "role": inst["role"],
+                                      "instance": inst["name"], "rank": rank, "argv": argv, "env_path": env_path,
+                                      "env": env, "env_text": env_file_text(env, "environment of %s" % name),
+                                      "text": text}))
     router_units = []
     if router and host in [h["name"] for h in router_hosts]:
         argv = router_argv(router, router_venv, instances)
         name = router_unit_name(prefix)
         env = {"RUST_LOG": "info"}
         env_path = "%s/%s.env" % (config_dir, name[:-len(".service")])
-        router_units.append({"name": name, "kind": "router", "role": "router", "instance": "router", "rank": 0,
-                             "argv": argv, "env_path": env_path, "env": env,
-                             "env_text": env_file_text(env, "environment of %s" % name),
-                             "text": unit_text("SGLang PD router %s (gpufleet.deepep)" % router["kind"], argv,
-                                               [env_path], 600, restart_sec, memlock=False)})
+        text = unit_text("SGLang PD router %s (gpufleet.deepep)" % router["kind"], argv, [env_path], 600,
+                         restart_sec, memlock=False)
+        router_units.append(_unit_files({"name": name, "kind": "router", "role": "router", "instance": "router",
+                                         "rank": 0, "argv": argv, "env_path": env_path, "env": env,
+                                         "env_text": env_file_text(env, "environment of %s" % name),
+                                         "text": text}))
     expected = {"prefill": sum(1 for i in instances if i["role"] == "prefill"),
                 "decode": sum(1 for i in instances if i["role"] == "decode")}
     mine = [i for i in instances if host in i["hosts"]]

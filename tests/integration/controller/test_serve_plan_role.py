@@ -44,7 +44,7 @@ def play(tmp_path):
         tasks = [{"name": "Write the environment files", "ansible.builtin.include_role": role,
                   "vars": {"sglang_serve_plan": plan}},
                  {"name": "Dump", "ansible.builtin.copy": {
-                     "content": "{{ {'changed': sglang_serve_envs.results | map(attribute='changed') | list,"
+                     "content": "{{ {'changed': sglang_serve_envs.files | map(attribute='changed') | list,"
                                 " 'restart': sglang_serve_env_changed} | to_json }}", "dest": str(out)},
                   "vars": {"sglang_serve_plan": plan}, "check_mode": False}]
         run_play(tmp_path, inventory, tasks, *extra)
