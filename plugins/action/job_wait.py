@@ -17,6 +17,7 @@ from ansible.plugins.action import ActionBase
 
 from ansible_collections.gpufleet.deepep.plugins.modules.job_wait import ARGUMENT_SPEC
 from ansible_collections.gpufleet.deepep.plugins.plugin_utils._action_args import validated_args
+from ansible_collections.gpufleet.deepep.plugins.plugin_utils._verify.launch import poll_delays
 
 JID = re.compile(r"j?[0-9]+\.[0-9]+")
 
@@ -42,17 +43,6 @@ def validate(params):
         raise AnsibleActionFail("job_wait: poll=%s is longer than timeout=%s (expected poll <= timeout)"
                                 % (poll, timeout))
     return jid, timeout, poll, params["cleanup"]
-
-
-def poll_delays(poll):
-    """Seconds to sleep before each next status call: 1, 2, 4, ... up to ``poll``, then ``poll``.
-
-    A job that ends within seconds (a quick test, a short build step) is seen within about its own time, not a whole
-    ``poll`` later; a long one costs at most log2(poll) more status calls than a fixed interval."""
-    delay = 1
-    while True:
-        yield min(delay, poll)
-        delay = min(delay * 2, poll)
 
 
 class ActionModule(ActionBase):

@@ -1,0 +1,176 @@
+#!/usr/bin/python
+# Copyright: (c) 2026, gpufleet.deepep contributors
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+---
+module: ep_test
+short_description: Run one expert-parallel test on a node through the verify launcher, within its bound
+version_added: 0.1.0
+description:
+  - Starts the verify launcher (C(run_deepep.sh) of the C(verify_common) role) on the node detached from the
+    connection, in a session of its own, waits for it to end, returns its exit status and output, and copies its log
+    to the controller (the start, the wait, the read-back and the fetch of one test run in one task).
+  - The launcher sources the environment script, exports the O(env) settings, and runs
+    C(PYTHON SCRIPT --num-processes N ARGS...) from O(src) under GNU C(timeout) (O(timeout), then C(KILL) after
+    O(kill_after) seconds), writing C(<name>.log) beside itself. A wrapper shell writes the launcher's exit status
+    and the seconds it ran to C(<name>.rc) when it ends, however it ends.
+  - The action asks the node with a plain shell command (no Python module run) at once, then after 1, 2, 4, ...
+    seconds up to every O(poll) seconds. A run that is still going O(timeout) + O(kill_after) + 60 seconds after it
+    started has its session killed and is returned as timed out; a run whose session is gone without an exit status
+    (the node rebooted) is returned at once as not finished, with the log it left.
+  - The task never fails because the test failed; the role that runs the test judges RV(output) and RV(rc).
+author: gpufleet.deepep maintainers (@gpufleet)
+extends_documentation_fragment:
+  - gpufleet.deepep.attributes
+attributes:
+  check_mode:
+    description: Can run in check_mode and return changed status prediction without modifying target.
+    support: full
+    details: No test is started in check mode; the task is skipped with that reason and returns the argv it would run.
+  diff_mode:
+    description: Will return details on what has changed (or possibly needs changing in check_mode), when in diff mode.
+    support: none
+  platform:
+    platforms: posix
+  action:
+    support: full
+    description: Starts, asks and reads from the controller's worker process, with shell commands on the node.
+options:
+  launcher:
+    description: Absolute path of the launcher on the node; its status and output files go beside it.
+    type: str
+    required: true
+  name:
+    description: The run's name (lower-case letters, digits, C(_) and C(-)), which names its files C(<name>.log), C(.out), C(.rc).
+    type: str
+    required: true
+  env_script:
+    description: The environment script the launcher sources first (skipped by the launcher when it is missing).
+    type: str
+    required: true
+  src:
+    description: The directory the test runs from (the DeepEP source tree).
+    type: str
+    required: true
+  python:
+    description: The Python interpreter that runs the test.
+    type: str
+    required: true
+  script:
+    description: The test script, relative to O(src) or absolute.
+    type: str
+    required: true
+  num_processes:
+    description: The test's C(--num-processes) (local ranks; a positive whole number).
+    type: int
+    required: true
+  args:
+    description: Further arguments of the test, after C(--num-processes N).
+    type: list
+    elements: str
+    default: []
+  env:
+    description:
+      - Settings exported after the environment script, in this order (the rendezvous of a multi-node test, DeepEP V2's
+        settings, the transport's logging). Keys are environment variable names; values single strings or numbers.
+    type: dict
+    default: {}
+  timeout:
+    description: Seconds the test may run before the launcher's C(timeout) ends it with exit status 124.
+    type: int
+    required: true
+  kill_after:
+    description: Seconds after the C(TERM) at O(timeout) before C(KILL).
+    type: int
+    default: 30
+  poll:
+    description:
+      - Seconds between two questions once the first ones (after 1, 2, 4, ... seconds) reached it (a positive whole
+        number, at most O(timeout)).
+    type: int
+    default: 10
+  fetch_to:
+    description:
+      - Path on the controller to copy the node's C(<name>.log) to (its directory is made). Nothing is written when
+        the launcher left no log (it refused its arguments before writing one).
+    type: path
+notes:
+  - The node needs C(setsid) (util-linux) and C(pkill) (procps); both are in every base system the collection supports.
+seealso:
+  - module: gpufleet.deepep.job_wait
+"""
+
+EXAMPLES = r"""
+- name: Run DeepEP's intranode test on every node
+  gpufleet.deepep.ep_test:
+    launcher: /opt/deepep/verify/run_deepep.sh
+    name: intranode
+    env_script: /opt/deepep/unified-env.sh
+    src: /opt/deepep/DeepEP
+    python: /opt/deepep/venv/bin/python
+    script: tests/test_intranode.py
+    num_processes: 8
+    env:
+      NVSHMEM_DEBUG: INFO
+    timeout: 900
+    poll: 10
+    fetch_to: "/var/tmp/verify/{{ inventory_hostname }}/intranode.log"
+  register: intranode
+"""
+
+RETURN = r"""
+finished:
+  description: Whether the launcher ended with an exit status within the bound.
+  returned: unless skipped
+  type: bool
+  sample: true
+rc:
+  description: The launcher's exit status (the test's; 124 when its timeout ended it), -1 when it did not finish.
+  returned: unless skipped
+  type: int
+  sample: 0
+timed_out:
+  description: Whether the test's timeout ended it (rc 124) or it was still running at the action's bound.
+  returned: unless skipped
+  type: bool
+  sample: false
+output:
+  description: What the launcher printed (its log, and its own refusals), or the log so far when it did not finish.
+  returned: unless skipped
+  type: str
+  sample: "[verify] node-1: intranode: python tests/test_intranode.py --num-processes 8 (timeout 900s)"
+seconds:
+  description: Seconds the launcher ran (measured on the node, to the millisecond), or RV(waited) when it did not finish.
+  returned: unless skipped
+  type: float
+  sample: 41.25
+waited:
+  description: Seconds from the start to the last answer (measured on the controller).
+  returned: unless skipped
+  type: float
+  sample: 42.3
+polls:
+  description: How many status questions were asked.
+  returned: always
+  type: int
+  sample: 6
+fetched:
+  description: The controller path the log was copied to, or null (no O(fetch_to), or no log on the node).
+  returned: unless skipped
+  type: str
+  sample: /var/tmp/verify/node-1/intranode.log
+argv:
+  description: The launcher's command line.
+  returned: always
+  type: list
+  elements: str
+  sample: [/opt/deepep/verify/run_deepep.sh, intranode, /opt/deepep/unified-env.sh, /opt/deepep/DeepEP, "30", "900"]
+log:
+  description: The log's path on the node.
+  returned: always
+  type: str
+  sample: /opt/deepep/verify/intranode.log
+"""

@@ -1,0 +1,266 @@
+# Copyright: (c) 2026, gpufleet.deepep contributors
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
+"""ep_test (plugins/action/ep_test.py, plugin_utils/_verify/launch.py): the spec is the documented one, bad
+arguments are refused by name, the shell commands it sends start, answer and end a detached run on a real sh, and
+the action's wait (simulated clock and node) ends a run past its bound, reports a vanished one, and runs nothing in
+check mode."""
+
+from __future__ import annotations
+
+import os
+import shlex
+import subprocess
+import time
+from unittest import mock
+
+import pytest
+import yaml
+from ansible.errors import AnsibleActionFail
+from ansible.parsing.dataloader import DataLoader
+from ansible.playbook.play_context import PlayContext
+from ansible.playbook.task import Task
+from ansible.template import Templar
+
+from ansible_collections.gpufleet.deepep.plugins.action import ep_test as ep_action
+from ansible_collections.gpufleet.deepep.plugins.modules import ep_test as ep_doc
+from ansible_collections.gpufleet.deepep.plugins.plugin_utils._verify import launch
+
+BASE = {"launcher": "/opt/deepep/verify/run_deepep.sh", "name": "intranode", "env_script": "/opt/deepep/env.sh",
+        "src": "/opt/deepep/DeepEP", "python": "/usr/bin/python3", "script": "tests/test_intranode.py",
+        "num_processes": 8, "timeout": 600}
+
+
+def _params(**changes):
+    params = {name: spec.get("default") for name, spec in launch.ARGUMENT_SPEC.items()}
+    params.update(BASE)
+    params.update(changes)
+    return params
+
+
+def test_the_spec_is_the_documented_options():
+    options = yaml.safe_load(ep_doc.DOCUMENTATION)["options"]
+    assert sorted(launch.ARGUMENT_SPEC) == sorted(options)
+    for name, spec in launch.ARGUMENT_SPEC.items():
+        for key in ("type", "elements", "default"):
+            assert spec.get(key) == options[name].get(key), (name, key)
+        assert spec.get("required", False) == options[name].get("required", False), name
+
+
+@pytest.mark.parametrize("changes, named", [
+    ({"launcher": "run_deepep.sh"}, "launcher='run_deepep.sh' is not an absolute path"),
+    ({"name": "Intra node"}, "name='Intra node' is not a log name"),
+    ({"name": "../x"}, "name='../x'"),
+    ({"src": ""}, "src is empty"),
+    ({"script": ""}, "script is empty"),
+    ({"num_processes": 0}, "num_processes=0"),
+    ({"env": {"1BAD": "x"}}, "env key '1BAD'"),
+    ({"env": {"GOOD": ["a"]}}, "env GOOD=['a'] is not a single value"),
+    ({"env": {"GOOD": None}}, "env GOOD=None"),
+    ({"timeout": 0}, "timeout=0"),
+    ({"kill_after": True}, "kill_after=True"),
+    ({"timeout": 5, "poll": 10}, "poll=10 is longer than timeout=5"),
+])
+def test_bad_arguments_are_refused_by_name(changes, named):
+    with pytest.raises(launch.LaunchError, match=named.replace("(", r"\(").replace("[", r"\[")):
+        launch.validate(_params(**changes))
+
+
+def test_the_launcher_argv_and_the_files_beside_it():
+    params = _params(env={"MASTER_ADDR": "10.0.0.1", "RANK": 1}, args=["--num-tokens", "4096"])
+    assert launch.launcher_argv(params) == [
+        "/opt/deepep/verify/run_deepep.sh", "intranode", "/opt/deepep/env.sh", "/opt/deepep/DeepEP", "30", "600",
+        "MASTER_ADDR=10.0.0.1", "RANK=1", "--", "/usr/bin/python3", "tests/test_intranode.py", "8",
+        "--num-tokens", "4096"]
+    assert launch.paths(params) == {"log": "/opt/deepep/verify/intranode.log",
+                                    "out": "/opt/deepep/verify/intranode.out", "rc": "/opt/deepep/verify/intranode.rc",
+                                    "pid": "/opt/deepep/verify/intranode.pid"}
+
+
+@pytest.mark.parametrize("answer, parsed", [
+    ("running\n", ("running", None, None, "")),
+    ("lost\n", ("lost", None, None, "")),
+    ("rc=0 1795936660.100000000 1795936701.350000000\nline one\nline two\n",
+     ("finished", 0, 41.25, "line one\nline two\n")),
+    ("rc=124 1795936000.000000000 1795936600.000000000\n", ("finished", 124, 600.0, "")),
+    ("rc=garbage\nout\n", ("finished", -1, None, "out\n")),
+    ("rc=3\n", ("finished", 3, None, "")),
+    ("rc=0 1795936660.5 1795936600.0\n", ("finished", 0, None, "")),  # the clock stepped back
+    ("rc=0 1795936660.N 1795936661.N\n", ("finished", 0, None, "")),  # a date without %N
+])
+def test_answers_are_parsed(answer, parsed):
+    assert launch.parse_answer(answer) == parsed
+
+
+def test_an_unexpected_answer_is_named():
+    with pytest.raises(launch.LaunchError, match="'sh: 1: syntax error'"):
+        launch.parse_answer("sh: 1: syntax error\n")
+    with pytest.raises(launch.LaunchError, match="did not start"):
+        launch.parse_started("setsid: command not found\n")
+
+
+def _sh(command):
+    return subprocess.run(["/bin/sh", "-c", command], capture_output=True, text=True, timeout=30, check=True).stdout
+
+
+def _ask_until_done(files, pid, limit=200):
+    for dummy in range(limit):
+        state, rc, ran, out = launch.parse_answer(_sh(launch.ask_command(files, pid)))
+        if state != "running":
+            return state, rc, ran, out
+        time.sleep(0.05)
+    raise AssertionError("the run did not end")
+
+
+def test_a_detached_run_on_sh_answers_its_status_and_output(tmp_path):
+    launcher = tmp_path / "run.sh"
+    launcher.write_text("#!/bin/sh\necho \"args: $*\"\necho oops >&2\nsleep 0.3\nexit 5\n")
+    launcher.chmod(0o755)
+    params = _params(launcher=str(launcher), name="fake")
+    files = launch.paths(params)
+    (tmp_path / "fake.rc").write_text("0 1\n")  # an earlier run's status: removed before the start
+    pid = launch.parse_started(_sh(launch.start_command([str(launcher), "a b", "c"], files)))
+    # The start returned while the run goes on: it is detached from the shell that started it.
+    assert launch.parse_answer(_sh(launch.ask_command(files, pid)))[0] == "running"
+    state, rc, ran, out = _ask_until_done(files, pid)
+    assert (state, rc) == ("finished", 5) and 0.3 <= ran < 30  # measured on the node, the 0.3 s sleep included
+    assert out == "args: a b c\noops\n"
+    assert not os.path.exists(files["rc"] + ".tmp")
+
+
+def test_a_killed_run_is_lost_and_the_kill_reaches_its_session(tmp_path):
+    launcher = tmp_path / "run.sh"
+    launcher.write_text("#!/bin/sh\nsleep 60 &\nwait\n")
+    launcher.chmod(0o755)
+    files = launch.paths(_params(launcher=str(launcher), name="hung"))
+    pid = launch.parse_started(_sh(launch.start_command([str(launcher)], files)))
+    assert launch.parse_answer(_sh(launch.ask_command(files, pid)))[0] == "running"
+    _sh(launch.kill_command(pid))
+    state = _ask_until_done(files, pid)[0]
+    assert state == "lost"
+    # Nothing of the session is left running (the background sleep included); KILL is delivered at once, the
+    # reaping of the dead is init's and may lag.
+    assert _running_in_session(pid) == []
+
+
+def _running_in_session(sid):
+    """The processes of session ``sid`` that are not zombies, once KILL had time to land (bounded)."""
+    for dummy in range(100):
+        ps = subprocess.run(["ps", "-e", "-o", "pid=,sid=,stat="], capture_output=True, text=True, check=True)
+        running = [line.split()[0] for line in ps.stdout.splitlines()
+                   if line.split()[1] == str(sid) and not line.split()[2].startswith("Z")]
+        if not running:
+            return []
+        time.sleep(0.05)
+    return running
+
+
+def test_a_path_with_spaces_and_quotes_is_one_argument(tmp_path):
+    directory = tmp_path / "it's here"
+    directory.mkdir()
+    launcher = directory / "run.sh"
+    launcher.write_text("#!/bin/sh\nprintf '%s|' \"$@\"\n")
+    launcher.chmod(0o755)
+    files = launch.paths(_params(launcher=str(launcher), name="q"))
+    pid = launch.parse_started(_sh(launch.start_command([str(launcher), "x y", "$HOME", "'"], files)))
+    assert _ask_until_done(files, pid)[3] == "x y|$HOME|'|"
+    assert launch.parse_read(_sh(launch.read_command(str(directory / "absent.log")))) == (False, "")
+
+
+def _action(args, check_mode=False):
+    task = Task()
+    task.action = "gpufleet.deepep.ep_test"
+    task.args = args
+    task.check_mode = check_mode
+    context = PlayContext()
+    context.check_mode = check_mode
+    loader = DataLoader()
+    return ep_action.ActionModule(task, mock.MagicMock(), context, loader, Templar(loader), None)
+
+
+def _simulated(args, node, check_mode=False):
+    """Run the action with a simulated node (``node(command) -> stdout``) and clock; (result, commands sent)."""
+    clock = {"now": 0.0}
+    sent = []
+
+    def low_level(_self, command, sudoable=True, **kwargs):
+        sent.append(command)
+        return {"rc": 0, "stdout": node(command, clock["now"]), "stderr": ""}
+
+    def sleep(seconds):
+        clock["now"] += seconds
+
+    plugin = _action(args, check_mode)
+    with mock.patch.object(ep_action.ActionModule, "_low_level_execute_command", low_level), \
+            mock.patch.object(ep_action.time, "monotonic", lambda: clock["now"]), \
+            mock.patch.object(ep_action.time, "sleep", sleep):
+        return plugin.run(task_vars={}), sent
+
+
+def _node(ends_at=None, lost=False):
+    def answer(command, now):
+        if command.startswith("rm -f"):
+            return "started 4242\n"
+        if "kill -0" in command:
+            if ends_at is not None and now >= ends_at:
+                return "rc=0 100.0 %.1f\n[verify] exit status 0\n" % (100.0 + ends_at)
+            return "lost\n" if lost else "running\n"
+        if command.startswith("pkill"):
+            return ""
+        return "present\npartial log\n"
+    return answer
+
+
+def test_a_quick_run_is_seen_at_its_end():
+    result, sent = _simulated(dict(BASE, poll=10), _node(ends_at=3))
+    assert result["finished"] and result["rc"] == 0 and not result["timed_out"] and not result["failed"]
+    assert result["seconds"] == 3 and result["waited"] == 3 and result["polls"] == 3  # asked at 0, 1, 3 s
+    assert result["fetched"] is None and result["output"] == "[verify] exit status 0\n"
+    assert len(sent) == 4 and not any(c.startswith("pkill") for c in sent)
+
+
+def test_a_run_past_its_bound_is_killed_and_reported_timed_out():
+    result, sent = _simulated(dict(BASE, timeout=20, kill_after=5, poll=10), _node())
+    assert not result["finished"] and result["timed_out"] and result["rc"] == -1 and not result["failed"]
+    assert "did not end within 85 s (timeout 20 + kill_after 5 + 60 s)" in result["msg"]
+    assert result["output"] == "partial log\n" and result["waited"] <= 85
+    assert any(c.startswith("pkill -KILL -s 4242") for c in sent)
+
+
+def test_a_vanished_run_is_reported_at_once():
+    result, sent = _simulated(dict(BASE, poll=10), _node(lost=True))
+    assert not result["finished"] and not result["timed_out"] and result["rc"] == -1
+    assert "ended without an exit status" in result["msg"] and result["polls"] == 1
+    assert not any(c.startswith("pkill") for c in sent)
+
+
+def test_check_mode_runs_nothing():
+    result, sent = _simulated(dict(BASE), _node(ends_at=0), check_mode=True)
+    assert result["skipped"] and sent == [] and result["argv"][1] == "intranode"
+
+
+def test_a_refusal_runs_nothing_and_a_failed_start_is_named():
+    with pytest.raises(AnsibleActionFail, match="ep_test: name='x y'"):
+        _simulated(dict(BASE, name="x y"), _node())
+    with pytest.raises(AnsibleActionFail, match="ep_test: num_processes=0"):
+        _simulated(dict(BASE, num_processes=0), _node())
+    with pytest.raises(AnsibleActionFail, match="the launcher did not start"):
+        _simulated(dict(BASE), lambda command, now: "sh: setsid: not found\n")
+
+
+def test_the_start_quotes_every_argument():
+    command = launch.start_command(["/x/run.sh", "a;b", "$(id)"], launch.paths(_params(launcher="/x/run.sh")))
+    assert shlex.quote("a;b") in command and shlex.quote("$(id)") in command
+    assert launch.kill_command(12) == "pkill -KILL -s 12 2>/dev/null; kill -KILL -- -12 2>/dev/null; true"
+
+
+def test_an_unwritable_fetch_path_and_an_unexpected_error_are_named(tmp_path):
+    blocker = tmp_path / "a-file"
+    blocker.write_text("")
+    with pytest.raises(AnsibleActionFail, match="fetch_to=.*cannot be written on the controller"):
+        _simulated(dict(BASE, fetch_to=str(blocker / "node" / "intranode.log")), _node(ends_at=1))
+
+    def broken(command, now):
+        raise KeyError("surprise")
+
+    result, dummy = _simulated(dict(BASE), broken)
+    assert result["failed"] and result["msg"].startswith("ep_test: unexpected KeyError: 'surprise'")
