@@ -34,12 +34,13 @@ class ActionModule(ActionBase):
                                     % (what, res.get("rc"), to_native(res.get("stderr") or res.get("stdout"))[:400]))
         return res.get("stdout") or ""
 
-    def _fetch(self, node_path, dest):
-        """The node's log copied to ``dest`` on the controller (its directory made), or None when the launcher left
-        no log (it refused its arguments before writing one)."""
-        present, text = launch.parse_read(self._shell(launch.read_command(node_path), "reading %s" % node_path))
-        if not present:
-            return None
+    def _read_log(self, node_path):
+        """(present, text) of the node's log: absent when the launcher refused its arguments before writing one."""
+        return launch.parse_read(self._shell(launch.read_command(node_path), "reading %s" % node_path))
+
+    @staticmethod
+    def _fetch(text, dest):
+        """The node's log text written to ``dest`` on the controller (its directory made)."""
         try:
             os.makedirs(os.path.dirname(dest) or ".", exist_ok=True)
             write_atomic(dest, text, mode=0o644)
@@ -101,14 +102,15 @@ class ActionModule(ActionBase):
         if state == "lost":
             msg = ("the test %s ended without an exit status (the node rebooted or its session was killed)"
                    % params["name"])
+        # The log is read once: for the controller's copy, and as the output of a run that did not finish (what the
+        # test printed before it hung or vanished).
+        present, text = self._read_log(files["log"]) if params["fetch_to"] or not finished else (False, "")
         if not finished:
-            rc = -1
-            # The log so far: what the test printed before it hung or vanished.
-            present, text = launch.parse_read(self._shell(launch.read_command(files["log"]), "reading the log"))
-            output = text if present else ""
-        fetched = self._fetch(files["log"], params["fetch_to"]) if params["fetch_to"] else None
+            rc, output = -1, text if present else ""
+        fetched = self._fetch(text, params["fetch_to"]) if params["fetch_to"] and present else None
         result.update(finished=finished, rc=rc, timed_out=(rc == 124 or (not finished and state == "running")),
-                      output=output, seconds=ran if ran is not None else waited, waited=waited, polls=polls, fetched=fetched, failed=False)
+                      output=output, seconds=ran if ran is not None else waited, waited=waited, polls=polls,
+                      fetched=fetched, failed=False)
         if msg:
             result["msg"] = msg
         return result

@@ -1,6 +1,6 @@
 # Copyright: (c) 2026, gpufleet.deepep contributors
 # GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
-"""The audit_fleet_report and job_wait action plugins type their arguments with validate_argument_spec against
+"""The audit_fleet_report, job_wait and ep_test action plugins type their arguments with validate_argument_spec against
 the ARGUMENT_SPEC of their documenting module (as artifact_store does): a bad argument fails before anything runs,
 naming the bad value, and the spec is the one the module's DOCUMENTATION gives."""
 
@@ -13,36 +13,30 @@ from unittest import mock
 import pytest
 import yaml
 from ansible.errors import AnsibleActionFail
-from ansible.parsing.dataloader import DataLoader
-from ansible.playbook.play_context import PlayContext
-from ansible.playbook.task import Task
-from ansible.template import Templar
 
-from unit_helpers import REPO
+from unit_helpers import REPO, action_plugin
 
 from ansible_collections.gpufleet.deepep.plugins.action import audit_fleet_report as audit_action
 from ansible_collections.gpufleet.deepep.plugins.action import job_wait as job_wait_action
-from ansible_collections.gpufleet.deepep.plugins.modules import audit_fleet_report, job_wait
+from ansible_collections.gpufleet.deepep.plugins.modules import audit_fleet_report, ep_test, job_wait
+from ansible_collections.gpufleet.deepep.plugins.plugin_utils._verify import launch
 
 RULES = str(REPO / "roles" / "audit" / "files" / "rules.yml")
 
 
-def action(plugin, name, args, check_mode=False):
-    task = Task()
-    task.action = "gpufleet.deepep.%s" % name
-    task.args = args
-    task.check_mode = check_mode
-    context = PlayContext()
-    context.check_mode = check_mode
-    loader = DataLoader()
-    return plugin.ActionModule(task, mock.MagicMock(), context, loader, Templar(loader), None)
+action = action_plugin
 
 
-@pytest.mark.parametrize("module", [job_wait, audit_fleet_report])
-def test_the_spec_is_the_documented_options(module):
-    options = yaml.safe_load(module.DOCUMENTATION)["options"]
-    assert sorted(module.ARGUMENT_SPEC) == sorted(options)
-    for name, spec in module.ARGUMENT_SPEC.items():
+@pytest.mark.parametrize("doc, argument_spec", [
+    (job_wait.DOCUMENTATION, job_wait.ARGUMENT_SPEC),
+    (audit_fleet_report.DOCUMENTATION, audit_fleet_report.ARGUMENT_SPEC),
+    # ep_test's spec lives with its logic (plugin_utils/_verify/launch.py), its documentation in the module
+    (ep_test.DOCUMENTATION, launch.ARGUMENT_SPEC),
+], ids=["job_wait", "audit_fleet_report", "ep_test"])
+def test_the_spec_is_the_documented_options(doc, argument_spec):
+    options = yaml.safe_load(doc)["options"]
+    assert sorted(argument_spec) == sorted(options)
+    for name, spec in argument_spec.items():
         assert spec["type"] == options[name]["type"], name
         assert spec.get("required", False) == options[name].get("required", False), name
         assert spec.get("default") == options[name].get("default"), name

@@ -1,7 +1,7 @@
 # Copyright: (c) 2026, gpufleet.deepep contributors
 # GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
-"""ep_test (plugins/action/ep_test.py, plugin_utils/_verify/launch.py): the spec is the documented one, bad
-arguments are refused by name, the shell commands it sends start, answer and end a detached run on a real sh, and
+"""ep_test (plugins/action/ep_test.py, plugin_utils/_verify/launch.py; its spec against its documentation is
+tests/unit/test_action_arguments.py's): bad arguments are refused by name, the shell commands it sends start, answer and end a detached run on a real sh, and
 the action's wait (simulated clock and node) ends a run past its bound, reports a vanished one, and runs nothing in
 check mode."""
 
@@ -14,15 +14,11 @@ import time
 from unittest import mock
 
 import pytest
-import yaml
 from ansible.errors import AnsibleActionFail
-from ansible.parsing.dataloader import DataLoader
-from ansible.playbook.play_context import PlayContext
-from ansible.playbook.task import Task
-from ansible.template import Templar
+
+from unit_helpers import action_plugin
 
 from ansible_collections.gpufleet.deepep.plugins.action import ep_test as ep_action
-from ansible_collections.gpufleet.deepep.plugins.modules import ep_test as ep_doc
 from ansible_collections.gpufleet.deepep.plugins.plugin_utils._verify import launch
 
 BASE = {"launcher": "/opt/deepep/verify/run_deepep.sh", "name": "intranode", "env_script": "/opt/deepep/env.sh",
@@ -35,15 +31,6 @@ def _params(**changes):
     params.update(BASE)
     params.update(changes)
     return params
-
-
-def test_the_spec_is_the_documented_options():
-    options = yaml.safe_load(ep_doc.DOCUMENTATION)["options"]
-    assert sorted(launch.ARGUMENT_SPEC) == sorted(options)
-    for name, spec in launch.ARGUMENT_SPEC.items():
-        for key in ("type", "elements", "default"):
-            assert spec.get(key) == options[name].get(key), (name, key)
-        assert spec.get("required", False) == options[name].get("required", False), name
 
 
 @pytest.mark.parametrize("changes, named", [
@@ -166,17 +153,6 @@ def test_a_path_with_spaces_and_quotes_is_one_argument(tmp_path):
     assert launch.parse_read(_sh(launch.read_command(str(directory / "absent.log")))) == (False, "")
 
 
-def _action(args, check_mode=False):
-    task = Task()
-    task.action = "gpufleet.deepep.ep_test"
-    task.args = args
-    task.check_mode = check_mode
-    context = PlayContext()
-    context.check_mode = check_mode
-    loader = DataLoader()
-    return ep_action.ActionModule(task, mock.MagicMock(), context, loader, Templar(loader), None)
-
-
 def _simulated(args, node, check_mode=False):
     """Run the action with a simulated node (``node(command) -> stdout``) and clock; (result, commands sent)."""
     clock = {"now": 0.0}
@@ -189,7 +165,7 @@ def _simulated(args, node, check_mode=False):
     def sleep(seconds):
         clock["now"] += seconds
 
-    plugin = _action(args, check_mode)
+    plugin = action_plugin(ep_action, "ep_test", args, check_mode)
     with mock.patch.object(ep_action.ActionModule, "_low_level_execute_command", low_level), \
             mock.patch.object(ep_action.time, "monotonic", lambda: clock["now"]), \
             mock.patch.object(ep_action.time, "sleep", sleep):
@@ -218,9 +194,13 @@ def test_a_quick_run_is_seen_at_its_end():
     assert len(sent) == 4 and not any(c.startswith("pkill") for c in sent)
 
 
-def test_a_run_past_its_bound_is_killed_and_reported_timed_out():
-    result, sent = _simulated(dict(BASE, timeout=20, kill_after=5, poll=10), _node())
+def test_a_run_past_its_bound_is_killed_and_reported_timed_out(tmp_path):
+    dest = tmp_path / "fetched" / "intranode.log"
+    result, sent = _simulated(dict(BASE, timeout=20, kill_after=5, poll=10, fetch_to=str(dest)), _node())
     assert not result["finished"] and result["timed_out"] and result["rc"] == -1 and not result["failed"]
+    # its log read once, both the output and the controller's copy
+    assert dest.read_text() == "partial log\n" and result["fetched"] == str(dest)
+    assert sum(1 for c in sent if c.startswith("if [ -r ")) == 1
     assert "did not end within 85 s (timeout 20 + kill_after 5 + 60 s)" in result["msg"]
     assert result["output"] == "partial log\n" and result["waited"] <= 85
     assert any(c.startswith("pkill -KILL -s 4242") for c in sent)

@@ -111,3 +111,22 @@ def first_build_holding_the_lock(prefix, staging, ready):
     finally:
         first.stdin.close()
         first.wait(timeout=60)
+
+
+def action_plugin(plugin, name, args, check_mode=False):
+    """``plugin``'s ActionModule for a task ``gpufleet.deepep.<name>`` with ``args`` (no connection, a mock one)."""
+    from unittest import mock
+
+    from ansible.parsing.dataloader import DataLoader
+    from ansible.playbook.play_context import PlayContext
+    from ansible.playbook.task import Task
+    from ansible.template import Templar
+
+    task = Task()
+    task.action = "gpufleet.deepep.%s" % name
+    task.args = args
+    task.check_mode = check_mode
+    context = PlayContext()
+    context.check_mode = check_mode
+    loader = DataLoader()
+    return plugin.ActionModule(task, mock.MagicMock(), context, loader, Templar(loader), None)
