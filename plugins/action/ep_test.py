@@ -18,7 +18,7 @@ from ansible.plugins.action import ActionBase
 from ansible_collections.gpufleet.deepep.plugins.module_utils._fileio import write_atomic
 from ansible_collections.gpufleet.deepep.plugins.module_utils._guard import unexpected_message
 from ansible_collections.gpufleet.deepep.plugins.plugin_utils._action_args import validated_args
-from ansible_collections.gpufleet.deepep.plugins.plugin_utils._verify import launch
+from ansible_collections.gpufleet.deepep.plugins.plugin_utils._verify import judge, launch
 
 
 class ActionModule(ActionBase):
@@ -64,7 +64,9 @@ class ActionModule(ActionBase):
         params = validated_args(self, launch.ARGUMENT_SPEC)
         try:
             launch.validate(params)
-        except launch.LaunchError as exc:
+            if params["judge"]:
+                judge.check(params["judge"])
+        except (launch.LaunchError, judge.JudgeError) as exc:
             raise AnsibleActionFail("ep_test: %s" % exc)
         argv = launch.launcher_argv(params)
         files = launch.paths(params)
@@ -111,6 +113,13 @@ class ActionModule(ActionBase):
         result.update(finished=finished, rc=rc, timed_out=(rc == 124 or (not finished and state == "running")),
                       output=output, seconds=ran if ran is not None else waited, waited=waited, polls=polls,
                       fetched=fetched, failed=False)
+        if params["judge"]:
+            try:
+                result["record"] = judge.judge(params["judge"], output, rc, result["timed_out"], params["timeout"],
+                                               params["script"], log=params["fetch_to"],
+                                               host=(task_vars or {}).get("inventory_hostname"))
+            except judge.JudgeError as exc:
+                raise AnsibleActionFail("ep_test: %s" % exc)
         if msg:
             result["msg"] = msg
         return result

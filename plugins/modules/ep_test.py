@@ -21,7 +21,8 @@ description:
     seconds up to every O(poll) seconds. A run that is still going O(timeout) + O(kill_after) + 60 seconds after it
     started has its session killed and is returned as timed out; a run whose session is gone without an exit status
     (the node rebooted) is returned at once as not finished, with the log it left.
-  - The task never fails because the test failed; the role that runs the test judges RV(output) and RV(rc).
+  - The task never fails because the test failed. With O(judge), RV(record) holds the verdict (the parsed output,
+    the gate, the thresholds, the transport); without it, the caller judges RV(output) and RV(rc).
 author: gpufleet.deepep maintainers (@gpufleet)
 extends_documentation_fragment:
   - gpufleet.deepep.attributes
@@ -97,6 +98,60 @@ options:
       - Path on the controller to copy the node's C(<name>.log) to (its directory is made). Nothing is written when
         the launcher left no log (it refused its arguments before writing one).
     type: path
+  judge:
+    description:
+      - How to judge the run; when given, RV(record) is the run's verification record (the parsed output, the gate,
+        the thresholds and the transport verdict), which the verify roles' summary reads.
+      - Checked before the test starts; a profile with no gate of its own in O(judge.thresholds), a malformed transport
+        policy or a O(judge.record) field the judge writes itself fails the task before anything runs.
+    type: dict
+    suboptions:
+      stage:
+        description:
+          - The stage. C(connectivity) is judged by its ranks' lines (buffer created, dispatch layout passed, no rank
+            error); the others by DeepEP's bandwidth figures against the thresholds, and the transport when
+            O(judge.transport_policy) is given.
+        type: str
+        required: true
+        choices: [connectivity, internode, intranode, sweep]
+      test:
+        description: The test's name in the record and for the parser (C(tests/test_intranode.py), C(tests/elastic/test_ep.py)), O(script) when unset.
+        type: str
+      generation:
+        description: The DeepEP generation whose output is parsed (C(v1) or C(v2)); read from the output when unset.
+        type: str
+        choices: [v1, v2]
+      thresholds:
+        description:
+          - The verify role's table of gates (profile or GPU family -> {metric -> minimum GB/s or null, by_gpus}); required
+            for every stage but C(connectivity).
+          - The entry is chosen by the exact O(judge.profile), then O(judge.family), then a family token of the profile's
+            name; a profile naming a family the table has no entry for is refused, never given the loose C(default).
+        type: dict
+      table_name:
+        description: The table's variable, named in a refusal.
+        type: str
+        default: the thresholds table
+      profile:
+        description: The node's profile (C(gcp_b200), C(h200), C(default) to take the loose gate knowingly).
+        type: str
+      family:
+        description: The GPU family the profile declares (C(gpufleet_gpu_family), e.g. C(b200)).
+        type: str
+      gpus:
+        description: How many GPUs took part, which picks the entry's C(by_gpus) gate measured for that count.
+        type: int
+      transport_policy:
+        description:
+          - The transport policy the run is held against (C(gpufleet.deepep.transport_policy)'s C(policy)); when unset, the
+            record's C(transport) is null.
+        type: dict
+      record:
+        description:
+          - The caller's own fields of the record (C(host), C(scope), C(group), C(rank), C(world_size), C(master_addr));
+            C(host) and C(scope) default to the inventory host. The judge's own fields cannot be set here.
+        type: dict
+        default: {}
 notes:
   - The node needs C(setsid) (util-linux) and C(pkill) (procps); both are in every base system the collection supports.
 seealso:
@@ -118,7 +173,19 @@ EXAMPLES = r"""
     timeout: 900
     poll: 10
     fetch_to: "/var/tmp/verify/{{ inventory_hostname }}/intranode.log"
+    judge:
+      stage: intranode
+      generation: v1
+      thresholds: "{{ verify_intranode_thresholds }}"
+      table_name: verify_intranode_thresholds
+      profile: gcp_b200
+      gpus: 8
   register: intranode
+
+- name: Fail a node whose run fell short of its gate
+  ansible.builtin.assert:
+    that: intranode.record.gate.passed
+    fail_msg: "{{ intranode.record.gate.reasons | join('; ') }}"
 """
 
 RETURN = r"""
@@ -168,6 +235,24 @@ argv:
   type: list
   elements: str
   sample: [/opt/deepep/verify/run_deepep.sh, intranode, /opt/deepep/unified-env.sh, /opt/deepep/DeepEP, "30", "900"]
+record:
+  description:
+    - The run's verification record, when O(judge) is given and the test ran (not in check mode).
+    - C(parsed) is C(gpufleet.deepep.deepep_bandwidth)'s result (empty for C(connectivity)), C(gate) the verdict
+      (C(passed), C(status) pass/fail/timeout/error, C(checks), C(reasons), C(diagnosis)), C(thresholds) the gate
+      applied, C(transport) C(gpufleet.deepep.transport_verdict)'s result or null, C(log) the O(fetch_to) copy.
+  returned: when judge is given and the test ran
+  type: dict
+  sample:
+    host: node-1
+    scope: node-1
+    stage: intranode
+    test: tests/test_intranode.py
+    parsed: {generation: v1, test: intranode, complete: true, cases: {passed: 24, failed: 0}}
+    gate: {passed: true, status: pass, checks: [], reasons: [], diagnosis: []}
+    thresholds: {dispatch_bf16_nvl_gbps: 300, combine_nvl_gbps: 280}
+    transport: null
+    log: /var/tmp/verify/node-1/intranode.log
 log:
   description: The log's path on the node.
   returned: always

@@ -153,7 +153,7 @@ def test_a_path_with_spaces_and_quotes_is_one_argument(tmp_path):
     assert launch.parse_read(_sh(launch.read_command(str(directory / "absent.log")))) == (False, "")
 
 
-def _simulated(args, node, check_mode=False):
+def _simulated(args, node, check_mode=False, task_vars=None):
     """Run the action with a simulated node (``node(command) -> stdout``) and clock; (result, commands sent)."""
     clock = {"now": 0.0}
     sent = []
@@ -169,7 +169,7 @@ def _simulated(args, node, check_mode=False):
     with mock.patch.object(ep_action.ActionModule, "_low_level_execute_command", low_level), \
             mock.patch.object(ep_action.time, "monotonic", lambda: clock["now"]), \
             mock.patch.object(ep_action.time, "sleep", sleep):
-        return plugin.run(task_vars={}), sent
+        return plugin.run(task_vars=task_vars or {}), sent
 
 
 def _node(ends_at=None, lost=False):

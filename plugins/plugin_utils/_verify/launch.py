@@ -16,6 +16,8 @@ from __future__ import annotations
 import re
 import shlex
 
+from ansible_collections.gpufleet.deepep.plugins.plugin_utils._verify.judge import JUDGE_SPEC
+
 __all__ = ["ARGUMENT_SPEC", "GRACE_S", "START_WAIT_S", "LaunchError", "validate", "launcher_argv", "paths", "start_command",
            "ask_command", "read_command", "kill_command", "parse_started", "parse_answer", "parse_read", "poll_delays"]
 
@@ -34,6 +36,7 @@ ARGUMENT_SPEC = dict(
     kill_after=dict(type="int", default=30),
     poll=dict(type="int", default=10),
     fetch_to=dict(type="path"),
+    judge=dict(type="dict", options=JUDGE_SPEC),
 )
 
 # Seconds past timeout + kill_after before the action gives up asking: the launcher's own bound ends the test first.

@@ -1,0 +1,108 @@
+# Copyright: (c) 2026, gpufleet.deepep contributors
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
+"""The judgement of one EP test run: its output parsed, held against the profile's gate and transport policy, and
+written as the verification record the summary reads, in one place for every stage a verify role runs.
+
+The ep_test action calls :func:`judge` with what the run returned and its ``judge`` option (``JUDGE_SPEC``), so a
+verify role's run of a test is one task (start, wait, read back, judge, record) where each stage was a launch, a wait,
+a fetch and a ``set_fact`` of its own that parsed, selected the thresholds, gated and built the record in Jinja.
+
+``STAGES`` says what each stage is judged by: the quick connectivity test by its ranks' lines (``gate.connectivity``),
+every other stage by DeepEP's bandwidth output (``bandwidth.parse_output``) held against the profile's thresholds
+(``select_thresholds``, which refuses a profile with no gate of its own) and, where a policy is given, by the
+transport the run really brought up (``transport.transport_verdict``).
+"""
+
+from __future__ import annotations
+
+from ansible_collections.gpufleet.deepep.plugins.module_utils._thresholds import VerifyInputError, select_thresholds
+from ansible_collections.gpufleet.deepep.plugins.plugin_utils._verify.bandwidth import BandwidthInputError, parse_output
+from ansible_collections.gpufleet.deepep.plugins.plugin_utils._verify.gate import connectivity, gate
+from ansible_collections.gpufleet.deepep.plugins.plugin_utils._verify.transport import check_policy, transport_verdict
+
+__all__ = ["JUDGE_SPEC", "STAGES", "JudgeError", "check", "judge"]
+
+# Each stage: the words its gate uses for the run ("intranode test did not finish within 900s"), or None for a stage
+# judged by its ranks' lines instead of bandwidth figures.
+STAGES = {
+    "intranode": "intranode test",
+    "internode": "internode test",
+    "sweep": "sweep pair test",
+    "connectivity": None,
+}
+
+# The suboptions of ep_test's judge option (modules/ep_test.py documents them).
+JUDGE_SPEC = dict(
+    stage=dict(type="str", required=True, choices=sorted(STAGES)),
+    test=dict(type="str"),
+    generation=dict(type="str", choices=["v1", "v2"]),
+    thresholds=dict(type="dict"),
+    table_name=dict(type="str", default="the thresholds table"),
+    profile=dict(type="str"),
+    family=dict(type="str"),
+    gpus=dict(type="int"),
+    transport_policy=dict(type="dict"),
+    record=dict(type="dict", default={}),
+)
+
+# Fields the judge writes; the record option adds the caller's own (host, scope, group, rank ...), never these.
+_OWN = ("stage", "test", "parsed", "gate", "thresholds", "transport", "log")
+
+
+class JudgeError(ValueError):
+    """A judge option that cannot be judged by (a profile with no gate, a table of the wrong shape), named."""
+
+
+def check(spec):
+    """The judge option checked before the test runs (a test of 15 minutes is not run to be refused after):
+    the record's fields, the transport policy, and the thresholds the profile takes (``select_thresholds`` refuses a profile with no gate
+    of its own, by name). Returns the chosen thresholds ({metric: GB/s}), or None for a stage without a gate."""
+    clash = sorted(set(spec.get("record") or {}) & set(_OWN))
+    if clash:
+        raise JudgeError("judge.record sets %s, which the judge writes itself; expected only the caller's own fields "
+                         "(host, scope, group, rank, world_size, master_addr ...)" % ", ".join(clash))
+    if STAGES[spec["stage"]] is None:
+        return None
+    if spec.get("transport_policy") is not None:
+        try:
+            check_policy(spec["transport_policy"])
+        except VerifyInputError as exc:
+            raise JudgeError("judge.transport_policy: %s" % exc) from exc
+    if not spec.get("thresholds"):
+        raise JudgeError("judge.thresholds is empty for the %s stage; expected the verify role's thresholds table "
+                         "(profile -> {metric: GB/s})" % spec["stage"])
+    try:
+        return select_thresholds(spec["thresholds"], spec.get("profile"), gpus=spec.get("gpus"),
+                                 table_name=spec.get("table_name"), family=spec.get("family"))["thresholds"]
+    except VerifyInputError as exc:
+        raise JudgeError("judge: %s" % exc) from exc
+
+
+def judge(spec, output, rc, timed_out, timeout_s, script, log=None, host=None):
+    """The verification record of one run.
+
+    ``spec``: the typed judge option (``JUDGE_SPEC``). ``output``, ``rc``, ``timed_out``: what the run returned
+    (rc -1 for a run that did not finish). ``timeout_s``: the run's bound, named in a timeout's reason. ``script``:
+    the test run, the record's ``test`` unless ``spec['test']`` names it. ``log``: the log's copy on the controller.
+    ``host``: the node, the record's ``host`` and ``scope`` unless ``spec['record']`` gives them.
+    Returns ``{host, scope, stage, test, parsed, gate, thresholds, transport, log, ...record}``.
+    """
+    stage = spec["stage"]
+    thresholds = check(spec)
+    record = {"host": host, "scope": host}
+    record.update(spec.get("record") or {})
+    record.update(stage=stage, test=spec.get("test") or script, log=log)
+    if STAGES[stage] is None:
+        record.update(parsed={}, thresholds=None, transport=None,
+                      gate=connectivity(output, rc=rc, timed_out=timed_out, timeout_s=timeout_s))
+        return record
+    try:
+        parsed = parse_output(output, test=record["test"], generation=spec.get("generation"))
+        verdict = gate(parsed, thresholds, rc=rc, timed_out=timed_out, timeout_s=timeout_s, stage=STAGES[stage])
+        transport = None
+        if spec.get("transport_policy") is not None:
+            transport = transport_verdict(output, spec["transport_policy"])
+    except (VerifyInputError, BandwidthInputError) as exc:
+        raise JudgeError("judge: %s" % exc) from exc
+    record.update(parsed=parsed, gate=verdict, thresholds=thresholds, transport=transport)
+    return record

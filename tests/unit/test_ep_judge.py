@@ -1,0 +1,163 @@
+# Copyright: (c) 2026, gpufleet.deepep contributors
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
+"""The judgement of one EP test run (plugin_utils/_verify/judge.py) and ep_test's judge option: real captured runs
+held against the verify roles' own gate and transport tables, the refusals made before a test starts, and the record
+the summary reads."""
+
+from __future__ import annotations
+
+import pytest
+import yaml
+from ansible.errors import AnsibleActionFail
+
+from ansible_collections.gpufleet.deepep.plugins.plugin_utils._verify import judge as j
+from ansible_collections.gpufleet.deepep.plugins.plugin_utils._verify.summary import summarize
+from ansible_collections.gpufleet.deepep.plugins.plugin_utils._verify.transport import select_transport_policy
+
+from test_ep_test import BASE, _node, _simulated
+from unit_helpers import FIXTURES, REPO
+
+INTRANODE = yaml.safe_load((REPO / "roles" / "verify_intranode" / "defaults" / "main.yml").read_text())
+INTERNODE = yaml.safe_load((REPO / "roles" / "verify_internode" / "defaults" / "main.yml").read_text())
+H200_V1_2GPU = (FIXTURES / "captured" / "h200x2" / "deepep_v1_test_intranode_2gpu.txt").read_text()
+H100_V2_LEGACY_DEBUG = (FIXTURES / "captured" / "h100x2" / "deepep_v2_legacy_intranode_transport_debug.txt").read_text()
+B200_INTERNODE = (FIXTURES / "deepep_output" / "v1_test_internode_b200_2node_node0.txt").read_text()
+
+
+def _spec(**changes):
+    spec = {"stage": "intranode", "test": None, "generation": None,
+            "thresholds": INTRANODE["verify_intranode_thresholds"], "table_name": "verify_intranode_thresholds",
+            "profile": "h200", "family": None, "gpus": 2, "transport_policy": None, "record": {}}
+    spec.update(changes)
+    return spec
+
+
+def test_the_measured_h200_run_passes_the_gate_measured_for_two_gpus():
+    record = j.judge(_spec(), H200_V1_2GPU, 0, False, 900, "tests/test_intranode.py", log="/r/n1/intranode.log",
+                     host="n1")
+    assert record["host"] == record["scope"] == "n1" and record["stage"] == "intranode"
+    assert record["test"] == "tests/test_intranode.py" and record["log"] == "/r/n1/intranode.log"
+    assert record["gate"]["passed"] and record["gate"]["status"] == "pass"
+    # the by_gpus[2] gate, not the family's
+    assert record["thresholds"] == {"dispatch_bf16_nvl_gbps": 300, "dispatch_fp8_nvl_gbps": 210, "combine_nvl_gbps": 250}
+    assert record["parsed"]["dispatch"]["bf16"]["nvl_gbps"] == 340.61 and record["transport"] is None
+    assert summarize([record])["passed"]
+
+
+def test_the_same_run_on_a_b200_node_fails_its_gate_with_the_figure_named():
+    record = j.judge(_spec(profile="gcp_b200"), H200_V1_2GPU, 0, False, 900, "tests/test_intranode.py", host="n1")
+    assert not record["gate"]["passed"] and record["gate"]["status"] == "fail"
+    assert any("dispatch_bf16_nvl_gbps" in reason and "380" in reason for reason in record["gate"]["reasons"])
+
+
+def test_a_run_that_did_not_finish_is_gated_as_timed_out_with_its_bound():
+    record = j.judge(_spec(), H200_V1_2GPU.splitlines()[0] + "\n", -1, True, 900, "tests/test_intranode.py", host="n1")
+    assert record["gate"]["status"] == "timeout"
+    assert any("intranode test" in reason and "900" in reason for reason in record["gate"]["reasons"])
+
+
+@pytest.mark.parametrize("profile,family,named", [
+    ("gcp_b300", None, "b300"), ("gb200_nvl72", None, "gb200"), ("site_a", "b300", "b300"), ("mycluster", None, "mycluster"),
+])
+def test_a_profile_without_a_gate_of_its_own_is_refused_before_anything_is_judged(profile, family, named):
+    with pytest.raises(j.JudgeError, match="verify_intranode_thresholds") as caught:
+        j.check(_spec(profile=profile, family=family))
+    assert named in str(caught.value)
+
+
+def test_a_transport_policy_is_held_against_what_the_run_brought_up():
+    table = INTRANODE["verify_intranode_transport_policies"]
+    nvlink_only = select_transport_policy(table, "h100", "v1")["policy"]
+    record = j.judge(_spec(profile="h100", transport_policy=nvlink_only), H100_V2_LEGACY_DEBUG, 0, False,
+                     900, "tests/legacy/test_intranode.py", host="n1")
+    assert record["gate"]["passed"], record["gate"]
+    assert record["transport"]["gate"]["passed"], record["transport"]["gate"]
+    assert record["transport"]["truth"]["nccl"]["paths"] and record["transport"]["policy"]["allow_paths"] == ["p2p"]
+    # V2's policy also asks for the NCCL DeepEP loaded, which this capture (no EP_BUFFER_DEBUG) does not show
+    v2 = j.judge(_spec(profile="h100", generation="v2", transport_policy=select_transport_policy(table, "h100", "v2")["policy"]),
+                 H100_V2_LEGACY_DEBUG, 0, False, 900, "tests/legacy/test_intranode.py", host="n1")
+    assert not v2["transport"]["gate"]["passed"] and "EP_BUFFER_DEBUG=1" in v2["transport"]["gate"]["unknown"][0]
+    # a policy that allows no P2P path fails the run on its transport, with its figures untouched
+    strict = j.judge(_spec(profile="h100", transport_policy={"allow_paths": ["net"]}),
+                     H100_V2_LEGACY_DEBUG, 0, False, 900, "tests/legacy/test_intranode.py", host="n1")
+    assert strict["gate"]["passed"] and not strict["transport"]["gate"]["passed"]
+    assert not summarize([strict])["passed"]
+
+
+def test_the_internode_record_keeps_where_it_was_measured():
+    where = {"scope": "n1 (rank 0 of pair: n1 + n2)", "group": "pair", "rank": 0, "world_size": 2,
+             "master_addr": "10.0.0.1"}
+    spec = _spec(stage="internode", thresholds=INTERNODE["verify_internode_thresholds"],
+                 table_name="verify_internode_thresholds", profile="gcp_b200", gpus=None, generation="v1", record=where)
+    record = j.judge(spec, B200_INTERNODE, 0, False, 900, "tests/test_internode.py", host="n1")
+    for key, value in where.items():
+        assert record[key] == value
+    assert record["host"] == "n1" and record["stage"] == "internode" and record["gate"]["passed"], record["gate"]
+    assert record["parsed"]["dispatch"]["bf16"]["rdma_gbps"] is not None
+
+
+def test_connectivity_is_judged_by_its_ranks_lines_without_a_table():
+    ok = "[Rank 0] DeepEP buffer created\n[Rank 0] Dispatch layout test PASSED\n"
+    record = j.judge(_spec(stage="connectivity", thresholds=None, test="test_deepep_internode.py",
+                           record={"group": "pair", "rank": 1}), ok, 0, False, 60, "/opt/v/test_deepep_internode.py",
+                     host="n2")
+    assert record["gate"]["passed"] and record["gate"]["ranks_passed"] == [0]
+    assert record["test"] == "test_deepep_internode.py" and record["parsed"] == {} and record["thresholds"] is None
+    bad = j.judge(_spec(stage="connectivity", thresholds=None), "[Rank 1] ERROR: Unable to create ah\n", 1, False, 60,
+                  "t.py", host="n2")
+    assert not bad["gate"]["passed"] and "rank 1: Unable to create ah" in bad["gate"]["reasons"]
+
+
+@pytest.mark.parametrize("changes,named", [
+    ({"record": {"gate": {"passed": True}}}, "judge.record sets gate"),
+    ({"thresholds": None}, "judge.thresholds is empty for the intranode stage"),
+    ({"transport_policy": {"allow_pathz": ["p2p"]}}, "judge.transport_policy: .*allow_pathz"),
+    ({"thresholds": {"h200": {"dispatch_bf16_nvl_gbs": 300}}}, "unknown metric 'dispatch_bf16_nvl_gbs'"),
+])
+def test_a_bad_judge_option_is_named(changes, named):
+    with pytest.raises(j.JudgeError, match=named):
+        j.check(_spec(**changes))
+
+
+# ---------------------------------------------------------------------------------------------- through ep_test
+JUDGE = {"stage": "intranode", "thresholds": INTRANODE["verify_intranode_thresholds"], "profile": "h200", "gpus": 2}
+
+
+def _finished_with(output):
+    def answer(command, now):
+        if command.startswith("rm -f"):
+            return "started 4242\n"
+        if "kill -0" in command:
+            return "rc=0 100.0 141.5\n" + output
+        return "present\n" + output
+    return answer
+
+
+def test_ep_test_returns_the_record_of_the_run(tmp_path):
+    dest = tmp_path / "n1" / "intranode.log"
+    result, dummy = _simulated(dict(BASE, fetch_to=str(dest), judge=JUDGE), _finished_with(H200_V1_2GPU),
+                               task_vars={"inventory_hostname": "n1"})
+    record = result["record"]
+    assert record["host"] == "n1" and record["log"] == str(dest) and record["gate"]["passed"]
+    assert record["test"] == BASE["script"] and result["seconds"] == 41.5
+
+
+def test_ep_test_refuses_a_bad_judge_option_before_it_starts_the_test():
+    sent = []
+
+    def node(command, now):
+        sent.append(command)
+        return "started 4242\n"
+
+    with pytest.raises(AnsibleActionFail, match="ep_test: judge: profile 'gcp_b300' names the GPU family b300"):
+        _simulated(dict(BASE, judge=dict(JUDGE, profile="gcp_b300")), node)
+    with pytest.raises(AnsibleActionFail, match="stage"):
+        _simulated(dict(BASE, judge=dict(JUDGE, stage="nope")), node)
+    with pytest.raises(AnsibleActionFail, match="judge.record sets stage"):
+        _simulated(dict(BASE, judge=dict(JUDGE, record={"stage": "x"})), node)
+    assert sent == []
+
+
+def test_check_mode_judges_nothing():
+    result, sent = _simulated(dict(BASE, judge=JUDGE), _node(ends_at=0), check_mode=True)
+    assert result["skipped"] and sent == [] and "record" not in result
