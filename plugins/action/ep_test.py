@@ -18,7 +18,7 @@ from ansible.plugins.action import ActionBase
 from ansible_collections.gpufleet.deepep.plugins.module_utils._fileio import write_atomic
 from ansible_collections.gpufleet.deepep.plugins.module_utils._guard import unexpected_message
 from ansible_collections.gpufleet.deepep.plugins.plugin_utils._action_args import validated_args
-from ansible_collections.gpufleet.deepep.plugins.plugin_utils._verify import judge, launch
+from ansible_collections.gpufleet.deepep.plugins.plugin_utils._verify import backends, judge, launch
 
 
 class ActionModule(ActionBase):
@@ -68,9 +68,10 @@ class ActionModule(ActionBase):
                 judge.check(params["judge"])
         except (launch.LaunchError, judge.JudgeError) as exc:
             raise AnsibleActionFail("ep_test: %s" % exc)
+        generation = backends.backend(params["backend"])["generation"] if params["backend"] else None
         argv = launch.launcher_argv(params)
         files = launch.paths(params)
-        result.update(changed=False, argv=argv, log=files["log"])
+        result.update(changed=False, argv=argv, log=files["log"], script=params["script"])
         if self._play_context.check_mode:
             result.update(skipped=True, finished=False, polls=0,
                           msg="check mode: the test %s is not run" % params["name"])
@@ -78,7 +79,9 @@ class ActionModule(ActionBase):
         deadline = params["timeout"] + params["kill_after"] + launch.GRACE_S
         start = time.monotonic()
         try:
-            pid = launch.parse_started(self._shell(launch.start_command(argv, files), "starting the launcher"))
+            test = launch.test_path(params)
+            pid = launch.parse_started(self._shell(launch.start_command(argv, files, test), "starting the launcher"),
+                                       test)
         except launch.LaunchError as exc:
             raise AnsibleActionFail("ep_test: %s" % exc)
         polls, delays = 0, launch.poll_delays(params["poll"])
@@ -117,7 +120,8 @@ class ActionModule(ActionBase):
             try:
                 result["record"] = judge.judge(params["judge"], output, rc, result["timed_out"], params["timeout"],
                                                params["script"], log=params["fetch_to"],
-                                               host=(task_vars or {}).get("inventory_hostname"))
+                                               host=(task_vars or {}).get("inventory_hostname"),
+                                               generation=generation)
             except judge.JudgeError as exc:
                 raise AnsibleActionFail("ep_test: %s" % exc)
         if msg:

@@ -21,6 +21,7 @@ from ansible_collections.gpufleet.deepep.plugins.plugin_utils._verify.gate impor
     connectivity,
     gate,
 )
+from ansible_collections.gpufleet.deepep.plugins.plugin_utils._verify.backends import backend as _backend
 from ansible_collections.gpufleet.deepep.plugins.plugin_utils._verify.jit import jit_verdict
 from ansible_collections.gpufleet.deepep.plugins.plugin_utils._verify.summary import render_markdown, summarize
 from ansible_collections.gpufleet.deepep.plugins.plugin_utils._verify.sweep import sweep_plan, sweep_verdict
@@ -112,6 +113,11 @@ def verify_jit(before, after, run_seconds=None, require_warm=False):
     return _call("verify_jit", jit_verdict, before, after, run_seconds=run_seconds, require_warm=require_warm)
 
 
+def ep_backend(name):
+    """The descriptor of an EP backend (its tests per scope, generation, JIT) by name or generation."""
+    return _call("ep_backend", _backend, name)
+
+
 def verify_summary(records, missing_hosts=None):
     """Summary data (rows, failures, counts) of verification records."""
     return _call("verify_summary", summarize, records, missing_hosts=missing_hosts)
@@ -137,6 +143,7 @@ class FilterModule:
 
     def filters(self):
         return guard_filters({
+            "ep_backend": ep_backend,
             "verify_ranks": verify_ranks,
             "verify_master_address": verify_master_address,
             "verify_thresholds": verify_thresholds,

@@ -61,9 +61,23 @@ options:
     type: str
     required: true
   script:
-    description: The test script, relative to O(src) or absolute.
+    description:
+      - The test script, relative to O(src) or absolute; unset, the test of O(backend) for O(scope).
+      - The task fails before anything starts when it is not a file on the node.
     type: str
-    required: true
+  backend:
+    description:
+      - The EP backend the test belongs to (C(deepep_v1), C(deepep_v2), or the generation C(v1), C(v2)); its descriptor
+        (C(plugin_utils/_verify/backends.py)) gives the test of each O(scope) and the generation O(judge) parses the
+        output as.
+    type: str
+    choices: [deepep_v1, deepep_v2, v1, v2]
+  scope:
+    description:
+      - What the test covers (C(intranode), C(internode), C(low_latency)); with O(backend), it picks the test when
+        O(script) is unset. A backend without a test for the scope is refused by name.
+    type: str
+    choices: [intranode, internode, low_latency]
   num_processes:
     description: The test's C(--num-processes) (local ranks; a positive whole number).
     type: int
@@ -115,12 +129,8 @@ options:
         required: true
         choices: [connectivity, internode, intranode, sweep]
       test:
-        description: The test's name in the record and for the parser (C(tests/test_intranode.py), C(tests/elastic/test_ep.py)), O(script) when unset.
+        description: The test's name in the record and for the parser (C(tests/test_intranode.py), C(tests/elastic/test_ep.py)), the test run when unset.
         type: str
-      generation:
-        description: The DeepEP generation whose output is parsed (C(v1) or C(v2)); read from the output when unset.
-        type: str
-        choices: [v1, v2]
       thresholds:
         description:
           - The verify role's table of gates (profile or GPU family -> {metric -> minimum GB/s or null, by_gpus}); required
@@ -166,7 +176,8 @@ EXAMPLES = r"""
     env_script: /opt/deepep/unified-env.sh
     src: /opt/deepep/DeepEP
     python: /opt/deepep/venv/bin/python
-    script: tests/test_intranode.py
+    backend: v1
+    scope: intranode
     num_processes: 8
     env:
       NVSHMEM_DEBUG: INFO
@@ -175,7 +186,6 @@ EXAMPLES = r"""
     fetch_to: "/var/tmp/verify/{{ inventory_hostname }}/intranode.log"
     judge:
       stage: intranode
-      generation: v1
       thresholds: "{{ verify_intranode_thresholds }}"
       table_name: verify_intranode_thresholds
       profile: gcp_b200
@@ -253,6 +263,11 @@ record:
     thresholds: {dispatch_bf16_nvl_gbps: 300, combine_nvl_gbps: 280}
     transport: null
     log: /var/tmp/verify/node-1/intranode.log
+script:
+  description: The test run (O(script), or the test of O(backend) for O(scope)).
+  returned: always
+  type: str
+  sample: tests/elastic/test_ep.py
 log:
   description: The log's path on the node.
   returned: always

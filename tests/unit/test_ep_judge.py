@@ -10,6 +10,7 @@ import pytest
 import yaml
 from ansible.errors import AnsibleActionFail
 
+from ansible_collections.gpufleet.deepep.plugins.plugin_utils._verify import backends
 from ansible_collections.gpufleet.deepep.plugins.plugin_utils._verify import judge as j
 from ansible_collections.gpufleet.deepep.plugins.plugin_utils._verify.summary import summarize
 from ansible_collections.gpufleet.deepep.plugins.plugin_utils._verify.transport import select_transport_policy
@@ -125,7 +126,7 @@ JUDGE = {"stage": "intranode", "thresholds": INTRANODE["verify_intranode_thresho
 
 def _finished_with(output):
     def answer(command, now):
-        if command.startswith("rm -f"):
+        if "setsid" in command:
             return "started 4242\n"
         if "kill -0" in command:
             return "rc=0 100.0 141.5\n" + output
@@ -161,3 +162,25 @@ def test_ep_test_refuses_a_bad_judge_option_before_it_starts_the_test():
 def test_check_mode_judges_nothing():
     result, sent = _simulated(dict(BASE, judge=JUDGE), _node(ends_at=0), check_mode=True)
     assert result["skipped"] and sent == [] and "record" not in result
+
+
+# ---------------------------------------------------------------------------------------------- the descriptors
+def test_every_backend_names_a_test_for_each_scope_it_has_and_a_generation_the_parser_reads():
+    from ansible_collections.gpufleet.deepep.plugins.plugin_utils._verify.bandwidth import GENERATIONS
+    for name in backends.BACKENDS:
+        descriptor = backends.backend(name)
+        assert descriptor["name"] == name and descriptor["generation"] in GENERATIONS
+        assert set(descriptor["tests"]) <= set(backends.SCOPES) and descriptor["tests"]
+    for alias, name in backends.ALIASES.items():
+        assert backends.backend(alias) == backends.backend(name)
+
+
+def test_the_ep_backend_filter_gives_the_descriptor_and_names_an_unknown_backend():
+    from ansible.errors import AnsibleFilterError
+    from ansible_collections.gpufleet.deepep.plugins.filter.verify_helpers import FilterModule
+    ep_backend = FilterModule().filters()["ep_backend"]
+    assert ep_backend("v2")["tests"]["intranode"] == "tests/elastic/test_ep.py" and ep_backend("v2")["jit"]
+    assert not ep_backend("deepep_v1")["jit"]
+    with pytest.raises(AnsibleFilterError, match="ep_backend: backend 'nccl_ep' is not one the collection runs; "
+                                                 "expected one of deepep_v1, deepep_v2, v1, v2"):
+        ep_backend("nccl_ep")

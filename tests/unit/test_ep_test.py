@@ -8,6 +8,7 @@ check mode."""
 from __future__ import annotations
 
 import os
+import re
 import shlex
 import subprocess
 import time
@@ -46,10 +47,37 @@ def _params(**changes):
     ({"timeout": 0}, "timeout=0"),
     ({"kill_after": True}, "kill_after=True"),
     ({"timeout": 5, "poll": 10}, "poll=10 is longer than timeout=5"),
+    ({"script": None, "backend": "v2"}, "script is empty and backend/scope do not name a test"),
+    ({"script": None, "backend": "deepep_v2", "scope": "low_latency"},
+     "DeepEP V2 has no low_latency test (scope='low_latency'); expected one of internode, intranode"),
 ])
 def test_bad_arguments_are_refused_by_name(changes, named):
-    with pytest.raises(launch.LaunchError, match=named.replace("(", r"\(").replace("[", r"\[")):
+    with pytest.raises(launch.LaunchError, match=re.escape(named)):
         launch.validate(_params(**changes))
+
+
+@pytest.mark.parametrize("backend, scope, script", [
+    ("v1", "intranode", "tests/test_intranode.py"), ("deepep_v1", "low_latency", "tests/test_low_latency.py"),
+    ("v2", "intranode", "tests/elastic/test_ep.py"), ("deepep_v2", "internode", "tests/elastic/test_ep.py"),
+])
+def test_a_backend_and_a_scope_name_the_test_and_a_script_given_wins(backend, scope, script):
+    assert launch.validate(_params(script=None, backend=backend, scope=scope))["script"] == script
+    assert launch.validate(_params(script="/x/mine.py", backend=backend, scope=scope))["script"] == "/x/mine.py"
+    assert launch.test_path(_params(script=script)) == "/opt/deepep/DeepEP/" + script
+    assert launch.test_path(_params(script="/x/mine.py")) == "/x/mine.py"
+
+
+def test_the_start_refuses_a_test_that_is_not_on_the_node(tmp_path):
+    launcher = tmp_path / "run.sh"
+    launcher.write_text("#!/bin/sh\nexit 0\n")
+    launcher.chmod(0o755)
+    files = launch.paths(_params(launcher=str(launcher), name="absent"))
+    missing = str(tmp_path / "tests" / "test_intranode.py")
+    with pytest.raises(launch.LaunchError, match="the test %s is not a file on the node: nothing was started" % missing):
+        launch.parse_started(_sh(launch.start_command([str(launcher)], files, missing)), missing)
+    assert not os.path.exists(files["pid"])
+    pid = launch.parse_started(_sh(launch.start_command([str(launcher)], files, str(launcher))), str(launcher))
+    assert _ask_until_done(files, pid)[:2] == ("finished", 0)
 
 
 def test_the_launcher_argv_and_the_files_beside_it():
@@ -174,7 +202,7 @@ def _simulated(args, node, check_mode=False, task_vars=None):
 
 def _node(ends_at=None, lost=False):
     def answer(command, now):
-        if command.startswith("rm -f"):
+        if "setsid" in command:
             return "started 4242\n"
         if "kill -0" in command:
             if ends_at is not None and now >= ends_at:

@@ -35,7 +35,6 @@ STAGES = {
 JUDGE_SPEC = dict(
     stage=dict(type="str", required=True, choices=sorted(STAGES)),
     test=dict(type="str"),
-    generation=dict(type="str", choices=["v1", "v2"]),
     thresholds=dict(type="dict"),
     table_name=dict(type="str", default="the thresholds table"),
     profile=dict(type="str"),
@@ -78,13 +77,14 @@ def check(spec):
         raise JudgeError("judge: %s" % exc) from exc
 
 
-def judge(spec, output, rc, timed_out, timeout_s, script, log=None, host=None):
+def judge(spec, output, rc, timed_out, timeout_s, script, log=None, host=None, generation=None):
     """The verification record of one run.
 
     ``spec``: the typed judge option (``JUDGE_SPEC``). ``output``, ``rc``, ``timed_out``: what the run returned
     (rc -1 for a run that did not finish). ``timeout_s``: the run's bound, named in a timeout's reason. ``script``:
     the test run, the record's ``test`` unless ``spec['test']`` names it. ``log``: the log's copy on the controller.
-    ``host``: the node, the record's ``host`` and ``scope`` unless ``spec['record']`` gives them.
+    ``host``: the node, the record's ``host`` and ``scope`` unless ``spec['record']`` gives them. ``generation``: the
+    backend's (``backends``), which the output is parsed as; read from the output when None.
     Returns ``{host, scope, stage, test, parsed, gate, thresholds, transport, log, ...record}``.
     """
     stage = spec["stage"]
@@ -97,7 +97,7 @@ def judge(spec, output, rc, timed_out, timeout_s, script, log=None, host=None):
                       gate=connectivity(output, rc=rc, timed_out=timed_out, timeout_s=timeout_s))
         return record
     try:
-        parsed = parse_output(output, test=record["test"], generation=spec.get("generation"))
+        parsed = parse_output(output, test=record["test"], generation=generation)
         verdict = gate(parsed, thresholds, rc=rc, timed_out=timed_out, timeout_s=timeout_s, stage=STAGES[stage])
         transport = None
         if spec.get("transport_policy") is not None:

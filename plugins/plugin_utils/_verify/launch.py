@@ -16,10 +16,11 @@ from __future__ import annotations
 import re
 import shlex
 
+from ansible_collections.gpufleet.deepep.plugins.plugin_utils._verify import backends
 from ansible_collections.gpufleet.deepep.plugins.plugin_utils._verify.judge import JUDGE_SPEC
 
-__all__ = ["ARGUMENT_SPEC", "GRACE_S", "START_WAIT_S", "LaunchError", "validate", "launcher_argv", "paths", "start_command",
-           "ask_command", "read_command", "kill_command", "parse_started", "parse_answer", "parse_read", "poll_delays"]
+__all__ = ["ARGUMENT_SPEC", "GRACE_S", "START_WAIT_S", "LaunchError", "validate", "launcher_argv", "paths", "test_path",
+           "start_command", "ask_command", "read_command", "kill_command", "parse_started", "parse_answer", "parse_read", "poll_delays"]
 
 # The options of modules/ep_test.py (its DOCUMENTATION), typed by validate_argument_spec in the action.
 ARGUMENT_SPEC = dict(
@@ -28,7 +29,9 @@ ARGUMENT_SPEC = dict(
     env_script=dict(type="str", required=True),
     src=dict(type="str", required=True),
     python=dict(type="str", required=True),
-    script=dict(type="str", required=True),
+    script=dict(type="str"),
+    backend=dict(type="str", choices=sorted(backends.BACKENDS) + sorted(backends.ALIASES)),
+    scope=dict(type="str", choices=list(backends.SCOPES)),
     num_processes=dict(type="int", required=True),
     args=dict(type="list", elements="str", default=[]),
     env=dict(type="dict", default={}),
@@ -78,7 +81,13 @@ def validate(params):
         if not params[option]:
             raise LaunchError("%s is empty (expected a path on the node)" % option)
     if not params["script"]:
-        raise LaunchError("script is empty (expected the test's path, relative to src or absolute)")
+        if not (params["backend"] and params["scope"]):
+            raise LaunchError("script is empty and backend/scope do not name a test (expected the test's path, relative "
+                              "to src or absolute, or a backend and a scope such as backend=v2 scope=intranode)")
+        try:
+            params["script"] = backends.test_of(params["backend"], params["scope"])
+        except backends.BackendError as exc:
+            raise LaunchError(str(exc))
     if isinstance(params["num_processes"], bool) or params["num_processes"] < 1:
         raise LaunchError("num_processes=%r is not a positive number of processes (expected e.g. 8)"
                           % (params["num_processes"],))
@@ -112,11 +121,21 @@ def paths(params):
     return {"log": base + ".log", "out": base + ".out", "rc": base + ".rc", "pid": base + ".pid"}
 
 
-def start_command(argv, files):
+def test_path(params):
+    """The test's path on the node: ``script`` when absolute, else under ``src``."""
+    script = params["script"]
+    return script if script.startswith("/") else "%s/%s" % (params["src"].rstrip("/") or "/", script)
+
+
+def start_command(argv, files, test=None):
     """Remove the files of an earlier run, start the launcher in a session of its own with every descriptor away
     from the connection, and print ``started <pid>``: the pid the wrapper shell wrote itself (the session's leader,
-    whether ``setsid`` had to fork or not), waited for up to START_WAIT_S."""
+    whether ``setsid`` had to fork or not), waited for up to START_WAIT_S. With ``test`` (its path on the node),
+    print ``no test`` and start nothing when it is not a file there."""
     q = shlex.quote
+    if test is not None:
+        return "if [ -f {test} ]; then {start}; else echo 'no test'; fi".format(
+            test=q(test), start=start_command(argv, files))
     wrapper = ('echo $$ >%s; t=$(date +%%s.%%N); "$@" >%s 2>&1 </dev/null; r=$?; '
                'echo "$r $t $(date +%%s.%%N)" >%s.tmp; mv -f %s.tmp %s'
                % (q(files["pid"]), q(files["out"]), q(files["rc"]), q(files["rc"]), q(files["rc"])))
@@ -155,9 +174,14 @@ def kill_command(pid):
     return ("pkill -KILL -s {pid} 2>/dev/null; kill -KILL -- -{pid} 2>/dev/null; true".format(pid=int(pid)))
 
 
-def parse_started(stdout):
-    """The session id ``start_command`` printed, or LaunchError with what came back instead."""
+def parse_started(stdout, test=None):
+    """The session id ``start_command`` printed, or LaunchError with what came back instead (``test``: the test's
+    path, named when the node has no such file)."""
     match = re.search(r"^started ([0-9]+)\s*$", stdout or "", re.M)
+    if (stdout or "").strip() == "no test":
+        raise LaunchError("the test %s is not a file on the node: nothing was started; expected src to be the source "
+                          "tree that holds it (DeepEP's, where the verify roles' *_src point) or script an absolute "
+                          "path" % (test or "to run",))
     if not match:
         raise LaunchError("the launcher did not start: the node answered %r (expected 'started <pid>')"
                           % ((stdout or "").strip()[:200],))
