@@ -20,6 +20,8 @@ from ansible.module_utils.common.text.converters import to_native
 from ansible.plugins.action import ActionBase
 
 from ansible_collections.gpufleet.deepep.plugins.module_utils._store import (
+    ARGUMENT_SPEC,
+    REQUIRED_IF,
     StoreError,
     check_lock_timeout,
     check_pin,
@@ -32,7 +34,6 @@ from ansible_collections.gpufleet.deepep.plugins.module_utils._store import (
     store_mode,
     verify_file,
 )
-from ansible_collections.gpufleet.deepep.plugins.modules.artifact_store import ARGUMENT_SPEC, REQUIRED_IF
 
 MODULE = "gpufleet.deepep.artifact_store"
 

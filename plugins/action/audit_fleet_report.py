@@ -4,8 +4,8 @@
 node_stack result, judge the fleet against the rule catalogue, find drift, and write fleet.json, fleet.md and
 fleet.html into the run directory. Runs in the controller process (no module is sent anywhere), once per play.
 
-Arguments (all set by roles/audit/tasks/main.yml; their spec is ARGUMENT_SPEC of modules/audit_fleet_report.py, checked
-with validate_argument_spec):
+Arguments (all set by roles/audit/tasks/main.yml; their spec is ARGUMENT_SPEC of plugin_utils/_audit/report.py,
+documented in modules/audit_fleet_report.py, checked with validate_argument_spec):
   rules_file       the rule catalogue (YAML on the controller)
   extra_rules      rules added to the catalogue; disabled_rules: ids left out
   hosts            the hosts to report (default: ansible_play_hosts_all)
@@ -49,8 +49,7 @@ from ansible_collections.gpufleet.deepep.plugins.plugin_utils._audit.verificatio
     VerificationInputError,
     attach_verification,
 )
-from ansible_collections.gpufleet.deepep.plugins.plugin_utils._audit.report import render
-from ansible_collections.gpufleet.deepep.plugins.modules.audit_fleet_report import ARGUMENT_SPEC
+from ansible_collections.gpufleet.deepep.plugins.plugin_utils._audit.report import ARGUMENT_SPEC, render
 from ansible_collections.gpufleet.deepep.plugins.plugin_utils._action_args import validated_args
 
 REPORT_FILES = (("fleet.json", "json"), ("fleet.md", "md"), ("fleet.html", "html"))

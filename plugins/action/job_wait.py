@@ -2,7 +2,7 @@
 # GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
 """Wait quietly for an async job: poll async_status from the controller's worker until it finished or a bound.
 
-Documented in plugins/modules/job_wait.py, whose ARGUMENT_SPEC types the arguments (validate_argument_spec) before
+Documented in plugins/modules/job_wait.py; plugin_utils/_job_wait.py's ARGUMENT_SPEC types the arguments (validate_argument_spec) before
 the job id's form and the bounds are judged here.
 """
 
@@ -15,7 +15,7 @@ from ansible.errors import AnsibleActionFail
 from ansible.module_utils.common.text.converters import to_native
 from ansible.plugins.action import ActionBase
 
-from ansible_collections.gpufleet.deepep.plugins.modules.job_wait import ARGUMENT_SPEC
+from ansible_collections.gpufleet.deepep.plugins.plugin_utils._job_wait import ARGUMENT_SPEC
 from ansible_collections.gpufleet.deepep.plugins.plugin_utils._action_args import validated_args
 from ansible_collections.gpufleet.deepep.plugins.plugin_utils._verify.launch import poll_delays
 

@@ -9,8 +9,8 @@ plugin validates the same argument spec and calls the same judge, so the result 
 
 from __future__ import annotations
 
-from ansible_collections.gpufleet.deepep.plugins.modules.play_settings import ARGUMENT_SPEC, judge
 from ansible_collections.gpufleet.deepep.plugins.plugin_utils._action_args import InProcessAction
+from ansible_collections.gpufleet.deepep.plugins.plugin_utils._settings import ARGUMENT_SPEC, judge
 
 
 class ActionModule(InProcessAction):

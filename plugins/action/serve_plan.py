@@ -5,14 +5,13 @@
 The plan is pure logic on values the controller already holds (the topology, the model's facts and every engine
 node's ``gpufleet_serve_node`` facts, gathered on each node by node_stack ``gather: [serve_node]``). Run as a
 module it shipped every engine node's facts to every host of the play and cost a Python start there; the action
-plugin validates the module's argument spec and calls the module's own ``plan_fleet``, so the result, the warnings
-and the refusals are the module's.
+plugin validates the module's argument spec and calls ``plan_fleet`` (plugin_utils/_serve/plan.py).
 """
 
 from __future__ import annotations
 
-from ansible_collections.gpufleet.deepep.plugins.modules.serve_plan import ARGUMENT_SPEC, plan_fleet
 from ansible_collections.gpufleet.deepep.plugins.plugin_utils._action_args import InProcessAction
+from ansible_collections.gpufleet.deepep.plugins.plugin_utils._serve.plan import ARGUMENT_SPEC, plan_fleet
 
 
 class ActionModule(InProcessAction):

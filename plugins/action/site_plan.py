@@ -18,10 +18,10 @@ import os
 from ansible import constants as C
 from ansible.plugins.loader import lookup_loader
 
-from ansible_collections.gpufleet.deepep.plugins.lookup.content_hash import content_hash
 from ansible_collections.gpufleet.deepep.plugins.plugin_utils import _node_reader as reader
 from ansible_collections.gpufleet.deepep.plugins.plugin_utils import _site_plan as sp
 from ansible_collections.gpufleet.deepep.plugins.plugin_utils._action_args import InProcessAction
+from ansible_collections.gpufleet.deepep.plugins.plugin_utils._site_plan import content_hash
 
 _STATE_MODULE = "gpufleet.deepep.site_state"
 _IMAGE_MODULE = "gpufleet.deepep.image_boot"

@@ -6,7 +6,7 @@
 A profile declares its GPU family once (``gpufleet_gpu_family: b200``); the roles derive their arch settings from it
 in their defaults (``preflight_expected_cuda_arch``, ``deepep_arch_list``: PyTorch's ``10.0``; ``nvshmem_cuda_arch``:
 CMake's ``100``), so the arch is written nowhere else and its notations cannot disagree. The families and their
-compute capabilities are ``module_utils/_gpu_families.py``'s.
+compute capabilities are ``plugin_utils/_gpu_families.py``'s.
 
 Documentation: ``gpu_arch.yml`` beside this file (``ansible-doc -t filter gpufleet.deepep.gpu_arch``).
 """
@@ -16,7 +16,7 @@ from __future__ import annotations
 from ansible.errors import AnsibleFilterError
 
 from ansible_collections.gpufleet.deepep.plugins.plugin_utils._filter_guard import guard_filters
-from ansible_collections.gpufleet.deepep.plugins.module_utils._gpu_families import cmake_arch, torch_arch
+from ansible_collections.gpufleet.deepep.plugins.plugin_utils._gpu_families import cmake_arch, torch_arch
 
 # Notation -> how the family's compute capability is spelt in it.
 NOTATIONS = {"torch": torch_arch, "cmake": cmake_arch}

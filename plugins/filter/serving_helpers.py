@@ -19,7 +19,7 @@ from ansible_collections.gpufleet.deepep.plugins.plugin_utils._filter_guard impo
 from ansible_collections.gpufleet.deepep.plugins.plugin_utils._serving_gate import serving_gate as _serving_gate
 from ansible_collections.gpufleet.deepep.plugins.module_utils._serve.units import env_file_text
 from ansible_collections.gpufleet.deepep.plugins.module_utils._serve.unitvalues import UnitValueError
-from ansible_collections.gpufleet.deepep.plugins.module_utils._thresholds import VerifyInputError
+from ansible_collections.gpufleet.deepep.plugins.plugin_utils._thresholds import VerifyInputError
 from ansible_collections.gpufleet.deepep.plugins.module_utils._versions import normalize_project_name
 
 

@@ -13,7 +13,7 @@ from ansible.errors import AnsibleFilterError
 
 from ansible_collections.gpufleet.deepep.plugins.plugin_utils._filter_guard import guard_filters
 from ansible_collections.gpufleet.deepep.plugins.plugin_utils._verify.plan import fabric_interface, internode_plan
-from ansible_collections.gpufleet.deepep.plugins.module_utils._thresholds import (
+from ansible_collections.gpufleet.deepep.plugins.plugin_utils._thresholds import (
     VerifyInputError,
     select_thresholds,
 )

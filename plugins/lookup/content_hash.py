@@ -14,8 +14,9 @@ description:
     content.
   - Byte-compiled Python (C(__pycache__), C(*.pyc)) and VCS data (C(.git)) are left out, so running the
     collection does not change its own hash.
-  - C(playbooks/site.yml) keys a converge on it (roles, plugins, the playbook itself), so a node converged by
-    another version of the collection goes through the phases again.
+  - The site plan keys a converge on the same digest (its action calls the same function, in
+    C(plugin_utils/_site_plan.py)), so a node converged by another version of the collection goes through the phases
+    again.
   - Unlike C(ansible.builtin.fileglob), which expands wildcards in file names only, this reads whole trees.
 options:
   _terms:
@@ -39,41 +40,16 @@ _raw:
   sample: ["3f5a0c1e9b7d2a4f6e8c0b1d3a5f7e9c1b3d5f7a9c1e3b5d7f9a1c3e5b7d9f1a"]
 """
 
-import hashlib
-import os
-
 from ansible.errors import AnsibleLookupError
 from ansible.plugins.lookup import LookupBase
 
-from ansible_collections.gpufleet.deepep.plugins.module_utils._buildkey import BuildError, tree_hash
-from ansible_collections.gpufleet.deepep.plugins.module_utils._fileio import file_sha256
-
-SKIP_DIRS = (".git", "__pycache__")
-SKIP_SUFFIXES = (".pyc", ".pyo")
-
-
-def content_hash(paths):
-    """sha256 over each path's identity: a tree hash for a directory, the content hash for a file."""
-    digest = hashlib.sha256()
-    for path in paths:
-        if not isinstance(path, str) or not os.path.isabs(path):
-            raise AnsibleLookupError("content_hash: %r is not an absolute path (expected a directory or file on the "
-                                     "controller, such as playbook_dir ~ '/../roles')" % (path,))
-        name = os.path.normpath(path)
-        if os.path.isdir(name):
-            try:
-                part = "D " + tree_hash(name, exclude_dirs=SKIP_DIRS, exclude_suffixes=SKIP_SUFFIXES)
-            except (BuildError, OSError) as exc:
-                raise AnsibleLookupError("content_hash: cannot read %s: %s" % (name, exc))
-        elif os.path.isfile(name):
-            part = "F " + file_sha256(name)
-        else:
-            raise AnsibleLookupError("content_hash: %s is neither a directory nor a file" % name)
-        digest.update(("%s %s\n" % (os.path.basename(name), part)).encode("utf-8", "surrogateescape"))
-    return digest.hexdigest()
+from ansible_collections.gpufleet.deepep.plugins.plugin_utils._site_plan import SitePlanError, content_hash
 
 
 class LookupModule(LookupBase):
     def run(self, terms, variables=None, **kwargs):
         self.set_options(var_options=variables, direct=kwargs)
-        return [content_hash(list(terms))]
+        try:
+            return [content_hash(list(terms))]
+        except SitePlanError as exc:
+            raise AnsibleLookupError(str(exc)) from exc

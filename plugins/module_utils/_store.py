@@ -53,7 +53,7 @@ from ansible_collections.gpufleet.deepep.plugins.module_utils._lock import FileL
 from ansible_collections.gpufleet.deepep.plugins.module_utils._runner import now
 
 __all__ = [
-    "KINDS", "RECORD_NAME", "LOCK_TIMEOUT", "MODE_MASK", "StoreError", "check_request", "check_files", "check_pin",
+    "ARGUMENT_SPEC", "REQUIRED_IF", "KINDS", "RECORD_NAME", "LOCK_TIMEOUT", "MODE_MASK", "StoreError", "check_request", "check_files", "check_pin",
     "check_lock_timeout", "refuse_any_link", "key_path", "validate_record", "read_record", "lookup", "lookup_entry",
     "verify_file", "describe_files", "describe_sources", "store_mode", "make_record", "StoreLock", "Incoming",
     "new_incoming", "clean_incoming", "publish", "put_local", "get_local", "unlockable_message", "unpinned_warning",
@@ -700,3 +700,22 @@ def get_local(store, kind, key, dest, check_mode=False, pin=None):
             if os.path.lexists(tmp):
                 os.unlink(tmp)
     return result
+
+
+# The options of the artifact_store module and its action (modules/artifact_store.py documents them): here, where the
+# module on the node and the action on the controller both read them.
+ARGUMENT_SPEC = dict(
+    op=dict(type="str", required=True, choices=["lookup", "get", "put", "describe"]),
+    store=dict(type="path", required=True),
+    mode=dict(type="str", default="controller", choices=["controller", "shared"]),
+    kind=dict(type="str", required=True, choices=list(KINDS)),
+    key=dict(type="str", required=True, no_log=False),
+    src=dict(type="path"),
+    files=dict(type="list", elements="str"),
+    meta=dict(type="dict", default={}),
+    dest=dict(type="path"),
+    host=dict(type="str"),
+    record_sha256=dict(type="str", no_log=False),
+    lock_timeout=dict(type="int", default=LOCK_TIMEOUT),
+)
+REQUIRED_IF = [("op", "put", ("src", "files")), ("op", "describe", ("src", "files")), ("op", "get", ("dest",))]

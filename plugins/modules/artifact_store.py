@@ -220,8 +220,9 @@ from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.gpufleet.deepep.plugins.module_utils._guard import guarded
 from ansible_collections.gpufleet.deepep.plugins.module_utils._store import (
-    KINDS,
+    ARGUMENT_SPEC,
     LOCK_TIMEOUT,
+    REQUIRED_IF,
     StoreError,
     check_files,
     check_lock_timeout,
@@ -234,22 +235,6 @@ from ansible_collections.gpufleet.deepep.plugins.module_utils._store import (
     put_local,
     unpinned_warning,
 )
-
-ARGUMENT_SPEC = dict(
-    op=dict(type="str", required=True, choices=["lookup", "get", "put", "describe"]),
-    store=dict(type="path", required=True),
-    mode=dict(type="str", default="controller", choices=["controller", "shared"]),
-    kind=dict(type="str", required=True, choices=list(KINDS)),
-    key=dict(type="str", required=True, no_log=False),
-    src=dict(type="path"),
-    files=dict(type="list", elements="str"),
-    meta=dict(type="dict", default={}),
-    dest=dict(type="path"),
-    host=dict(type="str"),
-    record_sha256=dict(type="str", no_log=False),
-    lock_timeout=dict(type="int", default=LOCK_TIMEOUT),
-)
-REQUIRED_IF = [("op", "put", ("src", "files")), ("op", "describe", ("src", "files")), ("op", "get", ("dest",))]
 
 
 def run(params, check_mode):

@@ -164,23 +164,3 @@ status:
   type: dict
   sample: {b200-cluster-1: critical, b200-cluster-9: unreachable}
 """
-
-# The options above, validated by the action plugin (plugins/action/audit_fleet_report.py) with
-# validate_argument_spec.
-ARGUMENT_SPEC = dict(
-    rules_file=dict(type="path", required=True),
-    extra_rules=dict(type="list", elements="dict", default=[]),
-    disabled_rules=dict(type="list", elements="str", default=[]),
-    hosts=dict(type="list", elements="str"),
-    result_var=dict(type="str", default="audit_r_node"),
-    expect_var=dict(type="str", default="audit_expect"),
-    model_var=dict(type="str", default="audit_r_model"),
-    serving_var=dict(type="str", default="audit_r_serving"),
-    groups=dict(type="dict"),
-    skip_groups=dict(type="list", elements="str", default=["all", "ungrouped"]),
-    output_dir=dict(type="path"),
-    output_root=dict(type="path"),
-    latest_link=dict(type="bool", default=False),
-    verify_summary=dict(type="path"),
-    meta=dict(type="dict", default={}),
-)

@@ -100,12 +100,3 @@ rc:
   type: int
   sample: 0
 """
-
-# The options above, validated by the action plugin (plugins/action/job_wait.py) with validate_argument_spec; the
-# job id's form and the bounds are judged there after the types.
-ARGUMENT_SPEC = dict(
-    jid=dict(type="str", required=True),
-    timeout=dict(type="int", required=True),
-    poll=dict(type="int", default=10),
-    cleanup=dict(type="bool", default=True),
-)

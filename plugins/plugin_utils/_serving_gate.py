@@ -15,7 +15,7 @@ import json
 import re
 
 from ansible_collections.gpufleet.deepep.plugins.module_utils._serve.unitvalues import UnitValueError, reply_bool
-from ansible_collections.gpufleet.deepep.plugins.module_utils._thresholds import VerifyInputError
+from ansible_collections.gpufleet.deepep.plugins.plugin_utils._thresholds import VerifyInputError
 
 __all__ = ["CHECKS", "router_records", "direct_records", "workers_settled", "play_records", "serving_gate"]
 

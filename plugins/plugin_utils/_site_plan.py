@@ -18,7 +18,10 @@ import re
 from ansible.module_utils.common.json import get_encoder
 from ansible.module_utils.parsing.convert_bool import boolean
 
-__all__ = ["PHASES", "PREFIXES", "PHASE_TAGS", "LANES", "SitePlanError", "content_paths", "settings_names",
+from ansible_collections.gpufleet.deepep.plugins.module_utils._buildkey import BuildError, tree_hash
+from ansible_collections.gpufleet.deepep.plugins.module_utils._fileio import file_sha256
+
+__all__ = ["PHASES", "PREFIXES", "PHASE_TAGS", "LANES", "SitePlanError", "content_hash", "content_paths", "settings_names",
            "settings_key", "decide", "batches", "full_run", "watched", "report"]
 
 # The phases of site.yml's converge play, the one list of them: each name is at once the role site.yml imports
@@ -149,3 +152,30 @@ def report(targets, converged):
     if failed:
         return "%d of %d nodes did not converge: %s" % (len(failed), len(targets), ", ".join(failed))
     return "All %d nodes converged." % len(targets)
+
+
+# The content key: one digest over the collection content a converge rolls out (the content_hash lookup and the
+# site_plan action).
+SKIP_DIRS = (".git", "__pycache__")
+SKIP_SUFFIXES = (".pyc", ".pyo")
+
+
+def content_hash(paths):
+    """sha256 over each path's identity: a tree hash for a directory, the content hash for a file."""
+    digest = hashlib.sha256()
+    for path in paths:
+        if not isinstance(path, str) or not os.path.isabs(path):
+            raise SitePlanError("content_hash: %r is not an absolute path (expected a directory or file on the "
+                                "controller, such as playbook_dir ~ '/../roles')" % (path,))
+        name = os.path.normpath(path)
+        if os.path.isdir(name):
+            try:
+                part = "D " + tree_hash(name, exclude_dirs=SKIP_DIRS, exclude_suffixes=SKIP_SUFFIXES)
+            except (BuildError, OSError) as exc:
+                raise SitePlanError("content_hash: cannot read %s: %s" % (name, exc))
+        elif os.path.isfile(name):
+            part = "F " + file_sha256(name)
+        else:
+            raise SitePlanError("content_hash: %s is neither a directory nor a file" % name)
+        digest.update(("%s %s\n" % (os.path.basename(name), part)).encode("utf-8", "surrogateescape"))
+    return digest.hexdigest()

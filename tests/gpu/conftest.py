@@ -97,7 +97,7 @@ def intranode_thresholds(intranode_gpus) -> dict:
     does: the tests run over all local GPUs). A GPU whose family the table has no entry for (a B300) is refused, naming
     the family, as the role refuses it: never held to the loose default gate."""
     import yaml
-    from ansible_collections.gpufleet.deepep.plugins.module_utils._thresholds import select_thresholds
+    from ansible_collections.gpufleet.deepep.plugins.plugin_utils._thresholds import select_thresholds
 
     defaults = yaml.safe_load((REPO / "roles" / "verify_intranode" / "defaults" / "main.yml").read_text())
     chosen = select_thresholds(defaults["verify_intranode_thresholds"], profile=gpu_name(), gpus=intranode_gpus,

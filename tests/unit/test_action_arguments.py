@@ -19,6 +19,8 @@ from unit_helpers import REPO, action_plugin
 from ansible_collections.gpufleet.deepep.plugins.action import audit_fleet_report as audit_action
 from ansible_collections.gpufleet.deepep.plugins.action import job_wait as job_wait_action
 from ansible_collections.gpufleet.deepep.plugins.modules import audit_fleet_report, ep_test, job_wait
+from ansible_collections.gpufleet.deepep.plugins.plugin_utils import _job_wait
+from ansible_collections.gpufleet.deepep.plugins.plugin_utils._audit import report as _audit_report
 from ansible_collections.gpufleet.deepep.plugins.plugin_utils._verify import launch
 
 RULES = str(REPO / "roles" / "audit" / "files" / "rules.yml")
@@ -28,8 +30,8 @@ action = action_plugin
 
 
 @pytest.mark.parametrize("doc, argument_spec", [
-    (job_wait.DOCUMENTATION, job_wait.ARGUMENT_SPEC),
-    (audit_fleet_report.DOCUMENTATION, audit_fleet_report.ARGUMENT_SPEC),
+    (job_wait.DOCUMENTATION, _job_wait.ARGUMENT_SPEC),
+    (audit_fleet_report.DOCUMENTATION, _audit_report.ARGUMENT_SPEC),
     # ep_test's spec lives with its logic (plugin_utils/_verify/launch.py), its documentation in the module
     (ep_test.DOCUMENTATION, launch.ARGUMENT_SPEC),
 ], ids=["job_wait", "audit_fleet_report", "ep_test"])

@@ -14,7 +14,8 @@ from unit_helpers import REPO
 from ansible.errors import AnsibleLookupError
 
 from ansible_collections.gpufleet.deepep.plugins.action import site_plan as site_plan_action
-from ansible_collections.gpufleet.deepep.plugins.lookup.content_hash import LookupModule, content_hash
+from ansible_collections.gpufleet.deepep.plugins.lookup.content_hash import LookupModule
+from ansible_collections.gpufleet.deepep.plugins.plugin_utils._site_plan import content_hash
 from ansible_collections.gpufleet.deepep.plugins.plugin_utils import _site_plan
 
 

@@ -19,9 +19,10 @@ from ansible.errors import AnsibleFilterError
 
 from ansible_collections.gpufleet.deepep.plugins.filter import gpu_arch as ga
 from ansible_collections.gpufleet.deepep.plugins.filter import verify_helpers as vf
-from ansible_collections.gpufleet.deepep.plugins.module_utils import _gpu_families as gf
-from ansible_collections.gpufleet.deepep.plugins.module_utils import _settings, _thresholds
+from ansible_collections.gpufleet.deepep.plugins.plugin_utils import _gpu_families as gf
+from ansible_collections.gpufleet.deepep.plugins.plugin_utils import _settings, _thresholds
 from ansible_collections.gpufleet.deepep.plugins.modules import play_settings
+from ansible_collections.gpufleet.deepep.plugins.plugin_utils import _settings
 
 from tools.fleetsim import fakehw
 
@@ -274,18 +275,18 @@ def test_the_check_before_any_host_runs_takes_the_family():
     name, table = _tables()[0]
     item = {"name": "verify_intranode_profile", "form": "profile", "table": table, "table_name": name}
     assert _settings.check_setting("p", "mycluster", "profile", table=table, family="h200") == "h200"
-    assert play_settings.judge([dict(item, value="mycluster", family="h200")]) == \
+    assert _settings.judge([dict(item, value="mycluster", family="h200")]) == \
         {"changed": False, "settings": {"verify_intranode_profile": "h200"}}
-    assert play_settings.judge([dict(item, value="gcp_b200", family="")]) == \
+    assert _settings.judge([dict(item, value="gcp_b200", family="")]) == \
         {"changed": False, "settings": {"verify_intranode_profile": "b200"}}
-    refused = play_settings.judge([dict(item, value="mycluster", family="b300")])
+    refused = _settings.judge([dict(item, value="mycluster", family="b300")])
     assert refused["failed"] is True and refused["msg"].startswith(
         "1 setting refused before any host runs: verify_intranode_profile: profile 'mycluster' declares "
         "(gpufleet_gpu_family) the GPU family b300"), refused["msg"]
-    assert "family" in play_settings.ARGUMENT_SPEC["settings"]["options"]
+    assert "family" in _settings.ARGUMENT_SPEC["settings"]["options"]
     options = yaml.safe_load(play_settings.DOCUMENTATION)["options"]["settings"]["suboptions"]
     assert options["family"]["type"] == "str"
-    assert sorted(options) == sorted(play_settings.ARGUMENT_SPEC["settings"]["options"])
+    assert sorted(options) == sorted(_settings.ARGUMENT_SPEC["settings"]["options"])
 
 
 def test_the_gate_does_not_change_for_the_shipped_profiles():

@@ -1,6 +1,6 @@
 # Copyright: (c) 2026, gpufleet.deepep contributors
 # GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
-"""Unit tests of the GPU family registry (plugins/module_utils/_gpu_families.py): the families, the token a profile
+"""Unit tests of the GPU family registry (plugins/plugin_utils/_gpu_families.py): the families, the token a profile
 names one by, and the arch notations the roles spell a family's compute capability in. Which families the verify
 roles' gate tables gate is tests/unit/test_verify.py's (test_every_gpu_family_is_gated_by_both_role_tables_...); the
 family a profile declares (gpufleet_gpu_family) and the arch settings the roles derive from it, tests/unit/
@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import pytest
 
-from ansible_collections.gpufleet.deepep.plugins.module_utils import _gpu_families as gf
+from ansible_collections.gpufleet.deepep.plugins.plugin_utils import _gpu_families as gf
 from ansible_collections.gpufleet.deepep.plugins.module_utils._pci import GPU_DEVICE_IDS
 
 

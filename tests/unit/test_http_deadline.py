@@ -18,7 +18,7 @@ import time
 import pytest
 
 from ansible_collections.gpufleet.deepep.plugins.module_utils import _http
-from ansible_collections.gpufleet.deepep.plugins.module_utils._serve import plan as _serve
+from ansible_collections.gpufleet.deepep.plugins.plugin_utils._serve import plan as _serve
 from ansible_collections.gpufleet.deepep.plugins.module_utils._serve import sglang as _sglang
 from ansible_collections.gpufleet.deepep.plugins.module_utils._serve import state as _serve_state
 from ansible_collections.gpufleet.deepep.plugins.module_utils._serve import units as _serve_units

@@ -1,7 +1,7 @@
 # Copyright: (c) 2026, gpufleet.deepep contributors
 # GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
 """Serving preflight from the engine nodes' facts (serve_plan state=facts, plugins/module_utils/_serve/node.py) and
-the plan's per-node rules and environment (plugins/module_utils/_serve/plan.py): the env scripts' values in the units,
+the plan's per-node rules and environment (plugins/plugin_utils/_serve/plan.py): the env scripts' values in the units,
 the NIC of Gloo/NCCL/SGLang from the node's interfaces, the DeepGEMM cache of an instance's exact arguments."""
 import json
 import shlex
@@ -10,9 +10,9 @@ from pathlib import Path
 import jinja2
 import pytest
 
-from ansible_collections.gpufleet.deepep.plugins.module_utils._serve import plan as _serve
+from ansible_collections.gpufleet.deepep.plugins.plugin_utils._serve import plan as _serve
 from ansible_collections.gpufleet.deepep.plugins.module_utils._serve import node as _serve_node
-from ansible_collections.gpufleet.deepep.plugins.module_utils._serve import rules as _serve_rules
+from ansible_collections.gpufleet.deepep.plugins.plugin_utils._serve import rules as _serve_rules
 from ansible_collections.gpufleet.deepep.plugins.module_utils._serve import units as _serve_units
 
 REPO = Path(__file__).resolve().parents[2]

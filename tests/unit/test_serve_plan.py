@@ -1,11 +1,11 @@
 # Copyright: (c) 2026, gpufleet.deepep contributors
 # GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
-"""gpufleet.deepep.serve_plan's logic (plugins/module_utils/_serve/plan.py): instances, preflight, units, router."""
+"""gpufleet.deepep.serve_plan's logic (plugins/plugin_utils/_serve/plan.py): instances, preflight, units, router."""
 import shlex
 
 import pytest
 
-from ansible_collections.gpufleet.deepep.plugins.module_utils._serve import plan as _serve
+from ansible_collections.gpufleet.deepep.plugins.plugin_utils._serve import plan as _serve
 from ansible_collections.gpufleet.deepep.plugins.module_utils._serve import units as _serve_units
 from ansible_collections.gpufleet.deepep.plugins.module_utils._serve.unitvalues import UnitValueError
 

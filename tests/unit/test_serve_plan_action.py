@@ -13,7 +13,7 @@ from unit_helpers import REPO
 
 from ansible_collections.gpufleet.deepep.plugins.module_utils._node import stack as _stack
 from ansible_collections.gpufleet.deepep.plugins.module_utils._serve import node as _serve_node
-from ansible_collections.gpufleet.deepep.plugins.module_utils._serve import plan as _serve
+from ansible_collections.gpufleet.deepep.plugins.plugin_utils._serve import plan as _serve
 from ansible_collections.gpufleet.deepep.plugins.modules import node_stack, serve_plan
 
 IP_ADDR = (REPO / "tests/fixtures/serve/ip-addr-debian12.json").read_text()

@@ -17,7 +17,7 @@ import yaml
 from unit_helpers import REPO
 
 from ansible_collections.gpufleet.deepep.plugins.module_utils import _http
-from ansible_collections.gpufleet.deepep.plugins.module_utils._serve import plan as _serve
+from ansible_collections.gpufleet.deepep.plugins.plugin_utils._serve import plan as _serve
 from ansible_collections.gpufleet.deepep.plugins.module_utils._serve import state as _serve_state
 from ansible_collections.gpufleet.deepep.plugins.plugin_utils._audit.engine import audit_fleet, evaluate_rules
 from ansible_collections.gpufleet.deepep.plugins.plugin_utils._audit.document import node_document

@@ -10,7 +10,7 @@ from ansible.errors import AnsibleFilterError
 from jinja2 import Undefined
 
 from ansible_collections.gpufleet.deepep.plugins.filter import serve_topology as topology_filter
-from ansible_collections.gpufleet.deepep.plugins.module_utils._serve import plan as _serve
+from ansible_collections.gpufleet.deepep.plugins.plugin_utils._serve import plan as _serve
 
 GROUPS = {"sglang_prefill": ["p1", "p2"], "sglang_decode": ["d1"], "sglang_router": ["r1"], "all": ["p1"]}
 HOSTVARS = {"p1": {"sglang_serve_fabric_address": "10.9.0.1", "ansible_host": "192.0.2.1"},

@@ -16,7 +16,7 @@ from ansible.parsing.dataloader import DataLoader
 from ansible.template import Templar, trust_as_template
 
 from ansible_collections.gpufleet.deepep.plugins.action import site_plan as action
-from ansible_collections.gpufleet.deepep.plugins.lookup.content_hash import content_hash
+from ansible_collections.gpufleet.deepep.plugins.plugin_utils._site_plan import content_hash
 from ansible_collections.gpufleet.deepep.plugins.module_utils._node import site_state as ss
 from ansible_collections.gpufleet.deepep.plugins.plugin_utils import _site_plan as sp
 

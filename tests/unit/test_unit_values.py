@@ -13,7 +13,7 @@ import pytest
 from ansible.errors import AnsibleFilterError
 
 from ansible_collections.gpufleet.deepep.plugins.filter import serving_helpers
-from ansible_collections.gpufleet.deepep.plugins.module_utils._serve import plan as _serve
+from ansible_collections.gpufleet.deepep.plugins.plugin_utils._serve import plan as _serve
 from ansible_collections.gpufleet.deepep.plugins.module_utils._serve import state as _state
 from ansible_collections.gpufleet.deepep.plugins.module_utils._serve import units as _units
 from ansible_collections.gpufleet.deepep.plugins.module_utils._serve import unitvalues as _uv

@@ -13,7 +13,8 @@ from ansible_collections.gpufleet.deepep.plugins.filter import verify_helpers as
 from ansible_collections.gpufleet.deepep.plugins.module_utils._rdma import parse_rate_gbps
 from ansible_collections.gpufleet.deepep.plugins.plugin_utils._verify import plan as v
 from ansible_collections.gpufleet.deepep.plugins.plugin_utils._verify.bandwidth import parse_output
-from ansible_collections.gpufleet.deepep.plugins.module_utils import _gpu_families, _thresholds
+from ansible_collections.gpufleet.deepep.plugins.plugin_utils import _gpu_families
+from ansible_collections.gpufleet.deepep.plugins.plugin_utils import _thresholds
 from ansible_collections.gpufleet.deepep.plugins.plugin_utils._verify import gate as _verify_gate
 from ansible_collections.gpufleet.deepep.plugins.plugin_utils._verify import summary as _verify_summary
 from ansible_collections.gpufleet.deepep.plugins.plugin_utils._verify import traffic as _verify_traffic
@@ -532,7 +533,7 @@ def test_default_still_gives_the_loose_gate_of_both_roles():
         _thresholds.select_thresholds({"b200": {}}, "default")
 
 
-# Which families of the registry (module_utils/_gpu_families.py) the roles' gate tables gate, and which they refuse.
+# Which families of the registry (plugin_utils/_gpu_families.py) the roles' gate tables gate, and which they refuse.
 # A family added to the registry, or an entry added to one table only, fails the test below until it is listed here.
 GATED_FAMILIES = {"a100", "b200", "h100", "h200"}
 REFUSED_FAMILIES = {"a800", "h800", "h20", "gb200", "b300", "gb300"}

@@ -42,8 +42,11 @@ def run_module(module, args: dict, check_mode: bool = False, diff: bool = False)
     """Run ``module.main()`` with ``args`` and return what it printed as a dict.
 
     Works for exit_json and fail_json alike (both end in SystemExit); the caller asserts on
-    ``result.failed`` and the keys.
+    ``result.failed`` and the keys. A module file that only documents an action (no ``main``: play_settings,
+    serve_plan) runs as that action, in this process, the way the controller runs it.
     """
+    if not hasattr(module, "main"):
+        return ModuleResult(_run_action(module, args, check_mode))
     from ansible.module_utils.testing import patch_module_args
 
     full = dict(args)
@@ -73,6 +76,22 @@ def run_module(module, args: dict, check_mode: bool = False, diff: bool = False)
     text = out.getvalue().strip()
     # The module prints exactly one JSON document.
     return ModuleResult(json.loads(text))
+
+
+def _run_action(module, args, check_mode):
+    """The result of the action a docs-only module file documents, for a task with ``args`` (a refusal of its
+    arguments as a failed result, as ansible-playbook reports it)."""
+    import importlib
+
+    from ansible.errors import AnsibleActionFail
+
+    name = module.__name__.rsplit(".", 1)[1]
+    plugin = importlib.import_module("ansible_collections.gpufleet.deepep.plugins.action." + name)
+    try:
+        result = action_plugin(plugin, name, args, check_mode).run(task_vars={})
+    except AnsibleActionFail as exc:
+        result = {"failed": True, "changed": False, "msg": exc.message}
+    return json.loads(json.dumps(result))
 
 
 def render_sysfs_tree(tmp_path: Path, profile="gcp_b200", name: str = "sys", **kwargs) -> Path:

@@ -641,3 +641,23 @@ def render(fleet, fmt):
     if fmt == "json":
         return json.dumps(fleet, sort_keys=True, indent=2, default=str) + "\n"
     raise ValueError("format %r: expected one of md, html, json" % (fmt,))
+
+
+# The options of audit_fleet_report (modules/audit_fleet_report.py documents them), validated by its action.
+ARGUMENT_SPEC = dict(
+    rules_file=dict(type="path", required=True),
+    extra_rules=dict(type="list", elements="dict", default=[]),
+    disabled_rules=dict(type="list", elements="str", default=[]),
+    hosts=dict(type="list", elements="str"),
+    result_var=dict(type="str", default="audit_r_node"),
+    expect_var=dict(type="str", default="audit_expect"),
+    model_var=dict(type="str", default="audit_r_model"),
+    serving_var=dict(type="str", default="audit_r_serving"),
+    groups=dict(type="dict"),
+    skip_groups=dict(type="list", elements="str", default=["all", "ungrouped"]),
+    output_dir=dict(type="path"),
+    output_root=dict(type="path"),
+    latest_link=dict(type="bool", default=False),
+    verify_summary=dict(type="path"),
+    meta=dict(type="dict", default={}),
+)

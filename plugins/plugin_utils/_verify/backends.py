@@ -13,7 +13,7 @@ scopes it has a test for; asking another is refused by name. The trees the descr
 
 from __future__ import annotations
 
-from ansible_collections.gpufleet.deepep.plugins.module_utils._thresholds import VerifyInputError
+from ansible_collections.gpufleet.deepep.plugins.plugin_utils._thresholds import VerifyInputError
 
 __all__ = ["BACKENDS", "ALIASES", "SCOPES", "BackendError", "backend", "test_of"]
 

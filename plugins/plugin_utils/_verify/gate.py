@@ -2,7 +2,7 @@
 # GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
 
 """The verdict of one verification run: the gate of one parsed ``deepep_bandwidth`` run (``gate``) against the
-thresholds ``module_utils/_thresholds.py`` selects, and runbook 000's quick connectivity test (``connectivity``);
+thresholds ``plugin_utils/_thresholds.py`` selects, and runbook 000's quick connectivity test (``connectivity``);
 the hang diagnosis of runbook 001 and the ~6.5 GB/s signature of an unmapped GPU-NIC layout.
 
 Pure logic, standard library only, Python 3.8+.
@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import re
 
-from ansible_collections.gpufleet.deepep.plugins.module_utils._thresholds import METRICS, VerifyInputError
+from ansible_collections.gpufleet.deepep.plugins.plugin_utils._thresholds import METRICS, VerifyInputError
 
 # Runbook 001 problem 3: every GPU on mlx5_0 (no GPU-NIC mapping) gives about 6.5 GB/s RDMA.
 UNMAPPED_SIGNATURE_GBPS = 6.5

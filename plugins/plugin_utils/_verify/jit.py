@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import re
 
-from ansible_collections.gpufleet.deepep.plugins.module_utils._thresholds import VerifyInputError
+from ansible_collections.gpufleet.deepep.plugins.plugin_utils._thresholds import VerifyInputError
 
 __all__ = ["jit_verdict", "run_seconds_of", "JIT_STATES"]
 

@@ -15,7 +15,7 @@ transport the run really brought up (``transport.transport_verdict``).
 
 from __future__ import annotations
 
-from ansible_collections.gpufleet.deepep.plugins.module_utils._thresholds import VerifyInputError, select_thresholds
+from ansible_collections.gpufleet.deepep.plugins.plugin_utils._thresholds import VerifyInputError, select_thresholds
 from ansible_collections.gpufleet.deepep.plugins.plugin_utils._verify.bandwidth import BandwidthInputError, parse_output
 from ansible_collections.gpufleet.deepep.plugins.plugin_utils._verify.gate import connectivity, gate
 from ansible_collections.gpufleet.deepep.plugins.plugin_utils._verify.transport import check_policy, transport_verdict

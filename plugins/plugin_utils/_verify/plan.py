@@ -6,7 +6,7 @@ inventory groups for the internode runs, and the choice of the master's fabric-f
 addresses.
 
 The verdict of one run (the gate, the connectivity test) is in ``gate``, the thresholds it applies in
-``module_utils/_thresholds``, the NIC-traffic judgement in ``traffic``, the summary (JSON data and a Markdown table)
+``plugin_utils/_thresholds``, the NIC-traffic judgement in ``traffic``, the summary (JSON data and a Markdown table)
 in ``summary``.
 
 Pure logic, standard library only, Python 3.8+. The address check itself (netaddr) lives in the
@@ -15,7 +15,7 @@ Pure logic, standard library only, Python 3.8+. The address check itself (netadd
 
 from __future__ import annotations
 
-from ansible_collections.gpufleet.deepep.plugins.module_utils._thresholds import VerifyInputError
+from ansible_collections.gpufleet.deepep.plugins.plugin_utils._thresholds import VerifyInputError
 
 __all__ = [
     "internode_plan", "fabric_interface",

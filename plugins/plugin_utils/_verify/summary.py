@@ -12,7 +12,7 @@ Pure logic, standard library only, Python 3.8+.
 
 from __future__ import annotations
 
-from ansible_collections.gpufleet.deepep.plugins.module_utils._thresholds import VerifyInputError
+from ansible_collections.gpufleet.deepep.plugins.plugin_utils._thresholds import VerifyInputError
 from ansible_collections.gpufleet.deepep.plugins.plugin_utils._verify.gate import metric_value
 
 __all__ = ["summarize", "render_markdown", "fmt_figure", "METRIC_LABELS"]

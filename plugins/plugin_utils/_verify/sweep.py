@@ -19,7 +19,7 @@ Pure logic, standard library only, Python 3.8+.
 
 from __future__ import annotations
 
-from ansible_collections.gpufleet.deepep.plugins.module_utils._thresholds import VerifyInputError
+from ansible_collections.gpufleet.deepep.plugins.plugin_utils._thresholds import VerifyInputError
 
 __all__ = ["SweepInputError", "sweep_plan", "sweep_verdict", "pair_name"]
 

@@ -17,7 +17,7 @@ from ansible_collections.gpufleet.deepep.plugins.plugin_utils._verify.gate impor
     UNMAPPED_SIGNATURE_TOLERANCE,
 )
 from ansible_collections.gpufleet.deepep.plugins.module_utils._rdma import active_rate, slow_rails
-from ansible_collections.gpufleet.deepep.plugins.module_utils._thresholds import VerifyInputError
+from ansible_collections.gpufleet.deepep.plugins.plugin_utils._thresholds import VerifyInputError
 
 __all__ = ["nic_traffic"]
 

@@ -22,8 +22,8 @@ from __future__ import annotations
 
 import re
 
-from ansible_collections.gpufleet.deepep.plugins.module_utils._gpu_families import profile_tokens
-from ansible_collections.gpufleet.deepep.plugins.module_utils._thresholds import VerifyInputError
+from ansible_collections.gpufleet.deepep.plugins.plugin_utils._gpu_families import profile_tokens
+from ansible_collections.gpufleet.deepep.plugins.plugin_utils._thresholds import VerifyInputError
 from ansible_collections.gpufleet.deepep.plugins.plugin_utils._verify.bandwidth import (
     BandwidthInputError,
     _clean,

@@ -18,7 +18,7 @@ import yaml
 from play_helpers import dump_task, run_play
 from unit_helpers import REPO
 
-from ansible_collections.gpufleet.deepep.plugins.modules import play_settings
+from ansible_collections.gpufleet.deepep.plugins.plugin_utils import _settings
 
 SETTINGS = [
     {"name": "gpufleet_serial", "value": [1, "25%"], "form": "serial"},
@@ -47,7 +47,7 @@ def play(tmp_path):
 @pytest.mark.parametrize("check", [False, True])
 def test_good_values_pass_normalised_without_any_module(play, check):
     result = play(SETTINGS, *(["--check"] if check else []))[0]
-    expected = play_settings.judge([dict(s, choices=None, table=None) for s in SETTINGS])
+    expected = _settings.judge([dict(s, choices=None, table=None) for s in SETTINGS])
     assert result.get("failed") is not True
     assert result["changed"] is False
     assert result["settings"] == expected["settings"] == {"gpufleet_serial": [1, "25%"],
@@ -59,7 +59,7 @@ def test_bad_values_are_refused_as_the_module_refuses_them(play):
     bad = SETTINGS + [{"name": "gpufleet_reboot_throttle", "value": "-1", "form": "count"},
                       {"name": "env_script_gid_index", "value": "300", "form": "gid_index"}]
     result = play(bad)[0]
-    expected = play_settings.judge([dict(s, choices=None, table=None) for s in bad])
+    expected = _settings.judge([dict(s, choices=None, table=None) for s in bad])
     assert result["failed"] is True and expected["failed"] is True
     assert result["msg"] == expected["msg"] and result["errors"] == expected["errors"]
     assert result["msg"].startswith("2 settings refused before any host runs")
@@ -118,5 +118,5 @@ def test_a_profile_without_a_gate_of_its_own_is_refused_before_any_host_runs(pla
     result = play([dict(item, value="mycluster", family="h200")])[0]
     assert result.get("failed") is not True and result["settings"] == {"verify_intranode_profile": "h200"}, result
     for asked, matched in (("gcp_b200", "b200"), ("h100_ib", "h100"), ("default", "default"), ("", "default")):
-        assert play_settings.judge([dict(item, value=asked)]) == \
+        assert _settings.judge([dict(item, value=asked)]) == \
             {"changed": False, "settings": {"verify_intranode_profile": matched}}, asked

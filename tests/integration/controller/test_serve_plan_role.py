@@ -22,7 +22,7 @@ import yaml
 from play_helpers import VENV_PYTHON, run_play
 from unit_helpers import REPO
 
-from ansible_collections.gpufleet.deepep.plugins.module_utils._serve import plan as _serve
+from ansible_collections.gpufleet.deepep.plugins.plugin_utils._serve import plan as _serve
 
 
 def _plan(config_dir, token="hf_secret"):

@@ -19,7 +19,7 @@ import yaml
 
 from unit_helpers import REPO
 
-from ansible_collections.gpufleet.deepep.plugins.lookup.content_hash import content_hash
+from ansible_collections.gpufleet.deepep.plugins.plugin_utils._site_plan import content_hash
 from ansible_collections.gpufleet.deepep.plugins.plugin_utils import _site_plan as sp
 
 KEY = "a" * 64

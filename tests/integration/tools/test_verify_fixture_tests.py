@@ -11,7 +11,7 @@ import sys
 
 from ansible_collections.gpufleet.deepep.plugins.plugin_utils._verify.bandwidth import parse_output
 from ansible_collections.gpufleet.deepep.plugins.plugin_utils._verify.gate import gate
-from ansible_collections.gpufleet.deepep.plugins.module_utils._thresholds import select_thresholds
+from ansible_collections.gpufleet.deepep.plugins.plugin_utils._thresholds import select_thresholds
 import pytest
 import yaml
 

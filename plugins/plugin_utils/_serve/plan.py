@@ -10,7 +10,9 @@ The unit files (names, service text, EnvironmentFile, the env scripts read into 
 
 from __future__ import annotations
 
-from ansible_collections.gpufleet.deepep.plugins.module_utils._serve.rules import (
+from ansible.module_utils.common.text.converters import to_native
+
+from ansible_collections.gpufleet.deepep.plugins.plugin_utils._serve.rules import (
     deepgemm_args,
     node_problems,
 )
@@ -31,12 +33,13 @@ from ansible_collections.gpufleet.deepep.plugins.module_utils._serve.unitvalues 
     check_prefix,
     check_seconds,
     setting_bool,
+    UnitValueError,
 )
 
 __all__ = [
     "ROLES", "ROUTERS", "POLICIES", "TRANSFER_BACKENDS", "DEEPEP_MODES", "INSTANCE_DEFAULTS", "ROUTER_DEFAULTS",
     "ENGINE_ENVIRONMENT", "instance_settings", "router_settings", "build_instances", "preflight", "engine_argv",
-    "router_argv", "check_shapes", "port_collisions", "plan",
+    "router_argv", "check_shapes", "port_collisions", "plan", "ARGUMENT_SPEC", "plan_fleet",
 ]
 
 ROLES = ("prefill", "decode")
@@ -541,3 +544,42 @@ def plan(topology, host, model=None, python="/usr/bin/python3", model_path="", p
                        argv=router_argv(router, router_venv, instances)) if router else None,
         "expected_workers": expected,
     }
+
+
+# The options of serve_plan (modules/serve_plan.py documents them), validated by its action.
+ARGUMENT_SPEC = dict(
+    nodes=dict(type="dict", default={}),
+    deepgemm_required=dict(type="bool", default=True),
+    topology=dict(type="dict", required=True),
+    host=dict(type="str", required=True),
+    model=dict(type="dict", default={}),
+    model_path=dict(type="str", default=""),
+    python=dict(type="str", default="/usr/bin/python3"),
+    prefix=dict(type="str", default="sglang"),
+    config_dir=dict(type="path", default="/etc/gpufleet/sglang-serve"),
+    router_venv=dict(type="path", default="/opt/gpufleet/router"),
+    secrets_env_file=dict(type="path", default=""),
+    start_timeout=dict(type="int", default=3600),
+    restart_sec=dict(type="int", default=5),
+    debug=dict(type="bool", default=False),
+    engine_version=dict(type="str", default=""),
+)
+
+
+def plan_fleet(params):
+    """``(result, warnings, failure)`` of the validated ``params``: the plan's return values (with
+    ``warnings_found``), the lines to warn, and the failure message (None when the plan passed its preflight)."""
+    try:
+        result = plan(params["topology"], params["host"], model=params["model"], python=params["python"],
+                      model_path=params["model_path"], prefix=params["prefix"], config_dir=params["config_dir"],
+                      router_venv=params["router_venv"], start_timeout=params["start_timeout"],
+                      restart_sec=params["restart_sec"], debug=params["debug"],
+                      secrets_env_file=params["secrets_env_file"], engine_version=params["engine_version"],
+                      nodes=params["nodes"], deepgemm_required=params["deepgemm_required"])
+    except (ServeError, UnitValueError) as exc:
+        return {"problems": [to_native(exc)]}, [], to_native(exc)
+    warned = result.pop("warnings")
+    result["warnings_found"] = warned
+    if result["problems"]:
+        return result, warned, "serving preflight refused the layout: " + " | ".join(result["problems"])
+    return result, warned, None

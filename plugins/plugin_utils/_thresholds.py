@@ -5,13 +5,13 @@
 thresholds out of a table (``select_thresholds``, which refuses a profile the table has no gate for instead of
 handing it the loose ``default`` gate) and ``VerifyInputError``, the error of the verification's input.
 
-Shared by the controller's verification gate (plugin_utils/_verify/gate.py) and the settings check that a node-side
-module also runs (``_settings``), so it lives here, where both may import it. Pure logic, standard library only.
+Read by the controller alone: the verification's judge and gate (``_verify``), play_settings' check of a profile
+(``_settings``) and the verify_thresholds filter; no module imports it, so it is not shipped to the nodes.
 """
 
 from __future__ import annotations
 
-from ansible_collections.gpufleet.deepep.plugins.module_utils._gpu_families import (
+from ansible_collections.gpufleet.deepep.plugins.plugin_utils._gpu_families import (
     FAMILIES,
     compute_capability,
     family_of,

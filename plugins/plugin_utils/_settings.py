@@ -10,9 +10,9 @@ from __future__ import annotations
 import re
 
 from ansible_collections.gpufleet.deepep.plugins.module_utils._hca_mapping import HcaMappingError, parse_hca_mapping
-from ansible_collections.gpufleet.deepep.plugins.module_utils._thresholds import VerifyInputError, select_thresholds
+from ansible_collections.gpufleet.deepep.plugins.plugin_utils._thresholds import VerifyInputError, select_thresholds
 
-__all__ = ["FORMS", "SettingError", "check_setting", "check_settings"]
+__all__ = ["ARGUMENT_SPEC", "FORMS", "SettingError", "check_setting", "check_settings", "judge"]
 
 _DIGITS = re.compile(r"[0-9]+")
 _PERCENT = re.compile(r"([0-9]+(?:\.[0-9]+)?)%")
@@ -148,3 +148,27 @@ def check_settings(settings):
         except SettingError as exc:
             errors.append(str(exc))
     return checked, errors
+
+
+# The options of play_settings (modules/play_settings.py documents them), validated by its action.
+ARGUMENT_SPEC = dict(
+    settings=dict(type="list", elements="dict", required=True, options=dict(
+        name=dict(type="str", required=True),
+        value=dict(type="raw"),
+        form=dict(type="str", required=True, choices=sorted(FORMS)),
+        choices=dict(type="list", elements="raw"),
+        table=dict(type="dict"),
+        table_name=dict(type="str"),
+        family=dict(type="str"),
+    )),
+)
+
+
+def judge(settings):
+    """The module's result for ``settings``: ``{changed, settings}``, or ``{failed, msg, errors}``."""
+    checked, errors = check_settings(settings)
+    if errors:
+        return dict(failed=True, changed=False, errors=errors,
+                    msg="%d setting%s refused before any host runs: %s"
+                    % (len(errors), "" if len(errors) == 1 else "s", "; ".join(errors)))
+    return dict(changed=False, settings=checked)
