@@ -3,8 +3,9 @@
 
 """Filters of the fleet verification (roles verify_intranode and verify_internode).
 
-Each filter is documented in ``<filter name>.yml`` beside this file. The logic lives in
-``plugins/module_utils/_verify*.py``; the master address is checked here with netaddr, on the controller.
+Each filter is documented in ``<filter name>.yml`` beside this file. The logic lives in ``plugins/plugin_utils/_verify/``
+and ``_thresholds.py``; the master address is checked here with netaddr, on the controller. A run's judgement (its
+gate, the connectivity test) is ep_test's judge option (``_verify/judge.py``), not a filter.
 """
 
 from __future__ import annotations
@@ -16,10 +17,6 @@ from ansible_collections.gpufleet.deepep.plugins.plugin_utils._verify.plan impor
 from ansible_collections.gpufleet.deepep.plugins.plugin_utils._thresholds import (
     VerifyInputError,
     select_thresholds,
-)
-from ansible_collections.gpufleet.deepep.plugins.plugin_utils._verify.gate import (
-    connectivity,
-    gate,
 )
 from ansible_collections.gpufleet.deepep.plugins.plugin_utils._verify.backends import backend as _backend
 from ansible_collections.gpufleet.deepep.plugins.plugin_utils._verify.jit import jit_verdict
@@ -91,17 +88,6 @@ def verify_thresholds(table, profile=None, gpus=None, family=None):
     return _call("verify_thresholds", select_thresholds, table, profile, gpus, family=family)
 
 
-def verify_gate(parsed, thresholds, rc=0, timed_out=False, timeout_s=None, stage="test"):
-    """Hold a deepep_bandwidth result against thresholds; pass/fail with reasons and diagnosis."""
-    return _call("verify_gate", gate, parsed, thresholds, rc=rc, timed_out=timed_out, timeout_s=timeout_s,
-                 stage=stage)
-
-
-def verify_connectivity(output, rc=0, timed_out=False, timeout_s=None):
-    """Judge the quick connectivity test (runbook 000) on one node."""
-    return _call("verify_connectivity", connectivity, output, rc=rc, timed_out=timed_out, timeout_s=timeout_s)
-
-
 def verify_nic_traffic(before, after, min_bytes=1048576, rdma_gbps=None, mapping=None, mapping_supported=None):
     """Judge port_xmit_data of every ACTIVE NIC before and after an internode run."""
     return _call("verify_nic_traffic", nic_traffic, before, after, min_bytes=min_bytes, rdma_gbps=rdma_gbps,
@@ -147,8 +133,6 @@ class FilterModule:
             "verify_ranks": verify_ranks,
             "verify_master_address": verify_master_address,
             "verify_thresholds": verify_thresholds,
-            "verify_gate": verify_gate,
-            "verify_connectivity": verify_connectivity,
             "verify_nic_traffic": verify_nic_traffic,
             "verify_jit": verify_jit,
             "verify_summary": verify_summary,
