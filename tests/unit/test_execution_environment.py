@@ -93,6 +93,18 @@ def test_the_declarations_ship_in_the_collection_tarball(tarball, path):
     assert not ignored
 
 
+def test_the_tarball_holds_only_what_the_checkout_tracks(tarball):
+    """No local tool state in the tarball: the galaxy-importer's virtualenv (.venv-importer, made by the lint stage
+    while the unit stage builds this tarball) once rode along, 105 MB, and a build during its install failed the
+    install with a checksum mismatch. Every top-level entry of the tarball is one git tracks."""
+    tracked = subprocess.run(["git", "ls-files"], cwd=REPO, text=True, stdout=subprocess.PIPE, check=True,
+                             timeout=LIMIT).stdout.split()
+    tops = {name.split("/", 1)[0] for name in tracked} | {"MANIFEST.json", "FILES.json"}
+    with tarfile.open(tarball) as tar:
+        members = {member.name.split("/", 1)[0] for member in tar.getmembers()}
+    assert sorted(members - tops) == []
+
+
 def _requirements() -> dict:
     out = {}
     for line in (REPO / "requirements.txt").read_text().splitlines():
