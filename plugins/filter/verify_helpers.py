@@ -81,11 +81,12 @@ def verify_master_address(facts, address=None, interface=None, ansible_host=None
             "addresses": [str(ip) for ip in own]}
 
 
-def verify_thresholds(table, profile=None, gpus=None, family=None):
+def verify_thresholds(table, profile=None, gpus=None, family=None, scope=None):
     """The thresholds of a profile: exact name, then the GPU family it declares (``family``, gpufleet_gpu_family),
     then a family token of the name (b200, h200...); ``default`` only for the profile ``default`` or none, any other
-    profile refused; with ``gpus``, the gate measured for that GPU count where the entry has one (``by_gpus``)."""
-    return _call("verify_thresholds", select_thresholds, table, profile, gpus, family=family)
+    profile refused; with ``gpus``, the gate measured for that GPU count where the entry has one (``by_gpus``); with
+    ``scope``, ``table`` overrides the collection's gates of that scope."""
+    return _call("verify_thresholds", select_thresholds, table, profile, gpus, family=family, scope=scope)
 
 
 def verify_nic_traffic(before, after, min_bytes=1048576, rdma_gbps=None, mapping=None, mapping_supported=None):

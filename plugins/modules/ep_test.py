@@ -116,8 +116,8 @@ options:
     description:
       - How to judge the run; when given, RV(record) is the run's verification record (the parsed output, the gate,
         the thresholds and the transport verdict), which the verify roles' summary reads.
-      - Checked before the test starts; a profile with no gate of its own in O(judge.thresholds), a malformed transport
-        policy or a O(judge.record) field the judge writes itself fails the task before anything runs.
+      - Checked before the test starts; a profile with no gate of its own, a malformed transport policy or a
+        O(judge.record) field the judge writes itself fails the task before anything runs.
     type: dict
     suboptions:
       stage:
@@ -133,11 +133,15 @@ options:
         type: str
       thresholds:
         description:
-          - The verify role's table of gates (profile or GPU family -> {metric -> minimum GB/s or null, by_gpus}); required
-            for every stage but C(connectivity).
+          - The site's overrides of the collection's gates (profile or GPU family -> {metric -> minimum GB/s or null,
+            by_gpus}), the verify role's thresholds table; empty for the collection's own. The collection's gates are
+            those of the profile object (plugins/plugin_utils/_gpu_families.py) for the stage's scope (C(intranode);
+            C(internode) for C(internode) and C(sweep)); an entry given here replaces the collection's entry of its
+            name.
           - The entry is chosen by the exact O(judge.profile), then O(judge.family), then a family token of the profile's
-            name; a profile naming a family the table has no entry for is refused, never given the loose C(default).
+            name; a profile naming a family with no gate is refused by name, never given the loose C(default).
         type: dict
+        default: {}
       table_name:
         description: The table's variable, named in a refusal.
         type: str
@@ -250,7 +254,9 @@ record:
     - The run's verification record, when O(judge) is given and the test ran (not in check mode).
     - C(parsed) is C(gpufleet.deepep.deepep_bandwidth)'s result (empty for C(connectivity)), C(gate) the verdict
       (C(passed), C(status) pass/fail/timeout/error, C(checks), C(reasons), C(diagnosis)), C(thresholds) the gate
-      applied, C(transport) C(gpufleet.deepep.transport_verdict)'s result or null, C(log) the O(fetch_to) copy.
+      applied, C(gate_basis) what it rests on (C(matched) entry, C(shape), C(source) of its figures, and
+      C(provisional), why nobody measured it on this hardware or with this backend, null when measured),
+      C(transport) C(gpufleet.deepep.transport_verdict)'s result or null, C(log) the O(fetch_to) copy.
   returned: when judge is given and the test ran
   type: dict
   sample:
@@ -261,6 +267,7 @@ record:
     parsed: {generation: v1, test: intranode, complete: true, cases: {passed: 24, failed: 0}}
     gate: {passed: true, status: pass, checks: [], reasons: [], diagnosis: []}
     thresholds: {dispatch_bf16_nvl_gbps: 300, combine_nvl_gbps: 280}
+    gate_basis: {matched: h200, shape: measured, source: "measured here, DeepEP V1 567632d ...", provisional: null}
     transport: null
     log: /var/tmp/verify/node-1/intranode.log
 script:

@@ -68,6 +68,15 @@ options:
           - A declared family picks the table's entry after the exact profile name and before the family tokens of
             the name; a declared family the table has no entry for is refused naming it, as a profile naming it is.
         type: str
+      scope:
+        description:
+          - With O(settings[].form=profile), the gates' scope. Given, the table is the collection's own gates of that
+            scope (one entry per GPU family it has figures for, plugins/plugin_utils/_gpu_families.py) with
+            O(settings[].table) as the site's overrides (an entry replaces the collection's entry of its name); a
+            family the collection has no gate for is refused naming it and why. Not given, O(settings[].table)
+            alone is the table.
+        type: str
+        choices: [intranode, internode]
 notes:
   - Runs the same in check mode.
 """

@@ -1,19 +1,22 @@
 # Copyright: (c) 2026, gpufleet.deepep contributors
 # GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
 
-"""The GPU families a profile may name (``FAMILIES``: family -> CUDA compute capability), the notations the roles
-spell a capability in (``torch_arch``, ``cmake_arch``) and ``family_of``, the family token of a profile name.
+"""The GPU profile object: what the collection knows of each GPU family a profile may name, written once.
 
-The verify roles pick a bandwidth gate by a family token of the profile (``gcp_b200`` -> ``b200``). A profile that
-names a family its gate table has no entry for must be refused, not gated by the loose ``default`` entry: that
-needs to know which tokens are GPU families, so the families are written down here once, as data. The compute
-capability comes with each family because the build roles need it in two spellings: ``deepep_arch_list``,
-``nccl_cuda_arch_list`` and ``preflight_expected_cuda_arch`` take PyTorch's ``10.0``; ``nvshmem_cuda_arch`` takes
-CMake's ``100``. A profile declares its family once (``gpufleet_gpu_family``) and the roles' defaults derive those
-settings from it with the filter ``gpu_arch`` (plugins/filter/gpu_arch.py); the verify roles choose its gate by it.
+``SPECS`` holds each family's hardware (compute capability, NVLink generation and per-GPU bandwidth, GPUs per node and
+per NVLink domain, the host's CPU architecture); ``GATES`` its verification gates per scope (``intranode`` over
+NVLink, ``internode`` over RDMA), each with its source, the EP backends whose runs measured it (``measured_with``),
+and, for a gate nobody measured on that hardware, why it is ``provisional``; ``UNGATED`` the families the collection
+knows but has no figure for, with the reason (a profile of one is refused by name, never handed the loose
+``default`` gate). A group_vars profile declares its family once (``gpufleet_gpu_family``) with its versions and
+settings; the roles' defaults derive the arch settings from it (filter ``gpu_arch``: ``deepep_arch_list``,
+``nccl_cuda_arch_list`` and ``preflight_expected_cuda_arch`` take PyTorch's ``10.0``, ``nvshmem_cuda_arch`` CMake's
+``100``), and the verify roles' gates come from ``GATES`` (``_thresholds.select_thresholds`` with a scope), with
+the role's own table (``verify_intranode_thresholds``, empty by default) as the site's overrides. Adding a family is
+one entry in each table here; ``tests/unit/test_gpu_families.py`` refuses a family without a gate or a reason, a
+gate without a source, and a gate above its hardware's NVLink bandwidth.
 
-Shared by controller code (``_thresholds``, the verify filters) and node-side modules (``_settings``), so it lives
-in module_utils. Pure logic, standard library only.
+Read by controller code alone (``_thresholds``, the verify judge, the filters); pure logic, standard library only.
 """
 
 from __future__ import annotations
@@ -22,30 +25,134 @@ import re
 
 from ansible_collections.gpufleet.deepep.plugins.module_utils._arch import torch_to_cmake_arch
 
-__all__ = ["FAMILIES", "profile_tokens", "family_of", "compute_capability", "torch_arch", "cmake_arch"]
+__all__ = ["SPECS", "FAMILIES", "GATES", "UNGATED", "SCOPES", "profile_tokens", "family_of", "compute_capability",
+           "torch_arch", "cmake_arch", "gate_table"]
 
-# Family -> CUDA compute capability, in PyTorch's notation (major.minor). Sources:
-#   a100, a800 8.0; h100, h800, h200 9.0; b200, gb200 10.0; b300, gb300 10.3: the PCI device table of
-#   module_utils/_pci.py (GPU_DEVICE_IDS; a unit test holds the two tables together); B300/GB300 as SM 10.3 also in
-#   shared/reference/field-2026-11-29.md ("B300/GB300 are SM 10.3") and field-2026-11.md ("10.0/10.3 missing from the
-#   arch list"); a100 8.0, h100/h200 9.0, b200 10.0 as the example inventories built them (group_vars a100.yml,
-#   h100.yml, h200.yml, b200_*.yml spelt deepep_arch_list, nvshmem_cuda_arch and preflight_expected_cuda_arch
-#   until they declared gpufleet_gpu_family; tests/unit/test_gpu_arch.py holds the derived values to those).
-#   h20 9.0: a Hopper part (NVIDIA's CUDA GPU compute capability table); no capture of one here.
+# Family -> hardware. ``arch``: CUDA compute capability, PyTorch's notation. Sources: a100, a800 8.0; h100, h800,
+#   h200 9.0; b200, gb200 10.0; b300, gb300 10.3: the PCI device table of module_utils/_pci.py (GPU_DEVICE_IDS; a unit
+#   test holds the two tables together); B300/GB300 as SM 10.3 also in shared/reference/field-2026-11-29.md; h20 9.0:
+#   a Hopper part (NVIDIA's CUDA GPU compute capability table). ``nvlink_gbps``: the GPU's total NVLink bandwidth,
+#   both directions (NVIDIA's data sheets: A100 600 GB/s, NVLink 3, 12 links; A800 400, 8 links; H100/H200/H20 900,
+#   NVLink 4, 18 links; H800 400, 8 links; Blackwell 1,800, NVLink 5); DeepEP's own NVLink ceiling is 0.9 of the
+#   summed link speeds, so no gate may exceed it. ``gpus_per_node`` / ``nvlink_domain_gpus``: the scale-up shape
+#   (HGX boards: 8 GPUs, one NVLink domain per node; GB200/GB300 NVL72: 4 GPUs per compute tray, 18 trays, 72 GPUs in
+#   one NVLink domain across hosts: field-2026-11-29.md, "Platforms"). ``host_arch``: the CPU of the nodes (Grace is
+#   aarch64).
 # A family that shares a capability with another does not share its speed (the H800's and H20's NVLink is capped),
-# so each one is a family of its own, and a gate table must name it to gate it.
-FAMILIES = {
-    "a100": "8.0",
-    "a800": "8.0",
-    "h100": "9.0",
-    "h800": "9.0",
-    "h200": "9.0",
-    "h20": "9.0",
-    "b200": "10.0",
-    "gb200": "10.0",
-    "b300": "10.3",
-    "gb300": "10.3",
+# so each one is a family of its own, and gates name it to gate it.
+_HGX = {"gpus_per_node": 8, "nvlink_domain_gpus": 8, "host_arch": "x86_64"}
+_NVL72 = {"gpus_per_node": 4, "nvlink_domain_gpus": 72, "host_arch": "aarch64"}
+SPECS = {
+    "a100": dict(_HGX, arch="8.0", nvlink=3, nvlink_gbps=600),
+    "a800": dict(_HGX, arch="8.0", nvlink=3, nvlink_gbps=400),
+    "h100": dict(_HGX, arch="9.0", nvlink=4, nvlink_gbps=900),
+    "h800": dict(_HGX, arch="9.0", nvlink=4, nvlink_gbps=400),
+    "h200": dict(_HGX, arch="9.0", nvlink=4, nvlink_gbps=900),
+    "h20": dict(_HGX, arch="9.0", nvlink=4, nvlink_gbps=900),
+    "b200": dict(_HGX, arch="10.0", nvlink=5, nvlink_gbps=1800),
+    "gb200": dict(_NVL72, arch="10.0", nvlink=5, nvlink_gbps=1800),
+    "b300": dict(_HGX, arch="10.3", nvlink=5, nvlink_gbps=1800),
+    "gb300": dict(_NVL72, arch="10.3", nvlink=5, nvlink_gbps=1800),
 }
+
+# Family -> compute capability, the view the arch filters and the name rules read.
+FAMILIES = dict((name, spec["arch"]) for name, spec in SPECS.items())
+
+SCOPES = ("intranode", "internode")
+
+# Gates (GB/s, minimum; null: not gated) per scope and family, in the shape of a verify role's thresholds table.
+# Each gate is about 0.85-0.88 of the slowest figure of its source, so a healthy node passes and one running well under
+# its speed fails. ``measured_with``: the backends whose runs gave the figures; a run of another backend is judged by
+# the same gate and its record says the gate is provisional for it. ``provisional``: why nobody measured this gate on
+# this hardware (the record carries it). ``default`` gates only a profile that asks for it (``default``, or none).
+_B200_NVL = {"dispatch_bf16_nvl_gbps": 380, "dispatch_fp8_nvl_gbps": 260, "combine_nvl_gbps": 300}
+_NVLINK4 = {
+    "dispatch_bf16_nvl_gbps": 205, "dispatch_fp8_nvl_gbps": 190, "combine_nvl_gbps": 220,
+    "by_gpus": {2: {"dispatch_bf16_nvl_gbps": 300, "dispatch_fp8_nvl_gbps": 210, "combine_nvl_gbps": 250},
+                4: {"dispatch_bf16_nvl_gbps": 225, "dispatch_fp8_nvl_gbps": 220, "combine_nvl_gbps": 310}},
+    "measured_with": ["deepep_v1"],
+    "source": "measured here, DeepEP V1 567632d tests/test_intranode.py, collection builds (hand builds within "
+              "0.98-1.01): 2 GPUs (2 x H200, 2 x H100) BF16 327.3-340.6, FP8 236.0-247.8, combine 277.5-293.2 GB/s; "
+              "4 GPUs (4 x H100 258.3 / 253.9 / 354.9, 4 x H200 261.4 / 255.3 / 355.6): with more peers BF16 "
+              "dispatch falls about a fifth and combine rises about a quarter; other counts (8 GPUs: not measured "
+              "here) take the family gate, 0.8 of the slowest figure over the measured counts. V2 dd758ca's "
+              "tests/legacy/test_intranode.py measured the same on 4 x H200 (261.7 / 255.0 / 354.7); V2's own "
+              "intranode test (tests/elastic/test_ep.py) runs other kernels (the FP8 first case's scale-up GB/s) "
+              "and was printed, not gated, so the gate of a V2 run is provisional. "
+              "H100 and H200 share NVLink 4 (NV18, 900 GB/s) and the test is NVLink-bound: one gate",
+}
+_BLACKWELL_NVL_GUESS = ("NVLink 5 as the B200's (1,800 GB/s per GPU); no run on this hardware measured here, so the "
+                        "B200 gate until one is (DeepEP #630 reports V2's tests/elastic/test_ep.py EP8 at 732 / 741 "
+                        "GB/s on B300 against 726 / 740 on B200)")
+_B200_RDMA = {"dispatch_bf16_rdma_gbps": 45, "dispatch_fp8_rdma_gbps": 40, "combine_rdma_gbps": 45}
+_HOPPER_RDMA = {"dispatch_bf16_rdma_gbps": 35, "dispatch_fp8_rdma_gbps": 30, "combine_rdma_gbps": 35}
+_HOPPER_RDMA_WHY = ("no internode run on this family measured here (the lent GPU machines have no NIC); from DeepEP's "
+                    "published H800 + ConnectX-7 figures, RDMA-bound on the same 400 Gb/s NIC (EP16/32/64: 43-58 "
+                    "GB/s dispatch, 43-57 combine; V2 README SM90 CX7 EP8x2 90 / 81)")
+GATES = {
+    "intranode": {
+        "default": {"dispatch_bf16_nvl_gbps": 100, "dispatch_fp8_nvl_gbps": None, "combine_nvl_gbps": 100,
+                    "source": "a loose gate for a profile that asks for it (profile 'default'), no family's"},
+        "b200": dict(_B200_NVL, measured_with=["deepep_v1"],
+                     source="runbook 001, 8 x B200, DeepEP V1 (HEAD + PR #466): BF16 440-450, FP8 300-320, combine "
+                            "350-360 GB/s NVL"),
+        "b300": dict(_B200_NVL, source="the B200 gate", provisional=_BLACKWELL_NVL_GUESS),
+        "gb200": dict(_B200_NVL, source="the B200 gate", provisional=_BLACKWELL_NVL_GUESS + "; a compute tray has 4 "
+                      "GPUs, the B200 gate's figures are 8 GPUs'"),
+        "gb300": dict(_B200_NVL, source="the B200 gate", provisional=_BLACKWELL_NVL_GUESS + "; a compute tray has 4 "
+                      "GPUs, the B200 gate's figures are 8 GPUs'"),
+        "h200": _NVLINK4,
+        "h100": _NVLINK4,
+        "h800": {"dispatch_bf16_nvl_gbps": None, "dispatch_fp8_nvl_gbps": 130, "combine_nvl_gbps": 134,
+                 "measured_with": ["deepep_v1"],
+                 "source": "DeepEP docs/legacy.md (published), H800 EP8 intranode, NVLink capped near 160 GB/s: FP8 "
+                           "dispatch 153, BF16 combine 158 GB/s NVL (no BF16 dispatch figure)"},
+        "a100": {"dispatch_bf16_nvl_gbps": 80, "dispatch_fp8_nvl_gbps": None, "combine_nvl_gbps": 80,
+                 "source": "a loose gate for NVLink 3 (600 GB/s, two thirds of NVLink 4)",
+                 "provisional": "no A100 run measured here and no published DeepEP figure"},
+    },
+    "internode": {
+        "default": {"dispatch_bf16_rdma_gbps": 30, "dispatch_fp8_rdma_gbps": None, "combine_rdma_gbps": 30,
+                    "source": "a loose gate for a profile that asks for it (profile 'default'), well above the "
+                              "~6.5 GB/s of a GPU whose memory the NIC cannot map"},
+        "b200": dict(_B200_RDMA, measured_with=["deepep_v1"],
+                     source="runbook 001, B200 + RoCE, DeepEP V1 (HEAD + PR #466): 2 nodes RDMA BF16 81, FP8 70-71, "
+                            "combine 75 GB/s; 4 nodes 57-58 / 54 / 56-57"),
+        "b300": dict(_B200_RDMA, source="the B200 gate",
+                     provisional="no B300 run measured here; ConnectX-8 (800 Gb/s) against the B200's 400 Gb/s NICs, "
+                                 "so the B200 gate is a floor until one is"),
+        "gb200": dict(_B200_RDMA, source="the B200 gate",
+                      provisional="no GB200 run measured here; between NVLink domains over the same class of NIC as "
+                                  "the B200's, so the B200 gate until one is"),
+        "gb300": dict(_B200_RDMA, source="the B200 gate",
+                      provisional="no GB300 run measured here; ConnectX-8 between NVLink domains, the B200 gate as "
+                                  "a floor until one is"),
+        "h200": dict(_HOPPER_RDMA, source="DeepEP's published H800 + CX7 figures", provisional=_HOPPER_RDMA_WHY),
+        "h100": dict(_HOPPER_RDMA, source="DeepEP's published H800 + CX7 figures", provisional=_HOPPER_RDMA_WHY),
+        "h800": {"dispatch_bf16_rdma_gbps": None, "dispatch_fp8_rdma_gbps": 36, "combine_rdma_gbps": 36,
+                 "measured_with": ["deepep_v1"],
+                 "source": "DeepEP docs/legacy.md (published), H800 + CX7, EP16/32/64: FP8 dispatch 43 / 58 / 51, "
+                           "BF16 combine 43 / 57 / 50 GB/s RDMA"},
+        "a100": {"dispatch_bf16_rdma_gbps": 15, "dispatch_fp8_rdma_gbps": None, "combine_rdma_gbps": 15,
+                 "source": "a loose gate (A100 nodes carry 200 Gb/s NICs as a rule)",
+                 "provisional": "no A100 internode run measured here and no published DeepEP figure"},
+    },
+}
+
+# Families the collection knows and has no gate for: a profile of one is refused with this reason.
+UNGATED = {
+    "a800": "its NVLink is capped at 400 GB/s and neither a run here nor DeepEP publishes a figure for it",
+    "h20": "its compute is capped and neither a run here nor DeepEP publishes a figure for it",
+}
+
+
+def gate_table(scope):
+    """The collection's gates of ``scope`` (``intranode``, ``internode``) as a thresholds table: a copy, so a
+    caller's overrides never change them. ValueError naming the scopes for another one."""
+    if scope not in GATES:
+        raise ValueError("scope %r has no gates; expected one of %s" % (scope, ", ".join(SCOPES)))
+    return dict((name, dict(entry)) for name, entry in GATES[scope].items())
+
 
 # What separates the words of a profile name: gcp_b200, b200-cuda13, b200.site, "NVIDIA H200" (nvidia-smi's name).
 _SEPARATORS = re.compile(r"[_\-.\s]+")

@@ -26,9 +26,9 @@ FORMS = {
     "positive": "a whole number, 1 or more",
     "seconds": "a whole number of seconds, 1 or more",
     "choice": "one of the choices given",
-    "profile": "a profile name the thresholds table knows (its keys), a name with one of them as a '_'/'-' token "
-               "(gcp_b200 -> b200) or a profile whose declared GPU family (gpufleet_gpu_family) it knows, or "
-               "'default' for the table's loose default gate",
+    "profile": "a profile name the gates know (the thresholds table's keys, with a scope also the collection's "
+               "GPU families), a name with one of them as a '_'/'-' token (gcp_b200 -> b200) or a profile whose "
+               "declared GPU family (gpufleet_gpu_family) they know, or 'default' for the loose default gate",
     "hca_mapping": "'auto', '' (none) or gpu:hca:port[,gpu:hca:port...] with each GPU once, e.g. 0:mlx5_0:1,1:mlx5_1:1",
     "gid_index": "'auto', '' (none) or a whole number from 0 to 255",
     "env": "a mapping of shell variable names (letters, digits, _; not starting with a digit) to one-line values",
@@ -73,10 +73,11 @@ def _serial_item(name, value):
     return _number(name, value, "serial", 1)
 
 
-def check_setting(name, value, form, choices=None, table=None, table_name=None, family=None):
+def check_setting(name, value, form, choices=None, table=None, table_name=None, family=None, scope=None):
     """The value, normalised (numbers as int; a profile as the table key it takes), or SettingError. ``table_name``
     is the variable that holds ``table``, named in a profile's refusal; ``family`` the GPU family the profile
-    declares (gpufleet_gpu_family, empty for none), which picks its entry after the exact name."""
+    declares (gpufleet_gpu_family, empty for none), which picks its entry after the exact name; ``scope``
+    (intranode, internode) makes ``table`` the site's overrides of the collection's gates of that scope."""
     if form not in FORMS:
         raise SettingError("setting %s: form %r is unknown; expected one of %s" % (name, form, ", ".join(sorted(FORMS))))
     if form == "serial":
@@ -102,7 +103,7 @@ def check_setting(name, value, form, choices=None, table=None, table_name=None, 
         if value is not None and not isinstance(value, str):
             _fail(name, value, form, "not a string")
         try:
-            return select_thresholds(table, value, table_name=table_name, family=family)["matched"]
+            return select_thresholds(table, value, table_name=table_name, family=family, scope=scope)["matched"]
         except VerifyInputError as exc:
             raise SettingError("%s: %s" % (name, exc))
     if form == "hca_mapping":
@@ -132,7 +133,7 @@ def check_setting(name, value, form, choices=None, table=None, table_name=None, 
 
 
 def check_settings(settings):
-    """Check a list of {name, value, form[, choices][, table][, table_name][, family]}; returns (checked
+    """Check a list of {name, value, form[, choices][, table][, table_name][, family][, scope]}; returns (checked
     {name: value}, errors [str])."""
     if not isinstance(settings, list):
         return {}, ["settings must be a list of {name, value, form}, got %r" % (settings,)]
@@ -144,7 +145,8 @@ def check_settings(settings):
         try:
             checked[item["name"]] = check_setting(item["name"], item.get("value"), item["form"],
                                                   choices=item.get("choices"), table=item.get("table"),
-                                                  table_name=item.get("table_name"), family=item.get("family"))
+                                                  table_name=item.get("table_name"), family=item.get("family"),
+                                                  scope=item.get("scope"))
         except SettingError as exc:
             errors.append(str(exc))
     return checked, errors
@@ -160,6 +162,7 @@ ARGUMENT_SPEC = dict(
         table=dict(type="dict"),
         table_name=dict(type="str"),
         family=dict(type="str"),
+        scope=dict(type="str", choices=["intranode", "internode"]),
     )),
 )
 

@@ -13,8 +13,11 @@ from __future__ import annotations
 
 from ansible_collections.gpufleet.deepep.plugins.plugin_utils._gpu_families import (
     FAMILIES,
+    SCOPES,
+    UNGATED,
     compute_capability,
     family_of,
+    gate_table,
     profile_tokens,
 )
 
@@ -27,6 +30,11 @@ METRICS = {
     "combine_nvl_gbps": ("combine", "nvl_gbps"),
     "combine_rdma_gbps": ("combine", "rdma_gbps"),
 }
+
+
+# What an entry may carry beside its metrics: the gates per GPU count, and what the gate rests on (the collection's
+# own gates in _gpu_families.GATES carry them; a site's override may).
+META = ("by_gpus", "source", "measured_with", "provisional")
 
 
 class VerifyInputError(ValueError):
@@ -48,13 +56,30 @@ def _check_metrics(where, entry):
     for metric, value in entry.items():
         if metric not in METRICS:
             raise VerifyInputError("%s has unknown metric %r; expected some of %s"
-                                   % (where, metric, ", ".join(sorted(METRICS) + ["by_gpus"])))
+                                   % (where, metric, ", ".join(sorted(METRICS) + list(META))))
         if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0):
             raise VerifyInputError("%s[%r] must be a non-negative number of GB/s or null; got %r" % (where, metric, value))
 
 
-def select_thresholds(table, profile=None, gpus=None, table_name=None, family=None):
+def _check_meta(where, entry):
+    if entry.get("source") is not None and not isinstance(entry["source"], str):
+        raise VerifyInputError("%s.source must be text saying where the figures come from; got %r"
+                               % (where, entry["source"]))
+    if entry.get("provisional") is not None and not isinstance(entry["provisional"], str):
+        raise VerifyInputError("%s.provisional must be text saying why the gate is not measured; got %r"
+                               % (where, entry["provisional"]))
+    measured = entry.get("measured_with")
+    if measured is not None and (not isinstance(measured, list) or not all(isinstance(x, str) for x in measured)):
+        raise VerifyInputError("%s.measured_with must be a list of backend names (deepep_v1, deepep_v2); got %r"
+                               % (where, measured))
+
+
+def select_thresholds(table, profile=None, gpus=None, table_name=None, family=None, scope=None):
     """The thresholds of ``profile`` from ``table`` (profile -> {metric: min GB/s or null, by_gpus: {N: {...}}}).
+
+    With ``scope`` (``intranode``, ``internode``) the collection's own gates of that scope (``_gpu_families.GATES``,
+    the profile object's) are the table and ``table`` holds the site's overrides: an entry of it replaces the
+    collection's entry of the same name (or adds one). Without, ``table`` alone is the table.
 
     Exact name first; then ``family``, the GPU family the profile declares (``gpufleet_gpu_family``: ``b200``),
     when it declares one: the declaration says what the hardware is, so it wins over a family word the name happens
@@ -73,15 +98,24 @@ def select_thresholds(table, profile=None, gpus=None, table_name=None, family=No
     take part (on H100/H200 NV18 BF16 dispatch falls from about 330 GB/s on 2 GPUs to about 260 on 4, while combine
     rises from about 285 to 355), so an entry may carry ``by_gpus``: the gates measured for that GPU count, over the
     entry's own values; the entry's own values are the family gate for counts nobody measured.
-    Returns ``{profile, matched, thresholds, gpus, shape}``; ``shape`` says whether the gate was measured for ``gpus``
-    GPUs (``measured``), comes from the family's gate for other counts (``family``), or no count was given (``any``).
+    Returns ``{profile, matched, thresholds, gpus, shape, source, measured_with, provisional}``; ``shape`` says
+    whether the gate was measured for ``gpus`` GPUs (``measured``), comes from the family's gate for other counts
+    (``family``), or no count was given (``any``); the last three are the entry's own (None where it has none):
+    where its figures come from, the backends whose runs measured them, why nobody measured them on this hardware.
     """
-    if not isinstance(table, dict) or not table:
+    if scope is not None and scope not in SCOPES:
+        raise VerifyInputError("scope %r has no gates; expected one of %s" % (scope, ", ".join(SCOPES)))
+    if table is None and scope is not None:
+        table = {}
+    if not isinstance(table, dict) or not (table or scope):
         raise VerifyInputError("thresholds must be a mapping of profile name to {metric: GB/s}; got %r" % (table,))
+    if scope is not None:
+        table = dict(gate_table(scope), **dict((str(key), value) for key, value in table.items()))
     for name, entry in table.items():
         if not isinstance(entry, dict):
             raise VerifyInputError("thresholds[%r] must be a mapping of metric to GB/s; got %r" % (name, entry))
-        _check_metrics("thresholds[%r]" % name, dict((k, v) for k, v in entry.items() if k != "by_gpus"))
+        _check_metrics("thresholds[%r]" % name, dict((k, v) for k, v in entry.items() if k not in META))
+        _check_meta("thresholds[%r]" % name, entry)
         shapes = entry.get("by_gpus", {})
         if not isinstance(shapes, dict):
             raise VerifyInputError("thresholds[%r].by_gpus must be a mapping of GPU count to {metric: GB/s}; got %r"
@@ -103,22 +137,23 @@ def select_thresholds(table, profile=None, gpus=None, table_name=None, family=No
     elif family:
         matched = next((key for key in table if key != "default" and str(key).lower() == family), None)
         if matched is None:
-            raise VerifyInputError(_unmatched(table, profile, table_name or "the thresholds table", declared=family))
+            raise VerifyInputError(_unmatched(table, profile, table_name or "the thresholds table", declared=family,
+                                              scope=scope))
     elif profile:
         tokens = profile_tokens(profile)
         matched = next((key for key in table if key != "default" and str(key).lower() in tokens), None)
     if matched is None:
         if profile and profile != "default":
-            raise VerifyInputError(_unmatched(table, profile, table_name or "the thresholds table"))
+            raise VerifyInputError(_unmatched(table, profile, table_name or "the thresholds table", scope=scope))
         if "default" not in table:
             raise VerifyInputError("profile %r matches no entry of the thresholds table and it has no 'default' entry, "
                                    "so no gate would apply; expected one of the known profiles %s (or a name with one "
                                    "of them as a '_'/'-' token), or add a 'default' entry"
                                    % (profile, ", ".join(sorted(map(str, table)))))
         matched = "default"
-    thresholds = dict((k, v) for k, v in (table.get("default") or {}).items() if k != "by_gpus")
+    thresholds = dict((k, v) for k, v in (table.get("default") or {}).items() if k not in META)
     entry = table[matched]
-    thresholds.update((k, v) for k, v in entry.items() if k != "by_gpus")
+    thresholds.update((k, v) for k, v in entry.items() if k not in META)
     shape = "any"
     if count is not None:
         shape = "family"
@@ -126,19 +161,31 @@ def select_thresholds(table, profile=None, gpus=None, table_name=None, family=No
             if _gpu_count(key, "by_gpus") == count:
                 thresholds.update(values)
                 shape = "measured"
-    return {"profile": profile, "matched": matched, "thresholds": thresholds, "gpus": count, "shape": shape}
+    return {"profile": profile, "matched": matched, "thresholds": thresholds, "gpus": count, "shape": shape,
+            "source": entry.get("source"), "measured_with": entry.get("measured_with"),
+            "provisional": entry.get("provisional")}
 
 
-def _unmatched(table, profile, table_name, declared=None):
+def _unmatched(table, profile, table_name, declared=None, scope=None):
     """Why ``profile``, which no entry of ``table`` matches, is refused, and the fix, in words. ``declared`` is the
-    GPU family the profile declares (gpufleet_gpu_family), refused like a family its name carries."""
+    GPU family the profile declares (gpufleet_gpu_family), refused like a family its name carries; ``scope`` says
+    the table is the collection's gates of that scope with ``table_name`` as the site's overrides."""
     known = sorted(str(key) for key in table if key != "default")
     gated = ", ".join(known) or "no family"
     loose = ", ".join("%s >= %s" % (metric, value) for metric, value in sorted((table.get("default") or {}).items())
-                      if metric != "by_gpus" and value is not None) or "nothing gated"
+                      if metric not in META and value is not None) or "nothing gated"
     family = declared or family_of(profile)
     if family is not None:
         names = "declares (gpufleet_gpu_family)" if declared else "names"
+        if scope is not None:
+            why = UNGATED.get(family, "no gate was written for it")
+            return ("profile %r %s the GPU family %s (compute capability %s), and the collection has no %s gate for "
+                    "%s (%s; plugins/plugin_utils/_gpu_families.py gates %s) nor does %s give one; a named family "
+                    "never takes the loose 'default' gate (%s), which would pass %s nodes far below their speed. Add "
+                    "an entry for %s to %s with gates measured on %s nodes, or set the profile to 'default' to run "
+                    "under the loose gate knowingly"
+                    % (profile, names, family, compute_capability(family), scope, family, why, gated, table_name,
+                       loose, family, family, table_name, family))
         return ("profile %r %s the GPU family %s (compute capability %s), and %s has no %s entry (it gates %s); a "
                 "named family never takes the loose 'default' gate (%s), which would pass %s nodes far below their "
                 "speed. Add an entry for %s to %s with gates measured on %s nodes, or set the profile to 'default' "

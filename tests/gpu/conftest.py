@@ -93,15 +93,15 @@ def gpu_name() -> str:
 
 @pytest.fixture(scope="session")
 def intranode_thresholds(intranode_gpus) -> dict:
-    """The verify_intranode role's own gate for this node's GPU family and GPU count (its defaults, chosen as the role
-    does: the tests run over all local GPUs). A GPU whose family the table has no entry for (a B300) is refused, naming
-    the family, as the role refuses it: never held to the loose default gate."""
+    """The verify_intranode role's gate for this node's GPU family and GPU count (the profile object's intranode gate
+    with the role's overrides, chosen as the role does: the tests run over all local GPUs). A GPU whose family has no
+    gate (an H20) is refused, naming the family, as the role refuses it: never held to the loose default gate."""
     import yaml
     from ansible_collections.gpufleet.deepep.plugins.plugin_utils._thresholds import select_thresholds
 
     defaults = yaml.safe_load((REPO / "roles" / "verify_intranode" / "defaults" / "main.yml").read_text())
     chosen = select_thresholds(defaults["verify_intranode_thresholds"], profile=gpu_name(), gpus=intranode_gpus,
-                               table_name="verify_intranode_thresholds")
+                               table_name="verify_intranode_thresholds", scope="intranode")
     print(f"\nverify_intranode gate for {chosen['profile']!r} on {intranode_gpus} GPUs: {chosen['matched']} "
           f"({chosen['shape']}) {chosen['thresholds']}",
           file=sys.stderr)

@@ -12,7 +12,7 @@ from ansible.errors import AnsibleActionFail
 
 from ansible_collections.gpufleet.deepep.plugins.plugin_utils._verify import backends
 from ansible_collections.gpufleet.deepep.plugins.plugin_utils._verify import judge as j
-from ansible_collections.gpufleet.deepep.plugins.plugin_utils._verify.summary import summarize
+from ansible_collections.gpufleet.deepep.plugins.plugin_utils._verify.summary import render_markdown, summarize
 from ansible_collections.gpufleet.deepep.plugins.plugin_utils._verify.transport import select_transport_policy
 
 from test_ep_test import BASE, _node, _simulated
@@ -42,7 +42,20 @@ def test_the_measured_h200_run_passes_the_gate_measured_for_two_gpus():
     # the by_gpus[2] gate, not the family's
     assert record["thresholds"] == {"dispatch_bf16_nvl_gbps": 300, "dispatch_fp8_nvl_gbps": 210, "combine_nvl_gbps": 250}
     assert record["parsed"]["dispatch"]["bf16"]["nvl_gbps"] == 340.61 and record["transport"] is None
+    # measured with V1 on this hardware and GPU count: the gate is no guess
+    assert record["gate_basis"]["matched"] == "h200" and record["gate_basis"]["shape"] == "measured"
+    assert record["gate_basis"]["provisional"] is None and "2 x H200" in record["gate_basis"]["source"]
     assert summarize([record])["passed"]
+
+
+def test_a_v2_run_on_a_gate_only_v1_runs_measured_says_its_gate_is_provisional():
+    record = j.judge(_spec(), H200_V1_2GPU, 0, False, 900, "tests/elastic/test_ep.py", host="n1", generation="v2")
+    assert record["gate_basis"]["provisional"] == ("the figures were measured with DeepEP V1; no DeepEP V2 run "
+                                                   "measured them")
+    b300 = j.judge(_spec(profile="gcp_b300", gpus=8), H200_V1_2GPU, 0, False, 900, "tests/test_intranode.py",
+                   host="n1", generation="v1")
+    assert b300["gate_basis"]["matched"] == "b300" and "NVLink 5 as the B200's" in b300["gate_basis"]["provisional"]
+    assert not b300["gate"]["passed"]  # 340 GB/s of NVLink 4 is under the NVLink 5 gate
 
 
 def test_the_same_run_on_a_b200_node_fails_its_gate_with_the_figure_named():
@@ -58,12 +71,16 @@ def test_a_run_that_did_not_finish_is_gated_as_timed_out_with_its_bound():
 
 
 @pytest.mark.parametrize("profile,family,named", [
-    ("gcp_b300", None, "b300"), ("gb200_nvl72", None, "gb200"), ("site_a", "b300", "b300"), ("mycluster", None, "mycluster"),
+    ("gcp_h20", None, "the collection has no intranode gate for h20"), ("site_a", "a800", "no intranode gate for a800"),
+    ("mycluster", None, "mycluster"),
 ])
 def test_a_profile_without_a_gate_of_its_own_is_refused_before_anything_is_judged(profile, family, named):
     with pytest.raises(j.JudgeError, match="verify_intranode_thresholds") as caught:
         j.check(_spec(profile=profile, family=family))
     assert named in str(caught.value)
+    # the site's own entry for the family gates it
+    own = {(family or profile.split("_")[-1]): {"combine_nvl_gbps": 90}}
+    assert j.check(_spec(profile=profile, family=family, thresholds=own))["thresholds"]["combine_nvl_gbps"] == 90
 
 
 def test_a_transport_policy_is_held_against_what_the_run_brought_up():
@@ -111,7 +128,7 @@ def test_connectivity_is_judged_by_its_ranks_lines_without_a_table():
 
 @pytest.mark.parametrize("changes,named", [
     ({"record": {"gate": {"passed": True}}}, "judge.record sets gate"),
-    ({"thresholds": None}, "judge.thresholds is empty for the intranode stage"),
+    ({"thresholds": {"h200": {"combine_nvl_gbps": 1, "provisional": 1}}}, r"thresholds\['h200'\].provisional must be text"),
     ({"transport_policy": {"allow_pathz": ["p2p"]}}, "judge.transport_policy: .*allow_pathz"),
     ({"thresholds": {"h200": {"dispatch_bf16_nvl_gbs": 300}}}, "unknown metric 'dispatch_bf16_nvl_gbs'"),
 ])
@@ -150,8 +167,8 @@ def test_ep_test_refuses_a_bad_judge_option_before_it_starts_the_test():
         sent.append(command)
         return "started 4242\n"
 
-    with pytest.raises(AnsibleActionFail, match="ep_test: judge: profile 'gcp_b300' names the GPU family b300"):
-        _simulated(dict(BASE, judge=dict(JUDGE, profile="gcp_b300")), node)
+    with pytest.raises(AnsibleActionFail, match="ep_test: judge: profile 'gcp_h20' names the GPU family h20"):
+        _simulated(dict(BASE, judge=dict(JUDGE, profile="gcp_h20")), node)
     with pytest.raises(AnsibleActionFail, match="stage"):
         _simulated(dict(BASE, judge=dict(JUDGE, stage="nope")), node)
     with pytest.raises(AnsibleActionFail, match="judge.record sets stage"):
@@ -184,3 +201,16 @@ def test_the_ep_backend_filter_gives_the_descriptor_and_names_an_unknown_backend
     with pytest.raises(AnsibleFilterError, match="ep_backend: backend 'nccl_ep' is not one the collection runs; "
                                                  "expected one of deepep_v1, deepep_v2, v1, v2"):
         ep_backend("nccl_ep")
+
+
+def test_the_summary_names_a_provisional_gate_and_the_runs_it_judged():
+    measured = j.judge(_spec(), H200_V1_2GPU, 0, False, 900, "tests/test_intranode.py", host="n1", generation="v1")
+    guessed = j.judge(_spec(profile="gcp_b300", gpus=8), H200_V1_2GPU, 0, False, 900, "tests/test_intranode.py",
+                      host="n2", generation="v1")
+    summary = summarize([measured, guessed])
+    assert "gate_provisional" not in summary["rows"][0]
+    assert summary["rows"][1]["gate_provisional"].startswith("b300: NVLink 5 as the B200's")
+    text = render_markdown(summary)
+    section = text.split("## Provisional gates (nobody measured them on this hardware or backend)\n\n", 1)[1]
+    assert section.startswith("- b300: NVLink 5 as the B200's") and "(n2)" in section.split("\n")[0], text
+    assert "## Provisional gates" not in render_markdown(summarize([measured]))

@@ -215,7 +215,9 @@ def test_the_derived_arch_is_what_each_profile_spelt_before(inventory, profile):
 
 # ------------------------------------------------------------------------------------------ the gate by the family
 def _tables():
-    return [(role + "_thresholds", _defaults(role)[role + "_thresholds"])
+    """(the role's thresholds variable, the table its gate is chosen from: the profile object's gates of the role's
+    scope with the role's overrides over them, as select_thresholds(..., scope=) builds it)."""
+    return [(role + "_thresholds", dict(gf.gate_table(role.split("_")[1]), **_defaults(role)[role + "_thresholds"]))
             for role in ("verify_intranode", "verify_internode")]
 
 
@@ -244,14 +246,15 @@ def test_the_gate_of_a_declared_family_keeps_its_gpu_count_shape():
         _thresholds.select_thresholds(table, "h100", gpus=4)["thresholds"]
 
 
-@pytest.mark.parametrize("family", ["b300", "gb200", "h800"])
+@pytest.mark.parametrize("family", ["a800", "h20"])
 def test_a_declared_family_without_a_gate_is_refused_as_a_profile_naming_it_is(family):
     for name, table in _tables():
         with pytest.raises(_thresholds.VerifyInputError) as info:
             _thresholds.select_thresholds(table, "mycluster", table_name=name, family=family)
         message = str(info.value)
         assert message.startswith("profile 'mycluster' declares (gpufleet_gpu_family) the GPU family %s (compute "
-                                  "capability %s), and %s has no %s entry (it gates a100, b200, h100, h200)"
+                                  "capability %s), and %s has no %s entry (it gates a100, b200, b300, gb200, gb300, "
+                                  "h100, h200, h800)"
                                   % (family, gf.FAMILIES[family], name, family)), message
         # the same refusal, word for word after the subject, as a profile whose name carries that family
         named = str(pytest.raises(_thresholds.VerifyInputError, _thresholds.select_thresholds, table, "site_" + family,
@@ -259,8 +262,12 @@ def test_a_declared_family_without_a_gate_is_refused_as_a_profile_naming_it_is(f
         assert message.split(" the GPU family ", 1)[1] == named.split(" the GPU family ", 1)[1]
         assert "Add an entry for %s to %s" % (family, name) in message and "set the profile to 'default'" in message
     # a name carrying a gated family does not rescue a declared family without a gate
-    with pytest.raises(_thresholds.VerifyInputError, match="declares .* the GPU family b300"):
-        _thresholds.select_thresholds(_tables()[0][1], "b200_lab", family="b300")
+    with pytest.raises(_thresholds.VerifyInputError, match="declares .* the GPU family h20"):
+        _thresholds.select_thresholds(_tables()[0][1], "b200_lab", family="h20")
+    # through the scope, the refusal says why the collection has no gate for it
+    with pytest.raises(_thresholds.VerifyInputError, match="the collection has no intranode gate for %s \\(%s"
+                       % (family, re.escape(gf.UNGATED[family]))):
+        _thresholds.select_thresholds({}, "mycluster", family=family, scope="intranode")
 
 
 @pytest.mark.parametrize("family", ["b400", "B200", 100, ["b200"]])
@@ -279,13 +286,19 @@ def test_the_check_before_any_host_runs_takes_the_family():
         {"changed": False, "settings": {"verify_intranode_profile": "h200"}}
     assert _settings.judge([dict(item, value="gcp_b200", family="")]) == \
         {"changed": False, "settings": {"verify_intranode_profile": "b200"}}
-    refused = _settings.judge([dict(item, value="mycluster", family="b300")])
+    refused = _settings.judge([dict(item, value="mycluster", family="a800")])
     assert refused["failed"] is True and refused["msg"].startswith(
         "1 setting refused before any host runs: verify_intranode_profile: profile 'mycluster' declares "
-        "(gpufleet_gpu_family) the GPU family b300"), refused["msg"]
+        "(gpufleet_gpu_family) the GPU family a800"), refused["msg"]
+    # as the verify roles call it: the role's overrides (none) over the collection's gates of the scope
+    scoped = dict(item, table={}, scope="intranode")
+    assert _settings.judge([dict(scoped, value="site", family="b300")]) == \
+        {"changed": False, "settings": {"verify_intranode_profile": "b300"}}
+    refused = _settings.judge([dict(scoped, value="site", family="h20")])
+    assert "the collection has no intranode gate for h20" in refused["msg"], refused
     assert "family" in _settings.ARGUMENT_SPEC["settings"]["options"]
     options = yaml.safe_load(play_settings.DOCUMENTATION)["options"]["settings"]["suboptions"]
-    assert options["family"]["type"] == "str"
+    assert options["family"]["type"] == "str" and options["scope"]["choices"] == ["intranode", "internode"]
     assert sorted(options) == sorted(_settings.ARGUMENT_SPEC["settings"]["options"])
 
 

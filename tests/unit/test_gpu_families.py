@@ -1,8 +1,9 @@
 # Copyright: (c) 2026, gpufleet.deepep contributors
 # GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
-"""Unit tests of the GPU family registry (plugins/plugin_utils/_gpu_families.py): the families, the token a profile
-names one by, and the arch notations the roles spell a family's compute capability in. Which families the verify
-roles' gate tables gate is tests/unit/test_verify.py's (test_every_gpu_family_is_gated_by_both_role_tables_...); the
+"""Unit tests of the GPU profile object (plugins/plugin_utils/_gpu_families.py): the families and their hardware, the
+token a profile names one by, the arch notations the roles spell a family's compute capability in, and the gates
+every family carries (or the reason it has none). How a profile's gate is chosen is tests/unit/test_verify.py's
+(test_every_gpu_family_is_gated_in_both_scopes_or_refused_in_both); the
 family a profile declares (gpufleet_gpu_family) and the arch settings the roles derive from it, tests/unit/
 test_gpu_arch.py's."""
 
@@ -11,6 +12,8 @@ from __future__ import annotations
 import pytest
 
 from ansible_collections.gpufleet.deepep.plugins.plugin_utils import _gpu_families as gf
+from ansible_collections.gpufleet.deepep.plugins.plugin_utils._thresholds import META, METRICS
+from ansible_collections.gpufleet.deepep.plugins.plugin_utils._verify.backends import BACKENDS
 from ansible_collections.gpufleet.deepep.plugins.module_utils._pci import GPU_DEVICE_IDS
 
 
@@ -64,3 +67,74 @@ def test_the_registry_agrees_with_the_pci_device_table():
             assert capability == gf.FAMILIES[family], (name, capability, family)
             seen.add(family)
     assert set(gf.FAMILIES) - seen == {"h20"}
+
+
+# ------------------------------------------------------------------------------------------ the profile object
+def test_every_family_declares_its_whole_hardware_once():
+    keys = {"arch", "nvlink", "nvlink_gbps", "gpus_per_node", "nvlink_domain_gpus", "host_arch"}
+    for family, spec in gf.SPECS.items():
+        assert set(spec) == keys, family
+        assert spec["host_arch"] in ("x86_64", "aarch64") and spec["nvlink"] in (3, 4, 5), family
+        assert spec["gpus_per_node"] <= spec["nvlink_domain_gpus"], family
+    # the NVL72 racks: 4 GPUs per Grace tray, 72 in one NVLink domain across 18 trays
+    for family in ("gb200", "gb300"):
+        assert (gf.SPECS[family]["gpus_per_node"], gf.SPECS[family]["nvlink_domain_gpus"],
+                gf.SPECS[family]["host_arch"]) == (4, 72, "aarch64")
+        assert gf.SPECS[family]["nvlink_domain_gpus"] // gf.SPECS[family]["gpus_per_node"] == 18
+
+
+def test_every_family_has_a_gate_in_every_scope_or_a_reason_for_none():
+    """A family added to SPECS without a gate fails here, not silently in the field under the loose default."""
+    for scope in gf.SCOPES:
+        gated = set(gf.GATES[scope]) - {"default"}
+        assert gated | set(gf.UNGATED) == set(gf.FAMILIES), scope
+        assert not gated & set(gf.UNGATED), scope
+    assert all(isinstance(reason, str) and len(reason) > 20 for reason in gf.UNGATED.values())
+
+
+@pytest.mark.parametrize("scope", ["intranode", "internode"])
+def test_every_gate_says_where_it_comes_from_and_what_it_rests_on(scope):
+    link = "nvl" if scope == "intranode" else "rdma"
+    for family, entry in gf.GATES[scope].items():
+        assert isinstance(entry.get("source"), str) and entry["source"], (scope, family)
+        metrics = dict((key, value) for key, value in entry.items() if key not in META)
+        assert metrics and all(key in METRICS and key.endswith(link + "_gbps") for key in metrics), (scope, family)
+        assert any(value for value in metrics.values()), (scope, family)
+        if family == "default":
+            continue
+        # measured by a backend's runs, or provisional with the reason: never both, never neither
+        assert bool(entry.get("measured_with")) != bool(entry.get("provisional")), (scope, family)
+        assert set(entry.get("measured_with") or []) <= set(BACKENDS), (scope, family)
+
+
+def test_no_nvlink_gate_exceeds_what_the_hardware_can_carry():
+    """DeepEP's own NVLink ceiling is 0.9 of the summed link speeds (field-2026-11.md); a gate above it is a typo
+    (an RDMA figure in an NVLink field, a B200 gate on an H800)."""
+    for family, entry in gf.GATES["intranode"].items():
+        if family == "default":
+            continue
+        ceiling = 0.9 * gf.SPECS[family]["nvlink_gbps"]
+        values = [value for key, value in entry.items() if key not in META and value] + \
+            [value for shape in (entry.get("by_gpus") or {}).values() for value in shape.values() if value]
+        assert values and max(values) < ceiling, (family, max(values), ceiling)
+
+
+def test_a_provisional_gate_borrows_from_a_family_of_the_same_nvlink():
+    """b300, gb200 and gb300 take the B200 gate (NVLink 5), never the loose default: the failure the shape issue
+    measured (a B300 at a quarter of its NVLink speed passed at 100 GB/s)."""
+    for family in ("b300", "gb200", "gb300"):
+        for scope in gf.SCOPES:
+            entry, b200 = gf.GATES[scope][family], gf.GATES[scope]["b200"]
+            assert gf.SPECS[family]["nvlink"] == gf.SPECS["b200"]["nvlink"]
+            assert dict((k, v) for k, v in entry.items() if k not in META) == \
+                dict((k, v) for k, v in b200.items() if k not in META), (scope, family)
+            assert entry["provisional"] and entry["source"] == "the B200 gate", (scope, family)
+
+
+def test_gate_table_is_a_copy():
+    table = gf.gate_table("intranode")
+    table["b200"]["combine_nvl_gbps"] = 1
+    table["x"] = {}
+    assert gf.GATES["intranode"]["b200"]["combine_nvl_gbps"] == 300 and "x" not in gf.GATES["intranode"]
+    with pytest.raises(ValueError, match="scope 'low_latency' has no gates; expected one of intranode, internode"):
+        gf.gate_table("low_latency")

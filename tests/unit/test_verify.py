@@ -382,10 +382,10 @@ def test_the_role_gate_holds_for_the_4_gpu_runs_the_2_gpu_gate_failed(capture, f
     table = defaults["verify_intranode_thresholds"]
     count, parsed = _suite_figures(FIXTURES / "captured" / capture)
     assert count == 4
-    chosen = _thresholds.select_thresholds(table, family, gpus=count)
-    assert chosen["shape"] == "measured"
+    chosen = _thresholds.select_thresholds(table, family, gpus=count, scope="intranode")
+    assert chosen["shape"] == "measured" and chosen["measured_with"] == ["deepep_v1"] and not chosen["provisional"]
     assert _verify_gate.gate(parsed, chosen["thresholds"])["passed"]
-    two = _thresholds.select_thresholds(table, family, gpus=2)["thresholds"]
+    two = _thresholds.select_thresholds(table, family, gpus=2, scope="intranode")["thresholds"]
     failed = _verify_gate.gate(parsed, two)
     assert not failed["passed"] and len(failed["reasons"]) == 1 and "dispatch_bf16_nvl_gbps" in failed["reasons"][0]
     # A 4-GPU node a tenth under its measured BF16 dispatch fails on exactly that figure.
@@ -406,7 +406,7 @@ def test_v2_legacy_on_4_h100_passes_the_4_gpu_gate_beside_v1():
     assert v2["generation"] == "v2" and v2["complete"] and v2["cases"] == {"passed": 24, "failed": 0}
     assert (v2["dispatch"]["bf16"]["nvl_gbps"], v2["dispatch"]["fp8"]["nvl_gbps"], v2["combine"]["nvl_gbps"]) == \
         (260.17, 253.55, 352.85)
-    chosen = _thresholds.select_thresholds(table, "h100", gpus=4)
+    chosen = _thresholds.select_thresholds(table, "h100", gpus=4, scope="intranode")
     assert chosen["shape"] == "measured" and _verify_gate.gate(v2, chosen["thresholds"])["passed"]
     count, v1 = _suite_figures(FIXTURES / "captured" / "h100x4" / "gpu_suite_v1_pytest.txt")
     assert count == 4
@@ -420,7 +420,7 @@ def test_v2_legacy_on_4_h100_passes_the_4_gpu_gate_beside_v1():
 def test_the_2_gpu_capture_passes_its_measured_gate():
     import yaml
     defaults = yaml.safe_load((REPO / "roles" / "verify_intranode" / "defaults" / "main.yml").read_text())
-    chosen = _thresholds.select_thresholds(defaults["verify_intranode_thresholds"], "h200", gpus=2)
+    chosen = _thresholds.select_thresholds(defaults["verify_intranode_thresholds"], "h200", gpus=2, scope="intranode")
     assert chosen["shape"] == "measured" and chosen["thresholds"]["dispatch_bf16_nvl_gbps"] == 300
     assert _verify_gate.gate(_captured_intranode(), chosen["thresholds"])["passed"]
 
@@ -468,9 +468,11 @@ def test_records_of_the_documented_shapes_still_summarize():
 
 # ------------------------------------------------------------------------------------------ profiles without a gate
 def _role_tables():
+    """(the role's thresholds variable, its default overrides, the scope of the collection's gates it overrides)."""
     import yaml
     return [(role + "_thresholds",
-             yaml.safe_load((REPO / "roles" / role / "defaults" / "main.yml").read_text())[role + "_thresholds"])
+             yaml.safe_load((REPO / "roles" / role / "defaults" / "main.yml").read_text())[role + "_thresholds"],
+             role.split("_")[1])
             for role in ("verify_intranode", "verify_internode")]
 
 
@@ -478,25 +480,44 @@ def _role_tables():
                                             ("gb300", "gb300"), ("GB300-NVL72", "gb300"), ("a100", "a100")])
 def test_a_profile_naming_a_family_without_an_entry_is_refused_naming_the_family_and_the_table(profile, family):
     """Before: the loose default gate (100 GB/s NVL, no FP8 gate) with a warning, so a B300 or GB200 node at a
-    quarter of its NVLink speed passed. A named family now never takes 'default'. ('a100' against TABLE, which has no
-    a100 entry; the real tables below gate it.)"""
-    tables = [("verify_intranode_thresholds", dict(TABLE))] + \
-        ([] if family == "a100" else _role_tables())
-    for name, table in tables:
-        with pytest.raises(_thresholds.VerifyInputError) as info:
-            _thresholds.select_thresholds(table, profile, gpus=8, table_name=name)
-        message = str(info.value)
-        assert message.startswith("profile %r names the GPU family %s (compute capability %s)"
-                                  % (profile, family, _gpu_families.FAMILIES[family])), message
-        assert "%s has no %s entry (it gates %s)" % (name, family, ", ".join(sorted(set(table) - {"default"}))) \
-            in message, message
-        assert "Add an entry for %s to %s" % (family, name) in message and "set the profile to 'default'" in message
-        # without a table name, the refusal still says which table it means
-        with pytest.raises(_thresholds.VerifyInputError, match="Add an entry for %s to the thresholds table" % family):
-            _thresholds.select_thresholds(table, profile)
+    quarter of its NVLink speed passed. A named family never takes 'default': against a table of its own that lacks
+    it (TABLE, no scope) it is refused naming the table."""
+    name, table = "verify_intranode_thresholds", dict(TABLE)
+    with pytest.raises(_thresholds.VerifyInputError) as info:
+        _thresholds.select_thresholds(table, profile, gpus=8, table_name=name)
+    message = str(info.value)
+    assert message.startswith("profile %r names the GPU family %s (compute capability %s)"
+                              % (profile, family, _gpu_families.FAMILIES[family])), message
+    assert "%s has no %s entry (it gates %s)" % (name, family, ", ".join(sorted(set(table) - {"default"}))) \
+        in message, message
+    assert "Add an entry for %s to %s" % (family, name) in message and "set the profile to 'default'" in message
+    # without a table name, the refusal still says which table it means
+    with pytest.raises(_thresholds.VerifyInputError, match="Add an entry for %s to the thresholds table" % family):
+        _thresholds.select_thresholds(table, profile)
     with pytest.raises(AnsibleFilterError, match="verify_thresholds: profile %r names the GPU family %s"
                        % (profile, family)):
         vf.verify_thresholds(TABLE, profile)
+
+
+@pytest.mark.parametrize("profile,family", [("h20_site", None), ("mycluster", "a800"), ("a800-lab", None)])
+def test_a_family_the_profile_object_has_no_gate_for_is_refused_with_the_reason(profile, family):
+    """The profile object knows the A800 and the H20 and has no figure for either: a profile of one is refused by
+    name, in both scopes, with the reason and the fix, never handed the loose default gate; the site's own entry
+    for the family (the role's table) gates it."""
+    fam = family or _gpu_families.family_of(profile)
+    for name, table, scope in _role_tables():
+        with pytest.raises(_thresholds.VerifyInputError) as info:
+            _thresholds.select_thresholds(table, profile, family=family, table_name=name, scope=scope)
+        message = str(info.value)
+        assert "the GPU family %s (compute capability %s), and the collection has no %s gate for %s (%s;" \
+            % (fam, _gpu_families.FAMILIES[fam], scope, fam, _gpu_families.UNGATED[fam]) in message, message
+        assert "nor does %s give one" % name in message and "Add an entry for %s to %s" % (fam, name) in message
+        with pytest.raises(AnsibleFilterError, match="the collection has no %s gate for %s" % (scope, fam)):
+            vf.verify_thresholds({}, profile, family=family, scope=scope)
+        own = {fam: {"combine_nvl_gbps": 90, "source": "site acceptance run"}}
+        chosen = _thresholds.select_thresholds(own, profile, family=family, scope=scope)
+        assert chosen["matched"] == fam and chosen["thresholds"]["combine_nvl_gbps"] == 90
+        assert chosen["source"] == "site acceptance run" and chosen["provisional"] is None
 
 
 def test_a_profile_naming_no_family_is_refused_instead_of_taking_the_default_gate():
@@ -513,52 +534,95 @@ def test_a_profile_naming_no_family_is_refused_instead_of_taking_the_default_gat
     assert "(<family>_<site>, e.g. h200_mycluster), or set it to 'default' to accept that gate" in message, message
     with pytest.raises(AnsibleFilterError, match="verify_thresholds: profile 'mycluster' matches no entry"):
         vf.verify_thresholds(TABLE, "mycluster")
+    for name, table, scope in _role_tables():
+        with pytest.raises(_thresholds.VerifyInputError, match="profile 'mycluster' matches no entry of %s" % name):
+            _thresholds.select_thresholds(table, "mycluster", table_name=name, scope=scope)
     for profile in ("gcp_b200", "h200", "default", None, ""):
         keys = set(_thresholds.select_thresholds(TABLE, profile))
-        assert keys == {"profile", "matched", "thresholds", "gpus", "shape"}, profile
+        assert keys == {"profile", "matched", "thresholds", "gpus", "shape", "source", "measured_with",
+                        "provisional"}, profile
 
 
 def test_default_still_gives_the_loose_gate_of_both_roles():
     """Asked for by name (or left empty), 'default' is the loose gate, as before, and no error."""
-    loose = {"verify_intranode_thresholds": {"dispatch_bf16_nvl_gbps": 100, "dispatch_fp8_nvl_gbps": None,
-                                             "combine_nvl_gbps": 100},
-             "verify_internode_thresholds": {"dispatch_bf16_rdma_gbps": 30, "dispatch_fp8_rdma_gbps": None,
-                                             "combine_rdma_gbps": 30}}
-    for name, table in _role_tables():
+    loose = {"intranode": {"dispatch_bf16_nvl_gbps": 100, "dispatch_fp8_nvl_gbps": None, "combine_nvl_gbps": 100},
+             "internode": {"dispatch_bf16_rdma_gbps": 30, "dispatch_fp8_rdma_gbps": None, "combine_rdma_gbps": 30}}
+    for name, table, scope in _role_tables():
         for profile in ("default", "", None):
-            chosen = _thresholds.select_thresholds(table, profile, gpus=4, table_name=name)
-            assert chosen["matched"] == "default" and chosen["thresholds"] == loose[name], (name, profile)
+            chosen = _thresholds.select_thresholds(table, profile, gpus=4, table_name=name, scope=scope)
+            assert chosen["matched"] == "default" and chosen["thresholds"] == loose[scope], (name, profile)
     # a table without 'default' has nothing to give even to the profile that asks for it
     with pytest.raises(_thresholds.VerifyInputError, match="it has no 'default' entry"):
         _thresholds.select_thresholds({"b200": {}}, "default")
 
 
-# Which families of the registry (plugin_utils/_gpu_families.py) the roles' gate tables gate, and which they refuse.
-# A family added to the registry, or an entry added to one table only, fails the test below until it is listed here.
-GATED_FAMILIES = {"a100", "b200", "h100", "h200"}
-REFUSED_FAMILIES = {"a800", "h800", "h20", "gb200", "b300", "gb300"}
+def test_the_roles_tables_are_overrides_of_the_profile_objects_gates():
+    """The roles ship no gates of their own (an empty table each); the site's entry replaces the collection's entry of
+    its name in that scope only, and the collection's tables are never changed by it."""
+    before = copy.deepcopy(_gpu_families.GATES)
+    for name, table, scope in _role_tables():
+        assert table == {}, name
+        own = {"b200": {"dispatch_bf16_nvl_gbps": 1, "combine_nvl_gbps": 1, "combine_rdma_gbps": 1}}
+        chosen = _thresholds.select_thresholds(own, "gcp_b200", scope=scope)
+        assert chosen["matched"] == "b200" and chosen["measured_with"] is None and chosen["source"] is None
+        assert chosen["thresholds"]["combine_%s_gbps" % ("nvl" if scope == "intranode" else "rdma")] == 1
+        # the metrics the site's entry leaves out come from default, not from the collection's b200 entry
+        assert chosen["thresholds"].get("dispatch_fp8_%s_gbps" % ("nvl" if scope == "intranode" else "rdma")) is None
+    assert _gpu_families.GATES == before
+    with pytest.raises(_thresholds.VerifyInputError, match="scope 'rdma' has no gates; expected one of intranode, "
+                       "internode"):
+        _thresholds.select_thresholds({}, "gcp_b200", scope="rdma")
+    with pytest.raises(_thresholds.VerifyInputError, match=r"thresholds\['b200'\].provisional must be text"):
+        _thresholds.select_thresholds({"b200": {"provisional": True}}, "b200", scope="intranode")
+    with pytest.raises(_thresholds.VerifyInputError, match=r"measured_with must be a list of backend names"):
+        _thresholds.select_thresholds({"b200": {"measured_with": "deepep_v1"}}, "b200", scope="intranode")
 
 
-def test_every_gpu_family_is_gated_by_both_role_tables_or_refused_by_both():
+# Which families of the profile object (plugin_utils/_gpu_families.py) have gates in both scopes, which of them rest on
+# figures nobody measured on that hardware, and which have none. A family added to the registry, or a gate added to
+# one scope only, fails the test below until it is listed here.
+GATED_FAMILIES = {"a100", "b200", "h100", "h200", "h800", "b300", "gb200", "gb300"}
+PROVISIONAL = {"intranode": {"a100", "b300", "gb200", "gb300"},
+               "internode": {"a100", "b300", "gb200", "gb300", "h100", "h200"}}
+REFUSED_FAMILIES = {"a800", "h20"}
+
+
+def test_every_gpu_family_is_gated_in_both_scopes_or_refused_in_both():
     assert GATED_FAMILIES | REFUSED_FAMILIES == set(_gpu_families.FAMILIES)
-    assert not GATED_FAMILIES & REFUSED_FAMILIES
-    for name, table in _role_tables():
-        assert set(table) - {"default"} == GATED_FAMILIES, name
+    assert not GATED_FAMILIES & REFUSED_FAMILIES and set(_gpu_families.UNGATED) == REFUSED_FAMILIES
+    for name, table, scope in _role_tables():
+        assert set(_gpu_families.GATES[scope]) - {"default"} == GATED_FAMILIES, scope
         for family in sorted(_gpu_families.FAMILIES):
             for profile in (family, "site_" + family, family.upper() + "-cluster"):
                 if family in GATED_FAMILIES:
-                    chosen = _thresholds.select_thresholds(table, profile, table_name=name)
+                    chosen = _thresholds.select_thresholds(table, profile, table_name=name, scope=scope)
                     assert chosen["matched"] == family, (name, profile)
-                    assert chosen["thresholds"] != table["default"], (name, profile)
+                    assert chosen["thresholds"] != _gpu_families.GATES[scope]["default"], (name, profile)
+                    assert chosen["source"], (scope, family)
+                    assert bool(chosen["provisional"]) == (family in PROVISIONAL[scope]), (scope, family)
                 else:
-                    fix = "Add an entry for %s to %s" % (family, name)
-                    with pytest.raises(_thresholds.VerifyInputError, match=fix):
-                        _thresholds.select_thresholds(table, profile, table_name=name)
+                    with pytest.raises(_thresholds.VerifyInputError, match="the collection has no %s gate for %s"
+                                       % (scope, family)):
+                        _thresholds.select_thresholds(table, profile, table_name=name, scope=scope)
+
+
+def test_a_b300_or_gb200_node_at_a_quarter_of_its_nvlink_speed_fails():
+    """The measured failure of the issue: b300, gcp_b300 and gb200_nvl72 matched 'default' (100 GB/s, no FP8 gate).
+    Now they take the B200 gate (NVLink 5) marked provisional, and a node at a quarter of the B200's figures fails."""
+    quarter = {"dispatch": {"bf16": {"nvl_gbps": 112.0}, "fp8": {"nvl_gbps": 77.0}}, "combine": {"nvl_gbps": 88.0},
+               "complete": True, "cases": {"passed": 24, "failed": 0}}
+    for profile in ("b300", "gcp_b300", "gb200_nvl72", "GB300-NVL72"):
+        chosen = _thresholds.select_thresholds({}, profile, gpus=8, scope="intranode")
+        assert chosen["thresholds"] == {"dispatch_bf16_nvl_gbps": 380, "dispatch_fp8_nvl_gbps": 260,
+                                        "combine_nvl_gbps": 300}, profile
+        assert "NVLink 5 as the B200's" in chosen["provisional"], profile
+        verdict = _verify_gate.gate(quarter, chosen["thresholds"], rc=0)
+        assert not verdict["passed"] and len(verdict["reasons"]) == 3, verdict
 
 
 def test_every_profile_the_inventories_scenarios_and_fleetsim_use_has_a_gate_of_its_own():
     """No shipped inventory, Molecule scenario or fleetsim profile is refused (nor takes 'default'): each names, or
-    declares (gpufleet_gpu_family), a family both tables gate."""
+    declares (gpufleet_gpu_family), a family gated in both scopes."""
     import glob
     import re
 
@@ -578,11 +642,11 @@ def test_every_profile_the_inventories_scenarios_and_fleetsim_use_has_a_gate_of_
         declared.update(re.findall(r"^\s*gpufleet_gpu_family:\s*([A-Za-z0-9_.-]+)\s*$", open(path).read(),
                                    re.MULTILINE))
     assert {"b200", "h100", "h200", "a100"} <= declared
-    for name, table in _role_tables():
+    for name, table, scope in _role_tables():
         for profile in sorted(used):
-            chosen = _thresholds.select_thresholds(table, profile, table_name=name)
+            chosen = _thresholds.select_thresholds(table, profile, table_name=name, scope=scope)
             family = _gpu_families.family_of(profile)
             assert family in GATED_FAMILIES and chosen["matched"] == family, (name, profile)
         for family in sorted(declared):
-            chosen = _thresholds.select_thresholds(table, "mycluster", table_name=name, family=family)
+            chosen = _thresholds.select_thresholds(table, "mycluster", table_name=name, family=family, scope=scope)
             assert family in GATED_FAMILIES and chosen["matched"] == family, (name, family)

@@ -16,6 +16,7 @@ transport the run really brought up (``transport.transport_verdict``).
 from __future__ import annotations
 
 from ansible_collections.gpufleet.deepep.plugins.plugin_utils._thresholds import VerifyInputError, select_thresholds
+from ansible_collections.gpufleet.deepep.plugins.plugin_utils._verify.backends import ALIASES, BACKENDS
 from ansible_collections.gpufleet.deepep.plugins.plugin_utils._verify.bandwidth import BandwidthInputError, parse_output
 from ansible_collections.gpufleet.deepep.plugins.plugin_utils._verify.gate import connectivity, gate
 from ansible_collections.gpufleet.deepep.plugins.plugin_utils._verify.transport import check_policy, transport_verdict
@@ -31,11 +32,14 @@ STAGES = {
     "connectivity": None,
 }
 
+# The scope of the collection's gates (the profile object's, _gpu_families.GATES) each gated stage is held against.
+GATE_SCOPES = {"intranode": "intranode", "internode": "internode", "sweep": "internode"}
+
 # The suboptions of ep_test's judge option (modules/ep_test.py documents them).
 JUDGE_SPEC = dict(
     stage=dict(type="str", required=True, choices=sorted(STAGES)),
     test=dict(type="str"),
-    thresholds=dict(type="dict"),
+    thresholds=dict(type="dict", default={}),
     table_name=dict(type="str", default="the thresholds table"),
     profile=dict(type="str"),
     family=dict(type="str"),
@@ -45,7 +49,7 @@ JUDGE_SPEC = dict(
 )
 
 # Fields the judge writes; the record option adds the caller's own (host, scope, group, rank ...), never these.
-_OWN = ("stage", "test", "parsed", "gate", "thresholds", "transport", "log")
+_OWN = ("stage", "test", "parsed", "gate", "thresholds", "gate_basis", "transport", "log")
 
 
 class JudgeError(ValueError):
@@ -54,8 +58,9 @@ class JudgeError(ValueError):
 
 def check(spec):
     """The judge option checked before the test runs (a test of 15 minutes is not run to be refused after):
-    the record's fields, the transport policy, and the thresholds the profile takes (``select_thresholds`` refuses a profile with no gate
-    of its own, by name). Returns the chosen thresholds ({metric: GB/s}), or None for a stage without a gate."""
+    the record's fields, the transport policy, and the gate the profile takes: the collection's gates of the stage's
+    scope with ``thresholds`` as the site's overrides (``select_thresholds`` refuses a profile with no gate of its own,
+    by name). Returns ``select_thresholds``' choice, or None for a stage without a gate."""
     clash = sorted(set(spec.get("record") or {}) & set(_OWN))
     if clash:
         raise JudgeError("judge.record sets %s, which the judge writes itself; expected only the caller's own fields "
@@ -67,14 +72,27 @@ def check(spec):
             check_policy(spec["transport_policy"])
         except VerifyInputError as exc:
             raise JudgeError("judge.transport_policy: %s" % exc) from exc
-    if not spec.get("thresholds"):
-        raise JudgeError("judge.thresholds is empty for the %s stage; expected the verify role's thresholds table "
-                         "(profile -> {metric: GB/s})" % spec["stage"])
     try:
-        return select_thresholds(spec["thresholds"], spec.get("profile"), gpus=spec.get("gpus"),
-                                 table_name=spec.get("table_name"), family=spec.get("family"))["thresholds"]
+        return select_thresholds(spec.get("thresholds") or {}, spec.get("profile"), gpus=spec.get("gpus"),
+                                 table_name=spec.get("table_name"), family=spec.get("family"),
+                                 scope=GATE_SCOPES[spec["stage"]])
     except VerifyInputError as exc:
         raise JudgeError("judge: %s" % exc) from exc
+
+
+def gate_basis(chosen, generation=None):
+    """What a record's gate rests on: the entry chosen (``matched``), its ``shape`` and ``source``, and why it is
+    ``provisional`` (None when measured): the entry's own reason, or, when the run's backend (its ``generation``) is
+    not among the backends whose runs measured the figures, that one."""
+    provisional = chosen.get("provisional")
+    backend = ALIASES.get(generation, generation)
+    measured = chosen.get("measured_with")
+    if provisional is None and measured and backend in BACKENDS and backend not in measured:
+        provisional = ("the figures were measured with %s; no %s run measured them"
+                       % (" and ".join(BACKENDS[name]["title"] if name in BACKENDS else name for name in measured),
+                          BACKENDS[backend]["title"]))
+    return {"matched": chosen["matched"], "shape": chosen["shape"], "source": chosen.get("source"),
+            "provisional": provisional}
 
 
 def judge(spec, output, rc, timed_out, timeout_s, script, log=None, host=None, generation=None):
@@ -85,24 +103,26 @@ def judge(spec, output, rc, timed_out, timeout_s, script, log=None, host=None, g
     the test run, the record's ``test`` unless ``spec['test']`` names it. ``log``: the log's copy on the controller.
     ``host``: the node, the record's ``host`` and ``scope`` unless ``spec['record']`` gives them. ``generation``: the
     backend's (``backends``), which the output is parsed as; read from the output when None.
-    Returns ``{host, scope, stage, test, parsed, gate, thresholds, transport, log, ...record}``.
+    Returns ``{host, scope, stage, test, parsed, gate, thresholds, gate_basis, transport, log, ...record}``.
     """
     stage = spec["stage"]
-    thresholds = check(spec)
+    chosen = check(spec)
     record = {"host": host, "scope": host}
     record.update(spec.get("record") or {})
     record.update(stage=stage, test=spec.get("test") or script, log=log)
     if STAGES[stage] is None:
-        record.update(parsed={}, thresholds=None, transport=None,
+        record.update(parsed={}, thresholds=None, gate_basis=None, transport=None,
                       gate=connectivity(output, rc=rc, timed_out=timed_out, timeout_s=timeout_s))
         return record
     try:
         parsed = parse_output(output, test=record["test"], generation=generation)
-        verdict = gate(parsed, thresholds, rc=rc, timed_out=timed_out, timeout_s=timeout_s, stage=STAGES[stage])
+        verdict = gate(parsed, chosen["thresholds"], rc=rc, timed_out=timed_out, timeout_s=timeout_s, stage=STAGES[stage])
         transport = None
         if spec.get("transport_policy") is not None:
             transport = transport_verdict(output, spec["transport_policy"])
     except (VerifyInputError, BandwidthInputError) as exc:
         raise JudgeError("judge: %s" % exc) from exc
-    record.update(parsed=parsed, gate=verdict, thresholds=thresholds, transport=transport)
+    record.update(parsed=parsed, gate=verdict, thresholds=chosen["thresholds"],
+                  gate_basis=gate_basis(chosen, generation if generation is not None else parsed.get("generation")),
+                  transport=transport)
     return record

@@ -153,6 +153,9 @@ def summarize(records, missing_hosts=None):
         }
         if record.get("thresholds"):
             row["thresholds"] = dict((metric, (record["thresholds"] or {}).get(metric)) for metric, dummy in METRIC_LABELS)
+        basis = record.get("gate_basis")
+        if isinstance(basis, dict) and basis.get("provisional"):
+            row["gate_provisional"] = "%s: %s" % (basis.get("matched") or "gate", basis["provisional"])
         transport = record.get("transport")
         if transport is not None:
             _add_transport(row, transport)
@@ -335,6 +338,13 @@ def render_markdown(summary, title=None):
         lines.append("| " + " | ".join(_cell(c) for c in cells) + " |")
     counts = summary.get("counts") or {}
     lines += ["", "%s of %s passed." % (counts.get("passed", 0), counts.get("total", 0))]
+    provisional = {}
+    for row in rows:
+        if row.get("gate_provisional"):
+            provisional.setdefault(row["gate_provisional"], []).append(row.get("scope") or row.get("host") or "-")
+    if provisional:
+        lines += ["", "## Provisional gates (nobody measured them on this hardware or backend)", ""]
+        lines += ["- %s (%s)" % (_cell(text), _cell(", ".join(where))) for text, where in provisional.items()]
     if summary.get("failures"):
         lines += ["", "## Failures", ""]
         for failure in summary["failures"]:

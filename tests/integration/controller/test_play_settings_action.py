@@ -88,20 +88,25 @@ def test_bad_arguments_fail_with_a_message(play, tmp_path, args, word):
 
 
 def test_a_profile_without_a_gate_of_its_own_is_refused_before_any_host_runs(play):
-    """The verify roles' first task: the loose 'default' gate applies only to the profile 'default'. A profile naming
-    a GPU family the table has no entry for (a B300 node at a quarter of its NVLink speed passed the default gate)
-    is refused naming the family and the entry to add to the table; one naming no family is refused asking to name
-    it after its family or to set 'default'. Profiles matched by name or family token, and 'default', pass quietly."""
+    """The verify roles' first task, as the roles call it (the role's overrides over the profile object's gates of
+    the scope): the loose 'default' gate applies only to the profile 'default'. A profile naming a GPU family the
+    collection has no gate for is refused naming the family, the reason and the entry to add to the table; one
+    naming no family is refused asking to name it after its family or to set 'default'. Profiles matched by name or
+    family token (a B300 now by the provisional B200 gate, where it took the 100 GB/s default), and 'default', pass
+    quietly."""
     defaults = yaml.safe_load((REPO / "roles" / "verify_intranode" / "defaults" / "main.yml").read_text())
     item = {"name": "verify_intranode_profile", "form": "profile", "table": defaults["verify_intranode_thresholds"],
-            "table_name": "verify_intranode_thresholds"}
-    result = play([dict(item, value="gcp_b300")])[0]
+            "table_name": "verify_intranode_thresholds", "scope": "intranode"}
+    result = play([dict(item, value="gcp_h20")])[0]
     assert result["failed"] is True, result
     text = " ".join(result["msg"].split())
-    assert text.startswith("1 setting refused before any host runs: verify_intranode_profile: profile 'gcp_b300' "
-                           "names the GPU family b300 (compute capability 10.3)"), text
-    assert "verify_intranode_thresholds has no b300 entry (it gates a100, b200, h100, h200)" in text, text
-    assert "Add an entry for b300 to verify_intranode_thresholds" in text, text
+    assert text.startswith("1 setting refused before any host runs: verify_intranode_profile: profile 'gcp_h20' "
+                           "names the GPU family h20 (compute capability 9.0), and the collection has no intranode "
+                           "gate for h20 (its compute is capped"), text
+    assert "nor does verify_intranode_thresholds give one" in text, text
+    assert "Add an entry for h20 to verify_intranode_thresholds" in text, text
+    result = play([dict(item, value="gcp_b300")])[0]
+    assert result.get("failed") is not True and result["settings"] == {"verify_intranode_profile": "b300"}, result
     result = play([dict(item, value="mycluster")])[0]
     text = " ".join(result["msg"].split())
     assert result["failed"] is True and "profile 'mycluster' matches no entry of verify_intranode_thresholds" in text
@@ -111,10 +116,10 @@ def test_a_profile_without_a_gate_of_its_own_is_refused_before_any_host_runs(pla
     assert "[WARNING]" not in output
     # The GPU family a profile declares (gpufleet_gpu_family, the roles pass it as family) picks its entry: a profile
     # named after its site is gated as its hardware; a declared family the table has no gate for is refused by name.
-    result = play([dict(item, value="mycluster", family="h200"), dict(item, name="other", value="lab", family="b300")])[0]
+    result = play([dict(item, value="mycluster", family="h200"), dict(item, name="other", value="lab", family="a800")])[0]
     text = " ".join(result["msg"].split())
     assert result["failed"] is True and text.startswith("1 setting refused before any host runs: other: profile 'lab' "
-                                                        "declares (gpufleet_gpu_family) the GPU family b300"), text
+                                                        "declares (gpufleet_gpu_family) the GPU family a800"), text
     result = play([dict(item, value="mycluster", family="h200")])[0]
     assert result.get("failed") is not True and result["settings"] == {"verify_intranode_profile": "h200"}, result
     for asked, matched in (("gcp_b200", "b200"), ("h100_ib", "h100"), ("default", "default"), ("", "default")):

@@ -27,9 +27,9 @@ DERIVED = {
     "arch": "[preflight_expected_cuda_arch, nvshmem_cuda_arch, deepep_arch_list]",
     "profile": "verify_intranode_profile",
     "intranode": "(verify_intranode_thresholds | gpufleet.deepep.verify_thresholds(verify_intranode_profile, "
-                 "family=verify_intranode_gpu_family)).matched",
+                 "family=verify_intranode_gpu_family, scope='intranode')).matched",
     "internode": "(verify_internode_thresholds | gpufleet.deepep.verify_thresholds(verify_internode_profile, "
-                 "family=verify_internode_gpu_family)).matched",
+                 "family=verify_internode_gpu_family, scope='internode')).matched",
 }
 
 

@@ -177,7 +177,8 @@ def test_hopper_intranode_figures_on_4_gpus_follow_the_4_gpu_measurement(trees, 
                           parsed["combine"]["nvl_gbps"]), measured):
         assert abs(got / want - 1) <= 0.0151, (gpu, got, want)
     defaults = yaml.safe_load((REPO / "roles" / "verify_intranode" / "defaults" / "main.yml").read_text())
-    chosen = select_thresholds(defaults["verify_intranode_thresholds"], gpu.split()[1].lower(), gpus=4)
+    chosen = select_thresholds(defaults["verify_intranode_thresholds"], gpu.split()[1].lower(), gpus=4,
+                               scope="intranode")
     assert chosen["shape"] == "measured" and gate(parsed, chosen["thresholds"])["passed"]
 
 
@@ -192,7 +193,7 @@ def test_intranode_knob_sets_exact_figures_and_a_bad_value_is_named(trees, tmp_p
 
 def role_gates(family):
     defaults = yaml.safe_load((REPO / "roles" / "verify_intranode" / "defaults" / "main.yml").read_text())
-    return select_thresholds(defaults["verify_intranode_thresholds"], family)["thresholds"]
+    return select_thresholds(defaults["verify_intranode_thresholds"], family, scope="intranode")["thresholds"]
 
 
 @pytest.mark.parametrize("gpu,family", [("NVIDIA B200", "gcp_b200"), ("NVIDIA H200", "h200_nvlink"),
