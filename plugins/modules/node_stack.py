@@ -817,8 +817,40 @@ from ansible_collections.gpufleet.deepep.plugins.module_utils._node.stack import
 )
 
 NIC_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}\Z")
-ROLE_SETS = ("modules", "paths", "cuda_toolkit", "imports", "symbols", "initramfs", "torch", "hca_mapping", "packages",
-             "gdrdrv", "jit_cache")
+
+
+def _jit_cache(params):
+    cache_dir = params["jit_cache_dir"]
+    if not cache_dir or not os.path.isabs(cache_dir):
+        raise PathsError("jit_cache_dir %r: expected the absolute path of DeepEP V2's JIT cache (where "
+                         "EP_JIT_CACHE_DIR points), such as /var/cache/deepep/jit" % (cache_dir,))
+    return cache_facts(os.path.normpath(cache_dir), root=params["root"])
+
+
+# The gather sets a role reads for itself (module_utils/_node/role_facts.py), one entry each: the set's name ->
+# (the fact it sets, its reader over the module's parameters). They are read in this order, before the stack sets;
+# adding a set is one entry here, its choice in DOCUMENTATION and its reader.
+ROLE_READERS = {
+    "modules": ("gpufleet_modules", lambda p: gather_modules(p["root"], subprocess_runner, p["module_names"],
+                                                             timeout=p["timeout"])),
+    "paths": ("gpufleet_paths", lambda p: gather_paths(p["root"], p["paths"], p["hash_paths"])),
+    "cuda_toolkit": ("gpufleet_cuda_toolkit", lambda p: gather_cuda_toolkit(p["root"], p["cuda_home"],
+                                                                            subprocess_runner, timeout=p["timeout"])),
+    "imports": ("gpufleet_imports", lambda p: gather_imports(p["python"], p["import_modules"], subprocess_runner,
+                                                             timeout=p["timeout"])),
+    "symbols": ("gpufleet_symbols", lambda p: gather_symbols(p["root"], p["symbol_files"])),
+    "initramfs": ("gpufleet_initramfs", lambda p: gather_initramfs(p["root"], p["initramfs_path"], subprocess_runner,
+                                                                   timeout=p["timeout"])),
+    "torch": ("gpufleet_torch", lambda p: gather_torch(p["python"], p["torch_packages"], subprocess_runner,
+                                                       timeout=p["timeout"])),
+    "hca_mapping": ("gpufleet_hca_mapping", lambda p: gather_hca_mapping(p["root"], p["python"], p["env_script"],
+                                                                         subprocess_runner, timeout=p["timeout"])),
+    "packages": ("gpufleet_packages", lambda p: gather_packages(p["root"], p["packages"])),
+    "gdrdrv": ("gpufleet_gdrdrv", lambda p: gather_gdrdrv(p["root"], p["gdrcopy_src"], subprocess_runner,
+                                                          timeout=p["timeout"])),
+    "jit_cache": ("gpufleet_deepep_jit", _jit_cache),
+}
+ROLE_SETS = tuple(ROLE_READERS)
 
 
 def build_module():
@@ -883,39 +915,9 @@ def _main():
     facts, errors = {}, {}
     wanted = set(params["gather"])
     try:
-        if "modules" in wanted:
-            facts["gpufleet_modules"] = gather_modules(params["root"], subprocess_runner, params["module_names"],
-                                                       timeout=params["timeout"])
-        if "paths" in wanted:
-            facts["gpufleet_paths"] = gather_paths(params["root"], params["paths"], params["hash_paths"])
-        if "packages" in wanted:
-            facts["gpufleet_packages"] = gather_packages(params["root"], params["packages"])
-        if "cuda_toolkit" in wanted:
-            facts["gpufleet_cuda_toolkit"] = gather_cuda_toolkit(params["root"], params["cuda_home"],
-                                                                 subprocess_runner, timeout=params["timeout"])
-        if "imports" in wanted:
-            facts["gpufleet_imports"] = gather_imports(params["python"], params["import_modules"], subprocess_runner,
-                                                       timeout=params["timeout"])
-        if "symbols" in wanted:
-            facts["gpufleet_symbols"] = gather_symbols(params["root"], params["symbol_files"])
-        if "initramfs" in wanted:
-            facts["gpufleet_initramfs"] = gather_initramfs(params["root"], params["initramfs_path"], subprocess_runner,
-                                                           timeout=params["timeout"])
-        if "torch" in wanted:
-            facts["gpufleet_torch"] = gather_torch(params["python"], params["torch_packages"], subprocess_runner,
-                                                   timeout=params["timeout"])
-        if "hca_mapping" in wanted:
-            facts["gpufleet_hca_mapping"] = gather_hca_mapping(params["root"], params["python"], params["env_script"],
-                                                               subprocess_runner, timeout=params["timeout"])
-        if "gdrdrv" in wanted:
-            facts["gpufleet_gdrdrv"] = gather_gdrdrv(params["root"], params["gdrcopy_src"], subprocess_runner,
-                                                     timeout=params["timeout"])
-        if "jit_cache" in wanted:
-            cache_dir = params["jit_cache_dir"]
-            if not cache_dir or not os.path.isabs(cache_dir):
-                raise PathsError("jit_cache_dir %r: expected the absolute path of DeepEP V2's JIT cache (where "
-                                 "EP_JIT_CACHE_DIR points), such as /var/cache/deepep/jit" % (cache_dir,))
-            facts["gpufleet_deepep_jit"] = cache_facts(os.path.normpath(cache_dir), root=params["root"])
+        for name, (fact, read) in ROLE_READERS.items():
+            if name in wanted:
+                facts[fact] = read(params)
     except PathsError as exc:
         module.fail_json(msg=str(exc), gather_errors={}, gather_warnings={})
     stack_sets = [name for name in params["gather"] if name not in ROLE_SETS]

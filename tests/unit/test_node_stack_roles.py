@@ -350,3 +350,22 @@ def test_gdrdrv_needs_an_absolute_source(tmp_path):
         assert result.failed
         assert "gdrcopy_src %r" % (bad,) in result["msg"]
         assert "expected the absolute path of a GDRCopy source tree" in result["msg"]
+
+
+def test_the_role_sets_are_one_registry_read_only_when_asked(monkeypatch, tmp_path):
+    """ROLE_READERS is the one list of the role sets: each set's name is a gather choice the module documents, its
+    fact is gpufleet_*, and a call reads exactly the sets it asks for, each once, through its entry."""
+    import yaml
+    documented = yaml.safe_load(node_stack.DOCUMENTATION)["options"]["gather"]["choices"]
+    assert node_stack.ROLE_SETS == tuple(node_stack.ROLE_READERS) and set(node_stack.ROLE_SETS) <= set(documented)
+    assert len({fact for fact, dummy in node_stack.ROLE_READERS.values()}) == len(node_stack.ROLE_READERS)
+    assert all(fact.startswith("gpufleet_") for fact, dummy in node_stack.ROLE_READERS.values())
+    calls = []
+    readers = dict((name, (fact, lambda params, name=name: calls.append(name) or {"read": name}))
+                   for name, (fact, dummy) in node_stack.ROLE_READERS.items())
+    monkeypatch.setattr(node_stack, "ROLE_READERS", readers)
+    result = run_module(node_stack, {"gather": ["torch", "paths", "jit_cache"], "root": str(tmp_path)})
+    assert not result.failed, result
+    assert sorted(calls) == ["jit_cache", "paths", "torch"]
+    assert result["ansible_facts"] == {"gpufleet_torch": {"read": "torch"}, "gpufleet_paths": {"read": "paths"},
+                                       "gpufleet_deepep_jit": {"read": "jit_cache"}}
