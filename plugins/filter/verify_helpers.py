@@ -18,7 +18,7 @@ from ansible_collections.gpufleet.deepep.plugins.plugin_utils._thresholds import
     VerifyInputError,
     select_thresholds,
 )
-from ansible_collections.gpufleet.deepep.plugins.plugin_utils._verify.backends import backend as _backend
+from ansible_collections.gpufleet.deepep.plugins.plugin_utils._verify.backends import resolve as _resolve_backend
 from ansible_collections.gpufleet.deepep.plugins.plugin_utils._verify.jit import jit_verdict
 from ansible_collections.gpufleet.deepep.plugins.plugin_utils._verify.summary import render_markdown, summarize
 from ansible_collections.gpufleet.deepep.plugins.plugin_utils._verify.sweep import sweep_plan, sweep_verdict
@@ -100,9 +100,10 @@ def verify_jit(before, after, run_seconds=None, require_warm=False):
     return _call("verify_jit", jit_verdict, before, after, run_seconds=run_seconds, require_warm=require_warm)
 
 
-def ep_backend(name):
-    """The descriptor of an EP backend (its tests per scope, generation, JIT) by name or generation."""
-    return _call("ep_backend", _backend, name)
+def ep_backend(name, gathered=None, v2_tests=False):
+    """The descriptor of an EP backend (its tests per scope, generation, JIT) by name or generation; ``auto``
+    resolved from the installed DeepEP's generation (``gathered``), else whether the tree has V2's tests."""
+    return _call("ep_backend", _resolve_backend, name, gathered=gathered, v2_tests=v2_tests)
 
 
 def verify_summary(records, missing_hosts=None):
@@ -120,9 +121,9 @@ def verify_sweep_plan(hosts):
     return _call("verify_sweep_plan", sweep_plan, hosts)
 
 
-def verify_sweep_verdict(hosts, results):
-    """The node or pair the sweep's results name."""
-    return _call("verify_sweep_verdict", sweep_verdict, hosts, results)
+def verify_sweep_verdict(hosts, results, group=None):
+    """The node or pair the sweep's results name; with ``group``, each host's isolation record too."""
+    return _call("verify_sweep_verdict", sweep_verdict, hosts, results, group=group)
 
 
 class FilterModule:

@@ -214,3 +214,17 @@ def test_the_summary_names_a_provisional_gate_and_the_runs_it_judged():
     section = text.split("## Provisional gates (nobody measured them on this hardware or backend)\n\n", 1)[1]
     assert section.startswith("- b300: NVLink 5 as the B200's") and "(n2)" in section.split("\n")[0], text
     assert "## Provisional gates" not in render_markdown(summarize([measured]))
+
+
+@pytest.mark.parametrize("name,gathered,v2_tests,resolved", [
+    ("auto", "v2", False, "deepep_v2"),     # the installed DeepEP's generation wins
+    ("auto", "v1", True, "deepep_v1"),
+    ("auto", "", True, "deepep_v2"),        # unknown install: the tree's tests decide
+    ("auto", None, False, "deepep_v1"),
+    ("auto", "v3", False, "deepep_v1"),     # a generation node_stack does not report is ignored
+    ("v2", "v1", False, "deepep_v2"),       # a backend named is never second-guessed
+])
+def test_the_ep_backend_filter_resolves_auto_from_what_the_node_has(name, gathered, v2_tests, resolved):
+    from ansible_collections.gpufleet.deepep.plugins.filter.verify_helpers import FilterModule
+    ep_backend = FilterModule().filters()["ep_backend"]
+    assert ep_backend(name, gathered=gathered, v2_tests=v2_tests)["name"] == resolved

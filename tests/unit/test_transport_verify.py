@@ -296,3 +296,24 @@ def test_reports_of_both_members_are_anded_per_pair():
     assert sweep_verdict(hosts, reports)["nodes"] == ["n2"]
     records = {"n1+n2": {"passed": False}, "n2+n3": {"passed": True}}
     assert sweep_verdict(hosts, records)["pairs"] == ["n1+n2"]
+
+
+@pytest.mark.parametrize("results,implicated", [
+    ({"n1+n2": True, "n2+n3": False, "n3+n4": False}, ["n3"]),            # a node, both of its pairs failed
+    ({"n1+n2": True, "n2+n3": True, "n3+n4": False}, ["n3", "n4"]),       # the chain's end pair
+    ({"n1+n2": False, "n2+n3": False, "n3+n4": False}, ["n1", "n2", "n3", "n4"]),   # every pair failed
+    ({"n1+n2": True, "n2+n3": True, "n3+n4": True}, []),                  # the failure needs the whole group
+])
+def test_the_sweep_names_the_hosts_it_implicates_and_writes_each_hosts_record(results, implicated):
+    hosts = ["n1", "n2", "n3", "n4"]
+    verdict = sweep_verdict(hosts, results, group="g")
+    assert verdict["implicated"] == implicated
+    for host in hosts:
+        record = verdict["records"][host]
+        named = host in implicated
+        assert record["host"] == host and record["group"] == "g" and record["stage"] == "isolation"
+        assert record["scope"] == "g (pairwise sweep)" and record["test"] == "pairwise sweep"
+        assert record["gate"]["passed"] is not named and record["gate"]["status"] == ("fail" if named else "pass")
+        assert record["gate"]["reasons"] == (["pairwise sweep of g: " + verdict["verdict"]] if named else [])
+        assert record["isolation"]["verdict"] == verdict["verdict"] and "records" not in record["isolation"]
+    assert "records" not in sweep_verdict(hosts, results)

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from ansible_collections.gpufleet.deepep.plugins.plugin_utils._thresholds import VerifyInputError
 
-__all__ = ["BACKENDS", "ALIASES", "SCOPES", "BackendError", "backend", "test_of"]
+__all__ = ["BACKENDS", "ALIASES", "SCOPES", "BackendError", "backend", "resolve", "test_of"]
 
 SCOPES = ("intranode", "internode", "low_latency")
 
@@ -50,6 +50,15 @@ def backend(name):
         raise BackendError("backend %r is not one the collection runs; expected one of %s"
                            % (name, ", ".join(sorted(BACKENDS) + sorted(ALIASES))))
     return dict(BACKENDS[key], name=key)
+
+
+def resolve(name, gathered=None, v2_tests=False):
+    """The descriptor of ``name``, where ``auto`` is resolved on what the node has: the generation of the installed
+    DeepEP (``gathered``, node_stack's ``gpufleet_deepep.generation``: ``v1`` or ``v2``) when known, else V2 when its
+    tree has V2's tests (``v2_tests``: tests/elastic/test_ep.py exists), else V1."""
+    if name == "auto":
+        name = gathered if gathered in ("v1", "v2") else ("v2" if v2_tests else "v1")
+    return backend(name)
 
 
 def test_of(name, scope):

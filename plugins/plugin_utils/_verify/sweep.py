@@ -68,12 +68,16 @@ def _merge_reports(reports):
     return merged
 
 
-def sweep_verdict(hosts, results):
+def sweep_verdict(hosts, results, group=None):
     """Name the bad node or pair from the sweep's ``results``: pair name -> passed (or -> a record with ``passed``),
     or a list of ``{pair, passed}`` as each member of a pair reports it (a pair passes when every report passed).
 
-    Returns ``{nodes, pairs, failed_pairs, passed_pairs, verdict}``: ``nodes`` the nodes every pair of which
-    failed (in two pairs), ``pairs`` the failed pairs no named node explains, ``verdict`` one sentence.
+    Returns ``{nodes, pairs, failed_pairs, passed_pairs, implicated, verdict}``: ``nodes`` the nodes every pair of
+    which failed (in two pairs), ``pairs`` the failed pairs no named node explains, ``implicated`` the hosts the
+    verdict names (those nodes, the members of those pairs, every host when every pair that ran failed),
+    ``verdict`` one sentence. With ``group`` (the inventory group swept), also ``records``: host -> the sweep's
+    verification record on that host (stage ``isolation``; it fails on an implicated host with the verdict as
+    its reason), which the verify summary reads beside the test records.
     """
     hosts = _hosts(hosts)
     plan = sweep_plan(hosts)
@@ -125,4 +129,20 @@ def sweep_verdict(hosts, results):
             parts.append("pair%s %s (their link, or a NIC of one of the two)" % ("s" if len(pairs) > 1 else "",
                                                                                  ", ".join(pairs)))
         verdict = "slow or broken: " + "; ".join(parts)
-    return {"nodes": nodes, "pairs": pairs, "failed_pairs": failed, "passed_pairs": ok, "verdict": verdict}
+    implicated = [host for host in hosts if host in nodes or any(host in pair.split("+") for pair in pairs)
+                  or (failed and not ok)]
+    result = {"nodes": nodes, "pairs": pairs, "failed_pairs": failed, "passed_pairs": ok, "implicated": implicated,
+              "verdict": verdict}
+    if group is not None:
+        result["records"] = dict((host, _isolation_record(host, group, dict(result), host in implicated))
+                                 for host in hosts)
+    return result
+
+
+def _isolation_record(host, group, verdict, named):
+    """The sweep's verification record on ``host``: failed, with the verdict as its reason, where it is named."""
+    return {"host": host, "scope": "%s (pairwise sweep)" % group, "group": group, "stage": "isolation",
+            "test": "pairwise sweep", "parsed": {}, "isolation": verdict,
+            "gate": {"passed": not named, "status": "fail" if named else "pass",
+                     "reasons": ["pairwise sweep of %s: %s" % (group, verdict["verdict"])] if named else [],
+                     "diagnosis": []}}
