@@ -84,6 +84,7 @@ _NVLINK4 = {
 _BLACKWELL_NVL_GUESS = ("NVLink 5 as the B200's (1,800 GB/s per GPU); no run on this hardware measured here, so the "
                         "B200 gate until one is (DeepEP #630 reports V2's tests/elastic/test_ep.py EP8 at 732 / 741 "
                         "GB/s on B300 against 726 / 740 on B200)")
+_NVL72_NVL_GUESS = _BLACKWELL_NVL_GUESS + "; a compute tray has 4 GPUs, the B200 gate's figures are 8 GPUs'"
 _B200_RDMA = {"dispatch_bf16_rdma_gbps": 45, "dispatch_fp8_rdma_gbps": 40, "combine_rdma_gbps": 45}
 _HOPPER_RDMA = {"dispatch_bf16_rdma_gbps": 35, "dispatch_fp8_rdma_gbps": 30, "combine_rdma_gbps": 35}
 _HOPPER_RDMA_WHY = ("no internode run on this family measured here (the lent GPU machines have no NIC); from DeepEP's "
@@ -97,10 +98,8 @@ GATES = {
                      source="runbook 001, 8 x B200, DeepEP V1 (HEAD + PR #466): BF16 440-450, FP8 300-320, combine "
                             "350-360 GB/s NVL"),
         "b300": dict(_B200_NVL, source="the B200 gate", provisional=_BLACKWELL_NVL_GUESS),
-        "gb200": dict(_B200_NVL, source="the B200 gate", provisional=_BLACKWELL_NVL_GUESS + "; a compute tray has 4 "
-                      "GPUs, the B200 gate's figures are 8 GPUs'"),
-        "gb300": dict(_B200_NVL, source="the B200 gate", provisional=_BLACKWELL_NVL_GUESS + "; a compute tray has 4 "
-                      "GPUs, the B200 gate's figures are 8 GPUs'"),
+        "gb200": dict(_B200_NVL, source="the B200 gate", provisional=_NVL72_NVL_GUESS),
+        "gb300": dict(_B200_NVL, source="the B200 gate", provisional=_NVL72_NVL_GUESS),
         "h200": _NVLINK4,
         "h100": _NVLINK4,
         "h800": {"dispatch_bf16_nvl_gbps": None, "dispatch_fp8_nvl_gbps": 130, "combine_nvl_gbps": 134,

@@ -10,6 +10,7 @@ from __future__ import annotations
 import re
 
 from ansible_collections.gpufleet.deepep.plugins.module_utils._hca_mapping import HcaMappingError, parse_hca_mapping
+from ansible_collections.gpufleet.deepep.plugins.plugin_utils._gpu_families import SCOPES
 from ansible_collections.gpufleet.deepep.plugins.plugin_utils._thresholds import VerifyInputError, select_thresholds
 
 __all__ = ["ARGUMENT_SPEC", "FORMS", "SettingError", "check_setting", "check_settings", "judge"]
@@ -162,7 +163,7 @@ ARGUMENT_SPEC = dict(
         table=dict(type="dict"),
         table_name=dict(type="str"),
         family=dict(type="str"),
-        scope=dict(type="str", choices=["intranode", "internode"]),
+        scope=dict(type="str", choices=list(SCOPES)),
     )),
 )
 

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 from ansible_collections.gpufleet.deepep.plugins.plugin_utils._gpu_families import (
     FAMILIES,
-    SCOPES,
     UNGATED,
     compute_capability,
     family_of,
@@ -103,14 +102,16 @@ def select_thresholds(table, profile=None, gpus=None, table_name=None, family=No
     (``family``), or no count was given (``any``); the last three are the entry's own (None where it has none):
     where its figures come from, the backends whose runs measured them, why nobody measured them on this hardware.
     """
-    if scope is not None and scope not in SCOPES:
-        raise VerifyInputError("scope %r has no gates; expected one of %s" % (scope, ", ".join(SCOPES)))
-    if table is None and scope is not None:
-        table = {}
+    if scope is not None:
+        try:
+            gates = gate_table(scope)
+        except ValueError as exc:
+            raise VerifyInputError(str(exc)) from exc
+        table = {} if table is None else table
     if not isinstance(table, dict) or not (table or scope):
         raise VerifyInputError("thresholds must be a mapping of profile name to {metric: GB/s}; got %r" % (table,))
     if scope is not None:
-        table = dict(gate_table(scope), **dict((str(key), value) for key, value in table.items()))
+        table = dict(gates, **dict((str(key), value) for key, value in table.items()))
     for name, entry in table.items():
         if not isinstance(entry, dict):
             raise VerifyInputError("thresholds[%r] must be a mapping of metric to GB/s; got %r" % (name, entry))

@@ -134,7 +134,8 @@ def sweep_verdict(hosts, results, group=None):
     result = {"nodes": nodes, "pairs": pairs, "failed_pairs": failed, "passed_pairs": ok, "implicated": implicated,
               "verdict": verdict}
     if group is not None:
-        result["records"] = dict((host, _isolation_record(host, group, dict(result), host in implicated))
+        isolation = dict(result)
+        result["records"] = dict((host, _isolation_record(host, group, isolation, host in implicated))
                                  for host in hosts)
     return result
 
