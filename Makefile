@@ -46,7 +46,7 @@ bootstrap:
 
 # Every stage runs even after one failed (so each is timed); the timings are printed, and the run fails at the end.
 test:
-	@mkdir -p $(dir $(TIMINGS)) && rm -f $(TIMINGS)
+	@mkdir -p $(dir $(TIMINGS)) && scripts/stage_timer.sh $(TIMINGS) --begin
 	@scripts/stage_timer.sh $(TIMINGS) bootstrap scripts/bootstrap.sh || { scripts/stage_timer.sh $(TIMINGS) --summary; exit 1; }
 	@failed=""; started=$$(date +%s); mkdir -p $(STAGE_LOGS); \
 	( $(VMFLEET) image >$(VM_IMAGE_LOG) 2>&1 || echo "vm image: build failed (realvm builds it again)" >>$(VM_IMAGE_LOG) ) & \
