@@ -29,12 +29,12 @@ if [[ ${1:-} == --summary ]]; then
     $1 == "#begin" { start = $2; b0 = $3; t0 = $4; next }
     { state = ($2 == 0) ? "passed" : "FAILED (rc " $2 ")"
       busy = (NF >= 7 && $7 > 0) ? sprintf("%3d%%", 100 * $6 / $7) : "   -"
-      printf "   %-12s %6d s  CPU %6d s  machine %6d s %s  %s\n", $1, $3, $4, $5, busy, state
+      printf "   %-22s %6d s  CPU %6d s  machine %6d s %s  %s\n", $1, $3, $4, $5, busy, state
       sum += $3; cpu += $4 }
-    END { printf "   %-12s %6d s  CPU %6d s (%dm%02ds of wall)\n", "sum", sum, cpu, sum / 60, sum % 60
+    END { printf "   %-22s %6d s  CPU %6d s (%dm%02ds of wall)\n", "sum", sum, cpu, sum / 60, sum % 60
           if (start) {
             wall = now - start; used = (nb - b0) / hz
-            printf "   run          %6d s wall; the machine spent %d CPU s on %d cores (%d%% busy): at full use it could not end before %d s\n",
+            printf "   run                    %6d s wall; the machine spent %d CPU s on %d cores (%d%% busy): at full use it could not end before %d s\n",
                    wall, used, cores, 100 * (nb - b0) / (nt - t0 > 0 ? nt - t0 : 1), used / cores } }' "$file"
   exit 0
 fi

@@ -111,52 +111,21 @@ ansible_facts:
           type: str
 """
 
-import json
-import os
-
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.common.text.converters import to_native
 
 from ansible_collections.gpufleet.deepep.plugins.module_utils._guard import guarded
-from ansible_collections.gpufleet.deepep.plugins.module_utils._serve.sglang import (
-    SglangError,
-    is_hub_id,
-    model_facts,
-)
+from ansible_collections.gpufleet.deepep.plugins.module_utils._serve.model import ModelError, read_model
 
 
 def _main():
     module = AnsibleModule(argument_spec=dict(path=dict(type="str", required=True),
                                               offline=dict(type="bool", default=True)),
                            supports_check_mode=True)
-    path = module.params["path"]
-    facts = {"path": path, "hub_id": False}
-    if not os.path.isdir(path):
-        if is_hub_id(path):
-            if module.params["offline"]:
-                module.fail_json(msg="model %r is a hub id, but this site is offline (offline=true): download the model "
-                                     "to a directory on the node and give that path (e.g. /lssd/models/%s)"
-                                     % (path, path.split("/")[-1]), ansible_facts={"gpufleet_model": facts})
-            facts["hub_id"] = True
-            module.exit_json(changed=False, ansible_facts={"gpufleet_model": facts})
-        module.fail_json(msg="model path %r is not a directory; expected a local model directory holding config.json "
-                             "(or, with offline=false, a hub id such as deepseek-ai/DeepSeek-V3)" % path)
-    config_path = os.path.join(path, "config.json")
     try:
-        with open(config_path, "rb") as handle:
-            raw = handle.read()
-        config = json.loads(raw.decode("utf-8"))
-        facts.update(model_facts(config, raw))
-    except (IOError, OSError) as exc:
-        module.fail_json(msg="cannot read %s: %s; a model directory needs its config.json"
-                         % (config_path, to_native(exc)))
-    except (ValueError, UnicodeDecodeError) as exc:
-        module.fail_json(msg="%s is not valid JSON: %s" % (config_path, to_native(exc)))
-    except SglangError as exc:
-        module.fail_json(msg="%s: %s" % (config_path, to_native(exc)))
-    if facts.get("num_attention_heads") is None:
-        module.fail_json(msg="%s names no attention head count (num_attention_heads, n_head or num_heads); expected a "
-                         "positive integer" % config_path, ansible_facts={"gpufleet_model": facts})
+        facts = read_model(module.params["path"], module.params["offline"])
+    except ModelError as exc:
+        extra = {"ansible_facts": {"gpufleet_model": exc.facts}} if exc.facts is not None else {}
+        module.fail_json(msg=str(exc), **extra)
     module.exit_json(changed=False, ansible_facts={"gpufleet_model": facts})
 
 

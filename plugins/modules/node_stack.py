@@ -58,6 +58,9 @@ options:
         it is built and loaded, and its build stamp's key) and V(jit_cache) RV(ansible_facts.gpufleet_deepep_jit)
         (DeepEP V2's JIT kernel cache at O(jit_cache_dir), its kernels and the record the deepep role wrote).
       - V(serve_node) is RV(ansible_facts.gpufleet_serve_node), an engine node's facts for the serving plan.
+      - V(model) is RV(ansible_facts.gpufleet_model), the model directory O(model_path) as
+        M(gpufleet.deepep.model_config) reads it (the same code); a path or C(config.json) it cannot take fails
+        the module with that module's message.
       - V(linkage) is RV(ansible_facts.gpufleet_linkage), the installed DeepEP's linkage record (kept in its build
         stamp by M(gpufleet.deepep.deepep_build)) checked against the node - the NCCL the torch environment of
         O(python) loads, the NVSHMEM host library that would load, each GPU's compute capability against the
@@ -71,7 +74,7 @@ options:
     type: list
     elements: str
     choices: [stack, nvidia, rdma, gpus, bundled_nvshmem, sglang, serve_node, linkage, deepep_v2, modules, paths,
-              cuda_toolkit, imports, symbols, initramfs, torch, hca_mapping, packages, gdrdrv, jit_cache]
+              cuda_toolkit, imports, symbols, initramfs, torch, hca_mapping, packages, gdrdrv, jit_cache, model]
     default: [stack]
   paths:
     description:
@@ -245,6 +248,18 @@ options:
     description: For V(serve_node), the DeepGEMM cache directory the sglang role installs into (its markers).
     type: path
     default: /var/cache/sglang/deep_gemm
+  model_path:
+    description:
+      - For V(model), the model directory whose C(config.json) is read (as on the node), or a hub id such as
+        C(deepseek-ai/DeepSeek-V3) where O(model_offline=false).
+      - Required when O(gather) holds V(model).
+    type: str
+  model_offline:
+    description:
+      - For V(model), refuse a hub id (the site downloads nothing), as the O(gpufleet.deepep.model_config#module:offline)
+        option of M(gpufleet.deepep.model_config).
+    type: bool
+    default: true
   deepep_v2_tree:
     description:
       - For V(deepep_v2), the DeepEP V2 tree whose headers are read for the CUDA 12.8 host-code workaround, the SM100
@@ -521,6 +536,15 @@ ansible_facts:
       returned: when O(gather) holds V(cuda_toolkit)
       type: dict
       sample: {home: /usr/local/cuda-13.0, version: 13.0.2, release: "13.0", source: version.json, error: null}
+    gpufleet_model:
+      description:
+        - With V(model) in O(gather), the facts of O(model_path) in the shape of M(gpufleet.deepep.model_config)'s
+          RV(gpufleet.deepep.model_config#module:ansible_facts.gpufleet_model) (architecture, heads, experts,
+          quantization, the sha256 of C(config.json); V(hub_id) true and no config facts for a hub id).
+      returned: when O(gather) holds V(model)
+      type: dict
+      sample: {path: /opt/models/deepseek-v3, hub_id: false, architecture: DeepseekV3ForCausalLM,
+               num_attention_heads: 128, num_experts: 256, moe: true}
     gpufleet_initramfs:
       description:
         - With V(initramfs) in O(gather), the image at O(initramfs_path). V(present) whether it exists, V(listed)
@@ -804,6 +828,7 @@ from ansible_collections.gpufleet.deepep.plugins.module_utils._node.role_facts i
     gather_symbols,
     gather_torch,
 )
+from ansible_collections.gpufleet.deepep.plugins.module_utils._serve.model import ModelError, read_model
 from ansible_collections.gpufleet.deepep.plugins.module_utils._serve.node import (
     DEFAULT_DG_CACHE_DIR as DEFAULT_SERVE_DG_CACHE_DIR,
 )
@@ -830,6 +855,17 @@ def _jit_cache(params):
 # The gather sets a role reads for itself (module_utils/_node/role_facts.py), one entry each: the set's name ->
 # (the fact it sets, its reader over the module's parameters). They are read in this order, before the stack sets;
 # adding a set is one entry here, its choice in DOCUMENTATION and its reader.
+def _model(p):
+    """gpufleet_model of model_path (module_utils._serve.model, model_config's reader)."""
+    if not p["model_path"]:
+        raise PathsError("gather holds model but model_path is empty: expected the model directory on the node "
+                         "(or, with model_offline=false, a hub id such as deepseek-ai/DeepSeek-V3)")
+    try:
+        return read_model(p["model_path"], p["model_offline"], root=p["root"])
+    except ModelError as exc:
+        raise PathsError(str(exc)) from None
+
+
 ROLE_READERS = {
     "modules": ("gpufleet_modules", lambda p: gather_modules(p["root"], subprocess_runner, p["module_names"],
                                                              timeout=p["timeout"])),
@@ -849,6 +885,7 @@ ROLE_READERS = {
     "gdrdrv": ("gpufleet_gdrdrv", lambda p: gather_gdrdrv(p["root"], p["gdrcopy_src"], subprocess_runner,
                                                           timeout=p["timeout"])),
     "jit_cache": ("gpufleet_deepep_jit", _jit_cache),
+    "model": ("gpufleet_model", _model),
 }
 ROLE_SETS = tuple(ROLE_READERS)
 
@@ -889,6 +926,8 @@ def build_module():
             sglang_constraint_file=dict(type="path"),
             serve_env_scripts=dict(type="list", elements="path", default=[]),
             serve_dg_cache_dir=dict(type="path", default=DEFAULT_SERVE_DG_CACHE_DIR),
+            model_path=dict(type="str"),
+            model_offline=dict(type="bool", default=True),
             deepep_v2_tree=dict(type="path"),
             deepep_v2_nic_name=dict(type="str"),
             deepep_v2_over_rdma=dict(type="bool", default=True),
