@@ -374,8 +374,9 @@ class Fleet:
                     pending.discard(name)
                 elif st.get("state") in ("failed", "stopped") or not proc_alive(
                         state["nodes"][name].get("supervisor_pid"), SUPERVISOR_NEEDLE):
-                    raise FleetError(f"node {name} did not boot ({st.get('state', 'no supervisor')}); the fleet "
-                                     f"stays for inspection (`down` removes it); console: "
+                    raise FleetError(f"node {name} did not boot ({st.get('state', 'no supervisor')}"
+                                     f"{self._supervisor_exit(state['nodes'][name].get('supervisor_pid'))}); the "
+                                     f"fleet stays for inspection (`down` removes it); console: "
                                      f"{self.paths.node(name).console}\n{self.console_tail(name)}")
             if not pending:
                 break
@@ -383,6 +384,22 @@ class Fleet:
                 raise FleetError(f"nodes not up after {wait:.0f} s: {', '.join(sorted(pending))} "
                                  "(`status` shows them, `down` removes the fleet)")
             time.sleep(0.05)
+
+    @staticmethod
+    def _supervisor_exit(pid: int | None) -> str:
+        """How a supervisor this process started ended, for the error that names its node: its exit status or the
+        signal that killed it (it is this process's child until reaped; empty when it is not, or still runs)."""
+        if not pid:
+            return ""
+        try:
+            done, status = os.waitpid(pid, os.WNOHANG)
+        except ChildProcessError:
+            return ""
+        if not done:
+            return ""
+        if os.WIFSIGNALED(status):
+            return f"; its supervisor was killed by signal {signal.Signals(os.WTERMSIG(status)).name}"
+        return f"; its supervisor exited with status {os.WEXITSTATUS(status)}"
 
     def console_tail(self, name: str, lines: int = 20) -> str:
         try:

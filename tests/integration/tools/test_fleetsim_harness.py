@@ -13,6 +13,7 @@ import shutil
 import subprocess
 import sys
 import tarfile
+import time
 from pathlib import Path
 
 import pytest
@@ -285,3 +286,25 @@ def test_mirror_command_builds_under_the_state_roots_lock(tmp_path, monkeypatch,
     # Released afterwards: the next taker gets it at once.
     with fleet.root_locked(tmp_path):
         pass
+
+
+# ----------------------------------------------------------------------------------------- boot failures
+
+def test_a_supervisor_that_died_is_named_with_its_exit_status_or_the_signal_that_killed_it():
+    """The error of a node that did not boot says how its supervisor ended (it is the up process's child)."""
+    killed = subprocess.Popen(["sleep", "60"])
+    killed.kill()
+    exited = subprocess.Popen([sys.executable, "-c", "raise SystemExit(3)"])
+    for proc in (killed, exited):  # until each is a zombie: ended, not yet reaped
+        while Path(f"/proc/{proc.pid}/stat").read_text(encoding="utf-8").rsplit(")", 1)[1].split()[0] != "Z":
+            time.sleep(0.01)
+    assert fleet.Fleet._supervisor_exit(killed.pid) == "; its supervisor was killed by signal SIGKILL"
+    assert fleet.Fleet._supervisor_exit(exited.pid) == "; its supervisor exited with status 3"
+    running = subprocess.Popen(["sleep", "60"])
+    try:
+        assert fleet.Fleet._supervisor_exit(running.pid) == ""
+    finally:
+        running.kill()
+        running.wait()
+    assert fleet.Fleet._supervisor_exit(1) == ""  # not this process's child
+    assert fleet.Fleet._supervisor_exit(None) == ""
