@@ -22,9 +22,8 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parents[2]
-# The collection's own code (gate thresholds, output parser), as tests/gpu/run_on_gpu_node.sh links it.
-if (REPO / ".collections" / "ansible_collections").is_dir() and str(REPO / ".collections") not in sys.path:
-    sys.path.insert(0, str(REPO / ".collections"))
+# The collection's own code (gate thresholds, output parser) is imported from .collections, which
+# tests/gpu/run_on_gpu_node.sh links and pytest.ini puts on sys.path.
 # DeepEP intranode runs one rank per GPU and supports 2, 4 or 8 ranks (intranode.cu: num_ranks <= kNumThreads).
 INTRANODE_RANKS = (2, 4, 8)
 

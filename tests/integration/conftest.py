@@ -4,27 +4,13 @@
 
 Every test fleet gets a unique name (``it-<pid>-<tag>``); fleetsim picks a free subnet and bridge for it,
 and the fixtures always tear it down (``down --purge``), whatever the test did.
-
-The collection's namespace (``ansible_collections.gpufleet.deepep``, the checkout linked under ``.collections`` by
-``scripts/bootstrap.sh``) is put on sys.path here, for every integration test: ``make test`` runs the fleets' half
-(``--ignore=tests/integration/controller``) and the controller's half as two pytest runs, and a half must not
-depend on the other's conftest for its imports.
 """
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
-
 import pytest
 
 from fleetsim_helpers import WHY_NOT, SimFleet
-
-COLLECTIONS = Path(__file__).resolve().parents[2] / ".collections"
-if not (COLLECTIONS / "ansible_collections" / "gpufleet" / "deepep").exists():
-    raise RuntimeError("run scripts/bootstrap.sh (or `make bootstrap`) first: .collections is missing")
-if str(COLLECTIONS) not in sys.path:
-    sys.path.insert(0, str(COLLECTIONS))
 
 
 @pytest.fixture(autouse=True)

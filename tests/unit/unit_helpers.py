@@ -4,7 +4,8 @@
 
 Modules and module_utils are imported through the collection namespace
 (``ansible_collections.gpufleet.deepep...``); ``scripts/bootstrap.sh`` links the checkout at
-``.collections/ansible_collections/gpufleet/deepep`` and this file puts ``.collections`` on sys.path.
+``.collections/ansible_collections/gpufleet/deepep``; under pytest, pytest.ini puts ``.collections`` on sys.path,
+and this file does too, for the programs that import it outside pytest (test_deepep_build's module runner).
 """
 
 from __future__ import annotations

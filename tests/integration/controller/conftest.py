@@ -19,7 +19,7 @@ UNIT = Path(__file__).resolve().parents[2] / "unit"
 if str(UNIT) not in sys.path:
     sys.path.insert(0, str(UNIT))
 
-# unit_helpers puts .collections on sys.path (the collection's namespace), as tests/unit/conftest.py does there.
+# unit_helpers checks that .collections (the collection's namespace, on sys.path by pytest.ini) is there.
 import unit_helpers  # noqa: E402,F401  pylint: disable=wrong-import-position,unused-import
 
 
