@@ -2,9 +2,10 @@
 # Run one stage of `make test` and record how long it took and what it cost the machine:
 #   scripts/stage_timer.sh FILE --begin           notes the machine's CPU counters at the start of the run
 #   scripts/stage_timer.sh FILE NAME COMMAND...   runs COMMAND, prints and appends one line of figures to FILE:
-#                                                 NAME RC WALL CPU BUSY (CPU: user+sys seconds of the stage's own
-#                                                 processes; BUSY: the machine's CPU seconds, every process, while
-#                                                 it ran: guests and nodes daemonized out of the stage count there)
+#                                                 NAME RC WALL CPU BUSY TOTAL (CPU: user+sys seconds of the stage's
+#                                                 own processes; BUSY and TOTAL: the machine's busy and all CPU
+#                                                 ticks while it ran, every process: guests and nodes daemonized out
+#                                                 of the stage count there)
 #   scripts/stage_timer.sh FILE --summary         prints every recorded stage, their sum, and the whole run's figures
 # The machine's figures are what bounds the wall time: on N cores a run that keeps them busy cannot end before its
 # machine CPU seconds / N (the summary prints that floor beside the wall time).
@@ -28,8 +29,8 @@ if [[ ${1:-} == --summary ]]; then
   awk -v now="$(date +%s)" -v nb="$now_busy" -v nt="$now_total" -v hz="$hz" -v cores="$cores" '
     $1 == "#begin" { start = $2; b0 = $3; t0 = $4; next }
     { state = ($2 == 0) ? "passed" : "FAILED (rc " $2 ")"
-      busy = (NF >= 7 && $7 > 0) ? sprintf("%3d%%", 100 * $6 / $7) : "   -"
-      printf "   %-22s %6d s  CPU %6d s  machine %6d s %s  %s\n", $1, $3, $4, $5, busy, state
+      busy = ($6 > 0) ? sprintf("%3d%%", 100 * $5 / $6) : "   -"
+      printf "   %-22s %6d s  CPU %6d s  machine %6d s %s  %s\n", $1, $3, $4, $5 / hz, busy, state
       sum += $3; cpu += $4 }
     END { printf "   %-22s %6d s  CPU %6d s (%dm%02ds of wall)\n", "sum", sum, cpu, sum / 60, sum % 60
           if (start) {
@@ -53,8 +54,6 @@ times_file=$(mktemp)
 times >"$times_file"
 cpu=$(awk 'NR == 2 { n = 0; for (i = 1; i <= 2; i++) { split($i, p, "m"); sub("s", "", p[2]); n += p[1] * 60 + p[2] } printf "%d", n }' "$times_file")
 rm -f "$times_file"
-machine_s=$(( (busy1 - busy0) / hz ))
-ticks=$(( total1 - total0 ))
-echo "$name $rc $secs $cpu $machine_s $((busy1 - busy0)) $ticks" >>"$file"
-echo "== stage $name: $([[ $rc -eq 0 ]] && echo passed || echo "FAILED (rc $rc)") in ${secs} s (CPU ${cpu} s; the machine's CPU ${machine_s} s)"
+echo "$name $rc $secs $cpu $((busy1 - busy0)) $((total1 - total0))" >>"$file"
+echo "== stage $name: $([[ $rc -eq 0 ]] && echo passed || echo "FAILED (rc $rc)") in ${secs} s (CPU ${cpu} s; the machine's CPU $(( (busy1 - busy0) / hz )) s)"
 exit "$rc"
