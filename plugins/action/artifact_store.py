@@ -31,9 +31,8 @@ from ansible_collections.gpufleet.deepep.plugins.module_utils._store import (
     make_record,
     new_incoming,
     publish,
-    store_mode,
-    verify_file,
 )
+from ansible_collections.gpufleet.deepep.plugins.module_utils._storefs import store_mode, verify_file
 
 MODULE = "gpufleet.deepep.artifact_store"
 

@@ -17,9 +17,11 @@ from ansible.errors import AnsibleFilterError
 from ansible_collections.gpufleet.deepep.plugins.plugin_utils._filter_guard import guard_filters
 from ansible_collections.gpufleet.deepep.plugins.plugin_utils._verify.transport import (
     TransportInputError,
+    transport_truth as _transport_truth,
+)
+from ansible_collections.gpufleet.deepep.plugins.plugin_utils._verify.transport_gate import (
     select_transport_policy,
     transport_gate as _transport_gate,
-    transport_truth as _transport_truth,
     transport_verdict as _transport_verdict,
 )
 

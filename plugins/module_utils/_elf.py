@@ -1,7 +1,8 @@
 # Copyright: (c) 2026, gpufleet.deepep contributors
 # GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
 
-"""What a shared object links: its dynamic section (NEEDED, RPATH, RUNPATH, SONAME), read from the file itself.
+"""What a shared object links: its dynamic section (NEEDED, RPATH, RUNPATH, SONAME), its sections, the undefined
+symbols of its dynamic symbol table and the symbol versions it defines, read from the file itself.
 
 ``readelf -d`` prints the same; this needs no binutils on the node and reads ELF32/ELF64 of either byte order.
 Standard library only, Python 3.8+.
@@ -12,10 +13,12 @@ from __future__ import annotations
 import struct
 
 __all__ = ["ElfError", "dynamic_section", "dynamic_section_of_bytes", "elf_ident", "is_elf", "libstdcxx_linkage",
-           "version_definitions", "version_definitions_of_bytes"]
+           "version_definitions", "version_definitions_of_bytes", "section_headers", "section_list", "elf_sections",
+           "undefined_symbols"]
 
 _DT_NULL, _DT_NEEDED, _DT_STRTAB, _DT_SONAME, _DT_RPATH, _DT_RUNPATH = 0, 1, 5, 14, 15, 29
 _PT_LOAD, _PT_DYNAMIC = 1, 2
+_SHT_DYNSYM = 11
 _SHT_GNU_VERDEF = 0x6FFFFFFD
 _VER_FLG_BASE = 0x1
 # The largest object read whole (a CUDA extension with embedded cubins is some 100 MB).
@@ -110,23 +113,83 @@ def dynamic_section_of_bytes(data, name="<bytes>"):
     return result
 
 
-def _sections(data, name):
-    """``[(type, offset, size, link)]`` of the section headers of the ELF object in ``data``."""
+def section_headers(data, name):
+    """``(headers, shstrndx)`` of the ELF object in ``data``: ``[(name_index, type, offset, size, link, entsize)]``
+    in section-header order and the index of the section-name table; ``([], 0)`` without section headers."""
     bits, order = elf_ident(data, name)
     if bits == 64:
         shoff, = struct.unpack_from(order + "Q", data, 0x28)
-        shentsize, shnum = struct.unpack_from(order + "HH", data, 0x3A)
+        shentsize, shnum, shstrndx = struct.unpack_from(order + "HHH", data, 0x3A)
         fmt = order + "IIQQQQIIQQ"
     else:
         shoff, = struct.unpack_from(order + "I", data, 0x20)
-        shentsize, shnum = struct.unpack_from(order + "HH", data, 0x2E)
+        shentsize, shnum, shstrndx = struct.unpack_from(order + "HHH", data, 0x2E)
         fmt = order + "IIIIIIIIII"
+    if shoff == 0 or shnum == 0:
+        return [], 0
     try:
-        # sh_type, sh_offset, sh_size, sh_link of each section header
-        return [tuple(fields[i] for i in (1, 4, 5, 6))
-                for fields in (struct.unpack_from(fmt, data, shoff + index * shentsize) for index in range(shnum))]
+        # sh_name, sh_type, sh_offset, sh_size, sh_link, sh_entsize of each section header
+        return [tuple(fields[i] for i in (0, 1, 4, 5, 6, 9))
+                for fields in (struct.unpack_from(fmt, data, shoff + index * shentsize)
+                               for index in range(shnum))], shstrndx
     except struct.error:
         raise ElfError("%s is truncated (its section headers run past the end)" % name)
+
+
+def section_list(data, name):
+    """``[(name, type, offset, size, link, entsize)]`` in section-header order; ``[]`` without section headers."""
+    headers, shstrndx = section_headers(data, name)
+    if not headers:
+        return []
+    if shstrndx >= len(headers):
+        raise ElfError("%s names section %d as its section-name table, but has %d sections"
+                       % (name, shstrndx, len(headers)))
+    names_offset = headers[shstrndx][2]
+    sections = []
+    for name_index, stype, offset, size, link, entsize in headers:
+        start = names_offset + name_index
+        end = data.find(b"\0", start)
+        if start >= len(data) or end < 0:
+            raise ElfError("%s has a section name that runs past the end of the file" % name)
+        sections.append((data[start:end].decode("utf-8", "replace"), stype, offset, size, link, entsize))
+    return sections
+
+
+def elf_sections(data, name="<bytes>"):
+    """``{section name: (type, offset, size, link, entsize)}`` of the ELF object in ``data``.
+
+    ``{}`` for an object without section headers (stripped of them); ElfError for what is not ELF or is truncated.
+    """
+    return dict((entry[0], entry[1:]) for entry in section_list(data, name) if entry[0])
+
+
+def undefined_symbols(data, name="<bytes>"):
+    """The names of the undefined symbols of the dynamic symbol table (what the object takes from libraries)."""
+    sections = section_list(data, name)
+    dynsym = next((s for s in sections if s[1] == _SHT_DYNSYM), None)
+    if dynsym is None or dynsym[4] >= len(sections):
+        return []
+    dummy, stype, offset, size, link, entsize = dynsym
+    strtab = sections[link][2]
+    bits, order = elf_ident(data, name)
+    if bits == 64:
+        fmt, size_of, shndx_at = order + "IBBHQQ", 24, 3  # st_name, st_info, st_other, st_shndx, ...
+    else:
+        fmt, size_of, shndx_at = order + "IIIBBH", 16, 5  # st_name, st_value, st_size, st_info, st_other, st_shndx
+    names = []
+    try:
+        for position in range(offset + size_of, offset + size, entsize or size_of):
+            fields = struct.unpack_from(fmt, data, position)
+            name_index, shndx = fields[0], fields[shndx_at]
+            if shndx != 0 or not name_index:
+                continue
+            start = strtab + name_index
+            end = data.find(b"\0", start)
+            if end > start:
+                names.append(data[start:end].decode("utf-8", "replace"))
+    except struct.error:
+        raise ElfError("%s is truncated (its dynamic symbol table runs past the end)" % name)
+    return names
 
 
 def version_definitions_of_bytes(data, name="<bytes>"):
@@ -134,7 +197,7 @@ def version_definitions_of_bytes(data, name="<bytes>"):
     base entry (the object's own SONAME): what ``objdump -p`` prints under "Version definitions", e.g.
     ``["MLX5_1.0", ..., "MLX5_1.25"]`` for rdma-core's libmlx5.so.1. An object without version definitions gives
     ``[]``. Raises ElfError for what is not an ELF object or is truncated."""
-    sections = _sections(data, name)
+    sections = [header[1:5] for header in section_headers(data, name)[0]]
     order = elf_ident(data, name)[1]
     names = []
     for stype, offset, size, link in sections:

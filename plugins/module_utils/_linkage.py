@@ -16,11 +16,9 @@ make_build) keep the record under the key ``linkage`` of their build record, so 
 What is read here, and how:
 
 * ``needed``/``runpath``/``rpath``/``soname``/``libstdcxx``: the object's dynamic section (``_elf``).
-* ``sass``/``ptx`` (``["sm_90", "sm_90a", ...]``): ``cuobjdump --list-elf`` / ``--list-ptx`` where the toolkit has
-  cuobjdump (:func:`archs_from_cuobjdump`); else the entry headers of the ``.nv_fatbin`` section
-  (:func:`fatbin_archs`: kind 1 PTX, 2 ELF, the SM number, and the flags 0x100000 = ``a``, 0x200000 = ``f``, as
-  nvcc 13.0 writes them for sm_75, 90, 90a, 100, 100a, 100f, 103a, 120 and compute_80/90a/100). A fatbin this reader
-  does not fully understand gives null, never a guess. An object without a ``.nv_fatbin`` section embeds none: ``[]``.
+* ``sass``/``ptx`` (``["sm_90", "sm_90a", ...]``): ``_devicecode.embedded_archs`` (cuobjdump where the toolkit has
+  it, else the ``.nv_fatbin`` section's entry headers, as nvcc 13.0 writes them for sm_75, 90, 90a, 100, 100a, 100f,
+  103a, 120 and compute_80/90a/100); null where neither can tell, ``[]`` for an object without device code.
 * ``torch.cxx11_abi``: from the object, not from torch: an undefined dynamic symbol containing ``__cxx11`` means the
   extension was compiled with ``_GLIBCXX_USE_CXX11_ABI=1`` (True); an object that needs torch's libraries
   (libc10.so, libtorch*.so) and calls into c10/at/torch with no such symbol was compiled with 0 (False); anything
@@ -35,37 +33,25 @@ import ast
 import glob
 import os
 import re
-import struct
 
 from ansible_collections.gpufleet.deepep.plugins.module_utils._guard import RecordShapeError
 from ansible_collections.gpufleet.deepep.plugins.module_utils._guard import check_record as check_shape
+from ansible_collections.gpufleet.deepep.plugins.module_utils._devicecode import embedded_archs
 from ansible_collections.gpufleet.deepep.plugins.module_utils._elf import (
     ElfError,
     dynamic_section_of_bytes,
-    elf_ident,
     is_elf,
     libstdcxx_linkage,
     MAX_BYTES,
 )
 
-__all__ = ["SCHEMA", "ARTIFACTS", "LinkageError", "elf_sections", "undefined_symbols", "cxx11_abi",
-           "archs_from_cuobjdump", "fatbin_archs", "embedded_archs", "object_record", "baked_env_from_text",
+__all__ = ["SCHEMA", "ARTIFACTS", "LinkageError", "cxx11_abi", "object_record", "baked_env_from_text",
            "resolve_needed", "compiler_from_version_output", "torch_cuda_from_version_py", "linkage_record",
            "check_record", "shape_error", "tree_objects", "installed_library"]
 
 SCHEMA = 1
 ARTIFACTS = ("deepep", "nvshmem", "nccl", "gdrcopy")
-CUOBJDUMP_TIMEOUT = 300
 
-_SHT_DYNSYM = 11
-_FATBIN_MAGIC = 0xBA55ED50
-_FATBIN_PTX, _FATBIN_ELF = 1, 2
-_FATBIN_ARCH_SPECIFIC, _FATBIN_FAMILY_SPECIFIC = 0x100000, 0x200000
-_ARCH_RE = re.compile(r"sm_(\d+[af]?)")
-_ELF_LINE_RE = re.compile(r"^\s*ELF file\s+\d+:\s*(\S+)\s*$")
-_PTX_LINE_RE = re.compile(r"^\s*PTX file\s+\d+:\s*(\S+)\s*$")
-_NONE_FOUND_RE = re.compile(r"No (ELF|PTX) file found")
-_NO_DEVICE_CODE = "does not contain device code"
 _TORCH_LIBS = ("libc10.so", "libc10_cuda.so", "libtorch.so", "libtorch_cpu.so", "libtorch_cuda.so",
                "libtorch_python.so")
 _TORCH_SYMBOL_PREFIXES = ("_ZN3c10", "_ZNK3c10", "_ZN2at", "_ZNK2at", "_ZN5torch", "_ZNK5torch")
@@ -77,78 +63,7 @@ class LinkageError(ValueError):
     """A linkage record (or a part of one) that does not have the schema's shape; the message names the field."""
 
 
-# --- ELF sections and symbols ---------------------------------------------------------------------------------
-
-
-def _section_list(data, name):
-    """``[(name, type, offset, size, link, entsize)]`` in section-header order; ``[]`` without section headers."""
-    bits, order = elf_ident(data, name)
-    try:
-        if bits == 64:
-            shoff, = struct.unpack_from(order + "Q", data, 0x28)
-            shentsize, shnum, shstrndx = struct.unpack_from(order + "HHH", data, 0x3A)
-            fmt = order + "IIQQQQIIQQ"
-        else:
-            shoff, = struct.unpack_from(order + "I", data, 0x20)
-            shentsize, shnum, shstrndx = struct.unpack_from(order + "HHH", data, 0x2E)
-            fmt = order + "IIIIIIIIII"
-        if shoff == 0 or shnum == 0:
-            return []
-        headers = []
-        for index in range(shnum):
-            fields = struct.unpack_from(fmt, data, shoff + index * shentsize)
-            headers.append((fields[0], fields[1], fields[4], fields[5], fields[6], fields[9]))
-    except struct.error:
-        raise ElfError("%s is truncated (its section headers run past the end)" % name)
-    if shstrndx >= len(headers):
-        raise ElfError("%s names section %d as its section-name table, but has %d sections"
-                       % (name, shstrndx, len(headers)))
-    names_offset = headers[shstrndx][2]
-    sections = []
-    for name_index, stype, offset, size, link, entsize in headers:
-        start = names_offset + name_index
-        end = data.find(b"\0", start)
-        if start >= len(data) or end < 0:
-            raise ElfError("%s has a section name that runs past the end of the file" % name)
-        sections.append((data[start:end].decode("utf-8", "replace"), stype, offset, size, link, entsize))
-    return sections
-
-
-def elf_sections(data, name="<bytes>"):
-    """``{section name: (type, offset, size, link, entsize)}`` of the ELF object in ``data``.
-
-    ``{}`` for an object without section headers (stripped of them); ElfError for what is not ELF or is truncated.
-    """
-    return dict((entry[0], entry[1:]) for entry in _section_list(data, name) if entry[0])
-
-
-def undefined_symbols(data, name="<bytes>"):
-    """The names of the undefined symbols of the dynamic symbol table (what the object takes from libraries)."""
-    sections = _section_list(data, name)
-    dynsym = next((s for s in sections if s[1] == _SHT_DYNSYM), None)
-    if dynsym is None or dynsym[4] >= len(sections):
-        return []
-    dummy, stype, offset, size, link, entsize = dynsym
-    strtab = sections[link][2]
-    bits, order = elf_ident(data, name)
-    if bits == 64:
-        fmt, size_of, shndx_at = order + "IBBHQQ", 24, 3  # st_name, st_info, st_other, st_shndx, ...
-    else:
-        fmt, size_of, shndx_at = order + "IIIBBH", 16, 5  # st_name, st_value, st_size, st_info, st_other, st_shndx
-    names = []
-    try:
-        for position in range(offset + size_of, offset + size, entsize or size_of):
-            fields = struct.unpack_from(fmt, data, position)
-            name_index, shndx = fields[0], fields[shndx_at]
-            if shndx != 0 or not name_index:
-                continue
-            start = strtab + name_index
-            end = data.find(b"\0", start)
-            if end > start:
-                names.append(data[start:end].decode("utf-8", "replace"))
-    except struct.error:
-        raise ElfError("%s is truncated (its dynamic symbol table runs past the end)" % name)
-    return names
+# --- the torch ABI ----------------------------------------------------------------------------------------------
 
 
 def cxx11_abi(undefined, needed):
@@ -165,122 +80,6 @@ def cxx11_abi(undefined, needed):
     if needs_torch and any(symbol.startswith(_TORCH_SYMBOL_PREFIXES) for symbol in undefined):
         return False
     return None
-
-
-# --- SASS and PTX ---------------------------------------------------------------------------------------------
-
-
-def archs_from_cuobjdump(text, what):
-    """The sorted SM archs (``["sm_90", "sm_90a"]``) in ``cuobjdump --list-elf`` (``what="elf"``) or
-    ``--list-ptx`` (``"ptx"``) output; ``[]`` when it says there is none; None when the output is not one of those.
-
-    Lines: ``ELF file    1: <name>.1.sm_90.cubin``, ``PTX file    1: <name>.1.sm_90.ptx``.
-    """
-    if what not in ("elf", "ptx"):
-        raise LinkageError("what must be elf or ptx, got %r" % (what,))
-    line_re = _ELF_LINE_RE if what == "elf" else _PTX_LINE_RE
-    found = set()
-    listed = False
-    for line in (text or "").splitlines():
-        match = line_re.match(line)
-        if not match:
-            continue
-        listed = True
-        archs = _ARCH_RE.findall(match.group(1))
-        if not archs:
-            return None  # a listed object whose name carries no arch: nothing to say for sure
-        found.add("sm_" + archs[-1])
-    if listed:
-        return _sorted_archs(found)
-    none = _NONE_FOUND_RE.search(text or "")
-    if (none and none.group(1).lower() == what) or _NO_DEVICE_CODE in (text or ""):
-        return []
-    return None
-
-
-def _sorted_archs(archs):
-    def key(arch):
-        digits = re.match(r"sm_(\d+)([af]?)", arch)
-        return (int(digits.group(1)), digits.group(2)) if digits else (0, arch)
-    return sorted(set(archs), key=key)
-
-
-def fatbin_archs(data, name="<bytes>", sections=None):
-    """``(sass, ptx)`` read from the ``.nv_fatbin`` section's entry headers; ``([], [])`` without such a section;
-    ``(None, None)`` where the section holds anything this reader does not fully understand."""
-    try:
-        sections = elf_sections(data, name) if sections is None else sections
-    except ElfError:
-        return None, None
-    if not sections:
-        return None, None  # no section headers: cannot tell
-    fatbin = sections.get(".nv_fatbin")
-    if fatbin is None:
-        return ([], []) if "__nv_relfatbin" not in sections else (None, None)
-    stype, offset, size, link, entsize = fatbin
-    blob = data[offset:offset + size]
-    if len(blob) != size:
-        return None, None
-    sass, ptx = set(), set()
-    position = 0
-    try:
-        while position + 16 <= len(blob):
-            magic, version, header_size, fat_size = struct.unpack_from("<IHHQ", blob, position)
-            if magic != _FATBIN_MAGIC:
-                if blob[position:].strip(b"\0"):
-                    return None, None  # not padding: an unknown layout
-                break
-            if header_size < 16 or version != 1:
-                return None, None
-            entry = position + header_size
-            end = entry + fat_size
-            if end > len(blob):
-                return None, None
-            while entry < end:
-                kind, dummy, entry_header, payload = struct.unpack_from("<HHIQ", blob, entry)
-                if entry_header < 0x38 or kind not in (_FATBIN_PTX, _FATBIN_ELF):
-                    return None, None
-                arch, = struct.unpack_from("<I", blob, entry + 0x1C)
-                flags, = struct.unpack_from("<Q", blob, entry + 0x28)
-                if not 10 <= arch <= 999:
-                    return None, None
-                suffix = "a" if flags & _FATBIN_ARCH_SPECIFIC else "f" if flags & _FATBIN_FAMILY_SPECIFIC else ""
-                if flags & _FATBIN_ARCH_SPECIFIC and flags & _FATBIN_FAMILY_SPECIFIC:
-                    return None, None
-                (sass if kind == _FATBIN_ELF else ptx).add("sm_%d%s" % (arch, suffix))
-                entry += entry_header + payload
-            if entry != end:
-                return None, None
-            position = end
-            position += (-position) % 8
-    except struct.error:
-        return None, None
-    return _sorted_archs(sass), _sorted_archs(ptx)
-
-
-def embedded_archs(run, cuda_home, path, data=None, name=None):
-    """``(sass, ptx, warning)`` of the object at ``path``: cuobjdump (``run(argv, timeout) -> (rc, out, err)``)
-    where ``<cuda_home>/bin/cuobjdump`` exists, else :func:`fatbin_archs` of ``data`` (the object's bytes)."""
-    name = name or path
-    cuobjdump = os.path.join(cuda_home, "bin", "cuobjdump") if cuda_home else None
-    if cuobjdump and os.access(cuobjdump, os.X_OK):
-        found = []
-        for what in ("elf", "ptx"):
-            rc, out, err = run([cuobjdump, "--list-" + what, path], CUOBJDUMP_TIMEOUT)
-            archs = archs_from_cuobjdump("%s\n%s" % (out, err), what)
-            if archs is None:
-                return None, None, "cuobjdump --list-%s %s gave no list (rc=%d): %s; its %s archs are not recorded" % (
-                    what, name, rc, (err or out).strip()[-300:], "SASS" if what == "elf" else "PTX")
-            found.append(archs)
-        return found[0], found[1], None
-    if data is None:
-        return None, None, "no cuobjdump at %s and %s was not read: its SASS/PTX archs are not recorded" % (
-            cuobjdump, name)
-    sass, ptx = fatbin_archs(data, name)
-    if sass is None:
-        return None, None, ("no cuobjdump at %s, and the .nv_fatbin section of %s has a layout this reader does not "
-                            "know: its SASS/PTX archs are not recorded" % (cuobjdump, name))
-    return sass, ptx, None
 
 
 # --- objects --------------------------------------------------------------------------------------------------

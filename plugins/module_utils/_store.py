@@ -38,7 +38,6 @@ publisher's), under the store lock.
 
 from __future__ import annotations
 
-import errno
 import fcntl
 import hashlib
 import json
@@ -48,43 +47,46 @@ import shutil
 import stat
 import tempfile
 
-from ansible_collections.gpufleet.deepep.plugins.module_utils._fileio import file_digest
-from ansible_collections.gpufleet.deepep.plugins.module_utils._lock import FileLock, LockError, LockTimeout
 from ansible_collections.gpufleet.deepep.plugins.module_utils._runner import now
+from ansible_collections.gpufleet.deepep.plugins.module_utils._storefs import (
+    CHUNK,
+    Incoming,
+    LOCK_TIMEOUT,
+    O_DIR,
+    StoreError,
+    StoreLock,
+    check_dir,
+    check_entry,
+    copy_file,
+    create_new,
+    fd_sha256,
+    lstat_or_none,
+    open_regular,
+    refuse_any_link,
+    store_mode,
+    verify_file,
+)
 
 __all__ = [
-    "ARGUMENT_SPEC", "REQUIRED_IF", "KINDS", "RECORD_NAME", "LOCK_TIMEOUT", "MODE_MASK", "StoreError", "check_request", "check_files", "check_pin",
-    "check_lock_timeout", "refuse_any_link", "key_path", "validate_record", "read_record", "lookup", "lookup_entry",
-    "verify_file", "describe_files", "describe_sources", "store_mode", "make_record", "StoreLock", "Incoming",
-    "new_incoming", "clean_incoming", "publish", "put_local", "get_local", "unlockable_message", "unpinned_warning",
+    "ARGUMENT_SPEC", "REQUIRED_IF", "KINDS", "RECORD_NAME", "StoreError", "check_request", "check_files", "check_pin",
+    "check_lock_timeout", "key_path", "validate_record", "read_record", "lookup", "lookup_entry", "describe_files",
+    "describe_sources", "make_record", "new_incoming", "clean_incoming", "publish", "put_local", "get_local",
+    "unpinned_warning",
 ]
 
-KINDS = ("nvshmem", "deepep", "nccl", "gdrcopy", "deepgemm", "deepep_jit")
+KINDS = ("nvshmem", "deepep", "deepgemm", "deepep_jit")
 RECORD_NAME = "record.json"
 LEGACY_RECORD_NAME = "published.json"
-LOCK_NAME = ".lock"
 INCOMING_NAME = ".incoming"
-LOCK_TIMEOUT = 600
 LOCK_TIMEOUT_MAX = 86400
-LOCK_VARIABLE = "lock_timeout (gpufleet_artifact_lock_timeout for the roles)"
 PIN_VARIABLE = "record_sha256 (gpufleet_artifact_record_pins for the roles)"
-STORE_VARIABLE = "gpufleet_artifact_store for the roles"
 KEY_FORM = "lowercase hex, 16 to 64 characters"
 PIN_FORM = "64 lowercase hex digits, the record_sha256 a put or lookup returned"
-MODE_MASK = 0o755
 RECORD_MAX = 8 * 1024 * 1024
-CHUNK = 1024 * 1024
 
 _KEY_RE = re.compile(r"^[0-9a-f]{16,64}$")
 _SHA256_RE = re.compile(r"^[0-9a-f]{64}$")
 _INCOMING_RE = re.compile(r"^(?:%s)-[0-9a-f]{16}-[A-Za-z0-9_.-]+\.[a-z0-9_]{8}$" % "|".join(KINDS))
-_CLOEXEC = getattr(os, "O_CLOEXEC", 0)
-_O_READ = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | _CLOEXEC
-_O_DIR = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | _CLOEXEC
-
-
-class StoreError(Exception):
-    """A request, a store or an artifact the store refuses; the message names the bad value or file."""
 
 
 def check_request(store, kind, key):
@@ -134,143 +136,6 @@ def key_path(store, kind, key):
 
 
 # --------------------------------------------------------------------------------------------
-# Links
-
-
-def _lstat(path):
-    try:
-        return os.lstat(path)
-    except OSError as exc:
-        if exc.errno in (errno.ENOENT, errno.ENOTDIR):
-            return None
-        raise StoreError("cannot read %s: %s" % (path, exc.strerror or exc))
-
-
-def _target(path):
-    try:
-        return os.readlink(path)
-    except OSError:
-        return "?"
-
-
-def refuse_any_link(path, what):
-    """Refuse ``path`` (absolute) when it or any directory above it is a symbolic link, naming the link; the part of
-    ``path`` that does not exist yet is not checked. The store's rule: no link anywhere on the path (compare
-    ``_fileio.refuse_write_through_link``, which lets a report follow a site's symlinked directories)."""
-    if not isinstance(path, str) or not os.path.isabs(path):
-        raise StoreError("%s %r must be an absolute path" % (what, path))
-    current = os.sep
-    for part in os.path.normpath(path).split(os.sep):
-        if not part:
-            continue
-        current = os.path.join(current, part)
-        info = _lstat(current)
-        if info is None:
-            return
-        if stat.S_ISLNK(info.st_mode):
-            raise StoreError("%s %s: %s is a symbolic link (to %s); the artifact store never follows links: give the "
-                             "real path" % (what, path, current, _target(current)))
-
-
-def _open_file(path, shown, missing):
-    """``(fd, stat)`` of the regular file ``path`` opened without following a link; StoreError naming ``shown``
-    otherwise (``missing``: the message when it is absent)."""
-    try:
-        fd = os.open(path, _O_READ)
-    except OSError as exc:
-        if exc.errno == errno.ELOOP:
-            raise StoreError("%s is a symbolic link (to %s); the artifact store never follows links"
-                             % (shown, _target(path)))
-        if exc.errno in (errno.ENOENT, errno.ENOTDIR):
-            raise StoreError(missing)
-        raise StoreError("cannot read %s: %s" % (shown, exc.strerror or exc))
-    info = os.fstat(fd)
-    if not stat.S_ISREG(info.st_mode):
-        os.close(fd)
-        raise StoreError("%s is not a regular file; %s" % (shown, missing))
-    return fd, info
-
-
-def _fd_sha256(fd):
-    """The sha256 and length of what the open file ``fd`` holds (read through a duplicate, from its start)."""
-    os.lseek(fd, 0, os.SEEK_SET)
-    return file_digest(os.dup(fd))
-
-
-def store_mode(mode):
-    """The permission bits a stored or installed copy of a file of ``mode`` gets: ``mode & 0o755``."""
-    return stat.S_IMODE(mode) & MODE_MASK
-
-
-def _copy_fd(src_fd, out_fd, mode):
-    """Copy the open file ``src_fd`` from its start into ``out_fd`` (closed here), with ``mode``."""
-    os.lseek(src_fd, 0, os.SEEK_SET)
-    with os.fdopen(out_fd, "wb") as out:
-        while True:
-            block = os.read(src_fd, CHUNK)
-            if not block:
-                break
-            out.write(block)
-        out.flush()
-        os.fchmod(out.fileno(), mode)
-
-
-def _copy_file(path, shown, out_fd, mode=None):
-    """Copy the regular file ``path`` (never through a link) into ``out_fd``, with ``mode`` or its own
-    ``store_mode``."""
-    try:
-        fd, info = _open_file(path, shown, "%s is missing" % shown)
-    except BaseException:
-        os.close(out_fd)
-        raise
-    try:
-        _copy_fd(fd, out_fd, store_mode(info.st_mode) if mode is None else mode)
-    finally:
-        os.close(fd)
-
-
-def _create(path):
-    """A new file ``path`` opened for writing (never an existing file or a link), mode 0600 until copied into."""
-    return os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | _CLOEXEC, 0o600)
-
-
-def _check_dir(path, what):
-    """Whether the directory ``path`` exists; StoreError when it is a link or not a directory."""
-    info = _lstat(path)
-    if info is None:
-        return False
-    if stat.S_ISLNK(info.st_mode):
-        raise StoreError("%s %s is a symbolic link (to %s); the artifact store never follows links: remove it and "
-                         "publish the key again" % (what, path, _target(path)))
-    if not stat.S_ISDIR(info.st_mode):
-        raise StoreError("%s %s is not a directory; remove it" % (what, path))
-    return True
-
-
-def _check_entry(directory):
-    """Refuse a key directory that holds a link, a hard-linked file or anything but regular files (a publication
-    copies each file: it holds none of these)."""
-    try:
-        names = sorted(os.listdir(directory))
-    except OSError as exc:
-        raise StoreError("cannot list %s: %s" % (directory, exc.strerror or exc))
-    for name in names:
-        path = os.path.join(directory, name)
-        info = _lstat(path)
-        if info is None:
-            continue
-        if stat.S_ISLNK(info.st_mode):
-            raise StoreError("%s is a symbolic link (to %s) inside the store entry; the artifact store never follows "
-                             "links: remove %s and publish the key again" % (path, _target(path), directory))
-        if not stat.S_ISREG(info.st_mode):
-            raise StoreError("%s is not a regular file (a store entry holds only the files it published); remove %s "
-                             "and publish the key again" % (path, directory))
-        if info.st_nlink > 1:
-            raise StoreError("%s has %d hard links (a published file has one: it may be changed through another "
-                             "name); remove %s and publish the key again" % (path, info.st_nlink, directory))
-
-
-# --------------------------------------------------------------------------------------------
 # Records
 
 
@@ -314,7 +179,7 @@ def _read_record_bytes(path, directory):
     """The bytes of ``record.json`` (never through a link, at most RECORD_MAX)."""
     missing = ("%s holds no readable %s (an interrupted copy or a store of an older layout); remove %s and publish "
                "the key again" % (directory, RECORD_NAME, directory))
-    fd, info = _open_file(path, path, missing)
+    fd, info = open_regular(path, path, missing)
     try:
         if info.st_size > RECORD_MAX:
             raise StoreError("%s has %d bytes, more than a record's %d; remove %s and publish the key again"
@@ -349,9 +214,9 @@ def read_record(directory, kind, key):
 
 def _legacy(directory):
     """Whether ``directory`` is a key of the store's first layout (``published.json``, no checksums)."""
-    legacy = _lstat(os.path.join(directory, LEGACY_RECORD_NAME))
+    legacy = lstat_or_none(os.path.join(directory, LEGACY_RECORD_NAME))
     return (legacy is not None and stat.S_ISREG(legacy.st_mode)
-            and _lstat(os.path.join(directory, RECORD_NAME)) is None)
+            and lstat_or_none(os.path.join(directory, RECORD_NAME)) is None)
 
 
 def lookup_entry(store, kind, key, pin=None):
@@ -361,10 +226,10 @@ def lookup_entry(store, kind, key, pin=None):
     check_request(store, kind, key)
     pin = check_pin(pin)
     directory = key_path(store, kind, key)
-    if (not _check_dir(os.path.join(store, kind), "the kind directory")
-            or not _check_dir(directory, "the key directory") or _legacy(directory)):
+    if (not check_dir(os.path.join(store, kind), "the kind directory")
+            or not check_dir(directory, "the key directory") or _legacy(directory)):
         return None, ""
-    _check_entry(directory)
+    check_entry(directory)
     record, digest = _record_and_digest(directory, kind, key)
     if pin is not None and digest != pin:
         raise StoreError("%s/%s: %s has sha256 %s, but record_sha256 pins %s for this key: the record was rewritten "
@@ -405,7 +270,7 @@ def make_record(kind, key, files, host, meta=None, published_at=None):
 
 
 # --------------------------------------------------------------------------------------------
-# Files
+# Sources
 
 
 def describe_sources(directory, files):
@@ -417,12 +282,12 @@ def describe_sources(directory, files):
     for name in check_files(files):
         path = os.path.join(directory, name)
         try:
-            fd, info = _open_file(path, path, "%s is not a file: nothing to publish (files must name files of src)"
+            fd, info = open_regular(path, path, "%s is not a file: nothing to publish (files must name files of src)"
                                   % path)
         except StoreError as exc:
             raise StoreError("src %s: %s" % (directory, exc))
         try:
-            digest, size = _fd_sha256(fd)
+            digest, size = fd_sha256(fd)
         except (IOError, OSError) as exc:
             raise StoreError("cannot read %s: %s" % (path, exc))
         finally:
@@ -437,110 +302,8 @@ def describe_files(directory, files):
                 for name, entry in describe_sources(directory, files).items())
 
 
-def verify_file(path, entry, shown=None):
-    """Refuse ``path`` unless it is a regular file (not a link) whose size and sha256 are those of the record
-    ``entry``; the message names ``shown`` (default ``path``)."""
-    shown = shown or path
-    fd, info = _open_file(path, shown, "%s is missing (the record lists it)" % shown)
-    try:
-        size = info.st_size
-        if size < entry["size"]:
-            raise StoreError("%s is truncated: %d of the %d bytes its record lists" % (shown, size, entry["size"]))
-        if size != entry["size"]:
-            raise StoreError("%s has %d bytes, its record lists %d: the file changed after publication"
-                             % (shown, size, entry["size"]))
-        try:
-            digest = _fd_sha256(fd)[0]
-        except (IOError, OSError) as exc:
-            raise StoreError("cannot read %s: %s" % (shown, exc))
-    finally:
-        os.close(fd)
-    if digest != entry["sha256"]:
-        raise StoreError("%s does not match its record (sha256 %s, the record says %s): the file was altered after "
-                         "publication" % (shown, digest, entry["sha256"]))
-
-
 # --------------------------------------------------------------------------------------------
 # Publication
-
-
-def _blocking_component(path):
-    """What stands where ``path`` needs a directory: ``(the deepest existing path at or above it, what it is)`` when
-    that is not a directory (nor a link to one), else None."""
-    current = os.path.normpath(path)
-    while True:
-        info = _lstat(current)
-        if info is not None:
-            if stat.S_ISDIR(info.st_mode) or (stat.S_ISLNK(info.st_mode) and os.path.isdir(current)):
-                return None
-            if stat.S_ISLNK(info.st_mode):
-                return current, "a symbolic link (to %s) that does not lead to a directory" % _target(current)
-            return current, "a file, not a directory"
-        parent = os.path.dirname(current)
-        if parent == current:
-            return None
-        current = parent
-
-
-def unlockable_message(store, lock_path, exc):
-    """Why ``store`` cannot hold its lock ``lock_path`` (``exc``: the LockError), naming the option and the path."""
-    reason = os.strerror(exc.code) if exc.code else str(exc)
-    if exc.step == "lock":
-        return ("store %s cannot hold a lock: flock on %s failed (%s); the store's file system must support flock "
-                "(an NFS mount needs locking, not 'nolock'): give store (%s) a path on such a file system"
-                % (store, lock_path, reason, STORE_VARIABLE))
-    blocking = _blocking_component(store)
-    if blocking is not None:
-        why = "%s is %s" % ("it" if blocking[0] == os.path.normpath(store) else blocking[0], blocking[1])
-    elif exc.code == errno.EROFS:
-        why = "it lies on a read-only file system"
-    elif exc.code in (errno.EACCES, errno.EPERM):
-        why = "this user (uid %d) may not create or write files there (%s)" % (os.geteuid(), reason)
-    else:
-        why = "the lock file cannot be created there (%s)" % reason
-    return ("store %s is not a writable directory and cannot hold the store lock %s: %s. Expected a directory (or "
-            "a path where one can be created) that this user can write, on a file system that is not read-only and "
-            "supports flock (not /proc or /sys): set store (%s) to such a path"
-            % (store, lock_path, why, STORE_VARIABLE))
-
-
-class StoreLock(FileLock):
-    """``<store>/.lock`` held with fcntl (exclusive), waited for at most ``timeout`` seconds."""
-
-    def __init__(self, store, timeout=LOCK_TIMEOUT, poll=0.1):
-        FileLock.__init__(self, os.path.join(store, LOCK_NAME), timeout, poll=poll, what="store lock")
-        self.store = store
-
-    def __enter__(self):
-        try:
-            return FileLock.__enter__(self)
-        except LockTimeout as exc:
-            raise StoreError("the store lock %s stayed locked for %s s (%s): another publication holds it or hangs; "
-                             "run again once it ended, or raise %s"
-                             % (self.path, self.timeout, "held by %s" % exc.holder if exc.holder
-                                else "its holder wrote no pid", LOCK_VARIABLE))
-        except LockError as exc:
-            if exc.code == errno.ELOOP or exc.step not in ("open", "lock"):
-                raise StoreError(str(exc))
-            raise StoreError(unlockable_message(self.store, self.path, exc))
-
-
-class Incoming(object):
-    """A publication being assembled in ``path`` (under ``<store>/.incoming``), held with ``flock`` on the
-    directory for as long as it lives: one that nobody holds is a killed publisher's (``clean_incoming``)."""
-
-    def __init__(self, path, fd):
-        self.path = path
-        self.fd = fd
-
-    def discard(self):
-        """Remove the directory when it is still there (not published) and let it go."""
-        info = _lstat(self.path)
-        if info is not None and stat.S_ISDIR(info.st_mode):
-            shutil.rmtree(self.path, ignore_errors=True)
-        if self.fd is not None:
-            os.close(self.fd)
-            self.fd = None
 
 
 def clean_incoming(store):
@@ -554,12 +317,12 @@ def clean_incoming(store):
         return removed
     for name in names:
         path = os.path.join(incoming, name)
-        info = _lstat(path)
+        info = lstat_or_none(path)
         if (not _INCOMING_RE.match(name) or info is None or not stat.S_ISDIR(info.st_mode)
                 or info.st_uid != os.geteuid()):
             continue
         try:
-            fd = os.open(path, _O_DIR)
+            fd = os.open(path, O_DIR)
         except OSError:
             continue
         try:
@@ -581,13 +344,13 @@ def new_incoming(store, kind, key, host, timeout=LOCK_TIMEOUT):
     directories of killed publishers first."""
     incoming = os.path.join(store, INCOMING_NAME)
     with StoreLock(store, timeout):
-        if not _check_dir(incoming, "the staging directory"):
+        if not check_dir(incoming, "the staging directory"):
             os.mkdir(incoming, 0o755)
-            _check_dir(incoming, "the staging directory")
+            check_dir(incoming, "the staging directory")
         clean_incoming(store)
         path = tempfile.mkdtemp(prefix="%s-%s-%s." % (kind, key[:16], re.sub(r"[^A-Za-z0-9_.-]", "_", host or "x")),
                                 dir=incoming)
-        fd = os.open(path, _O_DIR)
+        fd = os.open(path, O_DIR)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except OSError:
@@ -610,15 +373,15 @@ def publish(store, kind, key, incoming, record, timeout=LOCK_TIMEOUT, pin=None):
             existing, digest = lookup_entry(store, kind, key, pin)
             if existing is None:
                 data = _record_bytes(record)
-                fd = _create(os.path.join(incoming.path, RECORD_NAME))
+                fd = create_new(os.path.join(incoming.path, RECORD_NAME))
                 with os.fdopen(fd, "wb") as out:
                     out.write(data)
                     os.fchmod(out.fileno(), 0o644)
-                if not _check_dir(os.path.join(store, kind), "the kind directory"):
+                if not check_dir(os.path.join(store, kind), "the kind directory"):
                     os.mkdir(os.path.join(store, kind), 0o755)
-                    _check_dir(os.path.join(store, kind), "the kind directory")
+                    check_dir(os.path.join(store, kind), "the kind directory")
                 target = key_path(store, kind, key)
-                if _check_dir(target, "the key directory") and _legacy(target):
+                if check_dir(target, "the key directory") and _legacy(target):
                     shutil.rmtree(target)
                 os.rename(incoming.path, target)
                 return True, record, hashlib.sha256(data).hexdigest()
@@ -648,7 +411,7 @@ def put_local(store, kind, key, src, files, host, meta=None, check_mode=False, t
         for name in files:
             target = os.path.join(incoming.path, name)
             shown = os.path.join(src, name)
-            _copy_file(shown, shown, _create(target), store_mode(described[name]["mode"]))
+            copy_file(shown, shown, create_new(target), store_mode(described[name]["mode"]))
             verify_file(target, described[name], shown=shown + " (copied)")
     except BaseException:
         incoming.discard()
@@ -669,7 +432,7 @@ def get_local(store, kind, key, dest, check_mode=False, pin=None):
         return {"changed": False, "found": False, "record": {}, "path": path, "copied": [], "record_sha256": ""}
     stored = dict((name, os.path.join(path, name)) for name in record["files"])
     for name, entry in record["files"].items():  # sizes first: a truncated store file is refused before any copy
-        info = _lstat(stored[name])
+        info = lstat_or_none(stored[name])
         if info is None:
             raise StoreError("%s is missing (the record lists it)" % stored[name])
         if info.st_size < entry["size"]:
@@ -691,7 +454,7 @@ def get_local(store, kind, key, dest, check_mode=False, pin=None):
         for name in wanted:
             fd, tmp = tempfile.mkstemp(prefix=".%s." % name, suffix=".tmp", dir=dest)
             temps[name] = tmp
-            _copy_file(stored[name], stored[name], fd)
+            copy_file(stored[name], stored[name], fd)
             verify_file(tmp, record["files"][name], shown="%s (copied to %s)" % (stored[name], dest))
         for name in wanted:  # record order: the file that makes the artifact usable comes last
             os.rename(temps.pop(name), os.path.join(dest, name))

@@ -88,7 +88,7 @@ options:
   kind:
     description: The kind of artifact (a directory of the store).
     type: str
-    choices: [nvshmem, deepep, nccl, gdrcopy, deepgemm, deepep_jit]
+    choices: [nvshmem, deepep, deepgemm, deepep_jit]
     required: true
   key:
     description: The build key, lowercase hex, 16 to 64 characters (the build modules return it as C(key)).
@@ -219,9 +219,9 @@ files:
 from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.gpufleet.deepep.plugins.module_utils._guard import guarded
+from ansible_collections.gpufleet.deepep.plugins.module_utils._storefs import LOCK_TIMEOUT
 from ansible_collections.gpufleet.deepep.plugins.module_utils._store import (
     ARGUMENT_SPEC,
-    LOCK_TIMEOUT,
     REQUIRED_IF,
     StoreError,
     check_files,

@@ -465,18 +465,17 @@ from ansible_collections.gpufleet.deepep.plugins.module_utils._fileio import (
     write_json_file,
 )
 from ansible_collections.gpufleet.deepep.plugins.module_utils._comm.nvshmem import parse_nvshmem_info
+from ansible_collections.gpufleet.deepep.plugins.module_utils._devicecode import embedded_archs, fatbin_archs
+from ansible_collections.gpufleet.deepep.plugins.module_utils._elf import undefined_symbols
 from ansible_collections.gpufleet.deepep.plugins.module_utils._linkage import (
     baked_env_from_text,
     compiler_from_version_output,
     cxx11_abi,
-    embedded_archs,
-    fatbin_archs,
     linkage_record,
     LinkageError,
     object_record,
     resolve_needed,
     torch_cuda_from_version_py,
-    undefined_symbols,
 )
 from ansible_collections.gpufleet.deepep.plugins.module_utils._runner import (
     CommandLog, Failed, finish, log_tail, now, StepFailed,

@@ -16,6 +16,7 @@ import threading
 import pytest
 
 from ansible_collections.gpufleet.deepep.plugins.module_utils import _store as s
+from ansible_collections.gpufleet.deepep.plugins.module_utils import _storefs as fs
 from ansible_collections.gpufleet.deepep.plugins.modules import artifact_store
 
 KEY = "ab" * 32
@@ -155,7 +156,7 @@ def test_a_record_that_is_not_json_or_absent_is_refused(published):
 
 @pytest.mark.parametrize("kwargs, expected", [
     ({"store": "relative"}, "must be an absolute path"),
-    ({"kind": "wheels"}, "kind 'wheels' is not one of nvshmem, deepep, nccl, gdrcopy, deepgemm, deepep_jit"),
+    ({"kind": "wheels"}, "kind 'wheels' is not one of nvshmem, deepep, deepgemm, deepep_jit"),
     ({"key": "ABCDEF0123456789"}, "lowercase hex, 16 to 64"),
     ({"key": "abc"}, "lowercase hex, 16 to 64"),
     ({"files": ["a/b"]}, "not a plain file name"),
@@ -241,7 +242,7 @@ def test_two_publishers_of_one_key_leave_one_artifact(tmp_path, how):
     assert json.loads(stored.pop("record.json")) == record
     assert stored == won  # the files of the publisher the record names, not a mix
     for name, entry in record["files"].items():
-        s.verify_file(os.path.join(store, "deepep", KEY, name), entry)
+        fs.verify_file(os.path.join(store, "deepep", KEY, name), entry)
     assert os.listdir(os.path.join(store, ".incoming")) == []
     assert os.listdir(os.path.join(store, "deepep")) == [KEY]
 
@@ -249,9 +250,9 @@ def test_two_publishers_of_one_key_leave_one_artifact(tmp_path, how):
 def test_the_lock_wait_is_bounded(tmp_path):
     store = tmp_path / "store"
     store.mkdir()
-    with s.StoreLock(str(store)):
+    with fs.StoreLock(str(store)):
         with pytest.raises(s.StoreError, match="stayed locked for 0.3 s"):
-            with s.StoreLock(str(store), timeout=0.3, poll=0.05):
+            with fs.StoreLock(str(store), timeout=0.3, poll=0.05):
                 pass
 
 
@@ -273,7 +274,7 @@ def test_module_failures_are_messages_not_tracebacks(module_runner, published, t
 
 def test_module_put_and_get_in_shared_mode(module_runner, tmp_path):
     contents = make_src(tmp_path / "src")
-    args = dict(mode="shared", store=str(tmp_path / "store"), kind="gdrcopy", key=KEY)
+    args = dict(mode="shared", store=str(tmp_path / "store"), kind="deepgemm", key=KEY)
     plan = module_runner(artifact_store, dict(args, op="put", src=str(tmp_path / "src"), files=FILES, host="n1"),
                          check_mode=True)
     assert plan["published"] is True and not (tmp_path / "store").exists()
@@ -587,7 +588,7 @@ def test_the_lock_wait_names_the_lock_its_holder_and_the_option(module_runner, t
     make_src(tmp_path / "src")
     store = tmp_path / "store"
     lock = str(store / ".lock")
-    with s.StoreLock(str(store)):
+    with fs.StoreLock(str(store)):
         with pytest.raises(s.StoreError) as info:
             s.put_local(str(store), "nvshmem", KEY, str(tmp_path / "src"), FILES, "n1", timeout=0.2)
         out = module_runner(artifact_store, dict(op="put", mode="shared", store=str(store), kind="nvshmem", key=KEY,
@@ -640,7 +641,7 @@ def test_a_killed_publishers_staging_directory_is_removed_at_the_next_start(tmp_
     outside = tmp_path / "outside"
     outside.mkdir()
     (outside / "keep").write_text("x")
-    planted = incoming / ("gdrcopy-%s-evil.abcdefgh" % KEY[:16])
+    planted = incoming / ("deepgemm-%s-evil.abcdefgh" % KEY[:16])
     planted.symlink_to(outside)  # named like ours, but a link: never followed nor removed through
     make_src(tmp_path / "src")
     result = s.put_local(str(store), "nvshmem", KEY, str(tmp_path / "src"), FILES, "n1")

@@ -772,7 +772,7 @@ FILTER_BAD = [
 
 
 def test_transport_policy_cases_cover_every_policy_key():
-    from ansible_collections.gpufleet.deepep.plugins.plugin_utils._verify.transport import POLICY_KEYS
+    from ansible_collections.gpufleet.deepep.plugins.plugin_utils._verify.transport_gate import POLICY_KEYS
 
     named = {key for func, args, _k, _n in FILTER_BAD if func is transport_filter.transport_policy
              if isinstance(args[0], dict) for entry in args[0].values() if isinstance(entry, dict)
@@ -782,7 +782,7 @@ def test_transport_policy_cases_cover_every_policy_key():
 
 @pytest.mark.parametrize("role", ["verify_intranode", "verify_internode"])
 def test_default_transport_policies_are_valid_for_every_generation(role):
-    from ansible_collections.gpufleet.deepep.plugins.plugin_utils._verify.transport import check_policy
+    from ansible_collections.gpufleet.deepep.plugins.plugin_utils._verify.transport_gate import check_policy
 
     table = yaml.safe_load((REPO / "roles" / role / "defaults" / "main.yml").read_text())[role + "_transport_policies"]
     for generation in (None, "v1", "v2"):
@@ -791,7 +791,7 @@ def test_default_transport_policies_are_valid_for_every_generation(role):
 
 
 def test_transport_gate_cases_cover_every_policy_key():
-    from ansible_collections.gpufleet.deepep.plugins.plugin_utils._verify.transport import POLICY_KEYS
+    from ansible_collections.gpufleet.deepep.plugins.plugin_utils._verify.transport_gate import POLICY_KEYS
 
     named = {key for func, _a, kwargs, _n in FILTER_BAD if func is transport_filter.transport_gate
              for key in (kwargs.get("policy") if isinstance(kwargs.get("policy"), dict) else {})}

@@ -13,7 +13,7 @@ from ansible.errors import AnsibleActionFail
 from ansible_collections.gpufleet.deepep.plugins.plugin_utils._verify import backends
 from ansible_collections.gpufleet.deepep.plugins.plugin_utils._verify import judge as j
 from ansible_collections.gpufleet.deepep.plugins.plugin_utils._verify.summary import render_markdown, summarize
-from ansible_collections.gpufleet.deepep.plugins.plugin_utils._verify.transport import select_transport_policy
+from ansible_collections.gpufleet.deepep.plugins.plugin_utils._verify.transport_gate import select_transport_policy
 
 from test_ep_test import BASE, _node, _simulated
 from unit_helpers import FIXTURES, REPO

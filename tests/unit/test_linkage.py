@@ -16,15 +16,18 @@ from pathlib import Path
 import pytest
 
 from ansible_collections.gpufleet.deepep.plugins.module_utils._elf import ElfError
-from ansible_collections.gpufleet.deepep.plugins.module_utils._linkage import (
+from ansible_collections.gpufleet.deepep.plugins.module_utils._devicecode import (
+    DeviceCodeError,
     archs_from_cuobjdump,
+    embedded_archs,
+    fatbin_archs,
+)
+from ansible_collections.gpufleet.deepep.plugins.module_utils._elf import elf_sections, undefined_symbols
+from ansible_collections.gpufleet.deepep.plugins.module_utils._linkage import (
     baked_env_from_text,
     check_record,
     compiler_from_version_output,
     cxx11_abi,
-    elf_sections,
-    embedded_archs,
-    fatbin_archs,
     installed_library,
     linkage_record,
     LinkageError,
@@ -32,7 +35,6 @@ from ansible_collections.gpufleet.deepep.plugins.module_utils._linkage import (
     resolve_needed,
     torch_cuda_from_version_py,
     tree_objects,
-    undefined_symbols,
 )
 
 CAPTURED = Path(__file__).resolve().parents[1] / "fixtures" / "captured" / "h200x4" / "deepep_v2_linkage.txt"
@@ -159,7 +161,7 @@ def test_cuobjdump_output_forms(text, what, expected):
 
 
 def test_cuobjdump_asked_for_something_else_is_named():
-    with pytest.raises(LinkageError) as info:
+    with pytest.raises(DeviceCodeError) as info:
         archs_from_cuobjdump("", "cubin")
     assert "elf or ptx" in str(info.value) and "'cubin'" in str(info.value)
 

@@ -11,6 +11,7 @@ import jinja2
 import pytest
 
 from ansible_collections.gpufleet.deepep.plugins.plugin_utils._serve import plan as _serve
+from ansible_collections.gpufleet.deepep.plugins.plugin_utils._serve.inputs import instance_settings
 from ansible_collections.gpufleet.deepep.plugins.module_utils._serve import node as _serve_node
 from ansible_collections.gpufleet.deepep.plugins.plugin_utils._serve import rules as _serve_rules
 from ansible_collections.gpufleet.deepep.plugins.module_utils._serve import units as _serve_units
@@ -213,7 +214,7 @@ def test_deepgemm_cache_of_the_exact_arguments_is_required_for_a_deepep_moe_inst
 
 def test_deepgemm_args_match_what_the_sglang_role_precompiles():
     """The sglang role's sglang_deepgemm_args for the same layout (roles/sglang/defaults/main.yml)."""
-    cfg = _serve.instance_settings(deepep_decode(), "sglang_decode")
+    cfg = instance_settings(deepep_decode(), "sglang_decode")
     assert _serve_rules.deepgemm_args("/m/DeepSeek-V3", cfg) == DG_ARGS
     defaults = (REPO / "roles/sglang/defaults/main.yml").read_text()
     for flag in ("'--model-path'", "'--tp-size'", "'--dp-size'", "'--enable-dp-attention'", "'--moe-a2a-backend'",

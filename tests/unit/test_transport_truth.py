@@ -17,12 +17,14 @@ from ansible_collections.gpufleet.deepep.plugins.plugin_utils._verify.transport 
     CAUSES,
     GIN_TYPES,
     PATH_CLASSES,
-    POLICY_KEYS,
     TransportInputError,
-    check_policy,
     path_class,
-    transport_gate,
     transport_truth,
+)
+from ansible_collections.gpufleet.deepep.plugins.plugin_utils._verify.transport_gate import (
+    POLICY_KEYS,
+    check_policy,
+    transport_gate,
 )
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "captured"

@@ -20,7 +20,7 @@ from ansible_collections.gpufleet.deepep.plugins.plugin_utils._verify import sum
 from ansible_collections.gpufleet.deepep.plugins.plugin_utils._verify.bandwidth import parse_output
 from ansible_collections.gpufleet.deepep.plugins.plugin_utils._verify.gate import gate
 from ansible_collections.gpufleet.deepep.plugins.plugin_utils._verify.sweep import sweep_plan, sweep_verdict
-from ansible_collections.gpufleet.deepep.plugins.plugin_utils._verify.transport import (
+from ansible_collections.gpufleet.deepep.plugins.plugin_utils._verify.transport_gate import (
     select_transport_policy,
     transport_verdict,
     truth_brief,

@@ -19,7 +19,10 @@ from ansible_collections.gpufleet.deepep.plugins.plugin_utils._thresholds import
 from ansible_collections.gpufleet.deepep.plugins.plugin_utils._verify.backends import ALIASES, BACKENDS
 from ansible_collections.gpufleet.deepep.plugins.plugin_utils._verify.bandwidth import BandwidthInputError, parse_output
 from ansible_collections.gpufleet.deepep.plugins.plugin_utils._verify.gate import connectivity, gate
-from ansible_collections.gpufleet.deepep.plugins.plugin_utils._verify.transport import check_policy, transport_verdict
+from ansible_collections.gpufleet.deepep.plugins.plugin_utils._verify.transport_gate import (
+    check_policy,
+    transport_verdict,
+)
 
 __all__ = ["JUDGE_SPEC", "STAGES", "JudgeError", "check", "judge"]
 

@@ -17,6 +17,7 @@ from test_artifact_store import FILES, KEY, make_src, sha, tree
 from unit_helpers import REPO
 
 from ansible_collections.gpufleet.deepep.plugins.module_utils import _store as s
+from ansible_collections.gpufleet.deepep.plugins.module_utils import _storefs as fs
 
 
 @pytest.fixture
@@ -119,7 +120,7 @@ def test_two_controllers_publishing_one_key_leave_one_artifact(playbook, tmp_pat
     record = s.lookup(str(tmp_path / "store"), "deepep", KEY)
     assert results[0]["record"] == results[1]["record"] == record
     for name, entry in record["files"].items():
-        s.verify_file(str(tmp_path / "store" / "deepep" / KEY / name), entry)
+        fs.verify_file(str(tmp_path / "store" / "deepep" / KEY / name), entry)
     assert os.listdir(tmp_path / "store" / ".incoming") == []
 
 
