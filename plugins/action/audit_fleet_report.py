@@ -19,8 +19,10 @@ documented in modules/audit_fleet_report.py, checked with validate_argument_spec
   output_root      where timestamped run directories go; latest_link: point <output_root>/latest at the run
   verify_summary   the summary.json of the last verification, shown per node (figures beside gates, transport)
   meta             more keys for the report's meta (inventory, limit, ...)
-Returns run_dir, files, summary and status (host -> ok/critical/warning/info/not_judged/unreachable). The report is the
-audit's output, so it is written under --check too; nothing on the nodes is touched by this step.
+  fail_on          the severity cut-off of the returned failing (critical, warning, info, none)
+Returns run_dir, files, summary, status (host -> ok/critical/warning/info/not_judged/unreachable) and failing (the
+hosts at or above fail_on). The report is the audit's output, so it is written under --check too; nothing on the
+nodes is touched by this step.
 """
 
 from __future__ import annotations
@@ -39,6 +41,7 @@ from ansible_collections.gpufleet.deepep.plugins.plugin_utils._audit.engine impo
 )
 from ansible_collections.gpufleet.deepep.plugins.plugin_utils._audit.document import node_document, plain_data
 from ansible_collections.gpufleet.deepep.plugins.plugin_utils._audit.expr import AuditError
+from ansible_collections.gpufleet.deepep.plugins.plugin_utils._audit.pipeline import levels_at_or_above
 from ansible_collections.gpufleet.deepep.plugins.module_utils._fileio import (
     LinkRefused,
     read_json_dict,
@@ -190,6 +193,8 @@ class ActionModule(ActionBase):
                                     "directory the controller's user can create and write"
                                     % (run_dir, "output_dir" if output_dir else "output_root",
                                        exc.strerror or to_native(exc)))
-        result.update(changed=True, run_dir=run_dir, files=files, summary=fleet["summary"],
-                      status=dict((host, node["status"]) for host, node in fleet["nodes"].items()))
+        status = dict((host, node["status"]) for host, node in fleet["nodes"].items())
+        levels = levels_at_or_above(args["fail_on"])
+        result.update(changed=True, run_dir=run_dir, files=files, summary=fleet["summary"], status=status,
+                      failing=sorted(host for host, worst in status.items() if worst in levels))
         return result

@@ -115,6 +115,14 @@ options:
     description: More keys for the report's C(meta) (for example C(inventory) and C(limit)).
     type: dict
     default: {}
+  fail_on:
+    description:
+      - The severity cut-off of RV(failing) - the nodes whose worst finding is this severity or worse (the one order
+        of the audit, preflight and sglang - critical, warning, info); V(none) lists no node. The report is written
+        either way; the task itself does not fail (the audit role fails the play after the report).
+    type: str
+    choices: [critical, warning, info, none]
+    default: none
 seealso:
   - module: gpufleet.deepep.node_stack
 """
@@ -163,4 +171,12 @@ status:
   returned: success
   type: dict
   sample: {b200-cluster-1: critical, b200-cluster-9: unreachable}
+failing:
+  description:
+    - The hosts whose status is O(fail_on) or worse, in inventory-name order (an unreachable or C(not_judged) node
+      is not among them; the report names those); empty with O(fail_on=none).
+  returned: success
+  type: list
+  elements: str
+  sample: [b200-cluster-1]
 """

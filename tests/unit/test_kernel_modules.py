@@ -21,10 +21,10 @@ from ansible_collections.gpufleet.deepep.plugins.module_utils._node import kmods
 from ansible_collections.gpufleet.deepep.plugins.module_utils._node import probes as _probes
 from ansible_collections.gpufleet.deepep.plugins.modules import node_stack
 from ansible_collections.gpufleet.deepep.plugins.plugin_utils._audit.engine import evaluate_rules
+from ansible_collections.gpufleet.deepep.plugins.plugin_utils._audit.pipeline import preflight_report
 
 H200X1 = FIXTURES / "captured" / "h200x1"
 CATALOGUE = yaml.safe_load((REPO / "roles" / "audit" / "files" / "rules.yml").read_text())
-PREFLIGHT = REPO / "roles" / "preflight"
 ASKED = ["mlx5_core", "nvidia_peermem"]       # the preflight's default required + optional modules
 
 
@@ -206,25 +206,12 @@ def preflight_document(modules, require_rdma=True):
 
 
 def render_report(modules, findings):
-    """roles/preflight/templates/report.json.j2 rendered as the role renders it."""
-    from ansible.parsing.dataloader import DataLoader
-    from ansible.template import Templar, trust_as_template
-
-    variables = {
-        "preflight_facts": {"gpufleet_nvidia": {"driver_version": "580.159.04"},
-                            "gpufleet_rdma": {}, "gpufleet_gpus": {"gpus": [{"name": "NVIDIA H200",
-                                                                            "compute_capability": "9.0"}]},
-                            "gpufleet_modules": modules,
-                            "gpufleet_cuda_toolkit": {"version": "13.0", "release": "13.0"},
-                            "gpufleet_imports": {"modules": {"pip": True}}},
-        "preflight_document": {"mlx5dv_ok": True}, "preflight_libcuda": [], "preflight_findings": findings,
-        "preflight_cuda_version": "", "preflight_cuda_home": "/usr/local/cuda-13.0",
-        "preflight_required_modules": ["mlx5_core"], "preflight_optional_modules": ["nvidia_peermem"],
-        "ansible_facts": {"kernel": modules["kernel"]},
-    }
-    templar = Templar(loader=DataLoader(), variables=variables)
-    text = templar.template(trust_as_template((PREFLIGHT / "templates" / "report.json.j2").read_text()))
-    return text if isinstance(text, dict) else json.loads(text)
+    """The preflight role's report (plugin_utils/_audit/pipeline.py, preflight_report) as the role gives it."""
+    document = dict(preflight_document(modules), gpufleet_nvidia={"driver_version": "580.159.04"}, gpufleet_rdma={},
+                    gpufleet_gpus={"gpus": [{"name": "NVIDIA H200", "compute_capability": "9.0"}]},
+                    cuda={"version": "13.0", "release": "13.0"}, pip_ok=True, mlx5dv_ok=True, libcuda_found=[])
+    document["expect"] = dict(document["expect"], cuda_home="/usr/local/cuda-13.0")
+    return preflight_report(document, findings, kernel=modules["kernel"])
 
 
 def test_preflight_on_the_captured_node_fails_for_rdma_only(h200x1):

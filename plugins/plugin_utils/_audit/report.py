@@ -660,4 +660,5 @@ ARGUMENT_SPEC = dict(
     latest_link=dict(type="bool", default=False),
     verify_summary=dict(type="path"),
     meta=dict(type="dict", default={}),
+    fail_on=dict(type="str", default="none", choices=["critical", "warning", "info", "none"]),
 )

@@ -56,7 +56,7 @@ def play(tmp_path):
                 "audit_expect": {"hca_prefix": "{{ expected_prefix }}"}}},
             {"name": "Report", "gpufleet.deepep.audit_fleet_report": {
                 "rules_file": str(RULES), "output_dir": "{{ out }}", "meta": {"limit": "cluster"},
-                "verify_summary": "{{ verify_summary | default(omit) }}"},
+                "verify_summary": "{{ verify_summary | default(omit) }}", "fail_on": "{{ fail_on | default(omit) }}"},
              "run_once": True, "delegate_to": "localhost", "register": "report"},
             {"name": "Keep the result",
              "ansible.builtin.copy": {"content": "{{ report | to_json }}", "dest": "{{ out }}.result.json",
@@ -86,6 +86,7 @@ def test_report_from_registered_results(play, tmp_path):
     assert result["summary"]["nodes"] == 4 and result["summary"]["unreachable"] == 1
     assert result["status"]["ghost"] == "unreachable"
     assert result["status"]["n2"] == "critical"
+    assert result["failing"] == []   # fail_on none by default: the cut-off is the caller's
 
     fleet = json.loads((out / "fleet.json").read_text())
     assert fleet["meta"]["check_mode"] is False and fleet["meta"]["limit"] == "cluster"
@@ -103,7 +104,7 @@ def test_report_from_registered_results(play, tmp_path):
 def _verify_summary_file(tmp_path):
     """A verification summary as playbooks/verify.yml writes it: n1 passes, n2 passed its bandwidth over Socket."""
     from ansible_collections.gpufleet.deepep.plugins.plugin_utils._verify.summary import summarize
-    from ansible_collections.gpufleet.deepep.plugins.plugin_utils._verify.transport import transport_verdict
+    from ansible_collections.gpufleet.deepep.plugins.plugin_utils._verify.transport_gate import transport_verdict
 
     policy = {"allow_networks": ["IB"], "require_ibgda": True}
     ibgda = ["h:1:1 [0] NVSHMEM INFO NVSHMEM_IBGDA_NIC_HANDLER: auto", "/src/ibgda.cpp 1 NIC handler will be GPU.",
@@ -125,6 +126,14 @@ def _verify_summary_file(tmp_path):
     path = tmp_path / "summary.json"
     path.write_text(json.dumps(summarize(records)))
     return path
+
+
+@pytest.mark.parametrize("fail_on, failing", [("critical", ["n2"]), ("info", ["n2"]), ("none", [])])
+def test_failing_lists_the_reachable_nodes_at_or_above_the_cut_off(play, tmp_path, fail_on, failing):
+    """The audit's one severity order (the same as preflight's and sglang's): an unreachable node is reported, never
+    listed as failing."""
+    result = play(tmp_path / "run", "-e", "fail_on=%s" % fail_on)
+    assert result["failing"] == failing and result["status"]["ghost"] == "unreachable"
 
 
 def test_report_shows_the_last_verification_beside_the_gates_and_the_transport(play, tmp_path):
