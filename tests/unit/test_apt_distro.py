@@ -17,8 +17,12 @@ def distro(facts):
     from ansible.parsing.dataloader import DataLoader
     from ansible.template import Templar, trust_as_template
 
-    defaults = yaml.safe_load((REPO / "roles" / "cuda_toolkit" / "defaults" / "main.yml").read_text(encoding="utf-8"))
-    templar = Templar(loader=DataLoader(), variables={"ansible_facts": facts})
+    role = REPO / "roles" / "cuda_toolkit"
+    defaults = yaml.safe_load((role / "defaults" / "main.yml").read_text(encoding="utf-8"))
+    role_vars = yaml.safe_load((role / "vars" / "main.yml").read_text(encoding="utf-8"))
+    variables = dict((name, trust_as_template(value) if isinstance(value, str) else value)
+                     for name, value in role_vars.items())
+    templar = Templar(loader=DataLoader(), variables=dict(variables, ansible_facts=facts))
     return templar.template(trust_as_template(defaults["cuda_toolkit_apt_distro"]))
 
 
