@@ -1,8 +1,7 @@
 # Copyright: (c) 2026, gpufleet.deepep contributors
 # GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
 
-"""Version filters for playbooks: CUDA tags, the PyTorch wheel index, torch versions, nccl.h versions, what an
-NVSHMEM version needs of rdma-core.
+"""Version filters for playbooks: CUDA tags, the PyTorch wheel index, what an NVSHMEM version needs of rdma-core.
 
 Each filter is documented in ``<filter name>.yml`` beside this file. The logic lives in
 ``plugins/module_utils/_versions.py`` and ``plugins/module_utils/_comm/nvshmem_rdma.py`` so modules use the same
@@ -23,8 +22,6 @@ from ansible_collections.gpufleet.deepep.plugins.module_utils._versions import (
     PYTORCH_INDEX,
     VersionError,
     cuda_tag as _cuda_tag,
-    nccl_version_from_header,
-    split_torch_version,
     torch_index_url as _torch_index_url,
 )
 
@@ -45,22 +42,6 @@ def torch_index_url(cuda_version, base=PYTORCH_INDEX, nightly=False, allow_http=
         return _torch_index_url(cuda_version, base=base, nightly=nightly, allow_http=allow_http)
     except VersionError as exc:
         raise AnsibleFilterError("torch_index_url: %s" % exc) from exc
-
-
-def torch_version_info(torch_version):
-    """``2.9.1+cu129`` -> ``{version: 2.9.1, cuda_tag: cu129, cuda_version: '12.9', local: cu129}``."""
-    try:
-        return split_torch_version(torch_version)
-    except VersionError as exc:
-        raise AnsibleFilterError("torch_version_info: %s" % exc) from exc
-
-
-def nccl_header_version(header_text):
-    """The NCCL version an ``nccl.h`` declares (e.g. its slurped, decoded content); None when none."""
-    try:
-        return nccl_version_from_header(header_text)
-    except VersionError as exc:
-        raise AnsibleFilterError("nccl_header_version: %s" % exc) from exc
 
 
 def nvshmem_rdma_needs(nvshmem_version):
@@ -86,8 +67,6 @@ class FilterModule:
         return guard_filters({
             "cuda_tag": cuda_tag,
             "torch_index_url": torch_index_url,
-            "torch_version_info": torch_version_info,
-            "nccl_header_version": nccl_header_version,
             "nvshmem_rdma_needs": nvshmem_rdma_needs,
             "mlx5dv_verdict": mlx5dv_verdict,
         })

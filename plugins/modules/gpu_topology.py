@@ -10,7 +10,7 @@ short_description: Gather the GPUs of a node, their PCIe distance to the RDMA NI
 version_added: 0.1.0
 author: gpufleet.deepep maintainers (@gpufleet)
 description:
-  - Finds the NVIDIA GPUs in the PCI tree under O(sysfs_root) (vendor C(0x10de), class VGA or 3D
+  - Finds the NVIDIA GPUs in the PCI tree under C(/sys) (vendor C(0x10de), class VGA or 3D
     controller; audio functions, NVSwitches and other NVIDIA functions are not GPUs) and indexes them in
     PCI bus-id order, as C(nvidia-smi) and CUDA (C(CUDA_DEVICE_ORDER=PCI_BUS_ID)) do.
   - For every GPU, lists the RDMA NIC ports by PCIe distance (C(PIX), C(PXB), C(PHB), C(NODE), C(SYS),
@@ -37,11 +37,6 @@ extends_documentation_fragment:
   - gpufleet.deepep.attributes
   - gpufleet.deepep.attributes.facts
 options:
-  sysfs_root:
-    description:
-      - The directory that stands for C(/sys). Tests and the simulated fleet point it at a rendered tree.
-    type: path
-    default: /sys
   nvidia_smi:
     description:
       - Path of C(nvidia-smi). Default, the one found on E(PATH); when none is found the module works
@@ -78,10 +73,9 @@ EXAMPLES = r"""
       - ansible_facts.gpufleet_gpus.gpus | map(attribute='hca.distance') | unique == ['PIX']
     fail_msg: GPU-NIC pairs are not all PIX
 
-- name: Without nvidia-smi (sysfs only), from a rendered tree
+- name: With an nvidia-smi that is not on PATH
   gpufleet.deepep.gpu_topology:
-    sysfs_root: /tmp/fake-node/sys
-    nvidia_smi: /tmp/fake-node/bin/nvidia-smi
+    nvidia_smi: /opt/nvidia/bin/nvidia-smi
 """
 
 RETURN = r"""
@@ -269,11 +263,13 @@ from ansible_collections.gpufleet.deepep.plugins.module_utils._pci import (
 from ansible_collections.gpufleet.deepep.plugins.module_utils._rdma import collect_rdma
 from ansible_collections.gpufleet.deepep.plugins.module_utils._runner import run_bounded
 
+# Where sysfs is read; private (no option): unit tests set it to a rendered tree.
+_SYSFS_ROOT = "/sys"
+
 
 def build_module():
     return AnsibleModule(
         argument_spec=dict(
-            sysfs_root=dict(type="path", default="/sys"),
             nvidia_smi=dict(type="path"),
             timeout=dict(type="int", default=60),
         ),
@@ -300,12 +296,11 @@ def check_gpu_count(module, gpus, rows, smi_info):
 
 
 def collect(module):
-    sysfs_root = module.params["sysfs_root"]
+    sysfs_root = _SYSFS_ROOT
     if module.params["timeout"] < 1:
         module.fail_json(msg=f"timeout={module.params['timeout']!r}: expected a positive number of seconds")
     if not os.path.isdir(sysfs_root):
-        module.fail_json(msg=f"sysfs_root {sysfs_root!r} is not a directory (expected the path of /sys or "
-                             f"of a tree shaped like it)")
+        module.fail_json(msg=f"sysfs {sysfs_root!r} is not a directory (expected sysfs mounted there)")
     smi = module.params["nvidia_smi"]
     if smi is not None:
         if not (os.path.isfile(smi) and os.access(smi, os.X_OK)):

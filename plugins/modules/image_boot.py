@@ -48,10 +48,6 @@ options:
     description: Seconds nvidia-smi may take; 1 to 3600.
     type: int
     default: 60
-  root:
-    description: The node's root directory (tests point it at a tree).
-    type: path
-    default: /
 notes:
   - Supports check mode; with O(state=booted) nothing is written and C(changed) says whether it would be.
 attributes:
@@ -108,6 +104,9 @@ from ansible_collections.gpufleet.deepep.plugins.module_utils._node import image
 from ansible_collections.gpufleet.deepep.plugins.module_utils._node import site_state as ss
 from ansible_collections.gpufleet.deepep.plugins.module_utils._runner import run_bounded
 
+# The node's root, under which every path is read; private (no option): unit tests point it at a tree.
+_ROOT = "/"
+
 
 def check_options(p):
     im.check_key("site_key", p["site_key"])
@@ -135,7 +134,7 @@ def decide(p, runner):
 
 
 def run(module, runner=run_bounded):
-    p = module.params
+    p = dict(module.params, root=_ROOT)
     result = {"changed": False, "ansible_facts": {}}
     try:
         check_options(p)
@@ -192,7 +191,6 @@ def _main():
             stamp=dict(type="path", default=im.DEFAULT_STAMP),
             nvidia_smi=dict(type="str", default="nvidia-smi"),
             timeout=dict(type="int", default=60),
-            root=dict(type="path", default="/"),
         ),
         supports_check_mode=True,
     )

@@ -30,7 +30,9 @@ description:
   - It records the pin in C(<site-packages>/nvidia/nccl/.gpufleet-pin.json) (the files' sha256). On a rerun, a pin that
     no longer holds (the package was reinstalled, downgraded or removed, a file was replaced) is put back, with the
     reasons in RV(reasons).
-  - O(state=report) only reads; RV(ansible_facts.gpufleet_nccl.drift) says why a recorded pin no longer holds.
+  - To read the NCCL of an environment without pinning, gather the V(nccl) set of M(gpufleet.deepep.node_stack)
+    (the same reader, the same C(gpufleet_nccl) facts); RV(ansible_facts.gpufleet_nccl.drift) says why a recorded pin
+    no longer holds.
 options:
   python:
     description:
@@ -41,14 +43,14 @@ options:
     default: python3
   state:
     description:
-      - V(present) pins O(version); V(report) only reads.
+      - V(present) pins O(version). (To only read, gather V(nccl) with M(gpufleet.deepep.node_stack).)
     type: str
-    choices: [present, report]
+    choices: [present]
     default: present
   version:
     description:
       - The NCCL release to pin, C(N.N.N) (for example C(2.30.7); not C(v2.30.7-1), not C(2.30)).
-      - Required with O(state=present). With O(source=build) the C(nccl.h) of O(build_dir) must declare it.
+      - Required. With O(source=build) the C(nccl.h) of O(build_dir) must declare it.
     type: str
   source:
     description:
@@ -139,13 +141,15 @@ notes:
   - C(torch.cuda.nccl.version()) is not used; it needs a CUDA device.
 seealso:
   - module: gpufleet.deepep.deepep_build
+  - module: gpufleet.deepep.node_stack
+    description: Its V(nccl) gather set reads C(gpufleet_nccl) without pinning.
 """
 
 EXAMPLES = r"""
-- name: Read the NCCL of the torch environment
-  gpufleet.deepep.nccl_env:
+- name: Read the NCCL of the torch environment (without pinning)
+  gpufleet.deepep.node_stack:
+    gather: [nccl]
     python: /opt/torch/.venv/bin/python
-    state: report
 
 - name: Pin NCCL 2.30.7 from PyPI for DeepEP V2
   gpufleet.deepep.nccl_env:
@@ -208,7 +212,7 @@ backed_up:
   sample: true
 diff:
   description: Before and after of the constraints file, the pip configuration and the NCCL files (diff mode only).
-  returned: when diff mode is on and O(state=present)
+  returned: when diff mode is on
   type: list
   elements: dict
   sample:
@@ -348,41 +352,31 @@ from ansible_collections.gpufleet.deepep.plugins.module_utils._fileio import (
     copy_atomic,
     CopyMismatch,
     file_sha256,
-    read_json_dict as _read_json,
-    read_text as _read,
     write_atomic,
 )
 from ansible_collections.gpufleet.deepep.plugins.module_utils._runner import CommandLog, StepFailed
 from ansible_collections.gpufleet.deepep.plugins.module_utils._comm.nccl import (
     BACKUP_MANIFEST,
-    BACKUP_NAME,
     LIB_NAME,
     PIN_NAME,
     NcclError,
     check_project,
     check_release,
     constraint_text,
-    constraint_version,
     describe_build_dir,
-    describe_nccl_dir,
-    find_nccl_package,
     package_files,
-    package_for_torch,
-    pin_holds,
     pin_record,
-    pip_conf_constraints,
     pip_conf_text,
     pip_install_argv,
     plan_overlay,
-    read_pin,
-    torch_version_in,
     build_dir_files,
 )
-from ansible_collections.gpufleet.deepep.plugins.module_utils._comm.nvshmem_discovery import (
-    PROBE_SCRIPT,
-    DiscoveryError,
-    ordered_site_packages,
-    parse_probe,
+from ansible_collections.gpufleet.deepep.plugins.module_utils._comm.nccl_read import (
+    NcclProbeError,
+    empty_facts,
+    probe_python,
+    read_nccl,
+    resolve_python,
 )
 from ansible_collections.gpufleet.deepep.plugins.module_utils._versions import NCCL_PIP_PROJECTS
 
@@ -391,7 +385,7 @@ def build_module():
     module = AnsibleModule(
         argument_spec=dict(
             python=dict(type="str", default="python3"),
-            state=dict(type="str", choices=["present", "report"], default="present"),
+            state=dict(type="str", choices=["present"], default="present"),
             version=dict(type="str"),
             source=dict(type="str", choices=["pip", "build"], default="pip"),
             build_dir=dict(type="path"),
@@ -424,103 +418,33 @@ class NcclEnv(object):
         self.p = module.params
         self.runner = CommandLog()
         self.result = dict(changed=False, reasons=[], commands=self.runner.commands, copied=[], backed_up=False,
-                           ansible_facts=dict(gpufleet_nccl=dict(
-                               python=None, python_version=None, prefix=None, virtualenv=False, site_packages=[],
-                               torch_version=None, package=None, package_version=None, nccl_root=None, version=None,
-                               header_path=None, header_version=None, library_path=None, library_version=None,
-                               library_sha256=None, source=None, pinned=False, pin=None, drift=[],
-                               constraint_file=None, constraint_version=None, pip_config_file=None,
-                               pip_config_pins=False, backup_dir=None, backup=None)))
+                           ansible_facts=dict(gpufleet_nccl=empty_facts()))
         self.facts = self.result["ansible_facts"]["gpufleet_nccl"]
 
     def fail(self, msg, **extra):
         extra.update(self.result)
         self.module.fail_json(msg=msg, **extra)
 
-    # --- read -----------------------------------------------------------------------------------
+    # --- read (module_utils._comm.nccl_read, shared with node_stack's nccl set) ----------------------
 
     def probe(self):
-        python = self.p["python"]
-        if not python or not python.strip():
-            self.fail("python %r is empty; expected an interpreter path such as /opt/torch/.venv/bin/python or a "
-                      "name on PATH such as python3" % (python,))
-        if os.path.isabs(python):
-            if not (os.path.isfile(python) and os.access(python, os.X_OK)):
-                self.fail("python %r is not an executable file; expected the interpreter of the torch environment, "
-                          "such as /opt/torch/.venv/bin/python" % (python,))
-            resolved = python
-        else:
-            resolved = self.module.get_bin_path(python)
-            if not resolved:
-                self.fail("python %r was not found on PATH; give the interpreter's absolute path" % (python,))
-        argv = [resolved, "-c", PROBE_SCRIPT]
-        rc, out, err = self.runner.run(argv, check=False, record=False)
-        if rc != 0:
-            self.fail("python %r failed to report its site-packages directories" % (resolved,), cmd=argv, rc=rc,
-                      stdout=out, stderr=err)
         try:
-            probe = parse_probe(out)
-        except DiscoveryError as exc:
-            self.fail("python %r: %s" % (resolved, to_native(exc)), cmd=argv, rc=rc, stdout=out, stderr=err)
-        self.python = resolved
-        prefix = probe.get("prefix") or ""
-        self.facts.update(python=resolved, python_version=probe.get("version"), prefix=prefix,
-                          virtualenv=bool(prefix) and os.path.isfile(os.path.join(prefix, "pyvenv.cfg")),
-                          site_packages=ordered_site_packages(probe))
-        self.install_site = probe.get("purelib") or (self.facts["site_packages"] or [None])[0]
+            self.python = resolve_python(self.p["python"], self.module.get_bin_path)
+            probed, self.install_site = probe_python(
+                self.python, lambda argv: self.runner.run(argv, check=False, record=False))
+        except NcclProbeError as exc:
+            self.fail(to_native(exc), **exc.extra)
+        except NcclError as exc:
+            self.fail(to_native(exc))
+        self.facts.update(probed)
 
     def read(self):
         """Everything about the environment's NCCL, into the facts."""
-        facts = self.facts
-        site = facts["site_packages"]
-        facts["torch_version"] = torch_version_in(site)
-        wanted = self.project
-        self.package = find_nccl_package(site, [wanted] if wanted else NCCL_PIP_PROJECTS)
-        pkg = self.package
-        if wanted is None:
-            wanted = pkg["project"] if pkg else package_for_torch(facts["torch_version"])
-            self.project = wanted
-        facts["package"] = wanted
-        facts["package_version"] = pkg["version"] if pkg else None
-        self.package_dir = pkg["dir"] if pkg else (
-            os.path.join(self.install_site, "nvidia", "nccl") if self.install_site else None)
-        facts["nccl_root"] = pkg["dir"] if pkg else None
-        described = describe_nccl_dir(self.package_dir) if pkg else describe_nccl_dir("/nonexistent")
-        for key in ("header_path", "header_version", "library_path", "library_version", "library_sha256"):
-            facts[key] = described[key]
-        facts["version"] = described["header_version"] or described["library_version"]
-        self.pin = read_pin(self.package_dir) if self.package_dir else None
-        facts["pin"] = self.pin
-        facts["drift"] = pin_holds(self.pin, pkg, self.package_dir) if self.pin else []
-        facts["source"] = (self.pin or {}).get("source") or ("pip" if pkg else None)
-        self.backup_dir = self.p["backup_dir"] or (os.path.join(self.package_dir, BACKUP_NAME)
-                                                   if self.package_dir else None)
-        facts["backup_dir"] = self.backup_dir if pkg or self.p["backup_dir"] else None
-        facts["backup"] = _read_json(os.path.join(self.backup_dir, BACKUP_MANIFEST)) if self.backup_dir else None
-
-        prefix = facts["prefix"]
-        self.constraint_file = self.p["constraint_file"] or (
-            os.path.join(prefix, "gpufleet-constraints.txt") if facts["virtualenv"]
-            else "/etc/gpufleet/pip-constraints.txt")
-        self.pip_config_file = self.p["pip_config_file"] or os.path.join(prefix or "/", "pip.conf")
-        self.pin_pip_config = facts["virtualenv"] if self.p["pin_pip_config"] is None else self.p["pin_pip_config"]
-        self.constraint_before = _read(self.constraint_file)
-        self.pip_conf_before = _read(self.pip_config_file)
-        facts["constraint_file"] = self.constraint_file
-        facts["constraint_version"] = constraint_version(self.constraint_before, wanted) if wanted else None
-        facts["pip_config_file"] = self.pip_config_file
-        facts["pip_config_pins"] = self.constraint_file in pip_conf_constraints(self.pip_conf_before)
-        facts["pinned"] = self._pinned()
-
-    def _pinned(self):
-        facts = self.facts
-        if not self.pin or facts["drift"] or not facts["package"]:
-            return False
-        if facts["constraint_version"] != self.pin.get("package_version"):
-            return False
-        if self.pin_pip_config and not facts["pip_config_pins"]:
-            return False
-        return True
+        state = read_nccl(self.facts, self.install_site, project=self.project, backup_dir=self.p["backup_dir"],
+                          constraint_file=self.p["constraint_file"], pip_config_file=self.p["pip_config_file"],
+                          pin_pip_config=self.p["pin_pip_config"])
+        for key, value in state.items():
+            setattr(self, key, value)
 
     # --- decide ---------------------------------------------------------------------------------
 
@@ -646,7 +570,7 @@ class NcclEnv(object):
     # --- the run --------------------------------------------------------------------------------
 
     def check_params(self):
-        """The package asked for (or None) into ``project``; the release to pin (None with state=report)."""
+        """The package asked for (or None) into ``project``; the release to pin."""
         p = self.p
         self.project = None
         if p["package"] is not None:
@@ -662,8 +586,6 @@ class NcclEnv(object):
                     check_source(value, option, paths=paths)
         except HttpInputError as exc:
             self.fail(to_native(exc))
-        if p["state"] != "present":
-            return None
         try:
             return check_release(p["version"])
         except NcclError as exc:
@@ -756,8 +678,6 @@ class NcclEnv(object):
         version = self.check_params()
         self.probe()
         self.read()
-        if self.p["state"] == "report":
-            self.module.exit_json(**self.result)
         if not self.project and self.p["source"] == "pip":
             self.fail("no NCCL pip package is installed for %s and the installed torch (%s) names no CUDA version; "
                       "set package (nvidia-nccl-cu13 for CUDA 13, nvidia-nccl-cu12 for CUDA 12)"

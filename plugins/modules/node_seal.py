@@ -91,10 +91,6 @@ options:
     description: Seconds each command (nvidia-smi, cloud-init, journalctl) may take; 1 to 3600.
     type: int
     default: 120
-  root:
-    description: The node's root directory (tests point it at a tree; every path above is read under it).
-    type: path
-    default: /
 notes:
   - Supports check mode and diff mode; check mode returns in RV(actions) the exact list of what would be removed,
     emptied or run, and RV(manifest) as it would be written, and writes nothing.
@@ -167,6 +163,9 @@ from ansible_collections.gpufleet.deepep.plugins.module_utils._node import image
 from ansible_collections.gpufleet.deepep.plugins.module_utils._node import site_state as ss
 from ansible_collections.gpufleet.deepep.plugins.module_utils._runner import run_bounded
 
+# The node's root, under which every path is read; private (no option): unit tests point it at a tree.
+_ROOT = "/"
+
 
 def check_options(p):
     im.check_key("site_key", p["site_key"])
@@ -197,7 +196,7 @@ def _which(root, command):
 
 
 def run(module, runner=run_bounded):
-    p = module.params
+    p = dict(module.params, root=_ROOT)
     root = p["root"]
     result = {"changed": False, "actions": [], "commands": [], "manifest": {}, "manifest_path": p["manifest"],
               "sealed": False}
@@ -269,7 +268,6 @@ def _main():
             journalctl=dict(type="str", default="journalctl"),
             nvidia_smi=dict(type="str", default="nvidia-smi"),
             timeout=dict(type="int", default=120),
-            root=dict(type="path", default="/"),
         ),
         supports_check_mode=True,
     )

@@ -25,8 +25,8 @@ description:
     own thread), so the slowest probe, not their sum, bounds the time.
   - With O(gather) it also returns, in the same call, the facts of M(gpufleet.deepep.nvidia_params) (read only,
     as with no setting asked), M(gpufleet.deepep.rdma_devices), M(gpufleet.deepep.gpu_topology) and
-    M(gpufleet.deepep.pytorch_bundled_nvshmem) (O(gpufleet.deepep.pytorch_bundled_nvshmem#module:state=report)),
-    computed by the same code those modules use, and with V(sglang) the facts of M(gpufleet.deepep.sglang_env)
+    M(gpufleet.deepep.pytorch_bundled_nvshmem) (read only, whatever that module's state would do), computed by the
+    same code those modules use, and with V(sglang) the facts of M(gpufleet.deepep.sglang_env)
     with O(gpufleet.deepep.sglang_env#module:state=facts) (read only) for O(sglang_python). The audit gathers a whole
     node this way in one round trip.
   - With V(serve_node) it returns what the serving preflight of M(gpufleet.deepep.serve_plan) needs of an engine
@@ -61,6 +61,12 @@ options:
       - V(model) is RV(ansible_facts.gpufleet_model), the model directory O(model_path) as
         M(gpufleet.deepep.model_config) reads it (the same code); a path or C(config.json) it cannot take fails
         the module with that module's message.
+      - V(nccl) is RV(ansible_facts.gpufleet_nccl), the NCCL of the environment of O(python) (its pip package,
+        C(nccl.h), C(libnccl.so.2), the pin record and whether the pin holds) as M(gpufleet.deepep.nccl_env) reads
+        it (the same code), with that module's defaults - the constraints file is the one the pin record names (else
+        C(<venv>/gpufleet-constraints.txt), C(/etc/gpufleet/pip-constraints.txt) for a system Python) and the pip
+        configuration C(<sys.prefix>/pip.conf). An interpreter that cannot be run fails the module with that
+        module's message.
       - V(linkage) is RV(ansible_facts.gpufleet_linkage), the installed DeepEP's linkage record (kept in its build
         stamp by M(gpufleet.deepep.deepep_build)) checked against the node - the NCCL the torch environment of
         O(python) loads, the NVSHMEM host library that would load, each GPU's compute capability against the
@@ -74,7 +80,8 @@ options:
     type: list
     elements: str
     choices: [stack, nvidia, rdma, gpus, bundled_nvshmem, sglang, serve_node, linkage, deepep_v2, modules, paths,
-              cuda_toolkit, imports, symbols, initramfs, torch, hca_mapping, packages, gdrdrv, jit_cache, model]
+              cuda_toolkit, imports, symbols, initramfs, torch, hca_mapping, packages, gdrdrv, jit_cache, model,
+              nccl]
     default: [stack]
   paths:
     description:
@@ -130,10 +137,6 @@ options:
     type: list
     elements: str
     default: []
-  sysfs_root:
-    description: The sysfs tree read for V(rdma), V(gpus) and V(linkage) (a fixture tree in tests).
-    type: path
-    default: /sys
   params_path:
     description: The live driver parameters read for V(nvidia).
     type: path
@@ -157,7 +160,9 @@ options:
     type: path
     default: /usr/local/cuda
   python:
-    description: The interpreter that has torch (and DeepEP), for package metadata and the import probe.
+    description:
+      - The interpreter that has torch (and DeepEP), for package metadata and the import probe, and whose NCCL
+        V(nccl) reads.
     type: str
     default: /usr/bin/python3
   env_script:
@@ -290,15 +295,6 @@ options:
         take before it counts as failed.
     type: int
     default: 60
-  root:
-    description:
-      - The directory that stands for C(/) when reading files (fixture trees in tests). Commands still run
-        on the node itself. A path that is not a directory is refused; one with none of C(/etc/os-release),
-        C(/usr/lib/os-release), C(/proc/modules), C(/sys/module) under it is named in RV(gather_warnings). For
-        V(sglang) only its C(/proc) reads are under it (as
-        O(gpufleet.deepep.sglang_env#module:sysfs_root)); the environment's own paths are read as they are.
-    type: path
-    default: /
 notes:
   - Never changes the node; in check mode it does exactly the same reads.
 seealso:
@@ -343,14 +339,14 @@ gather_errors:
 gather_warnings:
   description:
     - The facts sets that were gathered but whose reads found nothing that defines a GPU node, by facts name, each a
-      list of sentences (each also a warning) - a O(root) with none of C(/etc/os-release), C(/usr/lib/os-release),
-      C(/proc/modules), C(/sys/module) under it, an O(sysfs_root) without any PCI device, no NVIDIA GPU among the PCI
+      list of sentences (each also a warning) - a root with none of C(/etc/os-release), C(/usr/lib/os-release),
+      C(/proc/modules), C(/sys/module) under it, a C(/sys) without any PCI device, no NVIDIA GPU among the PCI
       devices, no driver file at O(params_path) nor O(version_path), an interpreter O(python) that is missing or
       could not report its packages, an env script that cannot be read as text. Such a node is not a clean one.
   returned: always
   type: dict
-  sample: {gpufleet_gpus: ["sysfs_root /srv/sys looks empty: no PCI device under /srv/sys/bus/pci/devices, so no
-           GPU or RDMA device can be found (expected /sys or a tree shaped like it; check the sysfs_root option)"]}
+  sample: {gpufleet_gpus: ["sysfs_root /sys looks empty: no PCI device under /sys/bus/pci/devices, so no
+           GPU or RDMA device can be found (expected sysfs mounted at /sys, or a tree shaped like it)"]}
 ansible_facts:
   description: Facts added to the host.
   returned: always
@@ -454,8 +450,9 @@ ansible_facts:
                driver_version: 580.95.05}
     gpufleet_bundled_nvshmem:
       description:
-        - With V(bundled_nvshmem) in O(gather), the facts of M(gpufleet.deepep.pytorch_bundled_nvshmem) with
-          C(state=report) for O(python), O(nvshmem_prefix) and O(env_script).
+        - With V(bundled_nvshmem) in O(gather), the facts of M(gpufleet.deepep.pytorch_bundled_nvshmem) for
+          O(python), O(nvshmem_prefix) and O(env_script), read by the same code, before anything is replaced or
+          preloaded (V(bundled_would_win) counts only the preload of O(env_script)).
       returned: when O(gather) holds V(bundled_nvshmem)
       type: dict
       sample: {bundled_would_win: false, mismatch: false, preload: /opt/deepep/nvshmem/lib/libnvshmem_host.so.3}
@@ -545,6 +542,16 @@ ansible_facts:
       type: dict
       sample: {path: /opt/models/deepseek-v3, hub_id: false, architecture: DeepseekV3ForCausalLM,
                num_attention_heads: 128, num_experts: 256, moe: true}
+    gpufleet_nccl:
+      description:
+        - With V(nccl) in O(gather), the NCCL of the environment of O(python) in the shape of
+          M(gpufleet.deepep.nccl_env)'s RV(gpufleet.deepep.nccl_env#module:ansible_facts.gpufleet_nccl) (read by the
+          same code; nothing is pinned). V(drift) says why a recorded pin no longer holds.
+      returned: when O(gather) holds V(nccl)
+      type: dict
+      sample: {python: /opt/torch/.venv/bin/python, package: nvidia-nccl-cu13, package_version: 2.28.9,
+               nccl_root: /opt/torch/.venv/lib/python3.12/site-packages/nvidia/nccl, version: 2.30.7, source: build,
+               pinned: true, drift: []}
     gpufleet_initramfs:
       description:
         - With V(initramfs) in O(gather), the image at O(initramfs_path). V(present) whether it exists, V(listed)
@@ -793,7 +800,7 @@ ansible_facts:
         errors:
           description:
             - Probes that could not run, by name, with the reason (the other facts are still returned).
-            - C(root) when O(root) looks empty, C(python) when O(python) is missing or failed (naming the option to
+            - C(root) when the node's root looks empty, C(python) when O(python) is missing or failed (naming the option to
               set), C(env_script) when the script cannot be read as text; these are also in RV(gather_warnings).
           type: dict
           returned: always
@@ -804,10 +811,17 @@ ansible_facts:
 
 import os
 import re
+import shutil
 
 from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.gpufleet.deepep.plugins.module_utils._comm.deepep_jit import cache_facts
+from ansible_collections.gpufleet.deepep.plugins.module_utils._comm.nccl import NcclError
+from ansible_collections.gpufleet.deepep.plugins.module_utils._comm.nccl_read import (
+    probe_python,
+    read_nccl,
+    resolve_python,
+)
 from ansible_collections.gpufleet.deepep.plugins.module_utils._node.fact_sets import GatherError
 from ansible_collections.gpufleet.deepep.plugins.module_utils._guard import guarded
 from ansible_collections.gpufleet.deepep.plugins.module_utils._nvidia.modprobe import DEFAULT_MODPROBE_DIRS
@@ -841,6 +855,11 @@ from ansible_collections.gpufleet.deepep.plugins.module_utils._node.stack import
     subprocess_runner,
 )
 
+# The node's root and sysfs, under which files are read (commands still run on the node itself); private (no
+# option): unit tests point them at fixture trees.
+_ROOT = "/"
+_SYSFS_ROOT = "/sys"
+
 NIC_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}\Z")
 
 
@@ -866,6 +885,18 @@ def _model(p):
         raise PathsError(str(exc)) from None
 
 
+def _nccl(p):
+    """gpufleet_nccl of python (module_utils._comm.nccl_read, nccl_env's reader)."""
+    try:
+        python = resolve_python(p["python"], shutil.which)
+        facts, install_site = probe_python(python, lambda argv: subprocess_runner(
+            argv, timeout=p["timeout"], env={"PYTHONDONTWRITEBYTECODE": "1"}))
+        read_nccl(facts, install_site, constraint_file_from_pin=True)
+    except NcclError as exc:
+        raise PathsError(str(exc)) from None
+    return facts
+
+
 ROLE_READERS = {
     "modules": ("gpufleet_modules", lambda p: gather_modules(p["root"], subprocess_runner, p["module_names"],
                                                              timeout=p["timeout"])),
@@ -886,6 +917,7 @@ ROLE_READERS = {
                                                           timeout=p["timeout"])),
     "jit_cache": ("gpufleet_deepep_jit", _jit_cache),
     "model": ("gpufleet_model", _model),
+    "nccl": ("gpufleet_nccl", _nccl),
 }
 ROLE_SETS = tuple(ROLE_READERS)
 
@@ -903,7 +935,6 @@ def build_module():
             torch_packages=dict(type="list", elements="str", default=[]),
             import_modules=dict(type="list", elements="str", default=[]),
             symbol_files=dict(type="dict", default={}),
-            sysfs_root=dict(type="path", default="/sys"),
             params_path=dict(type="path", default=DEFAULT_PARAMS_PATH),
             version_path=dict(type="path", default=DEFAULT_VERSION_PATH),
             modprobe_dirs=dict(type="list", elements="path", default=list(DEFAULT_MODPROBE_DIRS)),
@@ -933,7 +964,6 @@ def build_module():
             deepep_v2_over_rdma=dict(type="bool", default=True),
             deepep_v2_across_nodes=dict(type="bool", default=True),
             timeout=dict(type="int", default=60),
-            root=dict(type="path", default="/"),
         ),
         supports_check_mode=True,
     )
@@ -941,7 +971,7 @@ def build_module():
 
 def _main():
     module = build_module()
-    params = module.params
+    params = dict(module.params, root=_ROOT, sysfs_root=_SYSFS_ROOT)
     if params["timeout"] < 1:
         module.fail_json(msg="timeout=%r: expected a positive number of seconds" % params["timeout"])
     nic = params["deepep_v2_nic_name"]

@@ -26,7 +26,8 @@ description:
     (by sha256) are left alone. Each copy goes to a temporary file in the same directory and is renamed into place.
   - O(state=preload) returns the C(LD_PRELOAD) value that makes the custom host library win (plus GDRCopy's
     C(libgdrapi) when O(gdrcopy_home) is given), for the environment script. It changes nothing.
-  - O(state=report) only reports.
+  - To only read these facts (no custom host library needed), gather V(bundled_nvshmem) with
+    M(gpufleet.deepep.node_stack); it returns the same C(gpufleet_bundled_nvshmem), read by the same code.
   - A pip reinstall of the NVSHMEM package restores its files; run O(state=replace_transport) again after one.
 options:
   python:
@@ -44,11 +45,13 @@ options:
     elements: path
   state:
     description:
-      - V(report) finds and reports, V(replace_transport) replaces the bundled IBGDA transports with the
-        custom build's, V(preload) also computes the C(LD_PRELOAD) value and fails when the custom host library is missing.
+      - V(preload) (the default) finds and reports and computes the C(LD_PRELOAD) value; it changes nothing, and fails
+        when the custom host library is missing. V(replace_transport) replaces the bundled IBGDA transports with the
+        custom build's.
+      - To read without a custom build, gather V(bundled_nvshmem) with M(gpufleet.deepep.node_stack).
     type: str
-    choices: [report, replace_transport, preload]
-    default: report
+    choices: [preload, replace_transport]
+    default: preload
   nvshmem_prefix:
     description:
       - The custom NVSHMEM build (the C(prefix) of M(gpufleet.deepep.nvshmem_build)).
@@ -87,12 +90,16 @@ notes:
     C(cp <file>.gpufleet-orig <file>) undoes it.
 seealso:
   - module: gpufleet.deepep.nvshmem_build
+  - module: gpufleet.deepep.node_stack
+    description: Its V(bundled_nvshmem) gather set reads C(gpufleet_bundled_nvshmem) without changing anything.
 """
 
 EXAMPLES = r"""
-- name: Report the NVSHMEM bundled into the torch environment
-  gpufleet.deepep.pytorch_bundled_nvshmem:
+- name: Read the NVSHMEM bundled into the torch environment (nothing needs to be built)
+  gpufleet.deepep.node_stack:
+    gather: [bundled_nvshmem]
     python: /opt/torch/.venv/bin/python
+    nvshmem_prefix: /opt/deepep/nvshmem
 
 - name: Use the patched IBGDA transport of the custom build (RoCE "Unable to create ah")
   gpufleet.deepep.pytorch_bundled_nvshmem:
@@ -290,16 +297,12 @@ from ansible_collections.gpufleet.deepep.plugins.module_utils._comm.nvshmem_disc
     PROBE_SCRIPT,
     DiscoveryError,
     bundled_would_win,
-    describe_custom,
-    env_script_preloads,
-    env_script_problem,
     find_bundled,
     find_gdrcopy_lib,
-    mismatches,
     ordered_site_packages,
     parse_probe,
     plan_replacements,
-    preload_value,
+    read_bundled,
 )
 
 
@@ -308,7 +311,7 @@ def build_module():
         argument_spec=dict(
             python=dict(type="str", default="python3"),
             site_packages=dict(type="list", elements="path"),
-            state=dict(type="str", choices=["report", "replace_transport", "preload"], default="report"),
+            state=dict(type="str", choices=["preload", "replace_transport"], default="preload"),
             nvshmem_prefix=dict(type="path", default="/opt/deepep/nvshmem"),
             gdrcopy_home=dict(type="path"),
             env_script=dict(type="path"),
@@ -411,50 +414,27 @@ class BundledNvshmem(object):
             self.fail("nvshmem_prefix %r must be an absolute path such as /opt/deepep/nvshmem" % (prefix,))
         self.prefix = prefix
 
-    def observe_nvshmem(self):
-        """Every bundled copy in the interpreter's site-packages, and the custom build."""
+    def observe(self):
+        """The interpreter's site-packages, then everything else read by the reader node_stack's bundled_nvshmem
+        set shares (module_utils._comm.nvshmem_discovery.read_bundled): every bundled copy, the custom build, the
+        LD_PRELOAD value (with GDRCopy's library), whether env_script preloads the custom host library."""
+        params = self.params
         self.site_packages = _discover_site_packages(self.module, self.result)
         self.facts["site_packages"] = self.site_packages
-        try:
-            self.bundled = find_bundled(self.site_packages)
-            self.custom = describe_custom(self.prefix)
-        except (IOError, OSError) as exc:
-            self.fail("cannot read NVSHMEM libraries: %s" % to_native(exc))
-        self.facts["bundled"] = self.bundled
-        self.facts["custom"] = self.custom
-
-    def observe_preload(self):
-        """The LD_PRELOAD value (with GDRCopy's library) and whether env_script preloads the custom host library."""
-        params, facts = self.params, self.facts
         gdrcopy_lib = None
         if params["gdrcopy_home"]:
             gdrcopy_lib = find_gdrcopy_lib(params["gdrcopy_home"])
             if gdrcopy_lib is None and self.state == "preload":
                 self.fail("gdrcopy_home %r holds no libgdrapi.so* (looked in it and its lib/ and lib64/); expected a "
                           "GDRCopy prefix such as /opt/deepep/gdrcopy" % (params["gdrcopy_home"],))
-        preload = preload_value(self.custom, gdrcopy_lib)
-        facts["preload"] = preload
-        facts["preload_libs"] = preload.split(":") if preload else []
-        if params["env_script"]:
-            text = None
-            script = params["env_script"]
-            problem = env_script_problem(script)
-            if problem:
-                self.fail(problem)
-            if os.path.isfile(script):
-                try:
-                    with open(script, "r", encoding="utf-8", errors="replace") as handle:
-                        text = handle.read()
-                except (IOError, OSError) as exc:
-                    self.fail("env_script %s cannot be read (%s); expected a readable environment script (a file "
-                              "such as /opt/deepep/unified-env.sh), or leave env_script unset"
-                              % (script, to_native(exc.strerror or exc)))
-            facts["env_script_preloads"] = env_script_preloads(text if text is not None else "", self.custom)
-
-    def observe_mismatches(self):
-        self.mismatches = mismatches(self.bundled, self.custom)
-        self.facts["mismatches"] = self.mismatches
-        self.facts["mismatch"] = bool(self.mismatches)
+        try:
+            self.facts.update(read_bundled(self.facts["python"], self.facts["python_version"], self.site_packages,
+                                           self.prefix, env_script=params["env_script"], gdrcopy_lib=gdrcopy_lib))
+        except DiscoveryError as exc:
+            self.fail(to_native(exc))
+        self.bundled = self.facts["bundled"]
+        self.custom = self.facts["custom"]
+        self.mismatches = self.facts["mismatches"]
         if self.state == "preload" and not self.facts["preload"]:
             self.fail("no custom NVSHMEM host library under nvshmem_prefix %r (looked for lib/libnvshmem_host.so.3 "
                       "and lib64/); build it first (gpufleet.deepep.nvshmem_build) or point nvshmem_prefix at it"
@@ -516,9 +496,7 @@ class BundledNvshmem(object):
 
     def run(self):
         self.check_params()
-        self.observe_nvshmem()
-        self.observe_preload()
-        self.observe_mismatches()
+        self.observe()
         self.plan()
         if self.changed and not self.module.check_mode:
             self.apply()

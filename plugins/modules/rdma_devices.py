@@ -10,7 +10,7 @@ short_description: Gather the RDMA (InfiniBand and RoCE) devices of a node from 
 version_added: 0.1.0
 author: gpufleet.deepep maintainers (@gpufleet)
 description:
-  - Reads every entry of C(<sysfs_root>/class/infiniband), following the symlinks as sysfs does, and
+  - Reads every entry of C(/sys/class/infiniband), following the symlinks as sysfs does, and
     returns the devices as facts under C(ansible_facts.gpufleet_rdma), without changing anything.
   - For each device, its name and naming scheme (C(mlx5_*) after DOCA-OFED or MLNX_OFED, C(rocep*) of the
     inbox driver, ...), PCI address and NUMA node, network interfaces, firmware and board ids, and for each
@@ -32,12 +32,7 @@ description:
 extends_documentation_fragment:
   - gpufleet.deepep.attributes
   - gpufleet.deepep.attributes.facts
-options:
-  sysfs_root:
-    description:
-      - The directory that stands for C(/sys). Tests and the simulated fleet point it at a rendered tree.
-    type: path
-    default: /sys
+options: {}
 notes:
   - Only reads files; runs the same in check mode.
 seealso:
@@ -58,10 +53,6 @@ EXAMPLES = r"""
   ansible.builtin.set_fact:
     nvshmem_ib_gid_index: "{{ ansible_facts.gpufleet_rdma.recommended_gid_index }}"
   when: ansible_facts.gpufleet_rdma.transport == 'roce'
-
-- name: Read a rendered tree instead of /sys
-  gpufleet.deepep.rdma_devices:
-    sysfs_root: /tmp/fake-node/sys
 """
 
 RETURN = r"""
@@ -334,21 +325,21 @@ from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.gpufleet.deepep.plugins.module_utils._guard import guarded
 from ansible_collections.gpufleet.deepep.plugins.module_utils._rdma import collect_rdma
 
+# Where sysfs is read; private (no option): unit tests set it to a rendered tree.
+_SYSFS_ROOT = "/sys"
+
 
 def build_module():
     return AnsibleModule(
-        argument_spec=dict(
-            sysfs_root=dict(type="path", default="/sys"),
-        ),
+        argument_spec=dict(),
         supports_check_mode=True,
     )
 
 
 def run(module):
-    sysfs_root = module.params["sysfs_root"]
+    sysfs_root = _SYSFS_ROOT
     if not os.path.isdir(sysfs_root):
-        module.fail_json(msg=f"sysfs_root {sysfs_root!r} is not a directory (expected the path of /sys or "
-                             f"of a tree shaped like it)")
+        module.fail_json(msg=f"sysfs {sysfs_root!r} is not a directory (expected sysfs mounted there)")
     facts = collect_rdma(sysfs_root)
     for warning in facts["warnings"]:
         module.warn(warning)

@@ -189,10 +189,6 @@ options:
     description: The DeepGEMM cache directory the service uses (C(SGLANG_DG_CACHE_DIR)); its C(cache/) files are
       counted in RV(ansible_facts.gpufleet_sglang.deepgemm_cache).
     type: path
-  sysfs_root:
-    description: Prefix for C(/proc) reads (tests).
-    type: path
-    default: /
   timeout:
     description: Seconds each command may run (pip installs, probes).
     type: int
@@ -416,6 +412,8 @@ _REQ_NAME = re.compile(r"[A-Za-z0-9](?:[A-Za-z0-9._-]*[A-Za-z0-9])?")
 
 # pip's own variables of every command (run_bounded adds LC_ALL=C).
 PIP_ENV = {"PIP_DISABLE_PIP_VERSION_CHECK": "1", "PIP_NO_INPUT": "1"}
+# The prefix of the /proc reads; private (no option): unit tests point it at a tree.
+_PROC_ROOT = "/"
 
 
 class SglangEnv(object):
@@ -519,7 +517,7 @@ class SglangEnv(object):
         facts, probe_result = self._read(
             gather_sglang, self.python, self._probe_runner, self.p["timeout"], nvshmem_home=self.p["nvshmem_home"],
             cuda_home=self.p["cuda_home"], dg_cache_dir=self.p["dg_cache_dir"],
-            constraint_file=self.p["constraint_file"], sysfs_root=self.p["sysfs_root"],
+            constraint_file=self.p["constraint_file"], sysfs_root=_PROC_ROOT,
             held=self.p["state"] == "facts")
         self.transfer = facts["transfer"]
         self.wheelhouse = self.p["wheelhouse"]
@@ -983,7 +981,6 @@ def _main():
             constraint_file=dict(type="path"),
             pip_config_file=dict(type="path"),
             repair=dict(type="bool", default=True),
-            sysfs_root=dict(type="path", default="/"),
             dg_cache_dir=dict(type="path"),
             timeout=dict(type="int", default=1800),
         ),

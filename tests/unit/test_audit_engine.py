@@ -20,6 +20,7 @@ from ansible_collections.gpufleet.deepep.plugins.plugin_utils._audit.expr import
     search,
     version_cmp,
 )
+from ansible_collections.gpufleet.deepep.plugins.plugin_utils._audit.report import render
 from ansible_collections.gpufleet.deepep.plugins.plugin_utils._audit.engine import (
     audit_fleet,
     evaluate_rules,
@@ -283,25 +284,21 @@ def test_filters():
     from ansible_collections.gpufleet.deepep.plugins.filter import audit_findings, fleet_drift as drift_filter
 
     filters = audit_findings.FilterModule().filters()
-    assert set(filters) == {"audit_findings", "audit_fleet", "audit_report"}
+    assert set(filters) == {"audit_findings"}
     doc = _node("n1", gpufleet_stack__torch={"version": "2.11.0+cu130"})
     assert [f["id"] for f in filters["audit_findings"](doc, CATALOGUE)] == ["DEEPEP_TORCH_ABI"]
     with pytest.raises(AnsibleFilterError, match="audit_findings: rule #0: expected a mapping"):
         filters["audit_findings"](doc, ["x"])
     with pytest.raises(AnsibleFilterError, match="expected a facts document"):
         filters["audit_findings"]("x", CATALOGUE)
-    fleet = filters["audit_fleet"]({"n1": doc, "n2": _node("n2")}, CATALOGUE, groups={"g": ["n1", "n2"]})
+    # The fleet document and its renderings (the audit_fleet_report action's steps).
+    fleet = audit_fleet({"n1": doc, "n2": _node("n2")}, CATALOGUE, groups={"g": ["n1", "n2"]})
     assert fleet["summary"]["with_findings"] == 1
-    assert "<!DOCTYPE html>" in filters["audit_report"](fleet, "html")
-    everything = filters["audit_report"](fleet, "all")
-    assert everything["summary"] == fleet["summary"]
-    assert everything["status"] == {"n1": "critical", "n2": "ok"}
-    assert json.loads(everything["json"])["summary"] == fleet["summary"]
-    assert everything["md"].startswith("# DeepEP fleet audit") and "<!DOCTYPE html>" in everything["html"]
-    with pytest.raises(AnsibleFilterError, match="format 'pdf'"):
-        filters["audit_report"](fleet, "pdf")
-    with pytest.raises(AnsibleFilterError, match="groups must be a mapping"):
-        filters["audit_fleet"]({}, CATALOGUE, groups=["g"])
+    assert {host: node["status"] for host, node in fleet["nodes"].items()} == {"n1": "critical", "n2": "ok"}
+    assert json.loads(render(fleet, "json"))["summary"] == fleet["summary"]
+    assert render(fleet, "md").startswith("# DeepEP fleet audit") and "<!DOCTYPE html>" in render(fleet, "html")
+    with pytest.raises(ValueError, match="format 'pdf'"):
+        render(fleet, "pdf")
 
     fd = drift_filter.FilterModule().filters()["fleet_drift"]
     assert [r["fact"] for r in fd({"n1": doc, "n2": _node("n2")}, {"g": ["n1", "n2"]}, CATALOGUE)] == ["torch"]

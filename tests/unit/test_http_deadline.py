@@ -407,7 +407,7 @@ def test_the_modules_refuse_a_url_with_a_password_without_repeating_it(module_ru
     value = "https://deploy:%s@pypi.internal:8443/simple" % SECRET
     args = {option: [value] if option == "extra_index_urls" else value}
     if module is nccl_env:
-        args.update(python=sys.executable, state="report")
+        args.update(python=sys.executable, version="2.30.7")
     else:
         args.update(config_dir=str(tmp_path))
     result = module_runner(module, args)

@@ -11,6 +11,8 @@ import os
 
 import pytest
 
+from unit_helpers import node_trees
+
 from ansible_collections.gpufleet.deepep.plugins.module_utils._node import image as im
 from ansible_collections.gpufleet.deepep.plugins.module_utils._node import site_state as ss
 from ansible_collections.gpufleet.deepep.plugins.modules import image_boot, node_seal
@@ -204,7 +206,7 @@ def test_cloud_init_clean_runs_where_installed(module_runner, tmp_path, present,
         return rc, "", "boom" if rc else ""
 
     class Mod:
-        params = dict(site_key=KEY, root=str(root), nvidia_smi="nvidia-smi", profile="", collection_version="",
+        params = dict(site_key=KEY, nvidia_smi="nvidia-smi", profile="", collection_version="",
                       cloud_init="cloud-init", journalctl="journalctl", remove_authorized_keys=False,
                       extra_paths=[], timeout=77,
                       build_stamps=[], stamp=im.DEFAULT_STAMP, manifest=im.DEFAULT_MANIFEST)
@@ -214,7 +216,8 @@ def test_cloud_init_clean_runs_where_installed(module_runner, tmp_path, present,
         def fail_json(self, **kw):
             raise AssertionError(kw)
 
-    result = node_seal.run(Mod(), runner=runner)
+    with node_trees(node_seal, {"root": str(root)}):
+        result = node_seal.run(Mod(), runner=runner)
     if present:
         assert calls == [(["/usr/bin/cloud-init", "clean", "--logs"], 77)]
         assert result["commands"][0]["rc"] == rc
@@ -224,7 +227,7 @@ def test_cloud_init_clean_runs_where_installed(module_runner, tmp_path, present,
 
 def _seal_with_runner(root, runner, check_mode=False):
     class Mod:
-        params = dict(site_key=KEY, root=str(root), nvidia_smi="nvidia-smi", profile="", collection_version="",
+        params = dict(site_key=KEY, nvidia_smi="nvidia-smi", profile="", collection_version="",
                       cloud_init="cloud-init", journalctl="journalctl", remove_authorized_keys=False,
                       extra_paths=[], timeout=77, build_stamps=[], stamp=im.DEFAULT_STAMP, manifest=im.DEFAULT_MANIFEST)
         _diff = False
@@ -234,7 +237,8 @@ def _seal_with_runner(root, runner, check_mode=False):
 
     mod = Mod()
     mod.check_mode = check_mode
-    return node_seal.run(mod, runner=runner)
+    with node_trees(node_seal, {"root": str(root)}):
+        return node_seal.run(mod, runner=runner)
 
 
 @pytest.mark.parametrize("rc", [0, 1])

@@ -22,7 +22,7 @@ import pytest
 from unit_helpers import REPO, run_module
 
 from ansible_collections.gpufleet.deepep.plugins.module_utils._comm import nccl as _nccl
-from ansible_collections.gpufleet.deepep.plugins.modules import nccl_env
+from ansible_collections.gpufleet.deepep.plugins.modules import nccl_env, node_stack
 from tools.fleetsim.mirror import build_fixture_wheels
 
 SYSTEM_PYTHON = "/usr/bin/python3"
@@ -86,6 +86,14 @@ def snapshot(root: Path) -> dict:
 
 def facts(result) -> dict:
     return result["ansible_facts"]["gpufleet_nccl"]
+
+
+def read(env) -> dict:
+    """What node_stack's nccl set (nccl_env's reader) says of the environment now."""
+    result = run_module(node_stack, {"gather": ["nccl"], "python": str(env["python"])})
+    assert not result.failed, result.get("msg")
+    assert result["changed"] is False
+    return facts(result)
 
 
 def pin_args(env, wheelhouse, **extra):
@@ -171,11 +179,8 @@ def test_build_dir_errors_name_the_value_and_the_expected_form(tmp_path, nccl_bu
 
 # ------------------------------------------------------------------------------------------------ the module
 
-def test_report_reads_package_header_and_library(venv):
-    result = run_module(nccl_env, {"python": str(venv["python"]), "state": "report"})
-    assert not result.failed, result.get("msg")
-    assert result["changed"] is False
-    got = facts(result)
+def test_the_nccl_gather_set_reads_package_header_and_library(venv):
+    got = read(venv)
     assert got["package"] == "nvidia-nccl-cu13" and got["package_version"] == "2.28.9"
     assert got["version"] == got["header_version"] == got["library_version"] == "2.28.9"
     assert got["nccl_root"] == str(venv["nccl"])
@@ -217,13 +222,13 @@ def test_the_pin_refuses_a_later_downgrade_and_a_rerun_restores_what_got_through
     assert not run_module(nccl_env, pin_args(venv, wheelhouse)).failed
     refused = pip(venv["python"], "install", "--no-index", "--find-links", str(wheelhouse), "nvidia-nccl-cu13==2.28.9")
     assert refused.returncode != 0 and "conflicting dependencies" in refused.stderr
-    assert facts(run_module(nccl_env, {"python": str(venv["python"]), "state": "report"}))["version"] == "2.30.7"
+    assert read(venv)["version"] == "2.30.7"
 
     # A tool that ignores pip.conf gets through.
     forced = pip(venv["python"], "install", "-q", "--no-index", "--find-links", str(wheelhouse), "--no-deps",
                  "nvidia-nccl-cu13==2.28.9", bypass_config=True)
     assert forced.returncode == 0, forced.stderr
-    report = facts(run_module(nccl_env, {"python": str(venv["python"]), "state": "report"}))
+    report = read(venv)
     assert report["pinned"] is False and report["version"] == "2.28.9"
     assert any("a later install replaced it" in reason for reason in report["drift"])
 
@@ -284,7 +289,7 @@ def test_build_pin_backs_up_once_copies_and_is_idempotent_by_checksum(venv, nccl
     forced = pip(venv["python"], "install", "-q", "--no-index", "--find-links", str(wheelhouse), "--no-deps",
                  "--force-reinstall", "nvidia-nccl-cu13==2.28.9", bypass_config=True)
     assert forced.returncode == 0, forced.stderr
-    assert facts(run_module(nccl_env, {"python": str(venv["python"]), "state": "report"}))["pinned"] is False
+    assert read(venv)["pinned"] is False
     restored = run_module(nccl_env, args)
     assert restored["changed"] is True and restored["backed_up"] is False
     assert any("pinned file(s) changed" in reason for reason in restored["reasons"])
@@ -305,6 +310,31 @@ def test_system_interpreter_pip_config_only_when_asked(venv, wheelhouse, tmp_pat
     args["pin_pip_config"] = True
     result = run_module(nccl_env, args)
     assert result["changed"] is True and conf.read_text().endswith("constraints.txt\n")
+
+
+def test_the_gather_set_is_nccl_envs_read_and_finds_the_pins_constraint_file(venv, wheelhouse, tmp_path):
+    """node_stack's nccl set returns what nccl_env returns after a pin (one reader); a constraints file given to
+    nccl_env is found through the pin record, which names it."""
+    custom = tmp_path / "constraints.txt"
+    pinned = run_module(nccl_env, pin_args(venv, wheelhouse, constraint_file=str(custom)))
+    assert not pinned.failed, pinned.get("msg")
+    got = read(venv)
+    assert got == facts(pinned)
+    assert got["constraint_file"] == str(custom) and got["pinned"] is True
+
+
+@pytest.mark.parametrize("python, message", [
+    ("/nonexistent/python", "python '/nonexistent/python' is not an executable file"),
+    ("no-such-python-gpufleet", "python 'no-such-python-gpufleet' was not found on PATH"),
+])
+def test_the_gather_set_names_an_interpreter_it_cannot_run(python, message):
+    result = run_module(node_stack, {"gather": ["nccl"], "python": python})
+    assert result.failed and message in result["msg"]
+
+
+def test_state_report_is_gone():
+    result = run_module(nccl_env, {"python": SYSTEM_PYTHON, "state": "report"})
+    assert result.failed and "state" in result["msg"] and "present" in result["msg"]
 
 
 @pytest.mark.parametrize("args, message", [

@@ -88,7 +88,7 @@ def test_one_call_returns_what_each_facts_module_returns(node, module_runner):
     rdma = module_runner(rdma_devices, node.only("sysfs_root"), check_mode=True)
     gpus = module_runner(gpu_topology, node.only("sysfs_root", "nvidia_smi"), check_mode=True)
     bundled = module_runner(pytorch_bundled_nvshmem, dict(node.only("python", "nvshmem_prefix", "env_script"),
-                                                          state="report"), check_mode=True)
+                                                          state="preload"), check_mode=True)
     for result in (nvidia, rdma, gpus, bundled):
         assert not result.failed, result.get("msg")
     assert facts["gpufleet_nvidia"] == nvidia["ansible_facts"]["gpufleet_nvidia"]

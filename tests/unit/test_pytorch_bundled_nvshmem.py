@@ -93,19 +93,22 @@ def facts_of(result):
     return result["ansible_facts"]["gpufleet_bundled_nvshmem"]
 
 
+def read(site, prefix, **kwargs):
+    """The facts of the reader the module and node_stack's bundled_nvshmem set share (no state, no interpreter)."""
+    return disc.read_bundled(None, None, [str(site)], str(prefix), **kwargs)
+
+
 def transport_path(site: Path) -> Path:
     return site / "nvidia" / "nvshmem" / "lib" / "nvshmem_transport_ibgda.so.3"
 
 
 # ---------------------------------------------------------------------------------------------
-# report
+# the reader (read_bundled: this module's and node_stack's bundled_nvshmem set's)
 
 
-def test_report_finds_the_h200_layout(module_runner, tree):
+def test_the_reader_finds_the_h200_layout(tree):
     site, prefix = tree
-    result = module_runner(mod, {"site_packages": [str(site)], "nvshmem_prefix": str(prefix)})
-    assert not result.failed and result["changed"] is False
-    facts = facts_of(result)
+    facts = read(site, prefix)
     assert facts["site_packages"] == [str(site)]
     assert facts["python"] is None
     [bundled] = facts["bundled"]
@@ -132,31 +135,58 @@ def test_report_finds_the_h200_layout(module_runner, tree):
     assert facts["bundled_would_win"] is True
     assert facts["preload"] == str(prefix / "lib" / "libnvshmem_host.so.3")
     assert facts["replaced"] == []
-    assert any("3.4.5" in w for w in warnings(result))
 
 
-def test_report_same_version_no_custom_transport(module_runner, tmp_path):
+def test_the_module_returns_the_readers_facts(module_runner, tree):
+    """state=preload (the default) changes nothing and returns what the reader read, the preload counted in."""
+    site, prefix = tree
+    result = module_runner(mod, {"site_packages": [str(site)], "nvshmem_prefix": str(prefix)})
+    assert not result.failed and result["changed"] is False
+    expected = read(site, prefix)
+    expected["bundled_would_win"] = False  # the preload makes the custom host library win
+    assert facts_of(result) == expected
+    assert warnings(result) == []
+
+
+def test_a_mismatched_bundled_copy_that_still_wins_is_warned_about(module_runner, tree):
+    """No bundled IBGDA transport to replace: the bundled 3.4.5 host library still wins over the custom 3.5.19."""
+    site, prefix = tree
+    transport_path(site).unlink()
+    result = module_runner(mod, {"site_packages": [str(site)], "nvshmem_prefix": str(prefix),
+                                 "state": "replace_transport"}, check_mode=True)
+    assert not result.failed, result.get("msg")
+    assert facts_of(result)["bundled_would_win"] is True and facts_of(result)["mismatch"] is True
+    assert any("3.4.5" in w and "nothing to replace" not in w for w in warnings(result))
+
+
+def test_state_report_is_gone(module_runner, tree):
+    site, prefix = tree
+    result = module_runner(mod, {"site_packages": [str(site)], "nvshmem_prefix": str(prefix), "state": "report"})
+    assert result.failed and "state" in result["msg"] and "preload" in result["msg"]
+
+
+def test_the_reader_same_version_no_custom_transport(tmp_path):
     site = make_site(tmp_path / "site")
     prefix = make_custom(tmp_path / "nvshmem", version=(3, 4, 5), ibgda=False)
-    facts = facts_of(module_runner(mod, {"site_packages": [str(site)], "nvshmem_prefix": str(prefix)}))
+    facts = read(site, prefix)
     assert facts["mismatch"] is False and facts["mismatches"] == []
     assert facts["custom"]["transports"] == []
     assert facts["bundled_would_win"] is True
 
 
-def test_report_without_custom_build(module_runner, tmp_path):
+def test_the_reader_without_custom_build(tmp_path):
     site = make_site(tmp_path / "site")
-    facts = facts_of(module_runner(mod, {"site_packages": [str(site)], "nvshmem_prefix": str(tmp_path / "none")}))
+    facts = read(site, tmp_path / "none")
     assert facts["custom"]["exists"] is False and facts["custom"]["version"] is None
     assert facts["preload"] is None and facts["mismatch"] is False
     assert facts["bundled_would_win"] is True
 
 
-def test_report_nothing_bundled(module_runner, tmp_path, tree):
+def test_the_reader_nothing_bundled(tmp_path, tree):
     dummy, prefix = tree
     empty = tmp_path / "empty-site"
     empty.mkdir()
-    facts = facts_of(module_runner(mod, {"site_packages": [str(empty)], "nvshmem_prefix": str(prefix)}))
+    facts = read(empty, prefix)
     assert facts["bundled"] == [] and facts["bundled_would_win"] is False
 
 
@@ -188,19 +218,16 @@ def test_torch_lib_copy_and_cu13_layout_without_record(tmp_path):
     assert [t["name"] for t in found[1]["transports"]] == ["ibgda"]
 
 
-def test_env_script_preload_makes_the_custom_build_win(module_runner, tmp_path, tree):
+def test_env_script_preload_makes_the_custom_build_win(tmp_path, tree):
     site, prefix = tree
     script = tmp_path / "env.sh"
     script.write_text('export NVSHMEM_HOME=%s\nexport LD_PRELOAD="${NVSHMEM_HOME}/lib/libnvshmem_host.so.3"\n' % prefix)
-    facts = facts_of(module_runner(mod, {"site_packages": [str(site)], "nvshmem_prefix": str(prefix),
-                                         "env_script": str(script)}))
+    facts = read(site, prefix, env_script=str(script))
     assert facts["env_script_preloads"] is True and facts["bundled_would_win"] is False
     script.write_text("export LD_LIBRARY_PATH=%s/lib\n" % prefix)
-    facts = facts_of(module_runner(mod, {"site_packages": [str(site)], "nvshmem_prefix": str(prefix),
-                                         "env_script": str(script)}))
+    facts = read(site, prefix, env_script=str(script))
     assert facts["env_script_preloads"] is False and facts["bundled_would_win"] is True
-    facts = facts_of(module_runner(mod, {"site_packages": [str(site)], "nvshmem_prefix": str(prefix),
-                                         "env_script": str(tmp_path / "missing.sh")}))
+    facts = read(site, prefix, env_script=str(tmp_path / "missing.sh"))
     assert facts["env_script_preloads"] is False
 
 
@@ -462,7 +489,7 @@ def test_unreadable_env_script_is_refused_naming_it(module_runner, tmp_path, tre
             raise PermissionError(13, "Permission denied", str(path))
         return real_open(path, *args, **kwargs)
 
-    monkeypatch.setattr(mod, "open", refusing_open, raising=False)
+    monkeypatch.setattr(disc, "open", refusing_open, raising=False)
     result = module_runner(mod, {"site_packages": [str(site)], "nvshmem_prefix": str(prefix),
                                  "env_script": str(script)})
     assert result.failed

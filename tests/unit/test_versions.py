@@ -225,10 +225,10 @@ def test_torch_build_labels_are_read(text, local, tag):
 @pytest.mark.parametrize("text", ["2.9.1+garbage", "2.9.1+cuda12.9", "2.9.1+cu1290", "2.9.1+cpux", "2.13.0+standin"])
 def test_an_unknown_torch_build_label_is_refused_naming_it_and_the_forms(text):
     local = text.split("+", 1)[1]
-    with pytest.raises(AnsibleFilterError) as info:
-        version_helpers.FilterModule().filters()["torch_version_info"](text)
+    with pytest.raises(VersionError) as info:
+        split_torch_version(text)
     message = str(info.value)
-    assert message.startswith("torch_version_info: %r has the local version label +%s" % (text, local)), message
+    assert message.startswith("%r has the local version label +%s" % (text, local)), message
     assert "+cuNNN" in message and "+cpu" in message and "+rocmX.Y" in message
 
 
@@ -315,26 +315,21 @@ def test_cuda_from_old_version_txt(tmp_path):
 def test_filters():
     filters = version_helpers.FilterModule().filters()
     # nvshmem_rdma_needs and mlx5dv_verdict joined (tests/unit/test_nvshmem_rdma.py covers them)
-    assert set(filters) == {"cuda_tag", "torch_index_url", "torch_version_info", "nccl_header_version",
-                            "nvshmem_rdma_needs", "mlx5dv_verdict"}
+    assert set(filters) == {"cuda_tag", "torch_index_url", "nvshmem_rdma_needs", "mlx5dv_verdict"}
     assert filters["cuda_tag"]("13.0.88") == "cu130"
     assert filters["torch_index_url"]("13.0", nightly=True) == "https://download.pytorch.org/whl/nightly/cu130"
-    assert filters["torch_version_info"]("2.9.1+cu129")["cuda_tag"] == "cu129"
-    assert filters["nccl_header_version"](NCCL_H) == "2.28.9"
 
 
 @pytest.mark.parametrize("name, args, named", [
     ("cuda_tag", ("thirteen",), "'thirteen'"),
     ("torch_index_url", ("13.0", "https://x", "yes"), "'yes'"),
-    ("torch_version_info", ("latest",), "'latest'"),
-    ("nccl_header_version", (42,), "int"),
 ])
 def test_filter_errors_name_the_value(name, args, named):
     with pytest.raises(AnsibleFilterError, match=name + ": .*" + named):
         version_helpers.FilterModule().filters()[name](*args)
 
 
-@pytest.mark.parametrize("name", ["cuda_tag", "torch_index_url", "torch_version_info", "nccl_header_version"])
+@pytest.mark.parametrize("name", ["cuda_tag", "torch_index_url"])
 def test_every_filter_has_sidecar_docs_matching_its_signature(name):
     import inspect
     from pathlib import Path

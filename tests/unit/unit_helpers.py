@@ -39,15 +39,44 @@ class ModuleResult(dict):
         return bool(self.get("failed"))
 
 
+# Where a module reads the node's files: ``root`` and ``sysfs_root`` in a test's args name fixture trees; they are
+# no module options, but the module's private constants, set for the one run (the first that the module has).
+TREE_KEYS = {"root": ("_ROOT",), "sysfs_root": ("_SYSFS_ROOT", "_PROC_ROOT")}
+
+
+@contextlib.contextmanager
+def node_trees(module, args: dict):
+    """Point ``module`` at the fixture trees ``args`` names (``root``, ``sysfs_root``) for the block; yields the args
+    the module itself takes (those keys left out)."""
+    args = dict(args)
+    saved = []
+    try:
+        for key, names in TREE_KEYS.items():
+            name = next((n for n in names if hasattr(module, n)), None)
+            if key in args and name is not None:
+                saved.append((name, getattr(module, name)))
+                setattr(module, name, args.pop(key))
+        yield args
+    finally:
+        for name, value in reversed(saved):
+            setattr(module, name, value)
+
+
 def run_module(module, args: dict, check_mode: bool = False, diff: bool = False) -> ModuleResult:
     """Run ``module.main()`` with ``args`` and return what it printed as a dict.
 
     Works for exit_json and fail_json alike (both end in SystemExit); the caller asserts on
     ``result.failed`` and the keys. A module file that only documents an action (no ``main``: play_settings,
-    serve_plan) runs as that action, in this process, the way the controller runs it.
+    serve_plan) runs as that action, in this process, the way the controller runs it. ``root`` and
+    ``sysfs_root`` in ``args`` point the module at fixture trees (:func:`node_trees`).
     """
     if not hasattr(module, "main"):
         return ModuleResult(_run_action(module, args, check_mode))
+    with node_trees(module, args) as module_args:
+        return _run_main(module, module_args, check_mode, diff)
+
+
+def _run_main(module, args: dict, check_mode: bool, diff: bool) -> ModuleResult:
     from ansible.module_utils.testing import patch_module_args
 
     full = dict(args)

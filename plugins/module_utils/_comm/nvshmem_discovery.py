@@ -44,6 +44,7 @@ __all__ = [
     "mismatches",
     "bundled_would_win",
     "plan_replacements",
+    "read_bundled",
 ]
 
 NVSHMEM_PIP_PROJECTS = ("nvidia-nvshmem-cu13", "nvidia-nvshmem-cu12", "nvidia-nvshmem")
@@ -468,3 +469,52 @@ def plan_replacements(bundled, custom, name="ibgda"):
                 "changed": transport["sha256"] != source["sha256"],
             })
     return plans
+
+
+def read_bundled(python, python_version, site_packages, nvshmem_prefix, env_script=None, gdrcopy_lib=None):
+    """``gpufleet_bundled_nvshmem`` as it is now: every bundled NVSHMEM of ``site_packages``, the custom build at
+    ``nvshmem_prefix``, the LD_PRELOAD value (with ``gdrcopy_lib``), whether ``env_script`` preloads the custom host
+    library, the mismatches and whether the bundled copy would win. The one reader of pytorch_bundled_nvshmem and
+    node_stack's ``bundled_nvshmem`` set; read only. Raises :class:`DiscoveryError` naming a bad value."""
+    if not nvshmem_prefix or not os.path.isabs(nvshmem_prefix):
+        raise DiscoveryError("nvshmem_prefix %r must be an absolute path such as /opt/deepep/nvshmem"
+                             % (nvshmem_prefix,))
+    try:
+        bundled = find_bundled(site_packages)
+        custom = describe_custom(nvshmem_prefix)
+    except (IOError, OSError) as exc:
+        raise DiscoveryError("cannot read NVSHMEM libraries: %s" % (exc,)) from None
+    preload = preload_value(custom, gdrcopy_lib)
+    facts = {
+        "python": python,
+        "python_version": python_version,
+        "site_packages": list(site_packages),
+        "bundled": bundled,
+        "custom": custom,
+        "mismatch": False,
+        "mismatches": [],
+        "bundled_would_win": False,
+        "preload": preload,
+        "preload_libs": preload.split(":") if preload else [],
+        "env_script_preloads": None,
+        "replaced": [],
+    }
+    if env_script:
+        problem = env_script_problem(env_script)  # a directory, a FIFO, a dangling link
+        if problem:
+            raise DiscoveryError(problem)
+        text = None
+        if os.path.isfile(env_script):
+            try:
+                with open(env_script, "r", encoding="utf-8", errors="replace") as handle:
+                    text = handle.read()
+            except (IOError, OSError) as exc:
+                raise DiscoveryError("env_script %s cannot be read (%s); expected a readable environment script (a "
+                                     "file such as /opt/deepep/unified-env.sh), or leave env_script unset"
+                                     % (env_script, exc.strerror or exc)) from None
+        facts["env_script_preloads"] = env_script_preloads(text if text is not None else "", custom)
+    found = mismatches(bundled, custom)
+    facts["mismatches"] = found
+    facts["mismatch"] = bool(found)
+    facts["bundled_would_win"] = bundled_would_win(bundled, custom, preloaded=bool(facts["env_script_preloads"]))
+    return facts

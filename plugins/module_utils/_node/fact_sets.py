@@ -2,7 +2,7 @@
 # GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
 """The facts sets node_stack reads besides ``gpufleet_stack``, each in the shape its own module reports it:
 ``gpufleet_nvidia`` (nvidia_params asked for nothing), ``gpufleet_gpus`` (gpu_topology) and
-``gpufleet_bundled_nvshmem`` (pytorch_bundled_nvshmem state=report). A set that cannot be read raises
+``gpufleet_bundled_nvshmem`` (pytorch_bundled_nvshmem's reader). A set that cannot be read raises
 ``GatherError`` naming the bad value and the expected form.
 
 Read only. Standard library only, Python 3.8+ (this file runs on the managed nodes).
@@ -26,15 +26,9 @@ from ansible_collections.gpufleet.deepep.plugins.module_utils._nvidia.params imp
 )
 from ansible_collections.gpufleet.deepep.plugins.module_utils._comm.nvshmem_discovery import (
     DiscoveryError,
-    bundled_would_win,
-    describe_custom,
-    env_script_preloads,
-    env_script_problem,
-    find_bundled,
-    mismatches,
     ordered_site_packages,
     parse_probe,
-    preload_value,
+    read_bundled,
 )
 from ansible_collections.gpufleet.deepep.plugins.module_utils._pci import (
     NVIDIA_SMI_QUERY_FIELDS,
@@ -98,8 +92,9 @@ def gather_gpus(sysfs_root, rdma, nvidia_smi, runner, timeout=60):
 
 
 def gather_bundled_nvshmem(python, py, nvshmem_prefix, env_script=None, gdrcopy_lib=None):
-    """``gpufleet_bundled_nvshmem`` as gpufleet.deepep.pytorch_bundled_nvshmem reports it with state=report,
-    from the site-packages layout the Python probe ``py`` (:func:`gather_python`) read."""
+    """``gpufleet_bundled_nvshmem`` read by gpufleet.deepep.pytorch_bundled_nvshmem's reader
+    (:func:`nvshmem_discovery.read_bundled`), from the site-packages layout the Python probe ``py``
+    (:func:`gather_python`) read."""
     if not nvshmem_prefix or not os.path.isabs(nvshmem_prefix):
         raise GatherError("nvshmem_prefix %r must be an absolute path such as /opt/deepep/nvshmem"
                           % (nvshmem_prefix,))
@@ -109,35 +104,8 @@ def gather_bundled_nvshmem(python, py, nvshmem_prefix, env_script=None, gdrcopy_
         probe = parse_probe(json.dumps(py.get("site")) if py.get("site") else py.get("site_error") or "")
     except DiscoveryError as exc:
         raise GatherError("python %r: %s" % (python, exc))
-    site_packages = ordered_site_packages(probe)
-    bundled = find_bundled(site_packages)
-    custom = describe_custom(nvshmem_prefix)
-    preload = preload_value(custom, gdrcopy_lib)
-    facts = {
-        "python": python,
-        "python_version": probe.get("version"),
-        "site_packages": site_packages,
-        "bundled": bundled,
-        "custom": custom,
-        "mismatch": False,
-        "mismatches": [],
-        "bundled_would_win": False,
-        "preload": preload,
-        "preload_libs": preload.split(":") if preload else [],
-        "env_script_preloads": None,
-        "replaced": [],
-    }
-    if env_script:
-        problem = env_script_problem(env_script)  # as the module refuses it: a directory, a FIFO, a dangling link
-        if problem:
-            raise GatherError(problem)
-        text = read_text(env_script) if os.path.isfile(env_script) else None
-        if text is None and os.path.isfile(env_script):
-            raise GatherError("env_script %s cannot be read; expected a readable environment script (a file such as "
-                              "/opt/deepep/unified-env.sh)" % env_script)
-        facts["env_script_preloads"] = env_script_preloads(text if text is not None else "", custom)
-    found = mismatches(bundled, custom)
-    facts["mismatches"] = found
-    facts["mismatch"] = bool(found)
-    facts["bundled_would_win"] = bundled_would_win(bundled, custom, preloaded=bool(facts["env_script_preloads"]))
-    return facts
+    try:
+        return read_bundled(python, probe.get("version"), ordered_site_packages(probe), nvshmem_prefix,
+                            env_script=env_script, gdrcopy_lib=gdrcopy_lib)
+    except DiscoveryError as exc:
+        raise GatherError(str(exc)) from None

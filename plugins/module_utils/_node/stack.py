@@ -144,7 +144,7 @@ def root_problem(root):
     if any(os.path.lexists(under(root, marker)) for marker in ROOT_MARKERS):
         return None
     return ("root %s looks empty: none of %s is under it, so the facts read under it describe nothing (expected / or "
-            "a tree shaped like a node's root; check the root option)" % (root, ", ".join(ROOT_MARKERS)))
+            "a tree shaped like a node's root)" % (root, ", ".join(ROOT_MARKERS)))
 
 
 def python_missing(python, path=None):
@@ -199,7 +199,7 @@ def set_warnings(facts, root="/", sysfs_root="/sys", params_path=DEFAULT_PARAMS_
         pci = os.path.join(sysfs_root, "bus", "pci", "devices")
         if not list_pci_devices(sysfs_root):
             message = ("sysfs_root %s looks empty: no PCI device under %s, so no GPU or RDMA device can be found "
-                       "(expected /sys or a tree shaped like it; check the sysfs_root option)" % (sysfs_root, pci))
+                       "(expected sysfs mounted at /sys, or a tree shaped like it)" % (sysfs_root, pci))
             for name in sysfs_sets:
                 out.setdefault(name, []).append(message)
         elif isinstance(facts.get("gpufleet_gpus"), dict) and not facts["gpufleet_gpus"].get("gpu_count") \
