@@ -283,7 +283,7 @@ def describe_sources(directory, files):
         path = os.path.join(directory, name)
         try:
             fd, info = open_regular(path, path, "%s is not a file: nothing to publish (files must name files of src)"
-                                  % path)
+                                    % path)
         except StoreError as exc:
             raise StoreError("src %s: %s" % (directory, exc))
         try:

@@ -852,8 +852,8 @@ from ansible_collections.gpufleet.deepep.plugins.module_utils._node.stack import
     GATHERABLE,
     gather_node,
     set_warnings,
-    subprocess_runner,
 )
+from ansible_collections.gpufleet.deepep.plugins.module_utils._node.commands import subprocess_runner
 
 # The node's root and sysfs, under which files are read (commands still run on the node itself); private (no
 # option): unit tests point them at fixture trees.

@@ -380,19 +380,25 @@ from ansible_collections.gpufleet.deepep.plugins.module_utils._comm.nccl import 
 )
 from ansible_collections.gpufleet.deepep.plugins.module_utils._runner import CommandLog, StepFailed
 from ansible_collections.gpufleet.deepep.plugins.module_utils._serve.sglang import (
-    REQUIRES_SCRIPT,
     SglangError,
-    check_request,
-    check_wheelhouse,
-    hashed_requirements,
-    deep_ep_state,
-    lock_from_report,
     kernel_package_for,
-    moved,
     nixl_package_for,
     normalize,
-    read_sha256sums,
     transfer_engine_check,
+)
+from ansible_collections.gpufleet.deepep.plugins.module_utils._serve.sglang_install import (
+    REQUIRES_SCRIPT,
+    check_wheelhouse,
+    moved,
+    read_sha256sums,
+)
+from ansible_collections.gpufleet.deepep.plugins.module_utils._serve.sglang_probe import (
+    deep_ep_state,
+)
+from ansible_collections.gpufleet.deepep.plugins.module_utils._serve.sglang_request import (
+    check_request,
+    hashed_requirements,
+    lock_from_report,
 )
 from ansible_collections.gpufleet.deepep.plugins.module_utils._serve.sglang_facts import (
     SglangProbeError,

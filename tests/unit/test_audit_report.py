@@ -14,7 +14,9 @@ import yaml
 from unit_helpers import FIXTURES, REPO
 
 from ansible_collections.gpufleet.deepep.plugins.plugin_utils._audit.engine import audit_fleet
-from ansible_collections.gpufleet.deepep.plugins.plugin_utils._audit.report import render, render_html, render_markdown
+from ansible_collections.gpufleet.deepep.plugins.plugin_utils._audit.report import render
+from ansible_collections.gpufleet.deepep.plugins.plugin_utils._audit.report_html import render_html
+from ansible_collections.gpufleet.deepep.plugins.plugin_utils._audit.report_markdown import render_markdown
 
 CATALOGUE = yaml.safe_load((REPO / "roles" / "audit" / "files" / "rules.yml").read_text())
 HEALTHY = json.loads((FIXTURES / "audit" / "healthy_node.json").read_text())

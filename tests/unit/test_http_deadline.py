@@ -20,6 +20,7 @@ import pytest
 from ansible_collections.gpufleet.deepep.plugins.module_utils import _http
 from ansible_collections.gpufleet.deepep.plugins.plugin_utils._serve import plan as _serve
 from ansible_collections.gpufleet.deepep.plugins.module_utils._serve import sglang as _sglang
+from ansible_collections.gpufleet.deepep.plugins.module_utils._serve import sglang_request as _sglang_request
 from ansible_collections.gpufleet.deepep.plugins.module_utils._serve import state as _serve_state
 from ansible_collections.gpufleet.deepep.plugins.module_utils._serve import units as _serve_units
 from ansible_collections.gpufleet.deepep.plugins.modules import nccl_env, serve_state
@@ -390,7 +391,7 @@ def test_check_url_and_check_source_never_repeat_a_password(value, shown, why):
         _http.check_source(value, "index_url")
     assert SECRET not in str(info.value) and str(info.value).startswith("index_url %r: " % shown)
     with pytest.raises(_sglang.SglangError) as info:
-        _sglang.check_source_url(value, "find_links", paths=True)
+        _sglang_request.check_source_url(value, "find_links", paths=True)
     assert SECRET not in str(info.value) and str(info.value).startswith("find_links %r: " % shown)
 
 

@@ -11,6 +11,7 @@ import shutil
 
 import pytest
 
+from ansible_collections.gpufleet.deepep.plugins.module_utils._node import commands as _commands
 from ansible_collections.gpufleet.deepep.plugins.module_utils._node import stack as _stack
 from ansible_collections.gpufleet.deepep.plugins.modules import node_stack
 from ansible_collections.gpufleet.deepep.plugins.module_utils._node import envscript as _envscript
@@ -336,10 +337,10 @@ def test_libcuda_unversioned_and_stub(node):
 
 
 def test_subprocess_runner_reports_timeout_and_missing():
-    slow = _stack.subprocess_runner(["sleep", "5"], timeout=0.2)
+    slow = _commands.subprocess_runner(["sleep", "5"], timeout=0.2)
     assert slow[0] == 124 and "timed out" in slow[2]
-    assert _stack.subprocess_runner(["/nonexistent/binary"])[0] == 127
-    rc, out, err = _stack.subprocess_runner(["sh", "-c", "echo $LC_ALL $PYTHONDONTWRITEBYTECODE"])
+    assert _commands.subprocess_runner(["/nonexistent/binary"])[0] == 127
+    rc, out, err = _commands.subprocess_runner(["sh", "-c", "echo $LC_ALL $PYTHONDONTWRITEBYTECODE"])
     assert rc == 0 and out.split() == ["C", "1"] and err == ""
 
 

@@ -18,6 +18,7 @@ from test_pytorch_bundled_nvshmem import make_custom, make_site
 from unit_helpers import CAPTURED, render_sysfs_tree
 
 from ansible_collections.gpufleet.deepep.plugins.module_utils._node import probes as _node_probes
+from ansible_collections.gpufleet.deepep.plugins.module_utils._node import commands as _commands
 from ansible_collections.gpufleet.deepep.plugins.module_utils._node import stack as _stack
 from ansible_collections.gpufleet.deepep.plugins.plugin_utils._audit.document import NOT_GATHERED, node_document
 from ansible_collections.gpufleet.deepep.plugins.modules import (
@@ -155,7 +156,7 @@ def test_probes_start_together_and_each_runs_once():
             started.set()
         return 0, argv[0], ""
 
-    prefetch = _stack.PrefetchRunner(runner, [(["slow-import"], 5), (["python-probe"], 5), (["python-probe"], 5)])
+    prefetch = _commands.PrefetchRunner(runner, [(["slow-import"], 5), (["python-probe"], 5), (["python-probe"], 5)])
     assert prefetch(["slow-import"]) == (0, "", "")
     assert prefetch(["python-probe"]) == (0, "python-probe", "")
     assert prefetch(["other"]) == (0, "other", "")
@@ -167,12 +168,12 @@ def test_a_runner_that_raises_is_an_error_result():
     def runner(argv, timeout=None, env=None):
         raise RuntimeError("boom")
 
-    prefetch = _stack.PrefetchRunner(runner, [(["x"], 1)])
+    prefetch = _commands.PrefetchRunner(runner, [(["x"], 1)])
     assert prefetch(["x"]) == (1, "", "RuntimeError: boom")
 
 
 def test_python_probe_reports_packages_and_site_layout_in_one_run():
-    py = _node_probes.gather_python(sys.executable, _stack.subprocess_runner, 60)
+    py = _node_probes.gather_python(sys.executable, _commands.subprocess_runner, 60)
     assert py["ok"] is True, py["error"]
     assert py["site"]["executable"] and isinstance(py["site"]["sys_path"], list)
     assert py["site_error"] is None

@@ -137,7 +137,7 @@ def test_torch_bad_requirement_is_refused():
 
 
 def _stack_runner():
-    from ansible_collections.gpufleet.deepep.plugins.module_utils._node.stack import subprocess_runner
+    from ansible_collections.gpufleet.deepep.plugins.module_utils._node.commands import subprocess_runner
     return subprocess_runner
 
 

@@ -15,8 +15,9 @@ import test_sglang_env
 from test_sglang_env import args
 from unit_helpers import REPO, run_module
 
-from ansible_collections.gpufleet.deepep.plugins.module_utils._serve import sglang as _sglang
+from ansible_collections.gpufleet.deepep.plugins.module_utils._serve import sglang_probe as _sglang_probe
 from ansible_collections.gpufleet.deepep.plugins.module_utils._serve import sglang_facts as _sglang_facts
+from ansible_collections.gpufleet.deepep.plugins.module_utils._node import commands as _commands
 from ansible_collections.gpufleet.deepep.plugins.module_utils._node import stack as _stack
 from ansible_collections.gpufleet.deepep.plugins.plugin_utils._audit.document import node_document
 from ansible_collections.gpufleet.deepep.plugins.modules import node_stack, sglang_env
@@ -115,7 +116,7 @@ def test_the_sglang_probe_starts_with_the_others_and_is_bounded(tmp_path):
 
     def runner(argv, timeout=None, env=None):
         calls.append((argv, threading.current_thread() is main, timeout))
-        if argv[-1] == _sglang.PROBE_SCRIPT:
+        if argv[-1] == _sglang_probe.PROBE_SCRIPT:
             return 124, "", "timed out after 7s"
         return 1, "", "not here"
 
@@ -132,7 +133,7 @@ def test_a_name_on_path_is_resolved_as_sglang_env_does(tmp_path, monkeypatch):
     python.write_text("")
     python.chmod(0o755)
     monkeypatch.setenv("PATH", str(python.parent))
-    assert _sglang_facts.resolve_python("mypython", _stack.find_executable) == str(python)
+    assert _sglang_facts.resolve_python("mypython", _commands.find_executable) == str(python)
     _facts, errors = _stack.gather_node(gather=["sglang"], sglang_python="not-there", root=str(tmp_path),
                                         runner=lambda argv, timeout=None, env=None: (1, "", ""))
     assert errors["gpufleet_sglang"] == ("python 'not-there' was not found on PATH; give the interpreter's absolute "

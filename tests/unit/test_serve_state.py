@@ -21,7 +21,7 @@ from ansible_collections.gpufleet.deepep.plugins.plugin_utils._serve import plan
 from ansible_collections.gpufleet.deepep.plugins.module_utils._serve import state as _serve_state
 from ansible_collections.gpufleet.deepep.plugins.plugin_utils._audit.engine import audit_fleet, evaluate_rules
 from ansible_collections.gpufleet.deepep.plugins.plugin_utils._audit.document import node_document
-from ansible_collections.gpufleet.deepep.plugins.plugin_utils._audit.report import render_markdown
+from ansible_collections.gpufleet.deepep.plugins.plugin_utils._audit.report_markdown import render_markdown
 from ansible_collections.gpufleet.deepep.plugins.module_utils._serve import units as _serve_units
 
 CATALOGUE = yaml.safe_load((REPO / "roles" / "audit" / "files" / "rules.yml").read_text())

@@ -17,7 +17,10 @@ import pytest
 
 from unit_helpers import FIXTURES, REPO, run_module
 
+from ansible_collections.gpufleet.deepep.plugins.module_utils._serve import model as _model
 from ansible_collections.gpufleet.deepep.plugins.module_utils._serve import sglang as _sglang
+from ansible_collections.gpufleet.deepep.plugins.module_utils._serve import sglang_probe as _sglang_probe
+from ansible_collections.gpufleet.deepep.plugins.module_utils._serve import sglang_request as _sglang_request
 from ansible_collections.gpufleet.deepep.plugins.modules import model_config, sglang_env
 from tools.fleetsim.mirror import build_fixture_wheels, fixture_wheel
 
@@ -249,7 +252,7 @@ def test_kernel_package_rename_and_nixl_build():
 def test_nvidia_lib_dirs_leave_pip_nvshmem_out(tmp_path):
     for name in ("cudnn", "nccl", "nvshmem", "cusparselt"):
         (tmp_path / "nvidia" / name / "lib").mkdir(parents=True)
-    dirs = _sglang.nvidia_lib_dirs([str(tmp_path)])
+    dirs = _sglang_probe.nvidia_lib_dirs([str(tmp_path)])
     assert [Path(d).parent.name for d in dirs] == ["cudnn", "cusparselt", "nccl"]
 
 
@@ -335,15 +338,15 @@ def test_a_count_that_is_not_an_integer_is_refused_naming_the_key_and_the_value(
     config = {"num_attention_heads": 8} if key not in ("num_attention_heads", "n_head") else {}
     config[key] = value
     with pytest.raises(_sglang.SglangError) as refused:
-        _sglang.model_facts(config)
+        _model.model_facts(config)
     expected = "a non-negative" if key in ("num_experts", "n_routed_experts") else "a positive"
     assert str(refused.value) == "%s is %s; expected %s integer" % (key, shown, expected)
 
 
 def test_a_count_of_the_text_config_is_named_there_and_zero_experts_is_a_dense_model():
     with pytest.raises(_sglang.SglangError, match=r"^text_config.num_attention_heads is 0; expected a positive"):
-        _sglang.model_facts({"text_config": {"num_attention_heads": 0}})
-    facts = _sglang.model_facts({"num_attention_heads": 8, "num_experts": 0, "max_position_embeddings": 4096})
+        _model.model_facts({"text_config": {"num_attention_heads": 0}})
+    facts = _model.model_facts({"num_attention_heads": 8, "num_experts": 0, "max_position_embeddings": 4096})
     assert facts["num_experts"] == 0 and facts["moe"] is False and facts["max_position_embeddings"] == 4096
 
 
@@ -453,7 +456,7 @@ REPORT_ITEM = {"metadata": {"name": "Flashinfer_Python", "version": "0.7.2"},
     ({"version": "1", "install": []}, (), {}, []),
 ])
 def test_lock_from_report(report, exclude, expected, skipped):
-    assert _sglang.lock_from_report(report, exclude=exclude) == (expected, skipped)
+    assert _sglang_request.lock_from_report(report, exclude=exclude) == (expected, skipped)
 
 
 @pytest.mark.parametrize("report, words", [
@@ -473,7 +476,7 @@ def test_lock_from_report(report, exclude, expected, skipped):
 ])
 def test_a_report_the_lock_cannot_use_is_refused_naming_the_entry(report, words):
     with pytest.raises(_sglang.SglangError) as err:
-        _sglang.lock_from_report(report)
+        _sglang_request.lock_from_report(report)
     assert words in str(err.value)
 
 
@@ -485,10 +488,10 @@ def test_a_report_the_lock_cannot_use_is_refused_naming_the_entry(report, words)
     ("torch==2.12.0", None, "requirements_hashes pins torch==2.13.0+cpu, but torch==2.12.0 is asked for"),
 ])
 def test_a_pinned_version_meets_a_spec_as_pip_would(spec, line, error):
-    pins = _sglang.check_requirements_hashes({"torch==2.13.0+cpu": ["c" * 64]})
+    pins = _sglang_request.check_requirements_hashes({"torch==2.13.0+cpu": ["c" * 64]})
     if error:
         with pytest.raises(_sglang.SglangError) as err:
-            _sglang.hashed_requirements([spec], pins)
+            _sglang_request.hashed_requirements([spec], pins)
         assert error in str(err.value)
     else:
-        assert _sglang.hashed_requirements([spec], pins) == line + "\n"
+        assert _sglang_request.hashed_requirements([spec], pins) == line + "\n"

@@ -89,30 +89,9 @@ def _fail(failures, check, message, fix):
     failures.append({"check": check, "message": message, "fix": fix})
 
 
-def deepep_preflight(obs):
-    """Decide whether a DeepEP build can start, from what the module observed.
-
-    ``obs`` keys (missing ones count as unknown/None): ``generation`` (v1/v2), ``arch_list`` (the
-    TORCH_CUDA_ARCH_LIST to build, may be None), ``gpu_arch_list`` (the GPUs' archs), ``cuda_home``,
-    ``cuda_version``, ``cccl_dir`` and ``cccl_exists``, ``torch_version``, ``torch_error``,
-    ``nccl_version``, ``nccl_source`` (where it was read), ``nvshmem_root`` (the NVSHMEM that will be
-    used: given or pip), ``nvshmem_exists``, ``nvshmem_ibgda`` (True/False/None), ``nvshmem_pip_dir``,
-    ``internode`` (bool), ``disable_sm90_features`` (bool), ``disable_aggressive_ptx`` (None/True/False),
-    ``cxx`` (the C++ compiler of the build), ``cxx_libstdcxx_so`` (its ``-print-file-name=libstdc++.so``),
-    ``cxx_libstdcxx_shared`` (True/False/None: that file exists), ``runtime_libstdcxx`` (the libstdc++.so.6 the
-    interpreter loads), ``libstdcxx_link_dir`` (where the module may put a ``libstdc++.so`` link to it).
-
-    Returns ``{'ok', 'failures', 'automatic', 'warnings', 'arch_list'}``: every failed requirement at
-    once (``check``, ``message``, ``fix``); the fixes the module applies itself (``check``, ``message``,
-    ``env``); and the normalized arch list (None when it is unusable).
-    """
-    failures = []
-    automatic = []
-    warnings = []
-    generation = obs.get("generation")
-    cuda_home = obs.get("cuda_home") or "/usr/local/cuda"
-
-    # Arch list.
+def _check_arch_list(obs, failures):
+    """The arch list to build, normalized: arch_list, else gpu_arch_list; None (and a failure) when neither gives one
+    that parses."""
     arch_list = None
     raw_arch = obs.get("arch_list")
     gpu_archs = obs.get("gpu_arch_list")
@@ -136,6 +115,12 @@ def deepep_preflight(obs):
                 fix += (" (a list or a ;-separated string, e.g. gpufleet_gpus.cuda_arch_list), or set arch_list, "
                         "which takes precedence")
             _fail(failures, "arch_list_malformed", "%s: %s" % (arch_option, exc), fix)
+    return arch_list
+
+
+def _check_arch_covers_gpus(obs, arch_list, failures, warnings):
+    """The arch list has code for every GPU of the node (gpu_arch_list)."""
+    gpu_archs = obs.get("gpu_arch_list")
     if arch_list and gpu_archs not in (None, "", []):
         try:
             missing = uncovered_gpu_archs(arch_list, gpu_archs)
@@ -150,7 +135,10 @@ def deepep_preflight(obs):
                   "build for the node's GPUs: set arch_list to %s (or leave it unset to use gpu_arch_list)"
                   % ";".join(missing))
 
-    # SM90 features / A100.
+
+def _check_sm90_features(obs, arch_list, failures):
+    """DISABLE_SM90_FEATURES (A100): needed below SM90, and then V1 only, without NVSHMEM and internode."""
+    generation = obs.get("generation")
     sm90_off = bool(obs.get("disable_sm90_features"))
     if arch_list:
         pre_hopper = [e["arch"] for e in parse_arch_list(arch_list) if e["major"] < 9]
@@ -177,7 +165,10 @@ def deepep_preflight(obs):
                   "internode is wanted but DISABLE_SM90_FEATURES builds DeepEP without internode and "
                   "low-latency kernels", "set internode: false for A100 builds")
 
-    # DISABLE_AGGRESSIVE_PTX_INSTRS.
+
+def _check_aggressive_ptx(obs, arch_list, failures, automatic):
+    """DISABLE_AGGRESSIVE_PTX_INSTRS=1 unless the arch list is exactly 9.0: set by the module, refused when asked
+    off."""
     if arch_list and needs_disable_aggressive_ptx(arch_list):
         if obs.get("disable_aggressive_ptx") is False:
             _fail(failures, "aggressive_ptx",
@@ -190,7 +181,11 @@ def deepep_preflight(obs):
                                          % arch_list,
                               "env": {"DISABLE_AGGRESSIVE_PTX_INSTRS": "1"}})
 
-    # CUDA toolkit and cccl.
+
+def _check_cuda(obs, failures, automatic, warnings):
+    """The CUDA toolkit, and from CUDA 13 its cccl headers on the include path."""
+    generation = obs.get("generation")
+    cuda_home = obs.get("cuda_home") or "/usr/local/cuda"
     cuda_version = obs.get("cuda_version")
     if not cuda_version:
         _fail(failures, "cuda_missing",
@@ -213,6 +208,9 @@ def deepep_preflight(obs):
             warnings.append("DeepEP V2's setup.py hard-codes /usr/local/cuda/include/cccl; cuda_home is %s"
                             % cuda_home)
 
+
+def _check_libstdcxx(obs, failures, automatic):
+    """The C++ runtime the extension links: a shared libstdc++, linked to the runtime's where the compiler has none."""
     # The C++ runtime the extension links (captured on 4 x H200: a compiler whose libstdc++.so link is dangling
     # links libstdc++.a into the extension; V2's JIT include parser then dies in std::regex at the first dispatch).
     if obs.get("cxx_libstdcxx_shared") is False:
@@ -233,7 +231,10 @@ def deepep_preflight(obs):
                   "install the compiler's libstdc++ development link (libstdc++-<version>-dev), or set CXX to a "
                   "compiler whose `-print-file-name=libstdc++.so` is an existing file")
 
-    # torch.
+
+def _check_torch(obs, failures):
+    """torch in the build interpreter; V2 needs a recent one."""
+    generation = obs.get("generation")
     torch_version = obs.get("torch_version")
     if not torch_version:
         _fail(failures, "torch_missing",
@@ -249,7 +250,10 @@ def deepep_preflight(obs):
                   % (V2_MIN_TORCH, torch_version),
                   "upgrade torch to >= %s (role pytorch), or build a V1 tree" % V2_MIN_TORCH)
 
-    # NCCL (V2 builds against NCCL Gin).
+
+def _check_nccl(obs, failures):
+    """NCCL for V2 (it builds against NCCL Gin)."""
+    generation = obs.get("generation")
     if generation == "v2":
         nccl_version = obs.get("nccl_version")
         where = obs.get("nccl_source") or "nccl_root / the pip nvidia-nccl package"
@@ -268,7 +272,11 @@ def deepep_preflight(obs):
                   "to it; V2 refuses a second NCCL copy loaded beside torch's" % (V2_MIN_NCCL, V2_MIN_NCCL,
                                                                                   V2_MIN_NCCL))
 
-    # NVSHMEM.
+
+def _check_nvshmem(obs, failures, warnings):
+    """The NVSHMEM the build uses: present where given, needed by V2 and by internode, with IBGDA for internode."""
+    generation = obs.get("generation")
+    sm90_off = bool(obs.get("disable_sm90_features"))
     nvshmem_root = obs.get("nvshmem_root")
     nvshmem_used = nvshmem_root or (None if sm90_off else obs.get("nvshmem_pip_dir"))
     if nvshmem_root and not obs.get("nvshmem_exists"):
@@ -294,6 +302,36 @@ def deepep_preflight(obs):
               "build NVSHMEM with IBGDA (gpufleet.deepep.nvshmem_build ibgda: true) and set nvshmem_root to it "
               "(not torch's bundled NVSHMEM)")
 
+
+def deepep_preflight(obs):
+    """Decide whether a DeepEP build can start, from what the module observed.
+
+    ``obs`` keys (missing ones count as unknown/None): ``generation`` (v1/v2), ``arch_list`` (the
+    TORCH_CUDA_ARCH_LIST to build, may be None), ``gpu_arch_list`` (the GPUs' archs), ``cuda_home``,
+    ``cuda_version``, ``cccl_dir`` and ``cccl_exists``, ``torch_version``, ``torch_error``,
+    ``nccl_version``, ``nccl_source`` (where it was read), ``nvshmem_root`` (the NVSHMEM that will be
+    used: given or pip), ``nvshmem_exists``, ``nvshmem_ibgda`` (True/False/None), ``nvshmem_pip_dir``,
+    ``internode`` (bool), ``disable_sm90_features`` (bool), ``disable_aggressive_ptx`` (None/True/False),
+    ``cxx`` (the C++ compiler of the build), ``cxx_libstdcxx_so`` (its ``-print-file-name=libstdc++.so``),
+    ``cxx_libstdcxx_shared`` (True/False/None: that file exists), ``runtime_libstdcxx`` (the libstdc++.so.6 the
+    interpreter loads), ``libstdcxx_link_dir`` (where the module may put a ``libstdc++.so`` link to it).
+
+    Returns ``{'ok', 'failures', 'automatic', 'warnings', 'arch_list'}``: every failed requirement at
+    once (``check``, ``message``, ``fix``); the fixes the module applies itself (``check``, ``message``,
+    ``env``); and the normalized arch list (None when it is unusable).
+    """
+    failures = []
+    automatic = []
+    warnings = []
+    arch_list = _check_arch_list(obs, failures)
+    _check_arch_covers_gpus(obs, arch_list, failures, warnings)
+    _check_sm90_features(obs, arch_list, failures)
+    _check_aggressive_ptx(obs, arch_list, failures, automatic)
+    _check_cuda(obs, failures, automatic, warnings)
+    _check_libstdcxx(obs, failures, automatic)
+    _check_torch(obs, failures)
+    _check_nccl(obs, failures)
+    _check_nvshmem(obs, failures, warnings)
     return {
         "ok": not failures,
         "failures": failures,

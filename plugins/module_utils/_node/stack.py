@@ -8,7 +8,7 @@ builds installed (``_node/installs``: NVSHMEM, DeepEP, the import probe). ``gath
 is asked for in one pass (``gpufleet_stack``, ``gpufleet_nvidia``, ``gpufleet_rdma``, ``gpufleet_gpus``,
 ``gpufleet_bundled_nvshmem``, ``gpufleet_sglang``, ``gpufleet_serve_node``, ``gpufleet_linkage``; the set readers are
 in ``_fact_sets``, ``_sglang_facts``, ``_serve_node`` and ``_node/linkage``), its commands started together by a
-``PrefetchRunner``.
+``PrefetchRunner`` (``_node/commands``).
 
 Everything here reads files or runs read-only commands; nothing writes. Paths are resolved under a
 ``root`` directory (``/`` on a node, a fixture tree in tests) and commands go through a ``runner``
@@ -18,9 +18,12 @@ callable ``runner(argv, timeout, env) -> (rc, stdout, stderr)`` so tests can dri
 from __future__ import annotations
 
 import os
-import subprocess
-import threading
 
+from ansible_collections.gpufleet.deepep.plugins.module_utils._node.commands import (
+    PrefetchRunner,
+    find_executable,
+    subprocess_runner,
+)
 from ansible_collections.gpufleet.deepep.plugins.module_utils._node.envscript import (
     gather_env_script,
     import_probe_env,
@@ -80,9 +83,9 @@ from ansible_collections.gpufleet.deepep.plugins.module_utils._serve.node import
     gather_node as gather_serve_node,
 )
 from ansible_collections.gpufleet.deepep.plugins.module_utils._serve.units import ServeError
-from ansible_collections.gpufleet.deepep.plugins.module_utils._serve.sglang import (
+from ansible_collections.gpufleet.deepep.plugins.module_utils._serve.sglang import SglangError
+from ansible_collections.gpufleet.deepep.plugins.module_utils._serve.sglang_probe import (
     PROBE_SCRIPT as SGLANG_PROBE_SCRIPT,
-    SglangError,
 )
 from ansible_collections.gpufleet.deepep.plugins.module_utils._serve.sglang_facts import (
     DEFAULT_CUDA_HOME,
@@ -91,8 +94,8 @@ from ansible_collections.gpufleet.deepep.plugins.module_utils._serve.sglang_fact
 )
 
 __all__ = [
-    "DEFAULT_MLX5DV_SYMBOLS", "DEFAULT_DPKG_PACKAGES", "C_ENV", "GATHERABLE", "FACT_NAMES", "SBIN_DIRS",
-    "subprocess_runner", "gather_stack", "PrefetchRunner", "find_executable", "gather_node", "nvshmem_libmlx5",
+    "DEFAULT_MLX5DV_SYMBOLS", "DEFAULT_DPKG_PACKAGES", "GATHERABLE", "FACT_NAMES", "gather_stack", "gather_node",
+    "nvshmem_libmlx5",
     "ROOT_MARKERS", "root_problem", "python_missing", "set_warnings",
 ]
 
@@ -102,35 +105,15 @@ DEFAULT_DPKG_PACKAGES = (
     "doca-ofed", "doca-ofed-userspace", "doca-roce", "mlnx-ofed-kernel-utils", "mlnx-tools",
     "gdrcopy", "libgdrapi", "gdrdrv-dkms", "libnccl2", "libnccl-dev",
 )
-C_ENV = {"LC_ALL": "C", "LANG": "C", "PYTHONDONTWRITEBYTECODE": "1"}
 # What gather_node can read besides the stack, by facts name (each the facts of one facts module).
 GATHERABLE = ("stack", "nvidia", "rdma", "gpus", "bundled_nvshmem", "sglang", "serve_node", "linkage", "deepep_v2")
 FACT_NAMES = {"stack": "gpufleet_stack", "nvidia": "gpufleet_nvidia", "rdma": "gpufleet_rdma",
               "gpus": "gpufleet_gpus", "bundled_nvshmem": "gpufleet_bundled_nvshmem", "sglang": "gpufleet_sglang",
               "serve_node": "gpufleet_serve_node", "linkage": "gpufleet_linkage", "deepep_v2": "gpufleet_deepep_v2"}
-SBIN_DIRS = ("/sbin", "/usr/sbin", "/usr/local/sbin")
 # Paths every Linux root holds: a root without any of them is not a node's root (a wrong ``root``, an empty tree).
 ROOT_MARKERS = ("/etc/os-release", "/usr/lib/os-release", "/proc/modules", "/sys/module")
 PYTHON_ADVICE = ("set the python option (audit_python in the audit role) to the interpreter of the torch environment, "
                  "such as /opt/torch/.venv/bin/python")
-
-
-def subprocess_runner(argv, timeout=None, env=None):
-    """Run a command list with LC_ALL=C, return (rc, stdout, stderr); rc 124 on timeout, 127 if missing."""
-    full_env = dict(os.environ)
-    full_env.update(C_ENV)
-    if env:
-        full_env.update(env)
-    try:
-        proc = subprocess.run(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL,
-                              timeout=timeout, env=full_env, check=False)
-    except subprocess.TimeoutExpired as exc:
-        out = exc.stdout.decode("utf-8", "replace") if isinstance(exc.stdout, bytes) else (exc.stdout or "")
-        err = exc.stderr.decode("utf-8", "replace") if isinstance(exc.stderr, bytes) else (exc.stderr or "")
-        return 124, out, err + "\ntimed out after %ss" % timeout
-    except OSError as exc:
-        return 127, "", str(exc)
-    return (proc.returncode, proc.stdout.decode("utf-8", "replace"), proc.stderr.decode("utf-8", "replace"))
 
 
 # --- what a node that reads as empty or without its interpreter looks like --------------------------------
@@ -307,58 +290,118 @@ def gather_stack(root="/", cuda_home="/usr/local/cuda", python="/usr/bin/python3
 
 # --- one call for the whole node (the audit) ---------------------------------------------------------------
 
-class PrefetchRunner(object):
-    """A runner that starts the given commands at once, each in its own thread, and answers a later call
-    with the same argv from that run (waiting for it). Other calls go to the wrapped runner. The probes of a
-    node are independent, so the slowest one (``import deep_ep`` imports torch) bounds the time, not their sum.
-    """
+def _wanted(gather, nvidia_smi, errors):
+    """The facts sets to gather (``gpus`` left out, its error in ``errors``, where ``nvidia_smi`` is no executable
+    file) and the nvidia-smi to run (None where no set needs it or it is not usable)."""
+    unknown = [name for name in gather if name not in GATHERABLE]
+    if unknown:
+        raise GatherError("gather: unknown %s; expected some of %s" % (", ".join(unknown), ", ".join(GATHERABLE)))
+    wanted = set(gather)
+    smi = None
+    smi_usable = nvidia_smi is None or (os.path.isfile(nvidia_smi) and os.access(nvidia_smi, os.X_OK))
+    if "gpus" in wanted and not smi_usable:
+        errors["gpufleet_gpus"] = ("nvidia_smi %r is not an executable file (expected the path of nvidia-smi, "
+                                   "or leave the option out to search PATH)" % (nvidia_smi,))
+        wanted.discard("gpus")
+    if wanted & set(("gpus", "linkage", "deepep_v2")) and smi_usable:
+        smi = nvidia_smi if nvidia_smi is not None else find_executable("nvidia-smi")
+    return wanted, smi
 
-    def __init__(self, runner, calls):
-        self._runner = runner
-        self._results = {}
-        self._threads = {}
-        self._envs = {}
-        for call in calls:
-            argv, timeout = call[0], call[1]
-            env = call[2] if len(call) > 2 else None
-            key = tuple(argv)
-            if key in self._threads:
-                continue
-            self._envs[key] = env
-            thread = threading.Thread(target=self._run, args=(key, list(argv), timeout, env))
-            thread.daemon = True
-            self._threads[key] = thread
-            thread.start()
 
-    def _run(self, key, argv, timeout, env=None):
+def _prefetch_calls(wanted, errors, root, sysfs_root, cuda_home, python, env_script, dpkg_packages, import_check,
+                    timeout, sglang_python, smi):
+    """The node's commands the ``wanted`` sets read, started together (PrefetchRunner's calls), and the SGLang
+    interpreter resolved (None where ``sglang`` is not wanted, or it cannot be: then it leaves ``wanted`` and its
+    error is in ``errors``)."""
+    calls = []
+    sglang_resolved = None
+    if "sglang" in wanted:
         try:
-            self._results[key] = self._runner(argv, timeout=timeout, env=env)
-        except Exception as exc:  # a runner that raises must not leave the caller waiting forever
-            self._results[key] = (1, "", "%s: %s" % (type(exc).__name__, exc))
+            sglang_resolved = resolve_sglang_python(sglang_python, find_executable)
+            calls.append(([sglang_resolved, "-c", SGLANG_PROBE_SCRIPT], timeout))
+        except SglangError as exc:
+            errors["gpufleet_sglang"] = str(exc)
+            wanted.discard("sglang")
+    if wanted & set(("stack", "deepep_v2")):
+        calls.append(([under(root, os.path.join(cuda_home, "bin", "nvcc")), "--version"], 30))
+        calls.append((["ldconfig", "-p"], 30))
+    if "stack" in wanted:
+        calls.append((["dpkg-query", "-W", "-f", "${Package}\\t${Version}\\t${db:Status-Status}\\n"]
+                      + list(dpkg_packages), 30))
+        env_full = under(root, env_script)
+        # With import_check "changed" the import runs after the Python probe, only where the install changed.
+        if import_check is True:
+            probe_env, refusal = import_probe_env(env_full, os.path.isfile(env_full))
+            if not refusal:
+                calls.append(([python, "-c", IMPORT_PROBE], timeout, probe_env))
+    if wanted & set(("stack", "bundled_nvshmem", "linkage", "deepep_v2")):
+        calls.append(([python, "-c", PYTHON_PROBE], timeout))
+    if "serve_node" in wanted:
+        calls.append((list(IP_ADDR_ARGV), timeout))
+    if smi is not None and os.path.isdir(sysfs_root) and list_gpus(sysfs_root):
+        calls.append((nvidia_smi_query_argv(smi), timeout))
+        calls.append(([smi, "nvlink", "-s"], timeout))
+    return calls, sglang_resolved
 
-    def __call__(self, argv, timeout=None, env=None):
-        key = tuple(argv)
-        thread = self._threads.get(key)
-        if thread is None or (env or None) != (self._envs.get(key) or None):
-            return self._runner(argv, timeout=timeout, env=env)
-        thread.join()
-        return self._results[key]
 
-    def join(self):
-        for thread in self._threads.values():
-            thread.join()
+def _attempt(facts, errors, name, function):
+    """One facts set: its facts, or why it could not be gathered."""
+    try:
+        facts[FACT_NAMES[name]] = function()
+    except (GatherError, SglangError, ServeError) as exc:
+        errors[FACT_NAMES[name]] = str(exc)
+    except Exception as exc:  # one broken reader must not hide the other facts of the node
+        errors[FACT_NAMES[name]] = "%s: %s" % (type(exc).__name__, exc)
 
 
-def find_executable(name, path=None):
-    """``name`` if it holds a slash, else its first executable match in PATH and the sbin directories."""
-    if "/" in name:
-        return name if os.path.isfile(name) and os.access(name, os.X_OK) else None
-    dirs = (path if path is not None else os.environ.get("PATH", "")).split(os.pathsep)
-    for directory in [d for d in dirs if d] + [d for d in SBIN_DIRS if d not in dirs]:
-        candidate = os.path.join(directory, name)
-        if os.path.isfile(candidate) and os.access(candidate, os.X_OK):
-            return candidate
-    return None
+def _read_rdma(sysfs_root):
+    """``(rdma facts, None)`` or ``(None, why they could not be read)``."""
+    try:
+        check_sysfs(sysfs_root)
+        return collect_rdma(sysfs_root), None
+    except GatherError as exc:
+        return None, str(exc)
+    except Exception as exc:
+        return None, "%s: %s" % (type(exc).__name__, exc)
+
+
+def _linkage_facts(facts, root, env_script, py, sysfs_root, smi, prefetch, timeout):
+    """``gpufleet_linkage``: the installed DeepEP's linkage record checked against the node."""
+    gpus = None
+    if isinstance(facts.get("gpufleet_gpus"), dict):
+        gpus = [{"index": g.get("index"), "compute_capability": g.get("compute_capability")}
+                for g in facts["gpufleet_gpus"].get("gpus") or []]
+    else:
+        gpus = node_gpus(sysfs_root, smi, prefetch, timeout)
+    exports = gather_env_script(root, env_script)["exports"]
+    return gather_linkage(root, py, gpus, env_exports=exports)
+
+
+def _deepep_v2_facts(facts, rdma, rdma_error, py, prefetch, root, sysfs_root, cuda_home, python, env_script, smi,
+                     timeout, tree, nic_name, over_rdma, across_nodes):
+    """``gpufleet_deepep_v2``: DeepEP V2's runtime requirements, reusing the stack's facts when gathered in this pass
+    (else its CUDA, NCCL and DeepEP read here)."""
+    if rdma is None:
+        raise GatherError("the RDMA devices could not be read: %s" % rdma_error)
+    stack = facts.get("gpufleet_stack") if isinstance(facts.get("gpufleet_stack"), dict) else None
+    if stack is not None:
+        cuda, nccl, deepep = stack["cuda"], stack["nccl"], stack["deepep"]
+    else:
+        cuda = gather_cuda(root, cuda_home, prefetch)
+        nccl = nccl_facts(root, py, cuda_home, {})
+        package = find_packages(py["packages"], r"^deep[-_]ep$")
+        deepep = gather_deepep_install(root, python, package[0] if package else None, None)
+    if isinstance(facts.get("gpufleet_gpus"), dict):
+        gpus = facts["gpufleet_gpus"].get("gpus") or []
+    else:
+        gpus = node_gpus(sysfs_root, smi, prefetch, timeout) or []
+    ldcache, dummy = gather_ldcache(prefetch)
+    return gather_deepep_v2(
+        root=root, cuda=cuda, cuda_home=cuda_home, rdma=rdma, gpus=gpus,
+        env_exports=gather_env_script(root, env_script)["exports"], env_script=env_script,
+        tree=tree or deepep.get("location"),
+        nccl_built=(deepep.get("built_against") or {}).get("nccl"), nccl_loaded=nccl.get("loaded_version"),
+        ldcache=ldcache, environ=os.environ, nic_name=nic_name, over_rdma=over_rdma, across_nodes=across_nodes)
 
 
 def gather_node(gather=("stack",), root="/", sysfs_root="/sys", params_path=DEFAULT_PARAMS_PATH,
@@ -398,68 +441,21 @@ def gather_node(gather=("stack",), root="/", sysfs_root="/sys", params_path=DEFA
     of an engine node - its interfaces (``ip -j addr show``, started with the others), the values of the env scripts
     ``serve_env_scripts`` (in source order) and the DeepGEMM cache markers of ``serve_dg_cache_dir``.
     """
-    unknown = [name for name in gather if name not in GATHERABLE]
-    if unknown:
-        raise GatherError("gather: unknown %s; expected some of %s" % (", ".join(unknown), ", ".join(GATHERABLE)))
-    wanted = set(gather)
     facts, errors = {}, {}
-    smi = None
-    smi_usable = nvidia_smi is None or (os.path.isfile(nvidia_smi) and os.access(nvidia_smi, os.X_OK))
-    if "gpus" in wanted and not smi_usable:
-        errors["gpufleet_gpus"] = ("nvidia_smi %r is not an executable file (expected the path of nvidia-smi, "
-                                   "or leave the option out to search PATH)" % (nvidia_smi,))
-        wanted.discard("gpus")
-    if wanted & set(("gpus", "linkage", "deepep_v2")) and smi_usable:
-        smi = nvidia_smi if nvidia_smi is not None else find_executable("nvidia-smi")
-    calls = []
-    sglang_resolved = None
-    if "sglang" in wanted:
-        try:
-            sglang_resolved = resolve_sglang_python(sglang_python, find_executable)
-            calls.append(([sglang_resolved, "-c", SGLANG_PROBE_SCRIPT], timeout))
-        except SglangError as exc:
-            errors["gpufleet_sglang"] = str(exc)
-            wanted.discard("sglang")
-    if wanted & set(("stack", "deepep_v2")):
-        calls.append(([under(root, os.path.join(cuda_home, "bin", "nvcc")), "--version"], 30))
-        calls.append((["ldconfig", "-p"], 30))
-    if "stack" in wanted:
-        calls.append((["dpkg-query", "-W", "-f", "${Package}\\t${Version}\\t${db:Status-Status}\\n"]
-                      + list(dpkg_packages), 30))
-        env_full = under(root, env_script)
-        # With import_check "changed" the import runs after the Python probe, only where the install changed.
-        if import_check is True:
-            probe_env, refusal = import_probe_env(env_full, os.path.isfile(env_full))
-            if not refusal:
-                calls.append(([python, "-c", IMPORT_PROBE], timeout, probe_env))
-    if wanted & set(("stack", "bundled_nvshmem", "linkage", "deepep_v2")):
-        calls.append(([python, "-c", PYTHON_PROBE], timeout))
-    if "serve_node" in wanted:
-        calls.append((list(IP_ADDR_ARGV), timeout))
-    if smi is not None and os.path.isdir(sysfs_root) and list_gpus(sysfs_root):
-        calls.append((nvidia_smi_query_argv(smi), timeout))
-        calls.append(([smi, "nvlink", "-s"], timeout))
+    wanted, smi = _wanted(gather, nvidia_smi, errors)
+    calls, sglang_resolved = _prefetch_calls(
+        wanted, errors, root=root, sysfs_root=sysfs_root, cuda_home=cuda_home, python=python, env_script=env_script,
+        dpkg_packages=dpkg_packages, import_check=import_check, timeout=timeout, sglang_python=sglang_python, smi=smi)
     prefetch = PrefetchRunner(runner, calls)
 
     def attempt(name, function):
-        try:
-            facts[FACT_NAMES[name]] = function()
-        except (GatherError, SglangError, ServeError) as exc:
-            errors[FACT_NAMES[name]] = str(exc)
-        except Exception as exc:  # one broken reader must not hide the other facts of the node
-            errors[FACT_NAMES[name]] = "%s: %s" % (type(exc).__name__, exc)
+        _attempt(facts, errors, name, function)
 
     if "nvidia" in wanted:
         attempt("nvidia", lambda: gather_nvidia(params_path, version_path, modprobe_dirs))
     rdma, rdma_error = None, None
     if wanted & set(("rdma", "gpus", "deepep_v2")):
-        try:
-            check_sysfs(sysfs_root)
-            rdma = collect_rdma(sysfs_root)
-        except GatherError as exc:
-            rdma_error = str(exc)
-        except Exception as exc:
-            rdma_error = "%s: %s" % (type(exc).__name__, exc)
+        rdma, rdma_error = _read_rdma(sysfs_root)
     if "rdma" in wanted:
         if rdma is not None:
             facts["gpufleet_rdma"] = rdma
@@ -494,40 +490,11 @@ def gather_node(gather=("stack",), root="/", sysfs_root="/sys", params_path=DEFA
         attempt("serve_node", lambda: gather_serve_node(list(serve_env_scripts or ()), serve_dg_cache_dir, prefetch,
                                                         timeout=timeout))
     if "linkage" in wanted:
-        def linkage():
-            gpus = None
-            if isinstance(facts.get("gpufleet_gpus"), dict):
-                gpus = [{"index": g.get("index"), "compute_capability": g.get("compute_capability")}
-                        for g in facts["gpufleet_gpus"].get("gpus") or []]
-            else:
-                gpus = node_gpus(sysfs_root, smi, prefetch, timeout)
-            exports = gather_env_script(root, env_script)["exports"]
-            return gather_linkage(root, py, gpus, env_exports=exports)
-        attempt("linkage", linkage)
+        attempt("linkage", lambda: _linkage_facts(facts, root, env_script, py, sysfs_root, smi, prefetch, timeout))
     if "deepep_v2" in wanted:
-        def deepep_v2():
-            if rdma is None:
-                raise GatherError("the RDMA devices could not be read: %s" % rdma_error)
-            stack = facts.get("gpufleet_stack") if isinstance(facts.get("gpufleet_stack"), dict) else None
-            if stack is not None:
-                cuda, nccl, deepep = stack["cuda"], stack["nccl"], stack["deepep"]
-            else:
-                cuda = gather_cuda(root, cuda_home, prefetch)
-                nccl = nccl_facts(root, py, cuda_home, {})
-                package = find_packages(py["packages"], r"^deep[-_]ep$")
-                deepep = gather_deepep_install(root, python, package[0] if package else None, None)
-            if isinstance(facts.get("gpufleet_gpus"), dict):
-                gpus = facts["gpufleet_gpus"].get("gpus") or []
-            else:
-                gpus = node_gpus(sysfs_root, smi, prefetch, timeout) or []
-            ldcache, dummy = gather_ldcache(prefetch)
-            return gather_deepep_v2(
-                root=root, cuda=cuda, cuda_home=cuda_home, rdma=rdma, gpus=gpus,
-                env_exports=gather_env_script(root, env_script)["exports"], env_script=env_script,
-                tree=deepep_v2_tree or deepep.get("location"),
-                nccl_built=(deepep.get("built_against") or {}).get("nccl"), nccl_loaded=nccl.get("loaded_version"),
-                ldcache=ldcache, environ=os.environ, nic_name=deepep_v2_nic_name, over_rdma=deepep_v2_over_rdma,
-                across_nodes=deepep_v2_across_nodes)
-        attempt("deepep_v2", deepep_v2)
+        attempt("deepep_v2", lambda: _deepep_v2_facts(
+            facts, rdma, rdma_error, py, prefetch, root=root, sysfs_root=sysfs_root, cuda_home=cuda_home,
+            python=python, env_script=env_script, smi=smi, timeout=timeout, tree=deepep_v2_tree,
+            nic_name=deepep_v2_nic_name, over_rdma=deepep_v2_over_rdma, across_nodes=deepep_v2_across_nodes))
     prefetch.join()
     return facts, errors

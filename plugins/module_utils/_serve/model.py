@@ -9,14 +9,83 @@ reads an engine node in one module run). Standard library only, Python 3.8+ (thi
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
+import re
 
-from ansible_collections.gpufleet.deepep.plugins.module_utils._serve.sglang import (
-    SglangError,
-    is_hub_id,
-    model_facts,
+from ansible_collections.gpufleet.deepep.plugins.module_utils._serve.sglang import SglangError
+
+_HUB_ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*/[A-Za-z0-9][A-Za-z0-9._-]*$")
+
+
+def is_hub_id(value):
+    """``org/name`` that is not a path on this node."""
+    return bool(_HUB_ID_RE.fullmatch(str(value or ""))) and not str(value).startswith((".", "/"))
+
+
+# The counts model_facts reads, each under its names in config.json (the first one given counts), and the least
+# value it takes: heads, layers and sizes are positive; a config may give 0 routed experts (a dense model).
+_COUNTS = (
+    ("num_attention_heads", ("num_attention_heads", "n_head", "num_heads"), 1),
+    ("num_key_value_heads", ("num_key_value_heads", "num_kv_heads", "multi_query_group_num"), 1),
+    ("num_experts", ("n_routed_experts", "num_experts", "num_local_experts", "moe_num_experts"), 0),
+    ("hidden_size", ("hidden_size",), 1),
+    ("num_hidden_layers", ("num_hidden_layers",), 1),
+    ("max_position_embeddings", ("max_position_embeddings",), 1),
 )
+
+
+def _count(config, text_cfg, names, minimum):
+    """The first of ``names`` given (the top level before ``text_config``) as a whole number >= ``minimum``; None
+    when none is given. SglangError naming the key (``text_config.<key>`` when read there), the value and the form
+    when it is not one - a JSON true, a string, a fraction or a negative number is no count."""
+    for name in names:
+        for where, cfg in (("", config), ("text_config.", text_cfg)):
+            value = cfg.get(name)
+            if value is None:
+                continue
+            if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+                raise SglangError("%s%s is %s%s; expected %s integer" % (
+                    where, name, json.dumps(value) if isinstance(value, (bool, int, float, str)) else repr(value),
+                    " (a boolean, not a number)" if isinstance(value, bool) else "",
+                    "a positive" if minimum > 0 else "a non-negative"))
+            return value
+    return None
+
+
+def model_facts(config, config_text=None):
+    """Facts of a model's ``config.json`` (a dict): architecture, heads, experts, quantization. A count given as
+    anything but a whole number in its range raises SglangError naming the key and the value."""
+    if not isinstance(config, dict):
+        raise SglangError("config.json must hold a JSON object, got %s" % type(config).__name__)
+    text_cfg = config.get("text_config") if isinstance(config.get("text_config"), dict) else {}
+    merged = dict(text_cfg)
+    merged.update(dict((k, v) for k, v in config.items() if v is not None))
+    counts = dict((fact, _count(config, text_cfg, names, minimum)) for fact, names, minimum in _COUNTS)
+    heads, kv, experts = counts["num_attention_heads"], counts["num_key_value_heads"], counts["num_experts"]
+    quant = merged.get("quantization_config") if isinstance(merged.get("quantization_config"), dict) else None
+    quant_method = (quant or {}).get("quant_method") or (quant or {}).get("quant_algo")
+    fmt = (quant or {}).get("fmt")
+    archs = merged.get("architectures") if isinstance(merged.get("architectures"), list) else []
+    return {
+        "architectures": [str(a) for a in archs],
+        "architecture": str(archs[0]) if archs else None,
+        "model_type": merged.get("model_type"),
+        "num_attention_heads": heads,
+        "num_key_value_heads": kv if kv is not None else heads,
+        "hidden_size": counts["hidden_size"],
+        "num_hidden_layers": counts["num_hidden_layers"],
+        "num_experts": experts,
+        "moe": experts is not None and experts > 1,
+        "quantization": quant_method,
+        "quantization_fmt": fmt,
+        "fp8": bool(quant_method and "fp8" in str(quant_method).lower()),
+        "scale_fmt": (quant or {}).get("scale_fmt"),
+        "max_position_embeddings": counts["max_position_embeddings"],
+        "config_sha256": hashlib.sha256(config_text.encode() if isinstance(config_text, str)
+                                        else (config_text or b"")).hexdigest() if config_text is not None else None,
+    }
 
 
 class ModelError(Exception):

@@ -17,17 +17,21 @@ import os
 import re
 
 from ansible_collections.gpufleet.deepep.plugins.module_utils._serve.sglang import (
-    PROBE_SCRIPT,
     SglangError,
-    deep_ep_state,
     dmabuf_capable,
     kernel_package_for,
-    moved,
     normalize,
+    torch_cuda,
+)
+from ansible_collections.gpufleet.deepep.plugins.module_utils._serve.sglang_install import (
+    moved,
+)
+from ansible_collections.gpufleet.deepep.plugins.module_utils._serve.sglang_probe import (
+    PROBE_SCRIPT,
+    deep_ep_state,
     nvidia_lib_dirs,
     parse_probe,
     resolve_library,
-    torch_cuda,
 )
 
 __all__ = [

@@ -173,6 +173,7 @@ CAUSES = {
     "deepep_nccl_mismatch": "DeepEP built against another NCCL than the one loaded (rebuild DeepEP or re-pin NCCL)",
 }
 
+
 # ------------------------------------------------------------------------------------------------------ helpers
 def _worst(current, new, order):
     """The worse of two states by ``order`` (a tuple best to worst, or a rank mapping)."""
