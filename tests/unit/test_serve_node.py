@@ -10,6 +10,7 @@ from pathlib import Path
 import jinja2
 import pytest
 
+from ansible_collections.gpufleet.deepep.plugins.filter import serve_role
 from ansible_collections.gpufleet.deepep.plugins.plugin_utils._serve import plan as _serve
 from ansible_collections.gpufleet.deepep.plugins.plugin_utils._serve.inputs import instance_settings
 from ansible_collections.gpufleet.deepep.plugins.module_utils._serve import node as _serve_node
@@ -217,9 +218,11 @@ def test_deepgemm_args_match_what_the_sglang_role_precompiles():
     cfg = instance_settings(deepep_decode(), "sglang_decode")
     assert _serve_rules.deepgemm_args("/m/DeepSeek-V3", cfg) == DG_ARGS
     defaults = (REPO / "roles/sglang/defaults/main.yml").read_text()
-    for flag in ("'--model-path'", "'--tp-size'", "'--dp-size'", "'--enable-dp-attention'", "'--moe-a2a-backend'",
-                 "'--deepep-mode'"):
-        assert flag in defaults
+    assert "gpufleet.deepep.sglang_deepgemm_args(sglang_model_path)" in defaults
+    server = {"tp": cfg["tp"], "dp": cfg["dp"], "enable_dp_attention": cfg["dp_attention"],
+              "moe_a2a_backend": cfg["moe_a2a_backend"], "deepep_mode": cfg["deepep_mode"],
+              "extra_args": cfg["extra_args"]}
+    assert serve_role.FilterModule().filters()["sglang_deepgemm_args"](server, "/m/DeepSeek-V3") == DG_ARGS
 
 
 def test_missing_env_script_refused_where_deepep_serves_else_warned():
