@@ -20,6 +20,7 @@ from ansible_collections.gpufleet.deepep.plugins.plugin_utils._thresholds import
 )
 from ansible_collections.gpufleet.deepep.plugins.plugin_utils._verify.backends import resolve as _resolve_backend
 from ansible_collections.gpufleet.deepep.plugins.plugin_utils._verify.jit import jit_verdict
+from ansible_collections.gpufleet.deepep.plugins.plugin_utils._verify import records as _records
 from ansible_collections.gpufleet.deepep.plugins.plugin_utils._verify.summary import render_markdown, summarize
 from ansible_collections.gpufleet.deepep.plugins.plugin_utils._verify.sweep import sweep_plan, sweep_verdict
 from ansible_collections.gpufleet.deepep.plugins.plugin_utils._verify.traffic import nic_traffic
@@ -126,6 +127,49 @@ def verify_sweep_verdict(hosts, results, group=None):
     return _call("verify_sweep_verdict", sweep_verdict, hosts, results, group=group)
 
 
+def verify_group_go(hostvars, hosts, play_hosts, connectivity=True):
+    """Whether an internode group goes on from its connectivity test to the full test."""
+    return _call("verify_group_go", _records.group_go, hostvars, hosts, play_hosts, connectivity=connectivity)
+
+
+def verify_record_nic(result, before=None, facts=None, check=True, min_bytes=1048576):
+    """ep_test's record of an internode run with the NIC traffic the run caused (nic)."""
+    return _call("verify_record_nic", _records.record_with_nic, result, before=before, facts=facts, check=check,
+                 min_bytes=min_bytes)
+
+
+def verify_record_jit(result, before=None, after=None, enabled=True, require_warm=False):
+    """ep_test's record of an intranode run with what V2's JIT did in it (jit)."""
+    return _call("verify_record_jit", _records.record_with_jit, result, before=before, after=after, enabled=enabled,
+                 require_warm=require_warm)
+
+
+def verify_run_env(v2_env, generation, jit_cache_dir=None, transport_env=None):
+    """The env of an intranode run (V2's env, the JIT cache, the transport env)."""
+    return _call("verify_run_env", _records.run_env, v2_env, generation, jit_cache_dir=jit_cache_dir,
+                 transport_env=transport_env)
+
+
+def verify_sweep_judge(judge, pair, group, host):
+    """The judge option of a host's run in a sweep pair."""
+    return _call("verify_sweep_judge", _records.sweep_judge, judge, pair, group, host)
+
+
+def verify_run_line(run, port):
+    """One line that shows an internode run."""
+    return _call("verify_run_line", _records.run_line, run, port)
+
+
+def verify_failure_message(summary, what, run_dir, name, reasons=True):
+    """The message of a verification summary that failed."""
+    return _call("verify_failure_message", _records.failure_message, summary, what, run_dir, name, reasons=reasons)
+
+
+def verify_play_records(hostvars, hosts):
+    """The verification records of a play's hosts (intranode, then internode)."""
+    return _call("verify_play_records", _records.play_records, hostvars, hosts)
+
+
 class FilterModule:
     """Fleet verification filters."""
 
@@ -141,4 +185,12 @@ class FilterModule:
             "verify_summary_markdown": verify_summary_markdown,
             "verify_sweep_plan": verify_sweep_plan,
             "verify_sweep_verdict": verify_sweep_verdict,
+            "verify_group_go": verify_group_go,
+            "verify_record_nic": verify_record_nic,
+            "verify_record_jit": verify_record_jit,
+            "verify_run_env": verify_run_env,
+            "verify_sweep_judge": verify_sweep_judge,
+            "verify_run_line": verify_run_line,
+            "verify_failure_message": verify_failure_message,
+            "verify_play_records": verify_play_records,
         })

@@ -3,7 +3,8 @@
 """The batch planning of playbooks/site.yml (action gpufleet.deepep.site_plan): its phases (``PHASES``), what a
 converge rolls out (``content_paths``), the settings key of a node (``settings_names``, ``settings_key``), its lane
 from its stamp (``decide``), the batches of the changing nodes (``batches``), whether a run ran every phase
-(``full_run``), what the phases watch (``watched``) and the nodes that did not converge (``report``).
+(``full_run``), what the phases watch (``watched``), the nodes that did not converge (``report``) and the hosts
+of the converge play (``play_hosts``).
 
 Controller only: pure logic over the values the action reads from the play; standard library and ansible-core.
 """
@@ -22,7 +23,7 @@ from ansible_collections.gpufleet.deepep.plugins.module_utils._buildkey import B
 from ansible_collections.gpufleet.deepep.plugins.module_utils._fileio import file_sha256
 
 __all__ = ["PHASES", "PREFIXES", "PHASE_TAGS", "LANES", "SitePlanError", "content_hash", "content_paths", "settings_names",
-           "settings_key", "decide", "batches", "full_run", "watched", "report"]
+           "settings_key", "decide", "batches", "full_run", "watched", "report", "play_hosts"]
 
 # The phases of site.yml's converge play, the one list of them: each name is at once the role site.yml imports
 # (roles/<name>), the tag of its imports and the prefix of its variables. A role imported twice is one phase
@@ -179,3 +180,25 @@ def content_hash(paths):
             raise SitePlanError("content_hash: %s is neither a directory nor a file" % name)
         digest.update(("%s %s\n" % (os.path.basename(name), part)).encode("utf-8", "surrogateescape"))
     return digest.hexdigest()
+
+
+def play_hosts(groups):
+    """The hosts of site.yml's converge play, in inventory order: the steady nodes (gpufleet_site_steady), then the
+    changing ones (gpufleet_site_changing) but for those that get an image (gpufleet_site_image); a group that does
+    not exist is empty."""
+    if not isinstance(groups, dict) or not isinstance(groups.get("all"), (list, tuple)):
+        raise SitePlanError("groups: %r is not the inventory's groups; expected a mapping of group names to host lists "
+                            "with 'all'" % (groups,))
+
+    def members(name):
+        hosts = groups.get(name, [])
+        if not isinstance(hosts, (list, tuple)):
+            raise SitePlanError("groups[%r]: %r is not a list of hosts; expected a list of inventory hostnames"
+                                % (name, hosts))
+        return hosts
+
+    steady, changing, image = (members("gpufleet_site_steady"), members("gpufleet_site_changing"),
+                               members("gpufleet_site_image"))
+    every = groups["all"]
+    return ([host for host in every if host in steady]
+            + [host for host in every if host in changing and host not in image])
