@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import copy
 
+from test_sglang_rules import GOOD as _SGLANG_GOOD
+
 HEADER = "/usr/include/infiniband/mlx5_api.h"
 SYMBOL = "MLX5DV_REG_DMABUF_ACCESS_DATA_DIRECT"
 DRIVER_DIR = "/usr/lib/x86_64-linux-gnu"
@@ -99,27 +101,8 @@ PREFLIGHT_HOSTS = {
                          preflight_node=node(gpufleet_rdma=None, gpufleet_nvidia=None)),
 }
 
-SGLANG_FACTS = {
-    "gpufleet_gpus": {"cuda_arch_list": "10.0"},
-    "gpufleet_model": {"path": "/lssd/models/DeepSeek-V3", "architecture": "DeepseekV3ForCausalLM",
-                       "num_attention_heads": 128, "num_key_value_heads": 128, "moe": True, "fp8": True,
-                       "quantization": "fp8", "scale_fmt": "ue8m0"},
-    "gpufleet_sglang": {
-        "python": "/usr/bin/python3", "virtualenv": False,
-        "versions": {"sglang": "0.5.8", "kernel_package": "sgl-kernel", "kernel": "0.3.21", "torch": "2.9.1+cu129",
-                     "nccl": "2.28.3", "nccl_package": "nvidia-nccl-cu12", "cudnn": "9.16.0.29", "nixl": "1.5.1",
-                     "nixl_package": "nixl-cu12", "mooncake": None, "sgl_deep_ep": None, "deep_ep": "1.2.1",
-                     "typing_extensions": "4.16.0"},
-        "torch_cuda": "12.9", "torch_cuda_major": 12, "nixl_cuda_major": 12,
-        "deep_ep": {"file": "/usr/local/lib/python3.12/dist-packages/deep_ep/__init__.py", "collection": True,
-                    "owners": ["deep_ep 1.2.1"], "foreign_owners": [], "reasons": []},
-        "libraries": {"libcudnn.so.9": "/x/nvidia/cudnn/lib/libcudnn.so.9",
-                      "libcusparseLt.so.0": "/x/nvidia/cusparselt/lib/libcusparseLt.so.0",
-                      "libnvshmem_host.so.3": "/opt/deepep/nvshmem/lib/libnvshmem_host.so.3"},
-        "debian_owned": [], "transfer": {"peermem_loaded": False, "open_kernel_module": True, "dmabuf": True},
-        "deepgemm_cache": {"dir": "/var/cache/sglang/deep_gemm", "files": 692}, "moved": [],
-    },
-}
+# The sglang rules' healthy node (tests/unit/test_sglang_rules.py), its facts only.
+SGLANG_FACTS = copy.deepcopy({key: _SGLANG_GOOD[key] for key in ("gpufleet_gpus", "gpufleet_model", "gpufleet_sglang")})
 SERVER = {"tp": 8, "dp": 1, "nnodes": 1, "enable_dp_attention": False, "moe_a2a_backend": "deepep",
           "deepep_mode": "normal", "env": {"SGLANG_DEEPEP_NUM_MAX_DISPATCH_TOKENS_PER_RANK": "1024"}}
 SGLANG_COMMON = {"sglang_server": SERVER, "sglang_transfer_engine": "nixl", "sglang_judge_stage": "installed"}
