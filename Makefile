@@ -90,8 +90,9 @@ sanity: bootstrap
 
 # The tiers: tests/unit imports and calls the collection's code (no ansible-playbook, no fleet, no root; a few
 # minutes alone); tests/integration runs what is bigger than a call: ansible-playbook on the controller
-# (tests/integration/controller), the test harness's own tools (tests/integration/tools) and simulated fleets (the
-# rest, root and namespaces). tests/gpu runs on a GPU node only (tests/gpu/run_on_gpu_node.sh), never here.
+# (tests/integration/controller), real wheel builds and pip installs in temporary directories, the real CPU torch
+# wheel among them (tests/integration/builds), the test harness's own tools (tests/integration/tools) and simulated
+# fleets (the rest, root and namespaces). tests/gpu runs on a GPU node only (tests/gpu/run_on_gpu_node.sh), never here.
 unit: bootstrap
 	python -m pytest -q tests/unit --durations=10
 

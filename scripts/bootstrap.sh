@@ -15,7 +15,7 @@ apt_packages=(
   dpkg-dev                        # dpkg-scanpackages for the simulated fleet's apt mirror
   build-essential cmake ninja-build # fixture NVSHMEM/GDRCopy/DeepEP builds
   python3 python3-venv python3-pip python3-dev # the nodes' own Python (/usr/bin/python3)
-  python3-setuptools python3-wheel  # fixture builds with the system Python (tests/unit/test_deepep_build.py)
+  python3-setuptools python3-wheel  # fixture builds with the system Python (tests/integration/builds/test_deepep_build.py)
   git ca-certificates
   qemu-system-x86 qemu-utils debootstrap # tools/vmfleet: the realvm scenario's Debian guests (image, overlays, boot)
 )

@@ -3,7 +3,7 @@
 
 """Tests of plugins/module_utils/_comm/wheel.py: a wheel install into site-packages that a failed check or a kill at any
 rename rolls back. The wheel's unpacked files are put in the stage by hand (pip's part is tested with real wheels
-in test_deepep_build.py); the import is checked in a fresh interpreter with the site directory on its path."""
+in tests/integration/builds/test_deepep_build.py); the import is checked in a fresh interpreter with the site directory on its path."""
 
 from __future__ import annotations
 

@@ -70,3 +70,17 @@ def test_a_vm_scenario_gets_at_least_the_vm_limit(tmp_path):
     limits = {line.split()[4]: line.split("limit ")[1] for line in proc.stdout.splitlines()
               if line.startswith("== molecule test -s")}
     assert limits == {"realvm": "3600 s)", "passes": "3 s)"}
+
+
+def test_every_scenario_has_its_expected_seconds():
+    """A clean clone orders the scenarios by EXPECTED_SECONDS (longest first): a scenario without a figure there
+    would be placed by a guess, and the longest one running alone at the end of the stage costs its whole length."""
+    sys.path.insert(0, str(REPO / "scripts"))
+    try:
+        import molecule_run  # pylint: disable=import-outside-toplevel
+    finally:
+        sys.path.remove(str(REPO / "scripts"))
+    scenarios = {p.parent.name for p in (REPO / "molecule").glob("*/molecule.yml")}
+    assert scenarios - set(molecule_run.EXPECTED_SECONDS) == set()
+    assert set(molecule_run.EXPECTED_SECONDS) - scenarios == set()
+    assert molecule_run.order(sorted(scenarios), REPO / "no-such-timings.json")[:2] == ["sglang", "verify"]

@@ -29,7 +29,7 @@ from ansible_collections.gpufleet.deepep.plugins.module_utils import _buildkey a
 
 from tools.fleetsim import mirror
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 SOURCES = REPO / "tools" / "fleetsim" / "fixtures" / "sources"
 CUDA_HOME = "/usr/local/cuda"
 SYSTEM_PYTHON = "/usr/bin/python3"
