@@ -5,11 +5,17 @@
 from __future__ import annotations
 
 import json
+import marshal
+import shlex
 import subprocess
+import uuid
+from pathlib import Path
 
 import pytest
 
-from fleetsim_helpers import REPO, env
+from fleetsim_helpers import REPO, STATE_ROOT, env
+from tools import pycode_cache
+from tools.fleetsim.common import PYCODE_CACHE_DIR, PYCODE_CACHE_MOUNT
 
 
 @pytest.fixture(scope="module")
@@ -141,3 +147,23 @@ def test_modprobe_wrapper_follows_the_profile(fleet):
     else:
         assert out[:3] == [peermem["error"], "rc=1", "0"]
     assert out[-1] == "rc=1"
+
+
+def test_nodes_share_one_bytecode_cache_and_keep_no_trace_of_it_on_disk(fleet):
+    """tools/pycode_cache.py in every node's Python: what one node compiled, another loads; nothing in the nodes'
+    upper layers (their disks and images)."""
+    source = f"MARK = {uuid.uuid4().hex!r}\n"
+    script = ("import sys, zipfile, zipimport; path = '/tmp/pcmark-payload.zip'; "
+              f"zipfile.ZipFile(path, 'w').writestr('pcmark.py', {source!r}); sys.path.insert(0, path); "
+              "import pcmark; print(pcmark.MARK, zipimport._compile_source.pycode_cache_dir)")
+    first = fleet.ssh("b200-cluster-1", f"python3 -c {shlex.quote(script)}").stdout.split()
+    assert first == [source.split("'")[1], PYCODE_CACHE_MOUNT]
+    entry = Path(pycode_cache.cache_path(str(STATE_ROOT / PYCODE_CACHE_DIR), source.encode()))
+    assert entry.is_file(), f"b200-cluster-1 compiled {source!r} and left no {entry}"
+    # The entry replaced by other code: the second node runs what the cache holds (it did not compile).
+    entry.write_bytes(marshal.dumps(compile("MARK = 'from the cache'\n", "pcmark.py", "exec")))
+    second = fleet.ssh("b200-cluster-2", f"python3 -c {shlex.quote(script)}").stdout.split()
+    assert second[:3] == ["from", "the", "cache"]
+    for node in ("b200-cluster-1", "b200-cluster-2"):
+        upper = fleet.dir / "nodes" / node / "upper"
+        assert not list(upper.glob("etc/python3*/sitecustomize.py")), f"{node}'s disk holds the hook"

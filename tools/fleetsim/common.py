@@ -29,6 +29,10 @@ TORCH_CHOICES = ("real", "stand-in")
 # Host paths a node must never see (masked inside the node); the state dir is added at run time.
 MASKED_PATHS = ("/srv", "/home", "/mnt", "/media", "/work", "/opt/wheels")
 OVERLAID = ("etc", "opt", "usr", "var")
+# The nodes' shared bytecode cache of module payloads, under the state dir (content-addressed: never stale), and
+# where a node sees it.
+PYCODE_CACHE_DIR = "pycode-cache"
+PYCODE_CACHE_MOUNT = "/run/fleetsim/pycode"
 FORBIDDEN_STATE_PREFIXES = ("/etc", "/opt", "/usr", "/var", "/root", "/tmp", "/run", "/proc", "/sys", "/dev")
 
 NAME_RE = re.compile(r"^[a-z0-9][a-z0-9-]{0,30}$")

@@ -25,9 +25,9 @@ from pathlib import Path
 import yaml
 
 from tools.fleetsim import fakehw, mirror
-from tools.fleetsim.common import (AUTO_BRIDGE, AUTO_SUBNET, NODE_IP_OFFSET, REBOOT_DEFAULTS, REPO, TORCH_CHOICES,
-                                   FleetError, FleetPaths, NodePaths, check_name, host_veth, netns_name, node_name,
-                                   now, peer_veth, proc_alive, read_json, write_json)
+from tools.fleetsim.common import (AUTO_BRIDGE, AUTO_SUBNET, NODE_IP_OFFSET, PYCODE_CACHE_DIR, REBOOT_DEFAULTS, REPO,
+                                   TORCH_CHOICES, FleetError, FleetPaths, NodePaths, check_name, host_veth, netns_name,
+                                   node_name, now, peer_veth, proc_alive, read_json, write_json)
 
 SUPERVISOR_NEEDLE = "tools.fleetsim.supervisor"
 SSHD_CONFIG = """\
@@ -110,6 +110,15 @@ class Fleet:
 
     def save(self, state: dict) -> None:
         write_json(self.paths.state, state)
+
+    def pycode_cache_dir(self) -> str | None:
+        """The host directory of the nodes' shared bytecode cache (tools/pycode_cache.py), made when missing;
+        None when ``FLEETSIM_PYCODE_CACHE=0`` turns it off (nodes then compile every module payload, as before)."""
+        if os.environ.get("FLEETSIM_PYCODE_CACHE", "1") == "0":
+            return None
+        path = self.root / PYCODE_CACHE_DIR
+        path.mkdir(mode=0o700, exist_ok=True)
+        return str(path)
 
     def require(self) -> dict:
         state = self.load()
@@ -313,7 +322,7 @@ class Fleet:
                                "ip": node["ip"], "netns": node["netns"], "python": state["python"],
                                "repo": state["repo"], "state_root": state["state_root"],
                                "mirror": state.get("mirror"), "fleet": self.name,
-                               "torch": node.get("torch", "real")})
+                               "torch": node.get("torch", "real"), "pycode_cache": self.pycode_cache_dir()})
         write_json(np.faults, {"never_return": False, "port_down": []})
         # Network: a veth pair, the node end renamed eth0 inside the node's namespace.
         ns = node["netns"]

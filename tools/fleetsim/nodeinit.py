@@ -15,6 +15,7 @@ the kernel kills every other process of the node.
 from __future__ import annotations
 
 import encodings.idna
+import glob
 import json
 import os
 import shutil
@@ -28,9 +29,10 @@ import traceback
 import uuid
 from pathlib import Path
 
+from tools import pycode_cache
 from tools.fleetsim import boot, fakehw, systemd
-from tools.fleetsim.common import (BOOTED_TAG, HALT_EXIT, MASKED_PATHS, MIRROR_MOUNT, OVERLAID, NodePaths,
-                                   read_json, write_json)
+from tools.fleetsim.common import (BOOTED_TAG, HALT_EXIT, MASKED_PATHS, MIRROR_MOUNT, OVERLAID, PYCODE_CACHE_MOUNT,
+                                   NodePaths, read_json, write_json)
 
 # Loaded now because the host's Python library is masked once the node has booted (socket needs it).
 PRELOADED = (encodings.idna,)
@@ -74,6 +76,31 @@ def first_boot_identity(name: str, etc: str = "/etc") -> bool:
         run("ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", f"root@{name}", "-f", str(key))
         made = True
     return made
+
+
+def install_pycode_cache(host_dir: str | None, stdlib_glob: str = "/usr/lib/python3.*/sitecustomize.py") -> list[str]:
+    """The fleet's shared bytecode cache of module payloads (tools/pycode_cache.py) in this boot: the host's cache dir
+    at PYCODE_CACHE_MOUNT, and each system Python's sitecustomize (Debian's, a link to /etc/python3.X/) extended to
+    install the hook, both as bind mounts of this boot (nothing lands in the node's disk or its images). Returns the
+    sitecustomize files extended; none where the host's Python has no sitecustomize to extend (nodes then compile every
+    payload, as without the cache)."""
+    if not host_dir or not os.path.isdir(host_dir):
+        return []
+    sites = sorted({os.path.realpath(p) for p in glob.glob(stdlib_glob) if os.path.isfile(p)})
+    if not sites:
+        return []
+    os.makedirs(PYCODE_CACHE_MOUNT, exist_ok=True)
+    mount("--bind", host_dir, PYCODE_CACHE_MOUNT)
+    hook = os.path.join(os.path.dirname(PYCODE_CACHE_MOUNT), "pycode-hook")
+    os.makedirs(hook, exist_ok=True)
+    shutil.copyfile(pycode_cache.__file__, os.path.join(hook, "pycode_cache.py"))
+    for n, site in enumerate(sites):
+        extended = os.path.join(os.path.dirname(PYCODE_CACHE_MOUNT), f"sitecustomize-{n}.py")
+        with open(site, encoding="utf-8") as src, open(extended, "w", encoding="utf-8") as dst:
+            dst.write(pycode_cache.site_hook(src.read(), hook, PYCODE_CACHE_MOUNT, "fleetsim, this boot only"))
+        mount("--bind", extended, site)
+        ro_remount(site)
+    return sites
 
 
 def setup(paths: NodePaths, cfg: dict) -> dict:
@@ -128,6 +155,7 @@ def setup(paths: NodePaths, cfg: dict) -> dict:
     for d in ("/run/sshd", "/run/lock", "/run/fleetsim"):
         os.makedirs(d, exist_ok=True)
     os.chmod("/run/sshd", 0o755)
+    install_pycode_cache(cfg.get("pycode_cache"))
     with open("/run/fleetsim/proc-modules", "w", encoding="utf-8") as fh:
         fh.write(boot.proc_modules(profile, plan))
     if os.path.exists("/proc/modules"):  # absent on kernels without module support

@@ -13,10 +13,12 @@ from __future__ import annotations
 import fcntl
 import hashlib
 import json
+import os
 import shutil
 import time
 from pathlib import Path
 
+from tools import pycode_cache
 from tools.vmfleet.common import BUILD_DIR, Stages, VmError, run
 
 SUITE = "bookworm"
@@ -38,6 +40,16 @@ GUEST_FILES = {
     "interfaces": ("etc/network/interfaces", 0o644),
     "sshd.conf": ("etc/ssh/sshd_config.d/vmfleet.conf", 0o644),
 }
+# The bytecode cache of compiled sources (tools/pycode_cache.py), loaded by the guest Python's sitecustomize (every
+# Python, virtualenvs' too) and kept in PYCODE_CACHE. Under emulation, compiling each Ansible module's zipped code again
+# was most of a module run, and each new virtualenv compiled pip's files: the guest compiles each source once. The image
+# build fills the cache natively (a throwaway virtualenv in the chroot: pip's and setuptools' sources), so the guests'
+# virtualenvs start warm.
+TOOLS = GUEST.parents[1]
+TOOLS_FILES = {
+    "pycode_cache.py": ("usr/local/lib/vmfleet/pycode_cache.py", 0o644),
+}
+PYCODE_CACHE = "var/cache/vmfleet-pycode"
 # Units that only slow a disposable guest's boot down.
 MASKED = ("apt-daily.timer", "apt-daily-upgrade.timer", "e2scrub_all.timer", "fstrim.timer",
           "systemd-timesyncd.service", "getty@tty1.service")
@@ -77,6 +89,8 @@ def image_key(packages: tuple[str, ...] = PACKAGES, files: dict | None = None) -
                               "packages": sorted(packages), "masked": MASKED}).encode())
     for name in sorted(files):
         digest.update(name.encode() + b"\0" + (GUEST / name).read_bytes() + b"\0")
+    for name in sorted(TOOLS_FILES):
+        digest.update(b"tools/" + name.encode() + b"\0" + (TOOLS / name).read_bytes() + b"\0")
     if _units(files) != _units(GUEST_FILES):
         digest.update(json.dumps(_units(files)).encode())
     return digest.hexdigest()[:16]
@@ -134,16 +148,40 @@ def _umount_all(root: Path) -> None:
         run(["umount", "-l", str(root / sub)], timeout=30, check=False)
 
 
+def _install_pycode_cache(root: Path) -> None:
+    """The cache's hook in each system Python's sitecustomize of the image (Debian's, a link into /etc/python3.X/),
+    then the cache filled by a throwaway virtualenv made in the chroot."""
+    (root / PYCODE_CACHE).mkdir(mode=0o700, parents=True, exist_ok=True)
+    sites = sorted(root.glob("usr/lib/python3.*/sitecustomize.py"))
+    if not sites:
+        raise VmError(f"no sitecustomize.py under {root / 'usr/lib'} to load the bytecode cache from")
+    for site in sites:
+        target = site
+        if site.is_symlink():  # Debian's points into /etc/python3.X/ (absolute: inside the image, not the host)
+            link = Path(os.readlink(site))
+            target = root / link.relative_to("/") if link.is_absolute() else site.parent / link
+        target.write_text(pycode_cache.site_hook(target.read_text(encoding="utf-8"),
+                                                 "/" + os.path.dirname(TOOLS_FILES["pycode_cache.py"][0]),
+                                                 "/" + PYCODE_CACHE,
+                                                 "vmfleet image"), encoding="utf-8")
+    seed = "/var/tmp/vmfleet-pycode-seed"
+    run(["chroot", str(root), "/usr/bin/python3", "-m", "venv", seed], timeout=600)
+    shutil.rmtree(root / seed.lstrip("/"))
+
+
 def _build(stages: Stages, packages: tuple[str, ...], files: dict, work: Path, root: Path) -> None:
     with stages.stage("image: debootstrap"):
         run(["debootstrap", "--variant=minbase", "--include=" + ",".join(packages), SUITE, str(root), MIRROR],
             timeout=DEBOOTSTRAP_TIMEOUT)
     with stages.stage("image: configure"):
-        for name, (dest, mode) in files.items():
+        sources = [(GUEST / name, dest, mode) for name, (dest, mode) in files.items()]
+        sources += [(TOOLS / name, dest, mode) for name, (dest, mode) in TOOLS_FILES.items()]
+        for source, dest, mode in sources:
             target = root / dest
             target.parent.mkdir(parents=True, exist_ok=True)
-            shutil.copyfile(GUEST / name, target)
+            shutil.copyfile(source, target)
             target.chmod(mode)
+        _install_pycode_cache(root)
         (root / "etc/fstab").write_text("/dev/vda / ext4 defaults,errors=remount-ro 0 1\n", encoding="utf-8")
         (root / "etc/hostname").write_text("vmfleet\n", encoding="utf-8")
         # An empty machine-id: systemd draws a new one at each overlay's first boot and keeps it.
