@@ -93,7 +93,7 @@ def test_cached_code_names_the_current_payload_in_tracebacks(hooked, tmp_path):
 
 
 def test_a_changed_source_is_compiled_again(hooked, tmp_path):
-    _, calls = hooked
+    calls = hooked[1]
     import_from(payload(tmp_path, "a"), "a")
     changed = import_from(payload(tmp_path, "b", SOURCE.replace("42", "7")), "b")
     assert len(calls) == 2
@@ -115,7 +115,10 @@ def test_a_damaged_entry_is_compiled_again_and_replaced(hooked, tmp_path, damage
 
 def test_an_unwritable_cache_leaves_imports_working(hooked, tmp_path, monkeypatch):
     cache, calls = hooked
-    monkeypatch.setattr(pycode_cache.os, "replace", lambda *a: (_ for _ in ()).throw(OSError("read-only")))
+    def read_only(*args):
+        raise OSError(f"read-only file system: {args}")
+
+    monkeypatch.setattr(pycode_cache.os, "replace", read_only)
     module = import_from(payload(tmp_path, "a"), "a")
     assert module.VALUE == 42 and calls
     assert not [p for p in cache.rglob("*") if p.is_file()], "a file was left in the cache"
@@ -130,7 +133,7 @@ def test_a_missing_cache_dir_installs_nothing(monkeypatch, tmp_path):
 
 
 def test_py_compile_of_the_same_source_is_compiled_once_and_writes_the_same_pyc(hooked, tmp_path, monkeypatch):
-    cache, _ = hooked
+    cache = hooked[0]
     compiled = []
     real_compile = builtins.compile
 
@@ -156,7 +159,7 @@ def test_py_compile_of_the_same_source_is_compiled_once_and_writes_the_same_pyc(
 
 
 def test_a_syntax_error_raises_as_without_the_cache(hooked, tmp_path):
-    cache, _ = hooked
+    cache = hooked[0]
     src = tmp_path / "broken.py"
     src.write_text("def broken(:\n", encoding="utf-8")
     with pytest.raises(py_compile.PyCompileError, match="SyntaxError"):
@@ -165,7 +168,7 @@ def test_a_syntax_error_raises_as_without_the_cache(hooked, tmp_path):
 
 
 def test_a_second_install_does_not_wrap_twice(hooked, tmp_path):
-    cache, _ = hooked
+    cache = hooked[0]
     hook = zipimport._compile_source  # pylint: disable=protected-access
     assert pycode_cache.install(str(cache)) is False
     assert zipimport._compile_source is hook  # pylint: disable=protected-access
