@@ -96,8 +96,9 @@ def load(path: str, filename: str):
 
 
 def store(path: str, code) -> None:
-    """Write ``code`` at ``path`` whole or not at all (a temporary file renamed over it); errors are ignored."""
-    tmp = f"{path}.{os.getpid()}.tmp"
+    """Write ``code`` at ``path`` whole or not at all (a temporary file renamed over it); errors are ignored. The
+    temporary name is random as well: the nodes sharing a cache have PID namespaces of their own."""
+    tmp = f"{path}.{os.getpid()}-{os.urandom(6).hex()}.tmp"
     try:
         os.makedirs(os.path.dirname(path), exist_ok=True)
         with open(tmp, "wb") as handle:
