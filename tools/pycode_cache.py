@@ -133,7 +133,6 @@ def install(cache_dir: str) -> bool:
             return cached_compile(cache_dir, source, pathname, -1, lambda: original(pathname, source))
 
         compile_source.pycode_cache_dir = cache_dir
-        compile_source.original = original
         zipimport._compile_source = compile_source  # pylint: disable=protected-access
         installed = True
     loader = _external.SourceFileLoader
@@ -147,7 +146,6 @@ def install(cache_dir: str) -> bool:
                                   lambda: to_code(self, data, path, _optimize=_optimize))
 
         source_to_code.pycode_cache_dir = cache_dir
-        source_to_code.original = to_code
         loader.source_to_code = source_to_code
         installed = True
     return installed
