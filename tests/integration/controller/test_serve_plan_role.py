@@ -108,6 +108,7 @@ def test_a_changed_environment_restarts_its_instance(play, tmp_path):
     ("sglang_serve_start_timeout", 0, "whole seconds, 1 or more (TimeoutStartSec="),
     ("sglang_serve_restart_sec", -5, "whole seconds, 0 or more (RestartSec="),
     ("sglang_serve_poll_delay", 0, "whole seconds, 1 or more"),
+    ("sglang_serve_exchange_timeout", 0, "whole seconds, 1 or more (the longest one exchange"),
 ])
 def test_the_roles_seconds_out_of_range_are_refused_by_name_before_anything_runs(tmp_path, name, value, words):
     inventory = tmp_path / "hosts.yml"
