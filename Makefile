@@ -9,6 +9,11 @@ export PATH := $(VENV)/bin:$(PATH)
 export ANSIBLE_CONFIG := $(ROOT)/ansible.cfg
 export ANSIBLE_COLLECTIONS_PATH := $(ROOT)/.collections
 export PYTHONDONTWRITEBYTECODE := 1
+# The playbook processes of the test tiers share one AnsiballZ payload cache (tools/callbacks/gpufleet_ansiballz_cache.py:
+# a module's payload is built once per source state, not once per process; the Molecule scenarios enable the callback
+# in .config/molecule/config.yml, the integration stages through TEST_CALLBACKS). Empty: every process builds its own.
+export GPUFLEET_ANSIBALLZ_CACHE ?= $(ROOT)/build/ansiballz-cache
+TEST_CALLBACKS := ANSIBLE_CALLBACK_PLUGINS=$(ROOT)/tools/callbacks ANSIBLE_CALLBACKS_ENABLED=gpufleet_ansiballz_cache
 # The Molecule stage runs the scenarios of the simulated fleet. realvm (three real Debian guests under QEMU,
 # tools/vmfleet) is the stage after it, alone on the machine: beside the other scenarios its emulated guests and they
 # each ran 2-3x slower (make test 78 min); alone it takes 993-1,022 s on 2 cores, and its image (debootstrap, ~4 min)
@@ -102,10 +107,10 @@ integration: integration-fleet integration-controller
 # simulated nodes, the second keeps a core busy with ansible-playbook; together in one process the second waited for
 # the first, and the group's last minutes left a core idle).
 integration-fleet: bootstrap
-	python -m pytest -q tests/integration --ignore=tests/integration/controller --durations=10
+	$(TEST_CALLBACKS) python -m pytest -q tests/integration --ignore=tests/integration/controller --durations=10
 
 integration-controller: bootstrap
-	python -m pytest -q tests/integration/controller --durations=10
+	$(TEST_CALLBACKS) python -m pytest -q tests/integration/controller --durations=10
 
 molecule: bootstrap
 	@python scripts/molecule_run.py --jobs $(MOLECULE_JOBS) --timeout $(MOLECULE_TIMEOUT) --logs $(MOLECULE_LOGS) \
