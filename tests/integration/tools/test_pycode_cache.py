@@ -115,6 +115,7 @@ def test_a_damaged_entry_is_compiled_again_and_replaced(hooked, tmp_path, damage
 
 def test_an_unwritable_cache_leaves_imports_working(hooked, tmp_path, monkeypatch):
     cache, calls = hooked
+
     def read_only(*args):
         raise OSError(f"read-only file system: {args}")
 
