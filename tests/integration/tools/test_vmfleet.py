@@ -34,6 +34,14 @@ def test_image_key_changes_with_a_guest_file(tmp_path, monkeypatch):
     assert image.image_key() != before
 
 
+@pytest.mark.parametrize("name,value", [("MASKED", image.MASKED[1:]), ("INITRAMFS_MODULES", ("virtio_blk", "ext4")),
+                                        ("SERVING_VENV", "/opt/other-venv")])
+def test_image_key_changes_with_what_the_build_does_to_the_root(monkeypatch, name, value):
+    before = image.image_key()
+    monkeypatch.setattr(image, name, value)
+    assert image.image_key() != before
+
+
 def test_cached_image_is_reused_without_building(tmp_path, monkeypatch):
     monkeypatch.setattr(image, "BUILD_DIR", tmp_path)
     done = tmp_path / f"image-{image.image_key()}"
