@@ -49,10 +49,11 @@ SUFFIXES = (".lock", "-part")
 
 
 def _walk(root):
-    """(relative path, size, mtime_ns) of every file under root, links followed, sorted."""
+    """(relative path, size, mtime_ns) of every file under root, links followed, sorted; not __pycache__ (no payload
+    holds bytecode, and an import that writes it would otherwise change the fingerprint of unchanged sources)."""
     found = []
     for here, dirs, files in os.walk(root, followlinks=True):
-        dirs.sort()
+        dirs[:] = sorted(d for d in dirs if d != "__pycache__")
         for name in sorted(files):
             path = os.path.join(here, name)
             try:

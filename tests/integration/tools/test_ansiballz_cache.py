@@ -142,6 +142,9 @@ def test_the_fingerprint_follows_every_root_file(tmp_path):
     (root / "sub" / "b.py").write_text("")
     second = abz.fingerprint([str(root)])
     assert second != first
+    (root / "sub" / "__pycache__").mkdir()
+    (root / "sub" / "__pycache__" / "b.cpython-311.pyc").write_bytes(b"bytecode no payload holds")
+    assert abz.fingerprint([str(root)]) == second
     (root / "sub" / "a.py").write_text("A = 2\n")  # same size, a new modification time
     os.utime(root / "sub" / "a.py", ns=(1, 1))
     assert abz.fingerprint([str(root)]) not in (first, second)
