@@ -13,7 +13,7 @@ export PYTHONDONTWRITEBYTECODE := 1
 # a module's payload is built once per source state, not once per process; the Molecule scenarios enable the callback
 # in .config/molecule/config.yml, the integration stages through TEST_CALLBACKS). Empty: every process builds its own.
 export GPUFLEET_ANSIBALLZ_CACHE ?= $(ROOT)/build/ansiballz-cache
-# And each playbook process loads the collection's filter, test and action plugins once, before its workers fork
+# And each playbook process loads the collection's filter, test and lookup plugins once, before its workers fork
 # (tools/callbacks/gpufleet_plugin_preload.py: a worker that templates one collection filter imports and compiles
 # every filter file and its plugin_utils, and the next task's worker again). Empty: every worker loads its own.
 export GPUFLEET_PRELOAD_COLLECTIONS ?= gpufleet.deepep

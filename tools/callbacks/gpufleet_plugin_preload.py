@@ -6,11 +6,12 @@ ansible-core runs every task of every host in a worker process forked from the p
 templates a collection filter or test (``gpufleet.deepep.cuda_tag``) imports *every* file of that collection's
 ``plugins/filter`` package to find the name (ansible-core's Jinja2Loader walks the whole package), and every
 ``plugin_utils`` module they import, compiling each from source (the collection loader never reads bytecode); a
-task that runs a collection action or lookup plugin does the same for the plugin and its imports. The worker
+task that templates a collection lookup does the same for the lookup and its imports. (Action plugins are not
+among them: ansible-core loads a task's action plugin in the playbook process before it forks.) The worker
 exits after the task, so the next task of the next host does it all again: measured, a ``set_fact`` using one
 collection filter cost 0.29 CPU-s per task and host against 0.06 with a builtin filter, 80 % of it those imports.
 
-At the start of the playbook this callback loads, in the playbook process, every filter, test, action and lookup
+At the start of the playbook this callback loads, in the playbook process, every filter, test and lookup
 plugin file of the collections named by ``GPUFLEET_PRELOAD_COLLECTIONS`` (space separated), so the forked workers
 find them loaded (ansible-core's plugin loaders cache each file's module by path). What the plugins do is
 unchanged: they are the same modules, loaded earlier. A plugin that fails to load is left to fail where a task
@@ -24,14 +25,14 @@ import os
 import pkgutil
 
 from ansible.plugins.callback import CallbackBase
-from ansible.plugins.loader import PluginLoader, action_loader, filter_loader, lookup_loader, test_loader
+from ansible.plugins.loader import PluginLoader, filter_loader, lookup_loader, test_loader
 
 DOCUMENTATION = """
 name: gpufleet_plugin_preload
 type: aggregate
 short_description: load the collections' controller plugins before the workers fork (test harness)
 description:
-  - At the start of the playbook, loads every filter, test, action and lookup plugin file of the collections named
+  - At the start of the playbook, loads every filter, test and lookup plugin file of the collections named
     by the environment variable GPUFLEET_PRELOAD_COLLECTIONS (space separated) in the playbook process, so that the
     worker process of each task finds them loaded instead of importing and compiling them again; does nothing
     when it is unset or empty.
@@ -39,7 +40,7 @@ requirements:
   - enable in callbacks_enabled
 """
 
-KINDS = (("filter", filter_loader), ("test", test_loader), ("action", action_loader), ("lookup", lookup_loader))
+KINDS = (("filter", filter_loader), ("test", test_loader), ("lookup", lookup_loader))
 
 
 def plugin_files(collection: str, kind: str) -> list[str]:
@@ -52,14 +53,14 @@ def plugin_files(collection: str, kind: str) -> list[str]:
 
 
 def preload(collections: list[str]) -> dict[str, list[str]]:
-    """Load the filter, test, action and lookup plugin files of the collections; returns {kind: [loaded names]}."""
+    """Load the filter, test and lookup plugin files of the collections; returns {kind: [loaded names]}."""
     loaded: dict[str, list[str]] = {}
     for collection in collections:
         for kind, loader in KINDS:
             for name in plugin_files(collection, kind):
                 fqcn = f"{collection}.{name}"
                 try:
-                    if kind in ("action", "lookup"):
+                    if kind == "lookup":
                         found = loader.get_with_context(fqcn, class_only=True).object
                     else:
                         # The file as the Jinja2Loader's own walk loads it (PluginLoader's method: one file, cached

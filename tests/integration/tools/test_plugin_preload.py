@@ -1,10 +1,11 @@
 # Copyright: (c) 2026, gpufleet.deepep contributors
 # GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
 """The harness callback tools/callbacks/gpufleet_plugin_preload.py in real ansible-playbook runs, on a collection
-of its own made here: every filter, test and action plugin file records each time Python executes it. Without the
-callback every task of every host imports the collection's filter files again (ansible-core's worker processes walk
-the whole filter package); with it, the playbook process imports each file once and the workers run what it loaded,
-with the same results; a broken filter file fails only the task that uses it, as it does without the callback."""
+of its own made here: every filter, test, action and lookup plugin file records each time Python executes it.
+Without the callback every task of every host imports the collection's filter files again (ansible-core's worker
+processes walk the whole filter package) and every worker that templates a lookup imports it again; with it, the
+playbook process imports each file once and the workers run what it loaded, with the same results; a broken filter
+file costs what it costs without the callback."""
 
 from __future__ import annotations
 
@@ -58,11 +59,20 @@ class ActionModule(ActionBase):
         result.update(changed=False, said="said " + str(self._task.args.get("word")))
         return result
 '''
+LOOKUP = '''from __future__ import annotations
+{record}
+from ansible.plugins.lookup import LookupBase
+
+
+class LookupModule(LookupBase):
+    def run(self, terms, variables=None, **kwargs):
+        return ["looked " + str(term) for term in terms]
+'''
 
 
 def collection(tmp_path: Path, broken: bool = False) -> Path:
     root = tmp_path / "collections" / "ansible_collections" / "t" / "pre"
-    for kind in ("filter", "test", "action"):
+    for kind in ("filter", "test", "action", "lookup"):
         (root / "plugins" / kind).mkdir(parents=True, exist_ok=True)
     (root / "galaxy.yml").write_text("namespace: t\nname: pre\nversion: 1.0.0\n")
     for func in ("shout", "whisper", "hum"):
@@ -70,6 +80,7 @@ def collection(tmp_path: Path, broken: bool = False) -> Path:
             FILTER.format(record=RECORD.format(name=f"filter/{func}"), func=func))
     (root / "plugins" / "test" / "parity.py").write_text(TEST.format(record=RECORD.format(name="test/parity")))
     (root / "plugins" / "action" / "say.py").write_text(ACTION.format(record=RECORD.format(name="action/say")))
+    (root / "plugins" / "lookup" / "look.py").write_text(LOOKUP.format(record=RECORD.format(name="lookup/look")))
     if broken:
         (root / "plugins" / "filter" / "broken.py").write_text("raise RuntimeError('this filter file cannot load')\n")
     return root
@@ -87,6 +98,7 @@ def run(tmp_path: Path, collections: str | None, tasks: list[dict] | None = None
                                                           "v0 == 'shout(' ~ inventory_hostname ~ ')'"]}})
         tasks.append({"t.pre.say": {"word": "{{ inventory_hostname }}"}, "register": "said"})
         tasks.append({"ansible.builtin.debug": {"msg": "SAID={{ said.said }} {{ 'x' | t.pre.whisper }}"}})
+        tasks.append({"ansible.builtin.debug": {"msg": "LOOKED={{ lookup('t.pre.look', inventory_hostname) }}"}})
     book = tmp_path / "play.yml"
     book.write_text(yaml.safe_dump([{"hosts": "all", "connection": "local", "gather_facts": False,
                                      "vars": {"ansible_python_interpreter": sys.executable}, "tasks": tasks}]))
@@ -116,15 +128,18 @@ def test_without_the_callback_every_task_and_host_imports_the_filter_files_again
     # Each of the four set_fact tasks on each of the three hosts, the debug on each host: a worker each, and each
     # worker imports every filter file of the package, the ones its task does not use too.
     assert loads(lines, "filter/hum") >= (TASKS + 1) * len(HOSTS)
-    # An action plugin ansible-core loads itself in the playbook process (to read its class before queuing the task).
+    # An action plugin ansible-core loads itself in the playbook process (to read its class before queuing the task);
+    # a lookup each worker that templates it loads again.
     assert loads(lines, "action/say") == 1
+    assert loads(lines, "lookup/look") == len(HOSTS)
 
 
 def test_with_the_callback_the_playbook_process_imports_each_file_once(tmp_path):
     collection(tmp_path)
     proc, lines = run(tmp_path, "t.pre")
     assert "SAID=said h1 whisper(x)" in proc.stdout and "SAID=said h3 whisper(x)" in proc.stdout
-    for name in ("filter/shout", "filter/whisper", "filter/hum", "test/parity", "action/say"):
+    assert "LOOKED=looked h2" in proc.stdout
+    for name in ("filter/shout", "filter/whisper", "filter/hum", "test/parity", "action/say", "lookup/look"):
         assert loads(lines, name) == 1, (name, lines)
     assert len({line.split()[1] for line in lines}) == 1  # one process: the playbook's, before any worker
 
