@@ -33,6 +33,11 @@ OVERLAID = ("etc", "opt", "usr", "var")
 # where a node sees it.
 PYCODE_CACHE_DIR = "pycode-cache"
 PYCODE_CACHE_MOUNT = "/run/fleetsim/pycode"
+# The fork server of module runs (tools/pyzygote.py): the controller's ansible-core copy under the state dir (one
+# directory per content, never stale), where a node sees it, and the server's socket.
+PYZYGOTE_DIR = "pyzygote"
+PYZYGOTE_MOUNT = "/run/fleetsim/pyzygote"
+PYZYGOTE_SOCKET = "/run/fleetsim/pyzygote.sock"
 FORBIDDEN_STATE_PREFIXES = ("/etc", "/opt", "/usr", "/var", "/root", "/tmp", "/run", "/proc", "/sys", "/dev")
 
 NAME_RE = re.compile(r"^[a-z0-9][a-z0-9-]{0,30}$")

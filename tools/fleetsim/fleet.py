@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import hashlib
 import ipaddress
 import json
 import os
@@ -24,8 +25,10 @@ from pathlib import Path
 
 import yaml
 
+from tools import pyzygote
 from tools.fleetsim import fakehw, mirror
-from tools.fleetsim.common import (AUTO_BRIDGE, AUTO_SUBNET, NODE_IP_OFFSET, PYCODE_CACHE_DIR, REBOOT_DEFAULTS, REPO,
+from tools.fleetsim.common import (AUTO_BRIDGE, AUTO_SUBNET, NODE_IP_OFFSET, PYCODE_CACHE_DIR, PYZYGOTE_DIR,
+                                   REBOOT_DEFAULTS, REPO,
                                    TORCH_CHOICES, FleetError, FleetPaths, NodePaths, check_name, host_veth, netns_name,
                                    node_name, now, peer_veth, proc_alive, read_json, write_json)
 
@@ -100,6 +103,7 @@ class Fleet:
         self.name = check_name("fleet name", name)
         self.paths = FleetPaths(self.root, name)
         self._lock_fh = None
+        self._pyzygote_tree: str | None = None
 
     # ------------------------------------------------------------------ lock and state
     def locked(self):
@@ -119,6 +123,23 @@ class Fleet:
         path = self.root / PYCODE_CACHE_DIR
         path.mkdir(mode=0o700, exist_ok=True)
         return str(path)
+
+    def pyzygote_tree(self) -> str | None:
+        """The host directory of the ansible-core copy the nodes' fork server preloads (tools/pyzygote.py: the
+        controller's, keyed by its content), written when missing; None when ``FLEETSIM_PYZYGOTE=0`` turns the
+        server off (every module run then imports ansible-core's module_utils itself, as before)."""
+        if os.environ.get("FLEETSIM_PYZYGOTE", "1") == "0":
+            return None
+        if self._pyzygote_tree is None:
+            files = pyzygote.ansible_core_tree()
+            digest = hashlib.sha256()
+            for rel in sorted(files):
+                digest.update(rel.encode() + b"\0" + files[rel] + b"\0")
+            path = self.root / PYZYGOTE_DIR / digest.hexdigest()[:16]
+            path.parent.mkdir(mode=0o700, exist_ok=True)
+            pyzygote.write_tree(str(path), files)
+            self._pyzygote_tree = str(path)
+        return self._pyzygote_tree
 
     def require(self) -> dict:
         state = self.load()
@@ -322,7 +343,8 @@ class Fleet:
                                "ip": node["ip"], "netns": node["netns"], "python": state["python"],
                                "repo": state["repo"], "state_root": state["state_root"],
                                "mirror": state.get("mirror"), "fleet": self.name,
-                               "torch": node.get("torch", "real"), "pycode_cache": self.pycode_cache_dir()})
+                               "torch": node.get("torch", "real"), "pycode_cache": self.pycode_cache_dir(),
+                               "pyzygote_tree": self.pyzygote_tree()})
         write_json(np.faults, {"never_return": False, "port_down": []})
         # Network: a veth pair, the node end renamed eth0 inside the node's namespace.
         ns = node["netns"]

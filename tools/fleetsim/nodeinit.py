@@ -29,10 +29,10 @@ import traceback
 import uuid
 from pathlib import Path
 
-from tools import pycode_cache
+from tools import pycode_cache, pyzygote
 from tools.fleetsim import boot, fakehw, systemd
 from tools.fleetsim.common import (BOOTED_TAG, HALT_EXIT, MASKED_PATHS, MIRROR_MOUNT, OVERLAID, PYCODE_CACHE_MOUNT,
-                                   NodePaths, read_json, write_json)
+                                   PYZYGOTE_MOUNT, PYZYGOTE_SOCKET, NodePaths, read_json, write_json)
 
 # Loaded now because the host's Python library is masked once the node has booted (socket needs it).
 PRELOADED = (encodings.idna,)
@@ -78,29 +78,56 @@ def first_boot_identity(name: str, etc: str = "/etc") -> bool:
     return made
 
 
-def install_pycode_cache(host_dir: str | None, stdlib_glob: str = "/usr/lib/python3.*/sitecustomize.py") -> list[str]:
+def install_pycode_cache(host_dir: str | None, stdlib_glob: str = "/usr/lib/python3.*/sitecustomize.py",
+                         zygote_tree: str | None = None) -> list[str]:
     """The fleet's shared bytecode cache of module payloads (tools/pycode_cache.py) in this boot: the host's cache dir
     at PYCODE_CACHE_MOUNT, and each system Python's sitecustomize (Debian's, a link to /etc/python3.X/) extended to
-    install the hook, both as bind mounts of this boot (nothing lands in the node's disk or its images). Returns the
-    sitecustomize files extended; none where the host's Python has no sitecustomize to extend (nodes then compile every
-    payload, as without the cache)."""
-    if not host_dir or not os.path.isdir(host_dir):
+    install the hook, both as bind mounts of this boot (nothing lands in the node's disk or its images). With
+    ``zygote_tree`` (the host's copy of ansible-core for tools/pyzygote.py, at PYZYGOTE_MOUNT), the sitecustomize also
+    hands module runs of the system Python to the node's fork server (start_zygote). Returns the sitecustomize files
+    extended; none where the host's Python has no sitecustomize to extend (nodes then compile every payload and import
+    ansible-core at every run, as without the hooks)."""
+    use_cache = bool(host_dir) and os.path.isdir(host_dir)
+    use_zygote = bool(zygote_tree) and os.path.isdir(zygote_tree)
+    if not use_cache and not use_zygote:
         return []
     sites = sorted({os.path.realpath(p) for p in glob.glob(stdlib_glob) if os.path.isfile(p)})
     if not sites:
         return []
-    os.makedirs(PYCODE_CACHE_MOUNT, exist_ok=True)
-    mount("--bind", host_dir, PYCODE_CACHE_MOUNT)
     hook = os.path.join(os.path.dirname(PYCODE_CACHE_MOUNT), "pycode-hook")
     os.makedirs(hook, exist_ok=True)
-    shutil.copyfile(pycode_cache.__file__, os.path.join(hook, "pycode_cache.py"))
+    if use_cache:
+        os.makedirs(PYCODE_CACHE_MOUNT, exist_ok=True)
+        mount("--bind", host_dir, PYCODE_CACHE_MOUNT)
+        shutil.copyfile(pycode_cache.__file__, os.path.join(hook, "pycode_cache.py"))
+    if use_zygote:
+        os.makedirs(PYZYGOTE_MOUNT, exist_ok=True)
+        mount("--bind", zygote_tree, PYZYGOTE_MOUNT)
+        ro_remount(PYZYGOTE_MOUNT)
+        shutil.copyfile(pyzygote.__file__, os.path.join(hook, "pyzygote.py"))
     for n, site in enumerate(sites):
         extended = os.path.join(os.path.dirname(PYCODE_CACHE_MOUNT), f"sitecustomize-{n}.py")
         with open(site, encoding="utf-8") as src, open(extended, "w", encoding="utf-8") as dst:
-            dst.write(pycode_cache.site_hook(src.read(), hook, PYCODE_CACHE_MOUNT, "fleetsim, this boot only"))
+            text = src.read()
+            if use_cache:
+                text = pycode_cache.site_hook(text, hook, PYCODE_CACHE_MOUNT, "fleetsim, this boot only")
+            if use_zygote:
+                text = pyzygote.site_hook(text, hook, PYZYGOTE_SOCKET, "fleetsim, this boot only")
+            dst.write(text)
         mount("--bind", extended, site)
         ro_remount(site)
     return sites
+
+
+def start_zygote(console_fd: int, python: str = "/usr/bin/python3") -> subprocess.Popen | None:
+    """The node's fork server of module runs (tools/pyzygote.py), when this boot mounted its ansible-core copy: the
+    system Python's module runs (the sitecustomize's hook) start from its preloaded imports. None without it."""
+    script = os.path.join(os.path.dirname(PYCODE_CACHE_MOUNT), "pycode-hook", "pyzygote.py")
+    if not os.path.isfile(os.path.join(PYZYGOTE_MOUNT, pyzygote.RELEASE)) or not os.path.isfile(script):
+        return None
+    return subprocess.Popen([python, script, "--socket", PYZYGOTE_SOCKET, "--tree", PYZYGOTE_MOUNT],
+                            stdin=subprocess.DEVNULL, stdout=console_fd, stderr=console_fd, env=CLEAN_ENV,
+                            close_fds=True, cwd="/")
 
 
 def setup(paths: NodePaths, cfg: dict) -> dict:
@@ -155,7 +182,7 @@ def setup(paths: NodePaths, cfg: dict) -> dict:
     for d in ("/run/sshd", "/run/lock", "/run/fleetsim"):
         os.makedirs(d, exist_ok=True)
     os.chmod("/run/sshd", 0o755)
-    install_pycode_cache(cfg.get("pycode_cache"))
+    install_pycode_cache(cfg.get("pycode_cache"), zygote_tree=cfg.get("pyzygote_tree"))
     with open("/run/fleetsim/proc-modules", "w", encoding="utf-8") as fh:
         fh.write(boot.proc_modules(profile, plan))
     if os.path.exists("/proc/modules"):  # absent on kernels without module support
@@ -250,6 +277,7 @@ def main() -> int:
         sys.stderr.flush()
         return 1
     os.chdir("/")
+    zygote = start_zygote(console_fd)
     sshd = start_sshd(console_fd)
     wait_listening()
     # The systemd stand-in (tools/fleetsim/systemd.py): systemctl's socket, then the units enabled for boot.
@@ -282,6 +310,11 @@ def main() -> int:
             time.sleep(1)
             sshd = start_sshd(console_fd)
             sshd.returncode = None
+        elif zygote is not None and pid == zygote.pid:  # module runs go to python3 meanwhile (the hook's fallback)
+            time.sleep(1)
+            zygote = start_zygote(console_fd)
+            if zygote is not None:
+                zygote.returncode = None
         else:
             manager.child_exited(pid, status)
 

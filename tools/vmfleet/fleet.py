@@ -338,7 +338,8 @@ class Fleet:
             "ansible_ssh_private_key_file": str(self.key),
             "ansible_ssh_common_args": "-o StrictHostKeyChecking=no -o UserKnownHostsFile=/dev/null -o IdentitiesOnly=yes -o LogLevel=ERROR "
             "-o ConnectTimeout=5",
-            "ansible_python_interpreter": "/usr/bin/python3",
+            # The image's fork server client (tools/pyzygote.py): /usr/bin/python3 for anything but a module run.
+            "ansible_python_interpreter": "/usr/local/bin/vmfleet-python3",
             "ansible_control_path_dir": str(self.dir / "cp"),
             "gpufleet_allow_reboot": True,
             "gpufleet_reboot_timeout": reboot_timeout,

@@ -18,7 +18,7 @@ import shutil
 import time
 from pathlib import Path
 
-from tools import pycode_cache
+from tools import pycode_cache, pyzygote
 from tools.vmfleet.common import BUILD_DIR, Stages, VmError, run
 
 SUITE = "bookworm"
@@ -41,6 +41,7 @@ GUEST_FILES = {
     "vmfleet-rxe.service": ("etc/systemd/system/vmfleet-rxe.service", 0o644),
     "interfaces": ("etc/network/interfaces", 0o644),
     "sshd.conf": ("etc/ssh/sshd_config.d/vmfleet.conf", 0o644),
+    "vmfleet-pyzygote.service": ("etc/systemd/system/vmfleet-pyzygote.service", 0o644),
 }
 # The bytecode cache of compiled sources (tools/pycode_cache.py), loaded by the guest Python's sitecustomize (every
 # Python, virtualenvs' too) and kept in PYCODE_CACHE. Under emulation, compiling each Ansible module's zipped code again
@@ -50,7 +51,15 @@ GUEST_FILES = {
 TOOLS = GUEST.parents[1]
 TOOLS_FILES = {
     "pycode_cache.py": ("usr/local/lib/vmfleet/pycode_cache.py", 0o644),
+    "pyzygote.py": ("usr/local/lib/vmfleet/pyzygote.py", 0o644),
 }
+# The fork server of module runs (tools/pyzygote.py, unit vmfleet-pyzygote.service) and its client, the guests'
+# ansible_python_interpreter (guest/vmfleet-python3.c, built static here): importing ansible-core's module_utils
+# was 2.8 s of a 3.8 s `ping` under emulation, every run; the server imports them once from a copy of the
+# controller's ansible-core module_utils (ZYGOTE_TREE, compiled natively, its files in the key).
+CLIENT_SOURCE = GUEST / "vmfleet-python3.c"
+CLIENT = "usr/local/bin/vmfleet-python3"
+ZYGOTE_TREE = "usr/local/lib/vmfleet/ansible-core"
 PYCODE_CACHE = "var/cache/vmfleet-pycode"
 # Units that only slow a disposable guest's boot down.
 # e2scrub_reap (it looks for e2scrub's LVM snapshots at each boot): 33-81 s of an emulated guest's one vCPU per boot.
@@ -85,8 +94,8 @@ def variant(gpu: bool = False) -> tuple[tuple[str, ...], dict]:
 def _units(files: dict) -> list[str]:
     """The units an image enables: the identity unit always; soft-RoCE on the base image, the GPU unit instead."""
     if "vmfleet-gpu.service" in files:
-        return ["vmfleet-identity.service", "vmfleet-gpu.service"]
-    return ["vmfleet-identity.service", "vmfleet-rxe.service"]
+        return ["vmfleet-identity.service", "vmfleet-pyzygote.service", "vmfleet-gpu.service"]
+    return ["vmfleet-identity.service", "vmfleet-pyzygote.service", "vmfleet-rxe.service"]
 
 
 def image_key(packages: tuple[str, ...] = PACKAGES, files: dict | None = None) -> str:
@@ -99,9 +108,17 @@ def image_key(packages: tuple[str, ...] = PACKAGES, files: dict | None = None) -
         digest.update(name.encode() + b"\0" + (GUEST / name).read_bytes() + b"\0")
     for name in sorted(TOOLS_FILES):
         digest.update(b"tools/" + name.encode() + b"\0" + (TOOLS / name).read_bytes() + b"\0")
+    digest.update(b"client\0" + CLIENT_SOURCE.read_bytes() + b"\0")
+    for name, data in sorted(_zygote_tree().items()):
+        digest.update(b"ansible-core/" + name.encode() + b"\0" + data + b"\0")
     if _units(files) != _units(GUEST_FILES):
         digest.update(json.dumps(_units(files)).encode())
     return digest.hexdigest()[:16]
+
+
+def _zygote_tree() -> dict[str, bytes]:
+    """The fork server's ansible-core copy (the controller's, this Python's)."""
+    return pyzygote.ansible_core_tree()
 
 
 def image_dir(packages: tuple[str, ...] = PACKAGES, files: dict | None = None) -> Path:
@@ -178,6 +195,21 @@ def _install_pycode_cache(root: Path) -> None:
     run(["chroot", str(root), "/usr/bin/python3", "-m", "venv", SERVING_VENV], timeout=600)
 
 
+def _install_zygote(root: Path) -> None:
+    """The fork server's ansible-core copy (compiled natively in the chroot) and its client (static, from
+    CLIENT_SOURCE)."""
+    tree = root / ZYGOTE_TREE
+    for rel, data in _zygote_tree().items():
+        target = tree / rel
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_bytes(data)
+    run(["chroot", str(root), "/usr/bin/python3", "-m", "compileall", "-q", "/" + ZYGOTE_TREE], timeout=600)
+    client = root / CLIENT
+    client.parent.mkdir(parents=True, exist_ok=True)
+    run(["gcc", "-O2", "-Wall", "-Werror", "-static", "-o", str(client), str(CLIENT_SOURCE)], timeout=300)
+    client.chmod(0o755)
+
+
 def _build(stages: Stages, packages: tuple[str, ...], files: dict, work: Path, root: Path) -> None:
     with stages.stage("image: debootstrap"):
         run(["debootstrap", "--variant=minbase", "--include=" + ",".join(packages), SUITE, str(root), MIRROR],
@@ -191,6 +223,7 @@ def _build(stages: Stages, packages: tuple[str, ...], files: dict, work: Path, r
             shutil.copyfile(source, target)
             target.chmod(mode)
         _install_pycode_cache(root)
+        _install_zygote(root)
         (root / "etc/fstab").write_text("/dev/vda / ext4 defaults,errors=remount-ro 0 1\n", encoding="utf-8")
         (root / "etc/hostname").write_text("vmfleet\n", encoding="utf-8")
         # An empty machine-id: systemd draws a new one at each overlay's first boot and keeps it.

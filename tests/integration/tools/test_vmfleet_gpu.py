@@ -24,8 +24,9 @@ def test_gpu_variant_is_its_own_image_and_leaves_the_base_key_alone():
     assert image.image_key(packages, files) != image.image_key()
     assert image.image_dir() == image.BUILD_DIR / f"image-{image.image_key(image.PACKAGES, image.GUEST_FILES)}"
     # The GPU image renders the profile's RDMA devices: soft-RoCE is not enabled there.
-    assert image._units(files) == ["vmfleet-identity.service", "vmfleet-gpu.service"]
-    assert image._units(image.GUEST_FILES) == ["vmfleet-identity.service", "vmfleet-rxe.service"]
+    assert image._units(files) == ["vmfleet-identity.service", "vmfleet-pyzygote.service", "vmfleet-gpu.service"]
+    assert image._units(image.GUEST_FILES) == ["vmfleet-identity.service", "vmfleet-pyzygote.service",
+                                               "vmfleet-rxe.service"]
 
 
 def test_the_gpu_unit_runs_only_on_gpu_guests_before_sshd():
