@@ -38,6 +38,8 @@ from tools.fleetsim.common import (BOOTED_TAG, HALT_EXIT, MASKED_PATHS, MIRROR_M
 PRELOADED = (encodings.idna,)
 SSHD_PATH = "/usr/sbin/sshd"
 UPPER_FD: list[int] = []
+# How often a boot starts the fork server of module runs again after it ended (start_zygote).
+ZYGOTE_RESTARTS = 3
 CLEAN_ENV = {"PATH": "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", "LANG": "C.UTF-8"}
 
 
@@ -278,6 +280,7 @@ def main() -> int:
         return 1
     os.chdir("/")
     zygote = start_zygote(console_fd)
+    zygote_restarts = 0
     sshd = start_sshd(console_fd)
     wait_listening()
     # The systemd stand-in (tools/fleetsim/systemd.py): systemctl's socket, then the units enabled for boot.
@@ -311,10 +314,13 @@ def main() -> int:
             sshd = start_sshd(console_fd)
             sshd.returncode = None
         elif zygote is not None and pid == zygote.pid:  # module runs go to python3 meanwhile (the hook's fallback)
+            zygote_restarts += 1
+            if zygote_restarts > ZYGOTE_RESTARTS:  # a server that cannot start must not burn the node's CPU
+                log(f"the module runs' fork server ended {zygote_restarts} times; module runs use python3 itself")
+                zygote = None
+                continue
             time.sleep(1)
             zygote = start_zygote(console_fd)
-            if zygote is not None:
-                zygote.returncode = None
         else:
             manager.child_exited(pid, status)
 
