@@ -296,6 +296,16 @@ def ansible_core_tree() -> dict[str, bytes]:
     return tree
 
 
+def tree_key(files: dict[str, bytes]) -> str:
+    """The sha256 of a tree (``ansible_core_tree()``): every file's path and bytes."""
+    import hashlib  # pylint: disable=import-outside-toplevel  # not in a module run's sitecustomize
+
+    digest = hashlib.sha256()
+    for rel in sorted(files):
+        digest.update(rel.encode() + b"\0" + files[rel] + b"\0")
+    return digest.hexdigest()
+
+
 def write_tree(dest: str, files: dict[str, bytes]) -> None:
     """``files`` (``ansible_core_tree()``) under ``dest``, written into a new directory renamed into place: a tree
     is complete or absent."""

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
-import hashlib
 import ipaddress
 import json
 import os
@@ -132,10 +131,7 @@ class Fleet:
             return None
         if self._pyzygote_tree is None:
             files = pyzygote.ansible_core_tree()
-            digest = hashlib.sha256()
-            for rel in sorted(files):
-                digest.update(rel.encode() + b"\0" + files[rel] + b"\0")
-            path = self.root / PYZYGOTE_DIR / digest.hexdigest()[:16]
+            path = self.root / PYZYGOTE_DIR / pyzygote.tree_key(files)[:16]
             path.parent.mkdir(mode=0o700, exist_ok=True)
             pyzygote.write_tree(str(path), files)
             self._pyzygote_tree = str(path)

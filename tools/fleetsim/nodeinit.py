@@ -38,6 +38,8 @@ from tools.fleetsim.common import (BOOTED_TAG, HALT_EXIT, MASKED_PATHS, MIRROR_M
 PRELOADED = (encodings.idna,)
 SSHD_PATH = "/usr/sbin/sshd"
 UPPER_FD: list[int] = []
+# Where a boot puts the hooks its sitecustomize imports (pycode_cache.py, pyzygote.py).
+HOOK_DIR = os.path.join(os.path.dirname(PYCODE_CACHE_MOUNT), "pycode-hook")
 # How often a boot starts the fork server of module runs again after it ended (start_zygote).
 ZYGOTE_RESTARTS = 3
 CLEAN_ENV = {"PATH": "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", "LANG": "C.UTF-8"}
@@ -96,7 +98,7 @@ def install_pycode_cache(host_dir: str | None, stdlib_glob: str = "/usr/lib/pyth
     sites = sorted({os.path.realpath(p) for p in glob.glob(stdlib_glob) if os.path.isfile(p)})
     if not sites:
         return []
-    hook = os.path.join(os.path.dirname(PYCODE_CACHE_MOUNT), "pycode-hook")
+    hook = HOOK_DIR
     os.makedirs(hook, exist_ok=True)
     if use_cache:
         os.makedirs(PYCODE_CACHE_MOUNT, exist_ok=True)
@@ -124,7 +126,7 @@ def install_pycode_cache(host_dir: str | None, stdlib_glob: str = "/usr/lib/pyth
 def start_zygote(console_fd: int, python: str = "/usr/bin/python3") -> subprocess.Popen | None:
     """The node's fork server of module runs (tools/pyzygote.py), when this boot mounted its ansible-core copy: the
     system Python's module runs (the sitecustomize's hook) start from its preloaded imports. None without it."""
-    script = os.path.join(os.path.dirname(PYCODE_CACHE_MOUNT), "pycode-hook", "pyzygote.py")
+    script = os.path.join(HOOK_DIR, "pyzygote.py")
     if not os.path.isfile(os.path.join(PYZYGOTE_MOUNT, pyzygote.RELEASE)) or not os.path.isfile(script):
         return None
     return subprocess.Popen([python, script, "--socket", PYZYGOTE_SOCKET, "--tree", PYZYGOTE_MOUNT],

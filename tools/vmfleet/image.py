@@ -109,16 +109,10 @@ def image_key(packages: tuple[str, ...] = PACKAGES, files: dict | None = None) -
     for name in sorted(TOOLS_FILES):
         digest.update(b"tools/" + name.encode() + b"\0" + (TOOLS / name).read_bytes() + b"\0")
     digest.update(b"client\0" + CLIENT_SOURCE.read_bytes() + b"\0")
-    for name, data in sorted(_zygote_tree().items()):
-        digest.update(b"ansible-core/" + name.encode() + b"\0" + data + b"\0")
+    digest.update(b"ansible-core\0" + pyzygote.tree_key(pyzygote.ansible_core_tree()).encode() + b"\0")
     if _units(files) != _units(GUEST_FILES):
         digest.update(json.dumps(_units(files)).encode())
     return digest.hexdigest()[:16]
-
-
-def _zygote_tree() -> dict[str, bytes]:
-    """The fork server's ansible-core copy (the controller's, this Python's)."""
-    return pyzygote.ansible_core_tree()
 
 
 def image_dir(packages: tuple[str, ...] = PACKAGES, files: dict | None = None) -> Path:
@@ -195,18 +189,19 @@ def _install_pycode_cache(root: Path) -> None:
     run(["chroot", str(root), "/usr/bin/python3", "-m", "venv", SERVING_VENV], timeout=600)
 
 
+def client_build(output: Path) -> list[str]:
+    """The command that builds the client (static, warnings as errors) into ``output``."""
+    return ["gcc", "-O2", "-Wall", "-Wextra", "-Werror", "-static", "-o", str(output), str(CLIENT_SOURCE)]
+
+
 def _install_zygote(root: Path) -> None:
     """The fork server's ansible-core copy (compiled natively in the chroot) and its client (static, from
     CLIENT_SOURCE)."""
-    tree = root / ZYGOTE_TREE
-    for rel, data in _zygote_tree().items():
-        target = tree / rel
-        target.parent.mkdir(parents=True, exist_ok=True)
-        target.write_bytes(data)
+    pyzygote.write_tree(str(root / ZYGOTE_TREE), pyzygote.ansible_core_tree())
     run(["chroot", str(root), "/usr/bin/python3", "-m", "compileall", "-q", "/" + ZYGOTE_TREE], timeout=600)
     client = root / CLIENT
     client.parent.mkdir(parents=True, exist_ok=True)
-    run(["gcc", "-O2", "-Wall", "-Werror", "-static", "-o", str(client), str(CLIENT_SOURCE)], timeout=300)
+    run(client_build(client), timeout=300)
     client.chmod(0o755)
 
 

@@ -52,12 +52,11 @@ def _wait_until(predicate, what: str) -> None:
 
 
 def _write_tree(root: Path, version_suffix: str = "") -> Path:
-    for rel, data in image._zygote_tree().items():
-        if rel == "ansible/__init__.py" and version_suffix:
-            data = data.replace(b'__version__="', b'__version__="' + version_suffix.encode())
-        target = root / rel
-        target.parent.mkdir(parents=True, exist_ok=True)
-        target.write_bytes(data)
+    files = pyzygote.ansible_core_tree()
+    if version_suffix:
+        files[pyzygote.RELEASE] = files[pyzygote.RELEASE].replace(b'__version__="',
+                                                                  b'__version__="' + version_suffix.encode())
+    pyzygote.write_tree(str(root), files)
     return root
 
 
@@ -85,8 +84,7 @@ def _stop(server: subprocess.Popen) -> None:
 def zygote(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("pyzygote")
     client = tmp / "vmfleet-python3"
-    subprocess.run(["gcc", "-O2", "-Wall", "-Wextra", "-Werror", "-static", "-o", str(client),
-                    str(image.CLIENT_SOURCE)], check=True, timeout=300)
+    subprocess.run(image.client_build(client), check=True, timeout=300)
     server, sock = _start(tmp, _write_tree(tmp / "tree"))
     yield {"client": str(client), "socket": str(sock), "tmp": tmp}
     _stop(server)

@@ -48,26 +48,12 @@ static void forward(int sig)
         kill(worker, sig);
 }
 
-static int read_exact(int fd, void *buf, size_t size)
+/* All of size bytes read (writing 0) or written (writing 1), retried after a signal; -1 on an error or EOF. */
+static int exact(int fd, void *buf, size_t size, int writing)
 {
     char *p = buf;
     while (size) {
-        ssize_t n = read(fd, p, size);
-        if (n < 0 && errno == EINTR)
-            continue;
-        if (n <= 0)
-            return -1;
-        p += n;
-        size -= (size_t)n;
-    }
-    return 0;
-}
-
-static int write_exact(int fd, const void *buf, size_t size)
-{
-    const char *p = buf;
-    while (size) {
-        ssize_t n = write(fd, p, size);
+        ssize_t n = writing ? write(fd, p, size) : read(fd, p, size);
         if (n < 0 && errno == EINTR)
             continue;
         if (n <= 0)
@@ -135,12 +121,12 @@ int main(int argc, char **argv)
     cmsg->cmsg_type = SCM_RIGHTS;
     cmsg->cmsg_len = CMSG_LEN(sizeof fds);
     memcpy(CMSG_DATA(cmsg), fds, sizeof fds);
-    if (sendmsg(sock, &msg, 0) != (ssize_t)sizeof header || write_exact(sock, body, size) < 0)
+    if (sendmsg(sock, &msg, 0) != (ssize_t)sizeof header || exact(sock, body, size, 1) < 0)
         python(argv); /* nothing has read stdin yet */
     free(body);
 
     int32_t pid = 0, status = 0;
-    if (read_exact(sock, &pid, sizeof pid) < 0)
+    if (exact(sock, &pid, sizeof pid, 0) < 0)
         python(argv); /* the server ran no worker */
     worker = (pid_t)pid;
     struct sigaction sa;
@@ -150,7 +136,7 @@ int main(int argc, char **argv)
     int forwarded[] = {SIGHUP, SIGINT, SIGQUIT, SIGTERM, SIGUSR1, SIGUSR2, SIGALRM};
     for (size_t i = 0; i < sizeof forwarded / sizeof forwarded[0]; i++)
         sigaction(forwarded[i], &sa, NULL);
-    if (read_exact(sock, &status, sizeof status) < 0) {
+    if (exact(sock, &status, sizeof status, 0) < 0) {
         fprintf(stderr, "vmfleet-python3: the fork server lost worker %d\n", (int)worker);
         return 255;
     }
