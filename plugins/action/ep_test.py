@@ -18,7 +18,7 @@ from ansible.plugins.action import ActionBase
 from ansible_collections.gpufleet.deepep.plugins.module_utils._fileio import write_atomic
 from ansible_collections.gpufleet.deepep.plugins.module_utils._guard import unexpected_message
 from ansible_collections.gpufleet.deepep.plugins.plugin_utils._action_args import validated_args
-from ansible_collections.gpufleet.deepep.plugins.plugin_utils._verify import backends, judge, launch
+from ansible_collections.gpufleet.deepep.plugins.plugin_utils._verify import judge, launch
 
 
 class ActionModule(ActionBase):
@@ -65,10 +65,9 @@ class ActionModule(ActionBase):
         try:
             launch.validate(params)
             if params["judge"]:
-                judge.check(params["judge"])
+                judge.check(params["judge"], params["backend"], params["scope"])
         except (launch.LaunchError, judge.JudgeError) as exc:
             raise AnsibleActionFail("ep_test: %s" % exc)
-        generation = backends.backend(params["backend"])["generation"] if params["backend"] else None
         argv = launch.launcher_argv(params)
         files = launch.paths(params)
         result.update(changed=False, argv=argv, log=files["log"], script=params["script"])
@@ -121,7 +120,7 @@ class ActionModule(ActionBase):
                 result["record"] = judge.judge(params["judge"], output, rc, result["timed_out"], params["timeout"],
                                                params["script"], log=params["fetch_to"],
                                                host=(task_vars or {}).get("inventory_hostname"),
-                                               generation=generation)
+                                               backend=params["backend"], scope=params["scope"])
             except judge.JudgeError as exc:
                 raise AnsibleActionFail("ep_test: %s" % exc)
         if msg:

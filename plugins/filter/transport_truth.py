@@ -4,7 +4,8 @@
 """Filters ``gpufleet.deepep.transport_truth`` and ``gpufleet.deepep.transport_gate``: what NVSHMEM, NCCL and
 DeepEP really brought up, read from their debug output, and its gate against a profile's transport policy.
 
-Also ``transport_policy`` (a profile's policy out of a table) and ``transport_verdict`` (truth, gate and a one-line
+Also ``transport_policy`` (the policy a backend's run in a scope is held to, the site's entry for a profile merged
+over the backend's descriptor) and ``transport_verdict`` (truth, gate and a one-line
 brief for a verification record). Documentation: the ``transport_*.yml`` files beside this file
 (``ansible-doc -t filter gpufleet.deepep.transport_truth``). The logic lives in
 ``plugins/plugin_utils/_verify/transport.py``.
@@ -15,12 +16,17 @@ from __future__ import annotations
 from ansible.errors import AnsibleFilterError
 
 from ansible_collections.gpufleet.deepep.plugins.plugin_utils._filter_guard import guard_filters
+from ansible_collections.gpufleet.deepep.plugins.plugin_utils._verify.backends import (
+    ALIASES,
+    BACKENDS,
+    BackendError,
+    transport_policy as select_transport_policy,
+)
 from ansible_collections.gpufleet.deepep.plugins.plugin_utils._verify.transport import (
     TransportInputError,
     transport_truth as _transport_truth,
 )
 from ansible_collections.gpufleet.deepep.plugins.plugin_utils._verify.transport_gate import (
-    select_transport_policy,
     transport_gate as _transport_gate,
     transport_verdict as _transport_verdict,
 )
@@ -42,11 +48,14 @@ def transport_gate(truth, policy=None):
         raise AnsibleFilterError("transport_gate: %s" % exc) from exc
 
 
-def transport_policy(table, profile=None, generation=None):
-    """The transport policy of a profile (exact name, family token, default), merged for a DeepEP generation."""
+def transport_policy(table, profile=None, backend=None, scope="intranode", family=None):
+    """The transport policy a backend's run in a scope is held to, with the site's entry for the profile merged."""
     try:
-        return select_transport_policy(table, profile, generation)
-    except TransportInputError as exc:
+        if not backend:
+            raise BackendError("backend is not given; expected one of %s (a policy belongs to a backend and a scope)"
+                               % ", ".join(sorted(BACKENDS) + sorted(ALIASES)))
+        return select_transport_policy(backend, scope, table, profile=profile, family=family)
+    except (TransportInputError, BackendError) as exc:
         raise AnsibleFilterError("transport_policy: %s" % exc) from exc
 
 

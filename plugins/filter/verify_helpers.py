@@ -144,10 +144,9 @@ def verify_record_jit(result, before=None, after=None, enabled=True, require_war
                  require_warm=require_warm)
 
 
-def verify_run_env(v2_env, generation, jit_cache_dir=None, transport_env=None):
-    """The env of an intranode run (V2's env, the JIT cache, the transport env)."""
-    return _call("verify_run_env", _records.run_env, v2_env, generation, jit_cache_dir=jit_cache_dir,
-                 transport_env=transport_env)
+def verify_run_env(env, jit_cache_dir=None, transport_env=None):
+    """The env of an intranode run (the site's env, the JIT cache, the transport env)."""
+    return _call("verify_run_env", _records.run_env, env, jit_cache_dir=jit_cache_dir, transport_env=transport_env)
 
 
 def verify_sweep_judge(judge, pair, group, host):

@@ -68,14 +68,16 @@ options:
   backend:
     description:
       - The EP backend the test belongs to (C(deepep_v1), C(deepep_v2), or the generation C(v1), C(v2)); its descriptor
-        (C(plugin_utils/_verify/backends.py)) gives the test of each O(scope) and the generation O(judge) parses the
-        output as.
+        (C(plugin_utils/_verify/backends.py)) gives, for each O(scope), the test, the arguments and environment it runs
+        with (before O(args), under O(env)) and the transport policy O(judge) holds it to, and the generation
+        O(judge) parses the output as.
     type: str
     choices: [deepep_v1, deepep_v2, v1, v2]
   scope:
     description:
       - What the test covers (C(intranode), C(internode), C(low_latency)); with O(backend), it picks the test when
-        O(script) is unset. A backend without a test for the scope is refused by name.
+        O(script) is unset, the backend's arguments and environment for it, and its transport policy. A backend without
+        a test for the scope is refused by name.
     type: str
     choices: [intranode, internode, low_latency]
   num_processes:
@@ -83,14 +85,18 @@ options:
     type: int
     required: true
   args:
-    description: Further arguments of the test, after C(--num-processes N).
+    description:
+      - Further arguments of the test, after C(--num-processes N) and the arguments O(backend) gives O(scope) (DeepEP
+        V2 intranode C(--allow-hybrid-mode 0)), so a later one given here wins.
     type: list
     elements: str
     default: []
   env:
     description:
-      - Settings exported after the environment script, in this order (the rendezvous of a multi-node test, DeepEP V2's
-        settings, the transport's logging). Keys are environment variable names; values single strings or numbers.
+      - Settings exported after the environment script, in this order (the rendezvous of a multi-node test, the site's
+        settings, the transport's logging), over those O(backend) gives O(scope) (DeepEP V2 intranode
+        C(EP_DISABLE_GIN=1)), which a key given here replaces. Keys are environment variable names; values single
+        strings or numbers.
     type: dict
     default: {}
   timeout:
@@ -124,7 +130,7 @@ options:
         description:
           - The stage. C(connectivity) is judged by its ranks' lines (buffer created, dispatch layout passed, no rank
             error); the others by DeepEP's bandwidth figures against the thresholds, and the transport when
-            O(judge.transport_policy) is given.
+            O(judge.transport_policies) or O(judge.transport_policy) is given.
         type: str
         required: true
         choices: [connectivity, internode, intranode, sweep]
@@ -157,8 +163,16 @@ options:
         type: int
       transport_policy:
         description:
-          - The transport policy the run is held against (C(gpufleet.deepep.transport_policy)'s C(policy)); when unset, the
-            record's C(transport) is null.
+          - A transport policy of your own the run is held against, as it is (keys of C(gpufleet.deepep.transport_gate)'s
+            policy; for a script without O(backend)). Mutually exclusive with O(judge.transport_policies); with neither,
+            the record's C(transport) is null.
+        type: dict
+      transport_policies:
+        description:
+          - The site's transport policies (profile name, GPU family or C(default) -> policy keys, optionally
+            C(by_backend) -> keys for one backend), merged over the policy of O(backend) for O(scope) (the backend's
+            descriptor); C({}) holds the run to the backend's policy as it is. The record's C(transport.basis) names the
+            backend, the scope and the site's entry taken. Every entry is checked before the test starts.
         type: dict
       record:
         description:

@@ -706,32 +706,34 @@ FILTER_BAD = [
     (transport_filter.transport_gate, ({"nvshmem": [], "nccl": {}, "deepep": {}},), {},
      "truth must be the mapping transport_truth returns"),
 ] + [
-    # transport_policy: a bad value of every policy key, in an entry and in its by_generation, names the profile
-    (transport_filter.transport_policy, ({"default": {}, "b200": {key: bad}}, "gcp_b200"), {},
+    # transport_policy: a bad value of every policy key, in an entry and in its by_backend, names the profile
+    (transport_filter.transport_policy, ({"default": {}, "b200": {key: bad}}, "gcp_b200", "v1"), {},
      "transport policy 'b200': policy %s" % key)
     for key, bad in (("allow_paths", ["nvlink"]), ("allow_transports", "p2p"), ("allow_networks", [""]),
                      ("allow_gin", ["CPU"]), ("require_ibgda", "yes"), ("allow_cpu_fallback", 1),
                      ("require_nccl_match", "no"))
 ] + [
-    (transport_filter.transport_policy, ({"default": {"by_generation": {"v2": {key: bad}}}}, "x"), {},
-     "transport policy 'default' by_generation['v2']: policy %s" % key)
+    (transport_filter.transport_policy, ({"default": {"by_backend": {"v2": {key: bad}}}}, "x", "v1"), {},
+     "transport policy 'default' by_backend['v2']: policy %s" % key)
     for key, bad in (("allow_paths", "p2p"), ("allow_gin", ["gdaki-ish"]), ("require_ibgda", "true"))
 ] + [
-    (transport_filter.transport_policy, ({"default": {"allow_path": ["p2p"]}}, "x"), {},
+    (transport_filter.transport_policy, ({"default": {"allow_path": ["p2p"]}}, "x", "v1"), {},
      "transport policy 'default': policy key(s) 'allow_path' unknown; expected a mapping with some of allow_paths"),
-    (transport_filter.transport_policy, ({"default": {"by_generation": {"v3": {}}}}, "x"), {},
-     "by_generation key 'v3' is not one of v1, v2"),
-    (transport_filter.transport_policy, ({"default": {"by_generation": ["v2"]}}, "x"), {},
-     "by_generation must be a mapping of v1/v2 to a policy; got ['v2']"),
-    (transport_filter.transport_policy, ({"default": {"by_generation": {"v1": "ibgda"}}}, "x"), {},
-     "by_generation['v1'] must be a mapping"),
-    (transport_filter.transport_policy, ({"default": "p2p"}, "x"), {}, "transport policy 'default' must be a mapping"),
-    (transport_filter.transport_policy, ({"b200": {}}, "h100"), {},
-     "profile 'h100' matches no transport policy and there is no 'default' entry; expected one of b200"),
-    (transport_filter.transport_policy, ([], "b200"), {}, "transport policies must be a mapping of profile name"),
-    (transport_filter.transport_policy, ({"default": {}}, 5), {}, "profile 5 is not a string"),
-    (transport_filter.transport_policy, ({"default": {}}, "x"), {"generation": "v3"},
-     "generation 'v3' is not one of v1, v2"),
+    (transport_filter.transport_policy, ({"default": {"by_backend": {"v3": {}}}}, "x", "v2"), {},
+     "by_backend key 'v3' is not a backend; expected one of deepep_v1, deepep_v2, v1, v2"),
+    (transport_filter.transport_policy, ({"default": {"by_backend": ["v2"]}}, "x", "v2"), {},
+     "by_backend must be a mapping of backend to policy keys; got ['v2']"),
+    (transport_filter.transport_policy, ({"default": {"by_backend": {"v1": "ibgda"}}}, "x", "v1"), {},
+     "by_backend['v1'] must be a mapping"),
+    (transport_filter.transport_policy, ({"default": "p2p"}, "x", "v1"), {},
+     "transport policy 'default' must be a mapping"),
+    (transport_filter.transport_policy, ([], "b200", "v1"), {}, "transport policies must be a mapping of profile name"),
+    (transport_filter.transport_policy, ({"default": {}}, 5, "v1"), {}, "profile 5 is not a string"),
+    (transport_filter.transport_policy, ({}, "x"), {"backend": "v3"},
+     "backend 'v3' is not one the collection runs; expected one of deepep_v1, deepep_v2, v1, v2"),
+    (transport_filter.transport_policy, ({}, "x"), {}, "transport_policy: backend is not given; expected one of"),
+    (transport_filter.transport_policy, ({}, "x", "v2"), {"scope": "low_latency"},
+     "DeepEP V2 has no low_latency test (scope='low_latency'); expected one of internode, intranode"),
     (transport_filter.transport_verdict, ("",), {"policy": {"allow_gin": "GDAKI"}},
      "transport_verdict: policy allow_gin must be a list of GDAKI/PROXY/GPI/none; got 'GDAKI'"),
     (transport_filter.transport_verdict, (7,), {}, "output must be a string, a list of lines or a command result"),
@@ -781,13 +783,14 @@ def test_transport_policy_cases_cover_every_policy_key():
 
 
 @pytest.mark.parametrize("role", ["verify_intranode", "verify_internode"])
-def test_default_transport_policies_are_valid_for_every_generation(role):
+def test_the_roles_transport_policies_are_the_sites_and_the_backends_are_valid(role):
     from ansible_collections.gpufleet.deepep.plugins.plugin_utils._verify.transport_gate import check_policy
 
     table = yaml.safe_load((REPO / "roles" / role / "defaults" / "main.yml").read_text())[role + "_transport_policies"]
-    for generation in (None, "v1", "v2"):
-        chosen = transport_filter.transport_policy(table, "gcp_b200", generation)
-        assert chosen["matched"] == "default" and check_policy(chosen["policy"]), (role, generation)
+    assert table == {}
+    for backend in ("v1", "v2"):
+        chosen = transport_filter.transport_policy(table, "gcp_b200", backend, role.split("_")[1])
+        assert chosen["matched"] is None and check_policy(chosen["policy"]), (role, backend)
 
 
 def test_transport_gate_cases_cover_every_policy_key():

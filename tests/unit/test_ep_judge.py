@@ -13,7 +13,6 @@ from ansible.errors import AnsibleActionFail
 from ansible_collections.gpufleet.deepep.plugins.plugin_utils._verify import backends
 from ansible_collections.gpufleet.deepep.plugins.plugin_utils._verify import judge as j
 from ansible_collections.gpufleet.deepep.plugins.plugin_utils._verify.summary import render_markdown, summarize
-from ansible_collections.gpufleet.deepep.plugins.plugin_utils._verify.transport_gate import select_transport_policy
 
 from test_ep_test import BASE, _node, _simulated
 from unit_helpers import FIXTURES, REPO
@@ -49,11 +48,11 @@ def test_the_measured_h200_run_passes_the_gate_measured_for_two_gpus():
 
 
 def test_a_v2_run_on_a_gate_only_v1_runs_measured_says_its_gate_is_provisional():
-    record = j.judge(_spec(), H200_V1_2GPU, 0, False, 900, "tests/elastic/test_ep.py", host="n1", generation="v2")
+    record = j.judge(_spec(), H200_V1_2GPU, 0, False, 900, "tests/elastic/test_ep.py", host="n1", backend="v2")
     assert record["gate_basis"]["provisional"] == ("the figures were measured with DeepEP V1; no DeepEP V2 run "
                                                    "measured them")
     b300 = j.judge(_spec(profile="gcp_b300", gpus=8), H200_V1_2GPU, 0, False, 900, "tests/test_intranode.py",
-                   host="n1", generation="v1")
+                   host="n1", backend="v1")
     assert b300["gate_basis"]["matched"] == "b300" and "NVLink 5 as the B200's" in b300["gate_basis"]["provisional"]
     assert not b300["gate"]["passed"]  # 340 GB/s of NVLink 4 is under the NVLink 5 gate
 
@@ -84,15 +83,14 @@ def test_a_profile_without_a_gate_of_its_own_is_refused_before_anything_is_judge
 
 
 def test_a_transport_policy_is_held_against_what_the_run_brought_up():
-    table = INTRANODE["verify_intranode_transport_policies"]
-    nvlink_only = select_transport_policy(table, "h100", "v1")["policy"]
+    nvlink_only = backends.transport_policy("v1", "intranode")["policy"]
     record = j.judge(_spec(profile="h100", transport_policy=nvlink_only), H100_V2_LEGACY_DEBUG, 0, False,
                      900, "tests/legacy/test_intranode.py", host="n1")
     assert record["gate"]["passed"], record["gate"]
     assert record["transport"]["gate"]["passed"], record["transport"]["gate"]
     assert record["transport"]["truth"]["nccl"]["paths"] and record["transport"]["policy"]["allow_paths"] == ["p2p"]
     # V2's policy also asks for the NCCL DeepEP loaded, which this capture (no EP_BUFFER_DEBUG) does not show
-    v2 = j.judge(_spec(profile="h100", generation="v2", transport_policy=select_transport_policy(table, "h100", "v2")["policy"]),
+    v2 = j.judge(_spec(profile="h100", transport_policy=backends.transport_policy("v2", "intranode")["policy"]),
                  H100_V2_LEGACY_DEBUG, 0, False, 900, "tests/legacy/test_intranode.py", host="n1")
     assert not v2["transport"]["gate"]["passed"] and "EP_BUFFER_DEBUG=1" in v2["transport"]["gate"]["unknown"][0]
     # a policy that allows no P2P path fails the run on its transport, with its figures untouched
@@ -100,6 +98,23 @@ def test_a_transport_policy_is_held_against_what_the_run_brought_up():
                      H100_V2_LEGACY_DEBUG, 0, False, 900, "tests/legacy/test_intranode.py", host="n1")
     assert strict["gate"]["passed"] and not strict["transport"]["gate"]["passed"]
     assert not summarize([strict])["passed"]
+
+
+def test_the_sites_policies_are_merged_over_the_backends_and_the_record_says_which():
+    # The role's way: the site's table (empty by default) and the run's backend and scope; the record names the basis.
+    plain = j.judge(_spec(transport_policies=INTRANODE["verify_intranode_transport_policies"]), H200_V1_2GPU, 0, False,
+                    900, "tests/test_intranode.py", host="n1", backend="v1", scope="intranode")
+    assert plain["transport"]["basis"] == {"backend": "deepep_v1", "scope": "intranode", "matched": None}
+    assert plain["transport"]["policy"]["allow_paths"] == ["p2p"] and plain["gate"]["passed"]
+    site = {"h200": {"allow_paths": ["p2p", "shm"]}, "default": {"allow_cpu_fallback": True}}
+    merged = j.judge(_spec(transport_policies=site), H200_V1_2GPU, 0, False, 900, "tests/test_intranode.py", host="n1",
+                     backend="deepep_v1", scope="intranode")
+    assert merged["transport"]["basis"]["matched"] == "h200"
+    assert merged["transport"]["policy"]["allow_paths"] == ["p2p", "shm"]
+    assert merged["transport"]["policy"]["allow_transports"] == ["p2p"]          # the backend's key, kept
+    # the sweep's stage is held to the backend's internode policy
+    sweep = j.policy(_spec(stage="sweep", transport_policies={}), "v2")
+    assert sweep["scope"] == "internode" and sweep["policy"]["allow_gin"] == ["GDAKI"]
 
 
 def test_the_internode_record_keeps_where_it_was_measured():
@@ -130,6 +145,9 @@ def test_connectivity_is_judged_by_its_ranks_lines_without_a_table():
     ({"record": {"gate": {"passed": True}}}, "judge.record sets gate"),
     ({"thresholds": {"h200": {"combine_nvl_gbps": 1, "provisional": 1}}}, r"thresholds\['h200'\].provisional must be text"),
     ({"transport_policy": {"allow_pathz": ["p2p"]}}, "judge.transport_policy: .*allow_pathz"),
+    ({"transport_policies": {"h200": {"allow_pathz": ["p2p"]}}}, "judge.transport_policies: transport policy 'h200'"),
+    ({"transport_policies": {}}, "judge.transport_policies needs the run's backend"),
+    ({"transport_policies": {}, "transport_policy": {}}, "judge.transport_policy and judge.transport_policies are both"),
     ({"thresholds": {"h200": {"dispatch_bf16_nvl_gbs": 300}}}, "unknown metric 'dispatch_bf16_nvl_gbs'"),
 ])
 def test_a_bad_judge_option_is_named(changes, named):
@@ -204,9 +222,9 @@ def test_the_ep_backend_filter_gives_the_descriptor_and_names_an_unknown_backend
 
 
 def test_the_summary_names_a_provisional_gate_and_the_runs_it_judged():
-    measured = j.judge(_spec(), H200_V1_2GPU, 0, False, 900, "tests/test_intranode.py", host="n1", generation="v1")
+    measured = j.judge(_spec(), H200_V1_2GPU, 0, False, 900, "tests/test_intranode.py", host="n1", backend="v1")
     guessed = j.judge(_spec(profile="gcp_b300", gpus=8), H200_V1_2GPU, 0, False, 900, "tests/test_intranode.py",
-                      host="n2", generation="v1")
+                      host="n2", backend="v1")
     summary = summarize([measured, guessed])
     assert "gate_provisional" not in summary["rows"][0]
     assert summary["rows"][1]["gate_provisional"].startswith("b300: NVLink 5 as the B200's")

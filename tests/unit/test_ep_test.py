@@ -67,6 +67,26 @@ def test_a_backend_and_a_scope_name_the_test_and_a_script_given_wins(backend, sc
     assert launch.test_path(_params(script="/x/mine.py")) == "/x/mine.py"
 
 
+def test_the_backend_gives_its_arguments_and_environment_for_the_scope_and_the_callers_win():
+    # V2 on one node: the elastic test without RDMA, as the descriptor says (the roles no longer branch on it).
+    params = launch.validate(_params(script=None, backend="v2", scope="intranode", args=["--num-tokens", "64"],
+                                     env={"MASTER_PORT": "29500"}))
+    assert params["args"] == ["--allow-hybrid-mode", "0", "--num-tokens", "64"]
+    assert params["env"] == {"EP_DISABLE_GIN": "1", "MASTER_PORT": "29500"}
+    argv = launch.launcher_argv(params)
+    assert argv[argv.index("--"):] == ["--", "/usr/bin/python3", "tests/elastic/test_ep.py", "8", "--allow-hybrid-mode",
+                                       "0", "--num-tokens", "64"]
+    # a caller's argument comes later (argparse keeps the last) and a caller's variable replaces the backend's
+    mine = launch.validate(_params(script=None, backend="deepep_v2", scope="intranode",
+                                   args=["--allow-hybrid-mode", "1"], env={"EP_DISABLE_GIN": "0"}))
+    assert mine["args"][-2:] == ["--allow-hybrid-mode", "1"] and mine["env"] == {"EP_DISABLE_GIN": "0"}
+    # V1, and V2 across nodes, add nothing; a script without a backend gets nothing either
+    for backend, scope in (("v1", "intranode"), ("v1", "internode"), ("v2", "internode")):
+        plain = launch.validate(_params(script=None, backend=backend, scope=scope, args=["--x"], env={}))
+        assert plain["args"] == ["--x"] and plain["env"] == {}, (backend, scope)
+    assert launch.validate(_params(args=["--x"]))["args"] == ["--x"]
+
+
 def test_the_start_refuses_a_test_that_is_not_on_the_node(tmp_path):
     launcher = tmp_path / "run.sh"
     launcher.write_text("#!/bin/sh\nexit 0\n")

@@ -1,6 +1,7 @@
 # Copyright: (c) 2026, gpufleet.deepep contributors
 # GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
-"""Transport truth wired into verify: the per-profile policies of the verify roles held against real captures and
+"""Transport truth wired into verify: the backends' policies per scope (with a site's merged over them) held against
+real captures and
 against the fixture DeepEP's debug lines (every fault of its knob), the record's transport in the summary (a run
 over a transport its profile does not allow fails, with the cause; every figure shown beside its gate), and the
 pairwise sweep that names the bad node or pair of a failed internode group."""
@@ -16,12 +17,12 @@ from pathlib import Path
 import pytest
 import yaml
 
+from ansible_collections.gpufleet.deepep.plugins.plugin_utils._verify import backends
 from ansible_collections.gpufleet.deepep.plugins.plugin_utils._verify import summary as _summary
 from ansible_collections.gpufleet.deepep.plugins.plugin_utils._verify.bandwidth import parse_output
 from ansible_collections.gpufleet.deepep.plugins.plugin_utils._verify.gate import gate
 from ansible_collections.gpufleet.deepep.plugins.plugin_utils._verify.sweep import sweep_plan, sweep_verdict
 from ansible_collections.gpufleet.deepep.plugins.plugin_utils._verify.transport_gate import (
-    select_transport_policy,
     transport_verdict,
     truth_brief,
 )
@@ -40,7 +41,11 @@ def role_defaults(role):
 
 
 def policy(role, generation, profile="gcp_b200"):
-    return select_transport_policy(role_defaults(role)[role + "_transport_policies"], profile, generation)["policy"]
+    """The policy a run of the role's scope is held to with the role's default site policies (none)."""
+    scope = role.split("_")[1]
+    overrides = role_defaults(role)[role + "_transport_policies"]
+    assert overrides == {}, "the collection's policies live in the backends' descriptors, not in role defaults"
+    return backends.transport_policy(generation, scope, overrides, profile)["policy"]
 
 
 # ------------------------------------------------------------------------------------------------- the roles' env
@@ -52,23 +57,55 @@ def test_roles_run_with_the_debug_settings_the_truth_needs(role):
 
 
 # ------------------------------------------------------------------------------------------------ policy selection
-TABLE = {"default": {"allow_cpu_fallback": False},
-         "b200": {"allow_networks": ["IB"], "require_ibgda": True,
-                  "by_generation": {"v2": {"require_ibgda": False, "allow_gin": ["GDAKI"]}}},
-         "intranode_only": {"allow_paths": ["p2p"]}}
+SITE = {"default": {"allow_cpu_fallback": True},
+        "b200": {"allow_networks": ["IB", "Socket"], "by_backend": {"v2": {"allow_gin": ["GDAKI", "PROXY"]}}},
+        "mynodes": {"allow_paths": ["p2p", "shm"]}}
+V1_IB = {"allow_networks": ["IB"], "allow_paths": ["p2p", "shm", "net_gdrdma"], "allow_cpu_fallback": False,
+         "require_ibgda": True}
+V2_IB = {"allow_networks": ["IB"], "allow_paths": ["p2p", "shm", "net_gdrdma"], "allow_cpu_fallback": False,
+         "allow_gin": ["GDAKI"], "require_nccl_match": True}
 
 
-@pytest.mark.parametrize("profile, generation, matched, expected", [
-    ("b200", None, "b200", {"allow_networks": ["IB"], "require_ibgda": True}),
-    ("gcp_b200", "v1", "b200", {"allow_networks": ["IB"], "require_ibgda": True}),
-    ("b200-cuda13", "v2", "b200", {"allow_networks": ["IB"], "require_ibgda": False, "allow_gin": ["GDAKI"]}),
-    ("intranode_only", "v2", "intranode_only", {"allow_paths": ["p2p"]}),
-    ("h100", "v1", "default", {"allow_cpu_fallback": False}),
-    (None, None, "default", {"allow_cpu_fallback": False}),
+@pytest.mark.parametrize("backend, scope, profile, family, matched, expected", [
+    # No site entry applies: the backend's policy for the scope as it is.
+    ("v1", "internode", "gcp_h200", None, None, V1_IB),
+    ("deepep_v2", "internode", "h100", None, None, V2_IB),
+    ("v1", "intranode", "x", None, None, {"allow_paths": ["p2p"], "allow_transports": ["p2p"],
+                                         "allow_cpu_fallback": False}),
+    ("v2", "intranode", "x", None, None, {"allow_paths": ["p2p"], "allow_transports": ["p2p"],
+                                         "allow_cpu_fallback": False, "require_nccl_match": True}),
+    ("v1", "low_latency", "x", None, None, V1_IB),
 ])
-def test_policy_lookup_by_name_token_default_and_generation(profile, generation, matched, expected):
-    got = select_transport_policy(TABLE, profile, generation)
-    assert got["matched"] == matched and got["policy"] == expected and got["generation"] == (generation or None)
+def test_the_backends_policy_applies_where_the_site_has_none(backend, scope, profile, family, matched, expected):
+    got = backends.transport_policy(backend, scope, {}, profile, family)
+    assert got["matched"] == matched and got["policy"] == expected and got["scope"] == scope
+    assert got["backend"] == backends.ALIASES.get(backend, backend)
+
+
+@pytest.mark.parametrize("backend, profile, family, matched, changed", [
+    # The exact name, then the declared family, then a token of the name, then default; by_backend for one backend.
+    ("v1", "mynodes", None, "mynodes", {"allow_paths": ["p2p", "shm"]}),
+    ("v1", "cluster7", "b200", "b200", {"allow_networks": ["IB", "Socket"]}),
+    ("v2", "gcp_b200", None, "b200", {"allow_networks": ["IB", "Socket"], "allow_gin": ["GDAKI", "PROXY"]}),
+    ("deepep_v2", "b200-cuda13", None, "b200", {"allow_networks": ["IB", "Socket"], "allow_gin": ["GDAKI", "PROXY"]}),
+    ("v2", "h100", None, "default", {"allow_cpu_fallback": True}),
+    ("v1", None, None, "default", {"allow_cpu_fallback": True}),
+])
+def test_the_sites_entry_is_merged_over_the_backends_policy(backend, profile, family, matched, changed):
+    got = backends.transport_policy(backend, "internode", SITE, profile, family)
+    base = V1_IB if backend == "v1" else V2_IB
+    assert got["matched"] == matched and got["policy"] == dict(base, **changed)
+
+
+def test_every_backend_scope_has_a_valid_policy_and_no_role_default_holds_one():
+    for name in backends.BACKENDS:
+        for scope in backends.backend(name)["scopes"]:
+            run = backends.scope_of(name, scope)
+            assert run["test"] and run["transport"] is not None
+            assert transport_verdict("", run["transport"])["policy"]      # the gate's own check of its keys
+    for role in ("verify_intranode", "verify_internode"):
+        text = (REPO / "roles" / role / "tasks" / "main.yml").read_text()
+        assert "v2" not in text.replace("v2_probe", "").replace("v2_tests", "").replace("/elastic/", ""), role
 
 
 # -------------------------------------------------------------------------------------- the defaults on captures

@@ -125,19 +125,19 @@ def test_record_jit_bad_input(args, kwargs, message):
 
 # --- the env of a run ---------------------------------------------------------------------------------------------
 def test_run_env():
-    v2 = {"EP_A": "1", "EP_JIT_CACHE_DIR": "/old"}
-    assert vf.verify_run_env(v2, "v1") == {}
-    assert vf.verify_run_env(v2, "v2") == v2
-    assert vf.verify_run_env(v2, "v2", jit_cache_dir=CACHE, transport_env={"EP_A": "2"}) == {
+    site = {"EP_A": "1", "EP_JIT_CACHE_DIR": "/old"}
+    assert vf.verify_run_env({}) == {}
+    assert vf.verify_run_env(site) == site
+    assert vf.verify_run_env(site, jit_cache_dir=CACHE, transport_env={"EP_A": "2"}) == {
         "EP_A": "2", "EP_JIT_CACHE_DIR": CACHE}
-    assert vf.verify_run_env(v2, "v2", jit_cache_dir=CACHE, transport_env={"EP_JIT_CACHE_DIR": "/t"}) == {
+    assert vf.verify_run_env(site, jit_cache_dir=CACHE, transport_env={"EP_JIT_CACHE_DIR": "/t"}) == {
         "EP_A": "1", "EP_JIT_CACHE_DIR": "/t"}
 
 
 @pytest.mark.parametrize("args, kwargs, message", [
-    (("EP_A=1", "v2"), {}, "v2_env: 'EP_A=1' is not a mapping"),
-    (({}, "v2"), {"jit_cache_dir": ""}, "jit_cache_dir: '' is not a path"),
-    (({}, "v1"), {"transport_env": ["X=1"]}, "transport_env: ['X=1'] is not a mapping"),
+    (("EP_A=1",), {}, "env: 'EP_A=1' is not a mapping"),
+    (({},), {"jit_cache_dir": ""}, "jit_cache_dir: '' is not a path"),
+    (({},), {"transport_env": ["X=1"]}, "transport_env: ['X=1'] is not a mapping"),
 ])
 def test_run_env_bad_input(args, kwargs, message):
     with pytest.raises(AnsibleFilterError, match="^verify_run_env: ") as err:

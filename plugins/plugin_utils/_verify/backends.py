@@ -1,55 +1,92 @@
 # Copyright: (c) 2026, gpufleet.deepep contributors
 # GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
-"""The EP backends the verify roles run, one descriptor each (as kubespray's network_plugin/<name>): its tests per
-scope, the generation its output is parsed as, and whether it compiles kernels at run time (a JIT cache to report).
-ep_test resolves a backend's test and parser here, so a role names the backend and the scope (``backend: v2,
-scope: intranode``) instead of choosing the test file and the parser in a V1/V2 branch of its own.
+"""The EP backends the verify roles run, one descriptor each (as kubespray's network_plugin/<name>): per scope its
+test, the arguments and environment that test runs with, and the transport policy its run is held to; the
+generation its output is parsed as, and whether it compiles kernels at run time (a JIT cache to report).
+
+ep_test resolves a backend's test, arguments, environment and transport policy here, so a role names the backend and
+the scope (``backend: v2, scope: intranode``) instead of choosing the test file, V2's arguments and the policy in a
+V1/V2 branch of its own; a new backend is a new entry of ``BACKENDS`` (and its output parser), not a change of the
+roles.
 
 Scopes: ``intranode`` (the GPUs of one node over NVLink), ``internode`` (every node of a group at once, also the
-sweep's pairs), ``low_latency`` (the decode path: RDMA, or NVLink P2P within one node). A backend lists only the
-scopes it has a test for; asking another is refused by name. The trees the descriptors follow: DeepEP V1 (its
-``legacy`` branch, 567632d), DeepEP V2 (dd758ca, ``tests/elastic/``: test_ep.py covers one node and many).
+sweep's pairs), ``low_latency`` (the decode path across nodes over RDMA). A backend lists only the scopes it has a
+test for; asking another is refused by name. The trees the descriptors follow: DeepEP V1 (its ``legacy`` branch,
+567632d), DeepEP V2 (dd758ca, ``tests/elastic/``: test_ep.py covers one node and many).
+
+Transport policies (keys of ``transport_gate.check_policy``). Intranode: the GPUs talk over NVLink only (NCCL
+channels P2P, NVSHMEM P2P), no CPU fallback. Across nodes (IB or RoCE NICs, NCCL's ``IB`` network either way): V1
+runs NVSHMEM IBGDA with the GPU as NIC handler and no CPU-proxy fallback, NCCL with GPUDirect RDMA where it crosses
+nodes; V2 runs NCCL GIN as GDAKI (not the CPU proxy, not none). V2 runs on the NCCL it was built against (DeepEP
+#688: below NCCL 2.31 the two must match exactly). A site's own policy (``transport_policy``'s ``overrides``) is
+merged over these per profile; the collection's are the strict ones every profile runs under.
 """
 
 from __future__ import annotations
 
+from ansible_collections.gpufleet.deepep.plugins.plugin_utils._gpu_families import profile_tokens
 from ansible_collections.gpufleet.deepep.plugins.plugin_utils._thresholds import VerifyInputError
+from ansible_collections.gpufleet.deepep.plugins.plugin_utils._verify.transport import TransportInputError
+from ansible_collections.gpufleet.deepep.plugins.plugin_utils._verify.transport_gate import check_policy
 
-__all__ = ["BACKENDS", "ALIASES", "SCOPES", "BackendError", "backend", "resolve", "test_of"]
+__all__ = ["BACKENDS", "ALIASES", "SCOPES", "BackendError", "backend", "resolve", "test_of", "scope_of",
+           "check_overrides", "transport_policy"]
 
 SCOPES = ("intranode", "internode", "low_latency")
+
+_NVLINK_ONLY = {"allow_paths": ["p2p"], "allow_transports": ["p2p"], "allow_cpu_fallback": False}
+_RDMA = {"allow_networks": ["IB"], "allow_paths": ["p2p", "shm", "net_gdrdma"], "allow_cpu_fallback": False}
+_IBGDA = dict(_RDMA, require_ibgda=True)
 
 BACKENDS = {
     "deepep_v1": {
         "title": "DeepEP V1",
         "generation": "v1",
-        "tests": {"intranode": "tests/test_intranode.py", "internode": "tests/test_internode.py",
-                  "low_latency": "tests/test_low_latency.py"},
         "jit": False,
+        "scopes": {
+            "intranode": {"test": "tests/test_intranode.py", "transport": _NVLINK_ONLY},
+            "internode": {"test": "tests/test_internode.py", "transport": _IBGDA},
+            "low_latency": {"test": "tests/test_low_latency.py", "transport": _IBGDA},
+        },
     },
     "deepep_v2": {
         "title": "DeepEP V2",
         "generation": "v2",
-        "tests": {"intranode": "tests/elastic/test_ep.py", "internode": "tests/elastic/test_ep.py"},
         "jit": True,
+        "scopes": {
+            # One node: the elastic test without RDMA (GIN off, no hybrid mode).
+            "intranode": {"test": "tests/elastic/test_ep.py", "args": ["--allow-hybrid-mode", "0"],
+                          "env": {"EP_DISABLE_GIN": "1"}, "transport": dict(_NVLINK_ONLY, require_nccl_match=True)},
+            "internode": {"test": "tests/elastic/test_ep.py",
+                          "transport": dict(_RDMA, allow_gin=["GDAKI"], require_nccl_match=True)},
+        },
     },
 }
 
 # The names the roles' generation settings use (verify_intranode_generation: v2).
 ALIASES = {"v1": "deepep_v1", "v2": "deepep_v2"}
 
+_OVERRIDE_FORM = ("a mapping of profile name, GPU family or default to a policy (keys of transport_gate's policy, "
+                  "optionally by_backend: {backend: policy keys})")
+
 
 class BackendError(VerifyInputError):
     """A backend or scope the collection has no descriptor for, named with the ones it has."""
 
 
+def _names():
+    return ", ".join(sorted(BACKENDS) + sorted(ALIASES))
+
+
 def backend(name):
-    """The descriptor of ``name`` (a backend name or its alias), with its ``name``; BackendError naming it."""
-    key = ALIASES.get(name, name)
+    """The descriptor of ``name`` (a backend name or its alias), with its ``name`` and ``tests`` (scope -> test);
+    BackendError naming it."""
+    key = ALIASES.get(name, name) if isinstance(name, str) else name
     if key not in BACKENDS:
-        raise BackendError("backend %r is not one the collection runs; expected one of %s"
-                           % (name, ", ".join(sorted(BACKENDS) + sorted(ALIASES))))
-    return dict(BACKENDS[key], name=key)
+        raise BackendError("backend %r is not one the collection runs; expected one of %s" % (name, _names()))
+    descriptor = dict(BACKENDS[key], name=key)
+    descriptor["tests"] = dict((scope, entry["test"]) for scope, entry in descriptor["scopes"].items())
+    return descriptor
 
 
 def resolve(name, gathered=None, v2_tests=False):
@@ -61,10 +98,86 @@ def resolve(name, gathered=None, v2_tests=False):
     return backend(name)
 
 
+def scope_of(name, scope):
+    """What ``name`` runs for ``scope``: ``{test, args, env, transport}`` (args and env empty where it has none);
+    BackendError for a scope it has no test for."""
+    descriptor = backend(name)
+    if scope not in descriptor["scopes"]:
+        raise BackendError("%s has no %s test (scope=%r); expected one of %s, or a script of your own"
+                           % (descriptor["title"], scope, scope, ", ".join(sorted(descriptor["scopes"]))))
+    entry = descriptor["scopes"][scope]
+    return {"test": entry["test"], "args": list(entry.get("args") or []), "env": dict(entry.get("env") or {}),
+            "transport": dict(entry["transport"])}
+
+
 def test_of(name, scope):
     """The test ``name`` runs for ``scope``, relative to its source tree; BackendError for a scope it has none for."""
+    return scope_of(name, scope)["test"]
+
+
+def _checked(where, keys):
+    try:
+        check_policy(keys)
+    except TransportInputError as exc:
+        raise BackendError("%s: %s" % (where, exc)) from exc
+    return keys
+
+
+def check_overrides(overrides):
+    """Every entry of a site's policy table checked (a typo in any profile fails before any run)."""
+    if not isinstance(overrides, dict):
+        raise BackendError("transport policies must be %s; got %r" % (_OVERRIDE_FORM, overrides))
+    for name, entry in overrides.items():
+        entry = {} if entry is None else entry
+        if not isinstance(entry, dict):
+            raise BackendError("transport policy %r must be a mapping (%s); got %r" % (name, _OVERRIDE_FORM, entry))
+        own = _checked("transport policy %r" % (name,), dict((k, v) for k, v in entry.items() if k != "by_backend"))
+        by_backend = entry.get("by_backend") or {}
+        if not isinstance(by_backend, dict):
+            raise BackendError("transport policy %r by_backend must be a mapping of backend to policy keys; got %r"
+                               % (name, by_backend))
+        for key, keys in by_backend.items():
+            if ALIASES.get(key, key) not in BACKENDS:
+                raise BackendError("transport policy %r by_backend key %r is not a backend; expected one of %s"
+                                   % (name, key, _names()))
+            if not isinstance(keys, dict):
+                raise BackendError("transport policy %r by_backend[%r] must be a mapping of policy keys; got %r"
+                                   % (name, key, keys))
+            _checked("transport policy %r by_backend[%r]" % (name, key), dict(own, **keys))
+
+
+def _matched(overrides, profile, family):
+    """The key of ``overrides`` a profile takes: its exact name, its declared family, a key that is a token of its
+    name (the gates' token rule), then ``default``; None when none applies."""
+    if profile and profile in overrides:
+        return profile
+    if family and family in overrides:
+        return family
+    tokens = profile_tokens(profile)
+    token = next((key for key in overrides if key != "default" and str(key).lower() in tokens), None)
+    if token is not None:
+        return token
+    return "default" if "default" in overrides else None
+
+
+def transport_policy(name, scope, overrides=None, profile=None, family=None):
+    """The transport policy a run of backend ``name`` in ``scope`` is held to: the descriptor's, with the site's
+    entry for the profile merged over it (``overrides``: profile name, GPU family or ``default`` -> policy keys, and
+    ``by_backend`` -> keys for one backend; a key given replaces the descriptor's key of that name).
+
+    Returns ``{backend, scope, profile, matched, policy}``; ``matched`` is the site's entry taken, or None where the
+    collection's policy applies as it is. BackendError names a bad backend, scope, entry, key or value."""
+    if profile is not None and not isinstance(profile, str):
+        raise BackendError("profile %r is not a string; expected a profile name" % (profile,))
     descriptor = backend(name)
-    if scope not in descriptor["tests"]:
-        raise BackendError("%s has no %s test (scope=%r); expected one of %s, or a script of your own"
-                           % (descriptor["title"], scope, scope, ", ".join(sorted(descriptor["tests"]))))
-    return descriptor["tests"][scope]
+    policy = scope_of(name, scope)["transport"]
+    overrides = {} if overrides is None else overrides
+    check_overrides(overrides)
+    matched = _matched(overrides, profile, family)
+    if matched is not None:
+        entry = overrides[matched] or {}
+        policy.update((k, v) for k, v in entry.items() if k != "by_backend")
+        by_backend = entry.get("by_backend") or {}
+        for key in (descriptor["name"],) + tuple(alias for alias, target in ALIASES.items() if target == descriptor["name"]):
+            policy.update(by_backend.get(key) or {})
+    return {"backend": descriptor["name"], "scope": scope, "profile": profile, "matched": matched, "policy": policy}

@@ -9,14 +9,20 @@ a fetch and a ``set_fact`` of its own that parsed, selected the thresholds, gate
 
 ``STAGES`` says what each stage is judged by: the quick connectivity test by its ranks' lines (``gate.connectivity``),
 every other stage by DeepEP's bandwidth output (``bandwidth.parse_output``) held against the profile's thresholds
-(``select_thresholds``, which refuses a profile with no gate of its own) and, where a policy is given, by the
-transport the run really brought up (``transport.transport_verdict``).
+(``select_thresholds``, which refuses a profile with no gate of its own) and, where the transport check is on, by
+the transport the run really brought up (``transport.transport_verdict``) held to its backend's policy for the scope
+(``backends.transport_policy``: the descriptor's, with the site's ``transport_policies`` merged over it).
 """
 
 from __future__ import annotations
 
 from ansible_collections.gpufleet.deepep.plugins.plugin_utils._thresholds import VerifyInputError, select_thresholds
-from ansible_collections.gpufleet.deepep.plugins.plugin_utils._verify.backends import ALIASES, BACKENDS
+from ansible_collections.gpufleet.deepep.plugins.plugin_utils._verify.backends import (
+    ALIASES,
+    BACKENDS,
+    check_overrides,
+    transport_policy,
+)
 from ansible_collections.gpufleet.deepep.plugins.plugin_utils._verify.bandwidth import BandwidthInputError, parse_output
 from ansible_collections.gpufleet.deepep.plugins.plugin_utils._verify.gate import connectivity, gate
 from ansible_collections.gpufleet.deepep.plugins.plugin_utils._verify.transport_gate import (
@@ -24,7 +30,7 @@ from ansible_collections.gpufleet.deepep.plugins.plugin_utils._verify.transport_
     transport_verdict,
 )
 
-__all__ = ["JUDGE_SPEC", "STAGES", "JudgeError", "check", "judge"]
+__all__ = ["JUDGE_SPEC", "STAGES", "JudgeError", "check", "policy", "judge"]
 
 # Each stage: the words its gate uses for the run ("intranode test did not finish within 900s"), or None for a stage
 # judged by its ranks' lines instead of bandwidth figures.
@@ -48,6 +54,7 @@ JUDGE_SPEC = dict(
     family=dict(type="str"),
     gpus=dict(type="int"),
     transport_policy=dict(type="dict"),
+    transport_policies=dict(type="dict"),
     record=dict(type="dict", default={}),
 )
 
@@ -59,22 +66,44 @@ class JudgeError(ValueError):
     """A judge option that cannot be judged by (a profile with no gate, a table of the wrong shape), named."""
 
 
-def check(spec):
+def policy(spec, backend=None, scope=None):
+    """The transport policy the run is held to, as ``backends.transport_policy`` chooses it, or None without a
+    transport check. ``spec['transport_policy']``: a policy given as it is (a script of one's own, no backend);
+    ``spec['transport_policies']``: the site's overrides, merged over the policy of the run's ``backend`` for
+    ``scope`` (the stage's gate scope when None). JudgeError names a bad policy or a missing backend."""
+    given, overrides = spec.get("transport_policy"), spec.get("transport_policies")
+    if given is not None and overrides is not None:
+        raise JudgeError("judge.transport_policy and judge.transport_policies are both set; expected one: a policy of "
+                         "your own, or the site's overrides of the backend's policy")
+    try:
+        if given is not None:
+            check_policy(given)
+            return {"backend": None, "scope": None, "profile": spec.get("profile"), "matched": None, "policy": given}
+        if overrides is None:
+            return None
+        if not backend:
+            check_overrides(overrides)
+            raise JudgeError("judge.transport_policies needs the run's backend (expected ep_test's backend option, "
+                             "such as backend=v2, or a transport_policy of your own)")
+        return transport_policy(backend, scope or GATE_SCOPES[spec["stage"]], overrides, profile=spec.get("profile"),
+                                family=spec.get("family"))
+    except VerifyInputError as exc:
+        where = "transport_policy" if given is not None else "transport_policies"
+        raise JudgeError("judge.%s: %s" % (where, exc)) from exc
+
+
+def check(spec, backend=None, scope=None):
     """The judge option checked before the test runs (a test of 15 minutes is not run to be refused after):
-    the record's fields, the transport policy, and the gate the profile takes: the collection's gates of the stage's
-    scope with ``thresholds`` as the site's overrides (``select_thresholds`` refuses a profile with no gate of its own,
-    by name). Returns ``select_thresholds``' choice, or None for a stage without a gate."""
+    the record's fields, the transport policy (:func:`policy`), and the gate the profile takes: the collection's gates
+    of the stage's scope with ``thresholds`` as the site's overrides (``select_thresholds`` refuses a profile with no
+    gate of its own, by name). Returns ``select_thresholds``' choice, or None for a stage without a gate."""
     clash = sorted(set(spec.get("record") or {}) & set(_OWN))
     if clash:
         raise JudgeError("judge.record sets %s, which the judge writes itself; expected only the caller's own fields "
                          "(host, scope, group, rank, world_size, master_addr ...)" % ", ".join(clash))
     if STAGES[spec["stage"]] is None:
         return None
-    if spec.get("transport_policy") is not None:
-        try:
-            check_policy(spec["transport_policy"])
-        except VerifyInputError as exc:
-            raise JudgeError("judge.transport_policy: %s" % exc) from exc
+    policy(spec, backend, scope)
     try:
         return select_thresholds(spec.get("thresholds") or {}, spec.get("profile"), gpus=spec.get("gpus"),
                                  table_name=spec.get("table_name"), family=spec.get("family"),
@@ -98,18 +127,21 @@ def gate_basis(chosen, generation=None):
             "provisional": provisional}
 
 
-def judge(spec, output, rc, timed_out, timeout_s, script, log=None, host=None, generation=None):
+def judge(spec, output, rc, timed_out, timeout_s, script, log=None, host=None, backend=None, scope=None):
     """The verification record of one run.
 
     ``spec``: the typed judge option (``JUDGE_SPEC``). ``output``, ``rc``, ``timed_out``: what the run returned
     (rc -1 for a run that did not finish). ``timeout_s``: the run's bound, named in a timeout's reason. ``script``:
     the test run, the record's ``test`` unless ``spec['test']`` names it. ``log``: the log's copy on the controller.
-    ``host``: the node, the record's ``host`` and ``scope`` unless ``spec['record']`` gives them. ``generation``: the
-    backend's (``backends``), which the output is parsed as; read from the output when None.
-    Returns ``{host, scope, stage, test, parsed, gate, thresholds, gate_basis, transport, log, ...record}``.
+    ``host``: the node, the record's ``host`` and ``scope`` unless ``spec['record']`` gives them. ``backend``: the
+    run's (``backends``): its generation is what the output is parsed as (read from the output when None), its
+    policy for ``scope`` what the transport is held to (:func:`policy`).
+    Returns ``{host, scope, stage, test, parsed, gate, thresholds, gate_basis, transport, log, ...record}``;
+    ``transport`` carries ``basis``, the policy's backend, scope and the site's entry taken.
     """
     stage = spec["stage"]
-    chosen = check(spec)
+    chosen = check(spec, backend, scope)
+    generation = BACKENDS[ALIASES.get(backend, backend)]["generation"] if backend else None
     record = {"host": host, "scope": host}
     record.update(spec.get("record") or {})
     record.update(stage=stage, test=spec.get("test") or script, log=log)
@@ -120,9 +152,10 @@ def judge(spec, output, rc, timed_out, timeout_s, script, log=None, host=None, g
     try:
         parsed = parse_output(output, test=record["test"], generation=generation)
         verdict = gate(parsed, chosen["thresholds"], rc=rc, timed_out=timed_out, timeout_s=timeout_s, stage=STAGES[stage])
-        transport = None
-        if spec.get("transport_policy") is not None:
-            transport = transport_verdict(output, spec["transport_policy"])
+        transport, held_to = None, policy(spec, backend, scope)
+        if held_to is not None:
+            transport = transport_verdict(output, held_to["policy"])
+            transport["basis"] = {"backend": held_to["backend"], "scope": held_to["scope"], "matched": held_to["matched"]}
     except (VerifyInputError, BandwidthInputError) as exc:
         raise JudgeError("judge: %s" % exc) from exc
     record.update(parsed=parsed, gate=verdict, thresholds=chosen["thresholds"],

@@ -80,14 +80,19 @@ def validate(params):
     for option in ("env_script", "src", "python"):
         if not params[option]:
             raise LaunchError("%s is empty (expected a path on the node)" % option)
-    if not params["script"]:
-        if not (params["backend"] and params["scope"]):
-            raise LaunchError("script is empty and backend/scope do not name a test (expected the test's path, relative "
-                              "to src or absolute, or a backend and a scope such as backend=v2 scope=intranode)")
+    if not params["script"] and not (params["backend"] and params["scope"]):
+        raise LaunchError("script is empty and backend/scope do not name a test (expected the test's path, relative "
+                          "to src or absolute, or a backend and a scope such as backend=v2 scope=intranode)")
+    if params["backend"] and params["scope"]:
+        # The backend's test of the scope (unless a script of one's own is given), run with its arguments first and
+        # its environment under the caller's: a later argument and a caller's variable win.
         try:
-            params["script"] = backends.test_of(params["backend"], params["scope"])
+            run = backends.scope_of(params["backend"], params["scope"])
         except backends.BackendError as exc:
             raise LaunchError(str(exc))
+        params["script"] = params["script"] or run["test"]
+        params["args"] = run["args"] + list(params["args"])
+        params["env"] = dict(run["env"], **params["env"])
     if isinstance(params["num_processes"], bool) or params["num_processes"] < 1:
         raise LaunchError("num_processes=%r is not a positive number of processes (expected e.g. 8)"
                           % (params["num_processes"],))

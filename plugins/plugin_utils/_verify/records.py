@@ -149,12 +149,10 @@ def record_with_jit(result, before=None, after=None, enabled=True, require_warm=
     return dict(record, jit=jit)
 
 
-def run_env(v2_env, generation, jit_cache_dir=None, transport_env=None):
-    """The env of an intranode run: ``v2_env`` for a V2 run, then EP_JIT_CACHE_DIR (when given), then the transport
-    env (when given); a later one wins."""
-    env = {}
-    if generation == "v2":
-        env.update(_mapping(v2_env, "v2_env", "the env of a V2 run (a mapping of names to values)"))
+def run_env(env, jit_cache_dir=None, transport_env=None):
+    """The env of an intranode run: the site's ``env``, then EP_JIT_CACHE_DIR (when given), then the transport env
+    (when given); a later one wins. ep_test puts the backend's own env for the scope under it."""
+    env = dict(_mapping(env, "env", "the env of the run (a mapping of names to values)"))
     if jit_cache_dir is not None:
         if not isinstance(jit_cache_dir, str) or not jit_cache_dir:
             raise VerifyInputError("jit_cache_dir: %r is not a path; expected the JIT cache directory or none"

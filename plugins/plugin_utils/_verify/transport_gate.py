@@ -5,15 +5,15 @@
 
 ``transport_gate(truth, policy)`` returns ``{passed, reasons, causes, unknown}``; each cause is derived from the
 lines that show it (``GDRCopy library not found`` -> GDRCopy missing, a failed doorbell mapping -> the
-PeerMappingOverride regkey not live, ...). ``select_transport_policy`` picks a profile's policy per DeepEP
-generation, ``transport_verdict`` reads and gates one output and ``truth_brief`` keeps what a record shows.
+PeerMappingOverride regkey not live, ...). ``transport_verdict`` reads and gates one output and ``truth_brief``
+keeps what a record shows. The policy a run is held to comes from its backend's descriptor
+(``backends.transport_policy``).
 
 Pure logic, standard library only, Python 3.8+: used by the ``transport_gate`` filter and the verify judge.
 """
 
 from __future__ import annotations
 
-from ansible_collections.gpufleet.deepep.plugins.plugin_utils._gpu_families import profile_tokens
 from ansible_collections.gpufleet.deepep.plugins.plugin_utils._verify.transport import (
     CAUSES,
     GIN_TYPES,
@@ -25,7 +25,7 @@ from ansible_collections.gpufleet.deepep.plugins.plugin_utils._verify.transport 
 )
 
 __all__ = [
-    "POLICY_KEYS", "check_policy", "transport_gate", "select_transport_policy", "truth_brief", "transport_verdict",
+    "POLICY_KEYS", "check_policy", "transport_gate", "truth_brief", "transport_verdict",
 ]
 
 # Which findings explain which failed check.
@@ -191,76 +191,6 @@ def transport_gate(truth, policy=None):
             if lines:
                 causes.append({"cause": CAUSES[kind], "kind": kind, "evidence": lines[:3]})
     return {"passed": not reasons and not unknown, "reasons": reasons, "causes": causes, "unknown": unknown}
-
-
-# ---------------------------------------------------------------------------------------------- profile policies
-GENERATIONS = ("v1", "v2")
-
-
-def select_transport_policy(table, profile=None, generation=None):
-    """The transport policy of ``profile`` from ``table`` (profile -> policy).
-
-    Exact name first, then the first table key found as a token of the profile name (the token rule of the bandwidth
-    gates, ``_gpu_families.profile_tokens``: ``gcp_b200`` takes ``b200``), then ``default``, for any profile. Unlike
-    the bandwidth gates' ``default``, which is loose and so refused to a profile that did not ask for it, the roles'
-    ``default`` policy is the strict one every profile runs under (NVLink only intranode; IBGDA with the GPU as NIC
-    handler, or GIN GDAKI, internode), and a profile with other hardware names its own entry. An entry holds the
-    policy keys of :func:`check_policy` and may carry ``by_generation`` (``v1``/``v2`` -> policy keys) whose values
-    replace the entry's own for that DeepEP generation (V2 runs NCCL GIN, V1 NVSHMEM IBGDA). Every entry is checked,
-    so a typo fails before any run.
-    Returns ``{profile, matched, generation, policy}`` with ``policy`` the merged keys as given (not normalized).
-    """
-    if not isinstance(table, dict) or not table:
-        raise TransportInputError("transport policies must be a mapping of profile name to a policy (%s, optionally "
-                                  "by_generation: {v1|v2: policy}); got %r" % (_POLICY_FORM, table))
-    if profile is not None and not isinstance(profile, str):
-        raise TransportInputError("profile %r is not a string; expected a profile name out of %s"
-                                  % (profile, ", ".join(sorted(map(str, table)))))
-    if generation not in (None, "") + GENERATIONS:
-        raise TransportInputError("generation %r is not one of %s" % (generation, ", ".join(GENERATIONS)))
-    for name, entry in table.items():
-        if entry is None:
-            entry = {}
-        if not isinstance(entry, dict):
-            raise TransportInputError("transport policy %r must be a mapping (%s); got %r" % (name, _POLICY_FORM, entry))
-        own = dict((k, v) for k, v in entry.items() if k != "by_generation")
-        _named(name, None, own)
-        by_gen = entry.get("by_generation") or {}
-        if not isinstance(by_gen, dict):
-            raise TransportInputError("transport policy %r by_generation must be a mapping of v1/v2 to a policy; got %r"
-                                      % (name, by_gen))
-        for gen, keys in by_gen.items():
-            if gen not in GENERATIONS:
-                raise TransportInputError("transport policy %r by_generation key %r is not one of %s"
-                                          % (name, gen, ", ".join(GENERATIONS)))
-            if not isinstance(keys, dict):
-                raise TransportInputError("transport policy %r by_generation[%r] must be a mapping (%s); got %r"
-                                          % (name, gen, _POLICY_FORM, keys))
-            _named(name, gen, dict(own, **keys))
-    matched = None
-    if profile and profile in table:
-        matched = profile
-    elif profile:
-        tokens = profile_tokens(profile)
-        matched = next((k for k in table if k != "default" and str(k).lower() in tokens), None)
-    if matched is None and "default" not in table:
-        raise TransportInputError("profile %r matches no transport policy and there is no 'default' entry; expected "
-                                  "one of %s (or a name with one of them as a '_'/'-' token), or add 'default'"
-                                  % (profile, ", ".join(sorted(map(str, table)))))
-    matched = matched if matched is not None else "default"
-    entry = table[matched] or {}
-    policy = dict((k, v) for k, v in entry.items() if k != "by_generation")
-    if generation:
-        policy.update((entry.get("by_generation") or {}).get(generation) or {})
-    return {"profile": profile, "matched": matched, "generation": generation or None, "policy": policy}
-
-
-def _named(name, generation, policy):
-    try:
-        check_policy(policy)
-    except TransportInputError as exc:
-        where = "transport policy %r%s: " % (name, " by_generation[%r]" % generation if generation else "")
-        raise TransportInputError(where + str(exc)) from exc
 
 
 def truth_brief(truth):
