@@ -16,6 +16,7 @@ from ansible_collections.gpufleet.deepep.plugins.plugin_utils._audit import expr
 from ansible_collections.gpufleet.deepep.plugins.plugin_utils._audit.expr import (
     AuditError,
     arch_covers,
+    compile_expression,
     normalize_arch_list,
     search,
     version_cmp,
@@ -336,3 +337,36 @@ def test_drift_without_a_profile_goes_to_the_smallest_group_and_other_difference
     # torch differs between n1 and n2: seen alike in rack1 and rack1_copy (kept once: rack1, by name), and
     # in site with other node lists (kept: a different view of the fleet); the env script differs in site only.
     assert got == [("rack1", "torch"), ("site", "env_script_sha256"), ("site", "torch")]
+
+
+# --- rules of a backend -----------------------------------------------------------------------------------------
+
+def test_a_rule_of_a_backend_is_judged_only_where_the_node_runs_it():
+    rule = dict(RULE, id="V2_ONLY", backends=["deepep_v2"], condition="`true`")
+    v2_expected = dict(HEALTHY, expect=dict(HEALTHY.get("expect") or {}, deepep_v2=True))
+    v2_installed = dict(HEALTHY, gpufleet_deepep=dict(HEALTHY.get("gpufleet_deepep") or {}, generation="v2"))
+    v1_installed = dict(HEALTHY, gpufleet_deepep=dict(HEALTHY.get("gpufleet_deepep") or {}, generation="v1"),
+                        expect=dict(HEALTHY.get("expect") or {}, deepep_v2=False))
+    assert [f["id"] for f in evaluate_rules(v2_expected, [rule])] == ["V2_ONLY"]
+    assert [f["id"] for f in evaluate_rules(v2_installed, [rule])] == ["V2_ONLY"]
+    assert evaluate_rules(v1_installed, [rule]) == []
+    both = dict(rule, backends=["deepep_v1", "deepep_v2"])
+    assert [f["id"] for f in evaluate_rules(v1_installed, [both])] == ["V2_ONLY"]
+
+
+@pytest.mark.parametrize("backends", [[], "deepep_v2", ["nccl_ep"], ["v2"]])
+def test_a_rule_naming_no_known_backend_is_refused(backends):
+    with pytest.raises(AuditError, match=r"rule TORCH_OLD: backends .* must be a non-empty list of deepep_v1, deepep_v2"):
+        validate_rules([dict(RULE, backends=backends)])
+
+
+def test_the_v2_rules_say_their_backend_instead_of_spelling_where_it_runs():
+    from ansible_collections.gpufleet.deepep.plugins.plugin_utils._verify.backends import BACKENDS
+
+    for name, descriptor in BACKENDS.items():
+        compile_expression(descriptor["audit_runs"], name)
+    for rule in CATALOGUE["rules"]:
+        text = json.dumps(rule)
+        assert "expect.deepep_v2 == `true` || gpufleet_deepep.generation" not in text, rule["id"]
+        if "gpufleet_deepep_v2.checks" in text:
+            assert rule.get("backends") == ["deepep_v2"], rule["id"]

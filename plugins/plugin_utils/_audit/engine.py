@@ -25,7 +25,9 @@ such as a node without a profile or without torch at the interpreter the audit u
 apart from the findings, and a node with one is "not fully judged" instead of ok. A rule with
 ``each`` (a jmespath expression giving a list) is judged once per item, with the item as ``item`` in the
 document. A rule with ``message`` (a Python format string over the keys of its evidence, which must then
-be a mapping) gives each finding a ``message`` naming the values it found.
+be a mapping) gives each finding a ``message`` naming the values it found. A rule with ``backends`` (EP backend
+names) is judged only on a node that runs one of them, as each backend's descriptor says (``audit_runs``, in
+``_verify/backends.py``), so the rules of a backend do not each spell where it runs.
 """
 
 from __future__ import annotations
@@ -38,6 +40,7 @@ from ansible_collections.gpufleet.deepep.plugins.plugin_utils._audit.expr import
     search,
     truthy,
 )
+from ansible_collections.gpufleet.deepep.plugins.plugin_utils._verify.backends import BACKENDS
 
 __all__ = [
     "SEVERITIES", "SEVERITY_RANK", "RULE_KEYS_REQUIRED", "RULE_KEYS_OPTIONAL", "CONTEXTS", "KINDS", "RULE_ID_RE",
@@ -49,7 +52,7 @@ __all__ = [
 SEVERITIES = ("critical", "warning", "info")
 SEVERITY_RANK = {"critical": 0, "warning": 1, "info": 2}
 RULE_KEYS_REQUIRED = ("id", "title", "severity", "condition", "fix", "source")
-RULE_KEYS_OPTIONAL = ("evidence", "description", "tags", "when", "each", "message", "kind")
+RULE_KEYS_OPTIONAL = ("evidence", "description", "tags", "when", "each", "message", "kind", "backends")
 CONTEXTS = ("audit", "preflight")
 # finding: something wrong on the node; not_judged: something the audit could not judge on it (no expectations, a
 # fact it could not read where it looked), reported apart so that such a node is not counted plainly ok.
@@ -103,6 +106,10 @@ def validate_rules(rules):
             compile_expression(rule["each"], "%s each" % where)
         if rule.get("kind", "finding") not in KINDS:
             raise AuditError("%s: kind %r is not one of %s" % (where, rule.get("kind"), ", ".join(KINDS)))
+        backends = rule.get("backends")
+        if backends is not None and (not isinstance(backends, list) or not backends
+                                     or [b for b in backends if b not in BACKENDS]):
+            raise AuditError("%s: backends %r must be a non-empty list of %s" % (where, backends, ", ".join(BACKENDS)))
         when = rule.get("when", ["audit"])
         if not isinstance(when, list) or not when or [c for c in when if c not in CONTEXTS]:
             raise AuditError("%s: when %r must be a non-empty list of %s" % (where, when, ", ".join(CONTEXTS)))
@@ -118,6 +125,17 @@ def validate_rules(rules):
 def applies(rule, context):
     """Whether a (validated) rule is judged in ``context`` (``audit`` unless its ``when`` says otherwise)."""
     return context in rule.get("when", ["audit"])
+
+
+def _runs_a_backend_of(rule, document, runs):
+    """Whether the node of ``document`` runs one of the rule's ``backends`` (every rule without any applies);
+    ``runs`` keeps each backend's answer for the document."""
+    for name in rule.get("backends") or ():
+        if name not in runs:
+            runs[name] = truthy(search(BACKENDS[name]["audit_runs"], document, "backend %s audit_runs" % name))
+        if runs[name]:
+            return True
+    return not rule.get("backends")
 
 
 def _message(rule, evidence, where):
@@ -171,8 +189,9 @@ def evaluate_rules(document, rules, context="audit", order="severity"):
     if order not in ("severity", "catalogue"):
         raise AuditError("order %r is not severity or catalogue" % (order,))
     findings = []
+    runs = {}
     for rule in validate_rules(rules):
-        if not applies(rule, context):
+        if not applies(rule, context) or not _runs_a_backend_of(rule, document, runs):
             continue
         where = "rule %s" % rule["id"]
         if rule.get("each") is None:

@@ -7,7 +7,8 @@ generation its output is parsed as, and whether it compiles kernels at run time 
 ep_test resolves a backend's test, arguments, environment and transport policy here, so a role names the backend and
 the scope (``backend: v2, scope: intranode``) instead of choosing the test file, V2's arguments and the policy in a
 V1/V2 branch of its own; a new backend is a new entry of ``BACKENDS`` (and its output parser), not a change of the
-roles.
+roles. ``audit_runs`` says where the audit's rules of a backend (a rule's ``backends``) judge a node: a JMESPath
+condition over its facts document (V2: the profile expects V2, or the installed build is V2).
 
 Scopes: ``intranode`` (the GPUs of one node over NVLink), ``internode`` (every node of a group at once, also the
 sweep's pairs), ``low_latency`` (the decode path across nodes over RDMA). A backend lists only the scopes it has a
@@ -43,6 +44,8 @@ BACKENDS = {
         "title": "DeepEP V1",
         "generation": "v1",
         "jit": False,
+        # Where the audit's rules of this backend judge a node (its facts document, the audit engine's JMESPath).
+        "audit_runs": "gpufleet_deepep.generation == 'v1'",
         "scopes": {
             "intranode": {"test": "tests/test_intranode.py", "transport": _NVLINK_ONLY},
             "internode": {"test": "tests/test_internode.py", "transport": _IBGDA},
@@ -53,6 +56,7 @@ BACKENDS = {
         "title": "DeepEP V2",
         "generation": "v2",
         "jit": True,
+        "audit_runs": "expect.deepep_v2 == `true` || gpufleet_deepep.generation == 'v2'",
         "scopes": {
             # One node: the elastic test without RDMA (GIN off, no hybrid mode).
             "intranode": {"test": "tests/elastic/test_ep.py", "args": ["--allow-hybrid-mode", "0"],
