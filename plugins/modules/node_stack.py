@@ -877,7 +877,10 @@ def _jit_cache(params):
 
 # The gather sets a role reads for itself (module_utils/_node/role_facts.py), one entry each: the set's name ->
 # (the fact it sets, its reader over the module's parameters). They are read in this order, before the stack sets;
-# adding a set is one entry here, its choice in DOCUMENTATION and its reader.
+# adding a set is one entry here, its choice in DOCUMENTATION and its reader. They are not entries of the stack sets'
+# registry (_node/gather_sets.GATHER_SETS) because they are read otherwise: a role set that cannot be read fails the
+# module (a stack set is named in gather_errors), its reader takes options the pass has no use for (paths,
+# model_path, ...) and runs its own commands, none started with the pass's.
 def _model(p):
     """gpufleet_model of model_path (module_utils._serve.model, model_config's reader)."""
     if not p["model_path"]:
