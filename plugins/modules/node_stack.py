@@ -846,11 +846,15 @@ from ansible_collections.gpufleet.deepep.plugins.module_utils._serve.model impor
 from ansible_collections.gpufleet.deepep.plugins.module_utils._serve.node import (
     DEFAULT_DG_CACHE_DIR as DEFAULT_SERVE_DG_CACHE_DIR,
 )
+from ansible_collections.gpufleet.deepep.plugins.module_utils._node.gather_sets import (
+    GATHER_FIELDS,
+    GATHERABLE,
+    GatherOptions,
+    gather_node,
+)
 from ansible_collections.gpufleet.deepep.plugins.module_utils._node.stack import (
     DEFAULT_DPKG_PACKAGES,
     DEFAULT_MLX5DV_SYMBOLS,
-    GATHERABLE,
-    gather_node,
     set_warnings,
 )
 from ansible_collections.gpufleet.deepep.plugins.module_utils._node.commands import subprocess_runner
@@ -873,7 +877,10 @@ def _jit_cache(params):
 
 # The gather sets a role reads for itself (module_utils/_node/role_facts.py), one entry each: the set's name ->
 # (the fact it sets, its reader over the module's parameters). They are read in this order, before the stack sets;
-# adding a set is one entry here, its choice in DOCUMENTATION and its reader.
+# adding a set is one entry here, its choice in DOCUMENTATION and its reader. They are not entries of the stack sets'
+# registry (_node/gather_sets.GATHER_SETS) because they are read otherwise: a role set that cannot be read fails the
+# module (a stack set is named in gather_errors), its reader takes options the pass has no use for (paths,
+# model_path, ...) and runs its own commands, none started with the pass's.
 def _model(p):
     """gpufleet_model of model_path (module_utils._serve.model, model_config's reader)."""
     if not p["model_path"]:
@@ -920,6 +927,23 @@ ROLE_READERS = {
     "nccl": ("gpufleet_nccl", _nccl),
 }
 ROLE_SETS = tuple(ROLE_READERS)
+
+
+# The options of the stack sets' pass (GatherOptions) from the module's parameters: each field is the option of the
+# same name, except those read here.
+DERIVED_GATHER_OPTIONS = {
+    "dpkg_packages": lambda p: p["dpkg_packages"] or list(DEFAULT_DPKG_PACKAGES),
+    "import_check": lambda p: "changed" if p["import_check"] and p["import_when"] == "changed" else p["import_check"],
+    "sglang_python": lambda p: p["sglang_python"] or p["python"],
+    "sglang_cuda_home": lambda p: p["cuda_home"],
+}
+
+
+def gather_options(params):
+    """The GatherOptions of the module's parameters (``root`` and ``sysfs_root`` included)."""
+    return GatherOptions(**dict(
+        (field, DERIVED_GATHER_OPTIONS[field](params) if field in DERIVED_GATHER_OPTIONS else params[field])
+        for field in GATHER_FIELDS))
 
 
 def build_module():
@@ -993,37 +1017,7 @@ def _main():
     if not stack_sets:
         module.exit_json(changed=False, ansible_facts=facts, gather_errors=errors, gather_warnings={})
     try:
-        stack_facts, errors = gather_node(
-            gather=stack_sets,
-            root=params["root"],
-            sysfs_root=params["sysfs_root"],
-            params_path=params["params_path"],
-            version_path=params["version_path"],
-            modprobe_dirs=params["modprobe_dirs"],
-            nvidia_smi=params["nvidia_smi"],
-            cuda_home=params["cuda_home"],
-            python=params["python"],
-            env_script=params["env_script"],
-            gdrcopy_home=params["gdrcopy_home"],
-            nvshmem_prefix=params["nvshmem_prefix"],
-            mlx5dv_symbols=params["mlx5dv_symbols"],
-            dpkg_packages=params["dpkg_packages"] or list(DEFAULT_DPKG_PACKAGES),
-            nvidia_reboot_required=params["nvidia_reboot_required"],
-            import_check="changed" if params["import_check"] and params["import_when"] == "changed"
-            else params["import_check"],
-            timeout=params["timeout"],
-            sglang_python=params["sglang_python"] or params["python"],
-            sglang_nvshmem_home=params["sglang_nvshmem_home"],
-            sglang_cuda_home=params["cuda_home"],
-            sglang_dg_cache_dir=params["sglang_dg_cache_dir"],
-            sglang_constraint_file=params["sglang_constraint_file"],
-            serve_env_scripts=params["serve_env_scripts"],
-            serve_dg_cache_dir=params["serve_dg_cache_dir"],
-            deepep_v2_tree=params["deepep_v2_tree"],
-            deepep_v2_nic_name=params["deepep_v2_nic_name"],
-            deepep_v2_over_rdma=params["deepep_v2_over_rdma"],
-            deepep_v2_across_nodes=params["deepep_v2_across_nodes"],
-        )
+        stack_facts, errors = gather_node(stack_sets, gather_options(params))
     except GatherError as exc:
         module.fail_json(msg=str(exc), gather_errors={}, gather_warnings={})
     facts.update(stack_facts)

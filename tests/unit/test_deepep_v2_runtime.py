@@ -26,7 +26,7 @@ from ansible_collections.gpufleet.deepep.plugins.module_utils._elf import (
     version_definitions,
     version_definitions_of_bytes,
 )
-from ansible_collections.gpufleet.deepep.plugins.module_utils._node.stack import gather_node
+from ansible_collections.gpufleet.deepep.plugins.module_utils._node.gather_sets import GatherOptions, gather_node
 from ansible_collections.gpufleet.deepep.plugins.module_utils._node.v2runtime import (
     CHECKS,
     cumem_disabled,
@@ -407,8 +407,9 @@ def test_gather_node_reads_the_set_with_the_stack_s_commands_only(tmp_path, libs
             return 0, "Cuda compilation tools, release 12.9, V12.9.86\n", ""
         return 1, "", "not here"
 
-    facts, errors = gather_node(gather=["deepep_v2"], root=str(root), sysfs_root=str(sysfs), python="/nope/python3",
-                                runner=runner, nvidia_smi=None, deepep_v2_tree="/tree", deepep_v2_across_nodes=True)
+    options = GatherOptions(root=str(root), sysfs_root=str(sysfs), python="/nope/python3", nvidia_smi=None,
+                            deepep_v2_tree="/tree", deepep_v2_across_nodes=True)
+    facts, errors = gather_node(["deepep_v2"], options, runner=runner)
     assert errors == {}
     v2 = facts["gpufleet_deepep_v2"]
     assert v2["nvcc"]["release"] == "12.9" and v2["tree"]["gin_barrier"] is False

@@ -37,7 +37,7 @@ def _literal_after(text, start):
 
 def returned_fact_names():
     """The names the collection's modules and actions return as facts: those in the statements that build
-    ``ansible_facts`` (a dict literal over several lines included) and in stack.py's FACT_NAMES."""
+    ``ansible_facts`` (a dict literal over several lines included) and in gather_sets.py's FACT_NAMES."""
     names = set()
     for path in list((REPO / "plugins").rglob("*.py")):
         text = path.read_text(encoding="utf-8")

@@ -19,7 +19,7 @@ from unit_helpers import CAPTURED, render_sysfs_tree
 
 from ansible_collections.gpufleet.deepep.plugins.module_utils._node import probes as _node_probes
 from ansible_collections.gpufleet.deepep.plugins.module_utils._node import commands as _commands
-from ansible_collections.gpufleet.deepep.plugins.module_utils._node import stack as _stack
+from ansible_collections.gpufleet.deepep.plugins.module_utils._node import gather_sets as _gather_sets
 from ansible_collections.gpufleet.deepep.plugins.plugin_utils._audit.document import NOT_GATHERED, node_document
 from ansible_collections.gpufleet.deepep.plugins.modules import (
     gpu_topology,
@@ -208,9 +208,9 @@ def test_document_of_a_node_that_never_got_there_or_failed():
 
 def test_module_documentation_lists_every_gather_choice():
     doc = node_stack.DOCUMENTATION
-    for name in _stack.GATHERABLE:
+    for name in _gather_sets.GATHERABLE:
         assert "V(%s)" % name in doc
-        assert "RV(ansible_facts.%s)" % _stack.FACT_NAMES[name] in doc
+        assert "RV(ansible_facts.%s)" % _gather_sets.FACT_NAMES[name] in doc
 
 
 def test_every_command_of_a_node_runs_in_the_prefetch(tmp_path):
@@ -236,10 +236,11 @@ def test_every_command_of_a_node_runs_in_the_prefetch(tmp_path):
             return 0, "", ""
         return 1, "", "not here"
 
-    facts, errors = _stack.gather_node(gather=ALL, root=str(root), sysfs_root=str(render_sysfs_tree(tmp_path)),
-                                       params_path=str(tmp_path / "none"), version_path=str(tmp_path / "none"),
-                                       modprobe_dirs=[], nvidia_smi=str(smi), python="/opt/py/bin/python",
-                                       nvshmem_prefix="/opt/deepep/nvshmem", timeout=7, runner=runner)
+    options = _gather_sets.GatherOptions(
+        root=str(root), sysfs_root=str(render_sysfs_tree(tmp_path)), params_path=str(tmp_path / "none"),
+        version_path=str(tmp_path / "none"), modprobe_dirs=[], nvidia_smi=str(smi), python="/opt/py/bin/python",
+        nvshmem_prefix="/opt/deepep/nvshmem", timeout=7)
+    facts, errors = _gather_sets.gather_node(ALL, options, runner=runner)
     started = sorted(os.path.basename(c[0]) for c in calls)
     # No shell: the import probe runs the interpreter itself, with the env script's exports read as data.
     assert started == ["dpkg-query", "ldconfig", "nvcc", "nvidia-smi", "nvidia-smi", "python", "python"]

@@ -19,7 +19,7 @@ import yaml
 from unit_helpers import REPO
 
 from ansible_collections.gpufleet.deepep.plugins.module_utils._node import linkage as _linkage
-from ansible_collections.gpufleet.deepep.plugins.module_utils._node import stack as _stack
+from ansible_collections.gpufleet.deepep.plugins.module_utils._node.gather_sets import GatherOptions, gather_node
 from ansible_collections.gpufleet.deepep.plugins.module_utils._node.probes import PYTHON_PROBE
 from ansible_collections.gpufleet.deepep.plugins.module_utils._node.fact_sets import nvidia_smi_query_argv
 from ansible_collections.gpufleet.deepep.plugins.plugin_utils._audit.document import node_document
@@ -381,8 +381,8 @@ def test_gather_node_linkage_uses_the_probe_and_nvidia_smi(tmp_path, tree):
             return 0, "", ""  # no rows: the PCI tree's device ids give the capability (B200: 10.0)
         return 127, "", "not in this test"
 
-    facts, errors = _stack.gather_node(gather=["linkage"], root=node.root, sysfs_root=str(sysfs),
-                                       nvidia_smi=str(smi), python=PYTHON, runner=runner, timeout=5)
+    options = GatherOptions(root=node.root, sysfs_root=str(sysfs), nvidia_smi=str(smi), python=PYTHON, timeout=5)
+    facts, errors = gather_node(["linkage"], options, runner=runner)
     assert errors == {} and list(facts) == ["gpufleet_linkage"]
     linkage = facts["gpufleet_linkage"]
     assert linkage["ok"] is True, linkage["checks"]

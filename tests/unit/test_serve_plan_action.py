@@ -11,7 +11,7 @@ import json
 from test_serve_node import DSV3, topo
 from unit_helpers import REPO
 
-from ansible_collections.gpufleet.deepep.plugins.module_utils._node import stack as _stack
+from ansible_collections.gpufleet.deepep.plugins.module_utils._node.gather_sets import GatherOptions, gather_node
 from ansible_collections.gpufleet.deepep.plugins.module_utils._serve import node as _serve_node
 from ansible_collections.gpufleet.deepep.plugins.plugin_utils._serve import plan as _serve
 from ansible_collections.gpufleet.deepep.plugins.modules import node_stack, serve_plan
@@ -45,8 +45,8 @@ def test_node_stack_gathers_the_serve_node_set_as_the_preflight_reads_it(tmp_pat
         calls.append((list(argv), timeout))
         return 0, IP_ADDR, ""
     scripts = [str(tmp_path / "env.sh"), str(tmp_path / "missing.sh")]
-    facts, errors = _stack.gather_node(gather=["serve_node"], serve_env_scripts=scripts, serve_dg_cache_dir=str(dg),
-                                       timeout=7, runner=runner)
+    facts, errors = gather_node(["serve_node"], GatherOptions(serve_env_scripts=scripts, serve_dg_cache_dir=str(dg),
+                                                              timeout=7), runner=runner)
     assert errors == {} and list(facts) == ["gpufleet_serve_node"]
     assert calls == [(["ip", "-j", "addr", "show"], 7)]  # started once, with the others, bounded by timeout
     assert facts["gpufleet_serve_node"] == _serve_node.gather_node(scripts, str(dg), runner, timeout=7)
@@ -56,8 +56,8 @@ def test_node_stack_gathers_the_serve_node_set_as_the_preflight_reads_it(tmp_pat
 
 
 def test_node_stack_serve_node_unreadable_interfaces_are_facts_not_a_failure(tmp_path):
-    facts, errors = _stack.gather_node(gather=["serve_node"], runner=lambda argv, timeout=None, env=None:
-                                       (124, "", "timed out after 7s"), timeout=7)
+    facts, errors = gather_node(["serve_node"], GatherOptions(timeout=7), runner=lambda argv, timeout=None, env=None:
+                                (124, "", "timed out after 7s"))
     node_facts = facts["gpufleet_serve_node"]
     assert errors == {} and node_facts["interfaces"] is None and "exited 124" in node_facts["interfaces_error"]
     assert node_facts["deepgemm_dir"] == "/var/cache/sglang/deep_gemm"  # the sglang role's default

@@ -18,7 +18,7 @@ from unit_helpers import REPO, run_module
 from ansible_collections.gpufleet.deepep.plugins.module_utils._serve import sglang_probe as _sglang_probe
 from ansible_collections.gpufleet.deepep.plugins.module_utils._serve import sglang_facts as _sglang_facts
 from ansible_collections.gpufleet.deepep.plugins.module_utils._node import commands as _commands
-from ansible_collections.gpufleet.deepep.plugins.module_utils._node import stack as _stack
+from ansible_collections.gpufleet.deepep.plugins.module_utils._node import gather_sets as _gather_sets
 from ansible_collections.gpufleet.deepep.plugins.plugin_utils._audit.document import node_document
 from ansible_collections.gpufleet.deepep.plugins.modules import node_stack, sglang_env
 
@@ -120,8 +120,8 @@ def test_the_sglang_probe_starts_with_the_others_and_is_bounded(tmp_path):
             return 124, "", "timed out after 7s"
         return 1, "", "not here"
 
-    facts, errors = _stack.gather_node(gather=["sglang"], root=str(tmp_path), sglang_python=str(python), timeout=7,
-                                       runner=runner)
+    facts, errors = _gather_sets.gather_node(["sglang"], _gather_sets.GatherOptions(
+        root=str(tmp_path), sglang_python=str(python), timeout=7), runner=runner)
     assert facts == {}
     assert [(c[0][0], c[1], c[2]) for c in calls] == [(str(python), False, 7)]
     assert "ran past its 7 s time limit" in errors["gpufleet_sglang"]
@@ -134,8 +134,9 @@ def test_a_name_on_path_is_resolved_as_sglang_env_does(tmp_path, monkeypatch):
     python.chmod(0o755)
     monkeypatch.setenv("PATH", str(python.parent))
     assert _sglang_facts.resolve_python("mypython", _commands.find_executable) == str(python)
-    _facts, errors = _stack.gather_node(gather=["sglang"], sglang_python="not-there", root=str(tmp_path),
-                                        runner=lambda argv, timeout=None, env=None: (1, "", ""))
+    _facts, errors = _gather_sets.gather_node(
+        ["sglang"], _gather_sets.GatherOptions(sglang_python="not-there", root=str(tmp_path)),
+        runner=lambda argv, timeout=None, env=None: (1, "", ""))
     assert errors["gpufleet_sglang"] == ("python 'not-there' was not found on PATH; give the interpreter's absolute "
                                          "path")
 
@@ -201,4 +202,4 @@ def test_the_gather_expression_of_the_audit_role():
     for audit_sglang, expected in ((True, base + ["sglang"]), (False, base)):
         templar = Templar(loader=DataLoader(), variables={"audit_sglang": audit_sglang})
         assert templar.template(trust_as_template(options["gather"])) == expected
-    assert set(_stack.GATHERABLE) >= set(expected + ["sglang"])
+    assert set(_gather_sets.GATHERABLE) >= set(expected + ["sglang"])
