@@ -1,0 +1,165 @@
+# Copyright: (c) 2026, gpufleet.deepep contributors
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
+"""Long Jinja expressions of the roles split into named role vars (issue 48's measure): each OLD_* expression, as the
+role held it before, and the role's expression now (read from the role's files with the vars it names: defaults,
+vars/main.yml, the task's vars) render the same with ansible's Templar over many combinations of their inputs."""
+
+from __future__ import annotations
+
+import itertools
+import random
+
+import pytest
+import yaml
+from ansible.errors import AnsibleError
+
+from unit_helpers import REPO
+
+MISSING = object()
+
+
+def _trusted(value):
+    from ansible.template import trust_as_template
+
+    if isinstance(value, str):
+        return trust_as_template(value) if ("{{" in value or "{%" in value) else value
+    if isinstance(value, dict):
+        return dict((k, _trusted(v)) for k, v in value.items())
+    if isinstance(value, list):
+        return [_trusted(v) for v in value]
+    return value
+
+
+def _yaml(role, path):
+    file = REPO / "roles" / role / path
+    return (yaml.safe_load(file.read_text(encoding="utf-8")) or {}) if file.is_file() else {}
+
+
+def _tasks(items):
+    for task in items or []:
+        yield task
+        for key in ("block", "rescue", "always"):
+            yield from _tasks(task.get(key))
+
+
+def task(role, tasks_file, name):
+    found = [t for t in _tasks(_yaml(role, "tasks/" + tasks_file) or _yaml(role, tasks_file)) if t.get("name") == name]
+    assert len(found) == 1, "%s: %d tasks named %r" % (tasks_file, len(found), name)
+    return found[0]
+
+
+def role_vars(role, *tasks_):
+    """The role's defaults, then its vars/main.yml, then the vars of the given tasks, as the play would see them."""
+    out = dict(_yaml(role, "defaults/main.yml"))
+    out.update(_yaml(role, "vars/main.yml"))
+    for one in tasks_:
+        out.update(one.get("vars") or {})
+    return out
+
+
+def render(expression, variables, inputs):
+    """The expression rendered with the variables and the inputs (MISSING leaves a variable undefined); an error is
+    rendered as its class, so that old and new failing alike compare equal."""
+    from ansible.parsing.dataloader import DataLoader
+    from ansible.template import Templar
+
+    merged = dict(variables)
+    for name, value in inputs.items():
+        if value is MISSING:
+            merged.pop(name, None)
+        else:
+            merged[name] = value
+    templar = Templar(loader=DataLoader(), variables=_trusted(merged))
+    try:
+        return templar.template(_trusted(expression))
+    except AnsibleError as err:
+        return type(err).__name__
+
+
+def combinations(limit=None, **axes):
+    """Every combination of the axes' values, or (limit) that many of them drawn alike on every run."""
+    names = list(axes)
+    every = [dict(zip(names, values)) for values in itertools.product(*(axes[n] for n in names))]
+    return every if limit is None or limit >= len(every) else random.Random(48).sample(every, limit)
+
+
+def assert_same(old, new, old_vars, new_vars, cases):
+    count = 0
+    for inputs in cases:
+        before, after = render(old, old_vars, inputs), render(new, new_vars, inputs)
+        assert after == before, "inputs %r: old %r, new %r" % (inputs, before, after)
+        assert not isinstance(before, str) or not before.startswith("Ansible"), "inputs %r: %s" % (inputs, before)
+        count += 1
+    assert count > 0
+    return count
+
+
+# audit ---------------------------------------------------------------------------------------------------------------
+
+OLD_AUDIT_SGLANG_EXPECT = """{{ (sglang_server | default({})) | combine({'transfer_engine': sglang_transfer_engine | default('none'),
+                                           'mooncake_dmabuf': sglang_mooncake_dmabuf | default(false) | bool,
+                                           'use_bundled_deepep': sglang_use_bundled_deepep | default(false) | bool}) }}"""
+OLD_AUDIT_SERVING = """{{ inventory_hostname in (groups[sglang_serve_prefill_group | default('sglang_prefill')] | default([])
+                          + groups[sglang_serve_decode_group | default('sglang_decode')] | default([])
+                          + groups[sglang_serve_router_group | default('sglang_router')] | default([])) }}"""
+OLD_AUDIT_ROUTER_URL = """{{ ('http://127.0.0.1:%d' % ((sglang_serve_router | default({})).port | default(30080) | int))
+   if inventory_hostname in groups[sglang_serve_router_group | default('sglang_router')] | default([]) else '' }}"""
+OLD_AUDIT_EXPECT = """{{ {'hca_prefix': audit_expected_hca_prefix if audit_expected_hca_prefix | length > 0 else none,
+    'profile': audit_profile if audit_profile | length > 0 else none,
+    'intranode_only': gpufleet_intranode_only | default(false) | bool,
+    'deepep_v2': audit_expected_deepep_v2 | bool,
+    'sglang': audit_sglang_expect if audit_sglang | bool else none,
+    'unset': ([] if audit_profile | length > 0 else ['gpufleet_profile'])
+             + ([] if gpufleet_intranode_only is defined else ['gpufleet_intranode_only'])
+             + ([] if deepep_generation is defined else ['deepep_generation'])
+             + ([] if audit_expected_hca_prefix | length > 0 else ['audit_expected_hca_prefix'])}
+   | combine(audit_expect_extra) }}"""
+
+GROUPS = {"sglang_prefill": ["p1"], "sglang_decode": ["d1", "d2"], "sglang_router": ["r1"],
+          "pf": ["n1"], "dc": ["n2"], "rt": ["n3", "p1"], "all": ["p1", "d1", "d2", "r1", "n1", "n2", "n3", "x"]}
+
+
+def _audit_old_vars():
+    old = dict(_yaml("audit", "defaults/main.yml"), audit_sglang_expect=OLD_AUDIT_SGLANG_EXPECT,
+               audit_serving=OLD_AUDIT_SERVING, audit_serving_router_url=OLD_AUDIT_ROUTER_URL)
+    return old
+
+
+def test_audit_serving_hosts_and_router_url():
+    old_vars, new_vars = _audit_old_vars(), role_vars("audit")
+    new_serving, new_url = new_vars["audit_serving"], new_vars["audit_serving_router_url"]
+    cases = combinations(
+        300, inventory_hostname=["p1", "d2", "r1", "n1", "n2", "n3", "x"],
+        groups=[GROUPS, {"all": ["x"]}, dict(GROUPS, sglang_decode=[])],
+        sglang_serve_prefill_group=[MISSING, "pf", "nosuch"],
+        sglang_serve_decode_group=[MISSING, "dc"],
+        sglang_serve_router_group=[MISSING, "rt", "nosuch"],
+        sglang_serve_router=[MISSING, {}, {"port": 31000}, {"port": "8443"}])
+    assert assert_same(OLD_AUDIT_SERVING, new_serving, old_vars, new_vars, cases) == 300
+    assert assert_same(OLD_AUDIT_ROUTER_URL, new_url, old_vars, new_vars, cases) == 300
+
+
+def test_audit_sglang_expect():
+    cases = combinations(sglang_server=[MISSING, {}, {"tp": 8, "dp": 8, "transfer_engine": "x"}],
+                         sglang_transfer_engine=[MISSING, "nixl"],
+                         sglang_mooncake_dmabuf=[MISSING, "yes", False],
+                         sglang_use_bundled_deepep=[MISSING, True, "no"])
+    new_vars = role_vars("audit")
+    assert assert_same(OLD_AUDIT_SGLANG_EXPECT, new_vars["audit_sglang_expect"], _audit_old_vars(), new_vars,
+                       cases) == 54
+
+
+def test_audit_expect():
+    note = task("audit", "main.yml", "Note what the node's profile expects")
+    new_vars = role_vars("audit", note)
+    new = note["ansible.builtin.set_fact"]["audit_expect"]
+    cases = combinations(300, doca_ofed_wanted_hca_prefix=[MISSING, "", "mlx5"],
+                         gpufleet_profile=[MISSING, "", "h200"],
+                         gpufleet_intranode_only=[MISSING, True, "no"],
+                         deepep_generation=[MISSING, "v2", "auto"],
+                         sglang_version=[MISSING, "0.5.8"],
+                         sglang_enabled=[MISSING, False],
+                         sglang_server=[MISSING, {"tp": 8}],
+                         sglang_transfer_engine=[MISSING, "mooncake"],
+                         audit_expect_extra=[{}, {"profile": "other", "extra": [1]}])
+    assert assert_same(OLD_AUDIT_EXPECT, new, _audit_old_vars(), new_vars, cases) == 300
