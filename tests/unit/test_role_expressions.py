@@ -7,15 +7,18 @@ vars/main.yml, the task's vars) render the same with ansible's Templar over many
 from __future__ import annotations
 
 import itertools
+import pickle
 import random
+import subprocess
+import sys
 
-import pytest
 import yaml
 from ansible.errors import AnsibleError
 
 from unit_helpers import REPO
 
 MISSING = object()
+DEBUG = False
 
 
 def _trusted(value):
@@ -73,7 +76,7 @@ def render(expression, variables, inputs):
     try:
         return templar.template(_trusted(expression))
     except AnsibleError as err:
-        return type(err).__name__
+        return type(err).__name__ + (": " + str(err).splitlines()[0] if DEBUG else "")
 
 
 def combinations(limit=None, **axes):
@@ -163,3 +166,62 @@ def test_audit_expect():
                          sglang_transfer_engine=[MISSING, "mooncake"],
                          audit_expect_extra=[{}, {"profile": "other", "extra": [1]}])
     assert assert_same(OLD_AUDIT_EXPECT, new, _audit_old_vars(), new_vars, cases) == 300
+
+
+# preflight and sglang: the findings pipeline's arguments ---------------------------------------------------------------
+
+OLD_PREFLIGHT_JUDGED = """{{ preflight_node | gpufleet.deepep.findings_pipeline(
+     lookup('ansible.builtin.file', preflight_rules_file) | from_yaml, 'preflight',
+     host=inventory_hostname, profile=gpufleet_profile | default('-'),
+     kernel=ansible_facts.kernel | default('?'), settings=preflight_settings) }}"""
+OLD_SGLANG_JUDGED = """{{ ansible_facts | gpufleet.deepep.findings_pipeline(
+     lookup('ansible.builtin.file', sglang_rules_file) | from_yaml, 'sglang',
+     host=inventory_hostname, groups=group_names, fail_on=sglang_fail_on,
+     settings={'stage': sglang_judge_stage, 'server': sglang_server,
+               'transfer_engine': sglang_transfer_engine, 'mooncake_dmabuf': sglang_mooncake_dmabuf,
+               'use_bundled_deepep': sglang_use_bundled_deepep}) }}"""
+
+
+def assert_same_with_collection(*args):
+    """assert_same in a fresh interpreter whose plugin loader finds the collection (.collections), so that its filters
+    resolve by their FQCN (in this process the collection may already be imported as a plain package)."""
+    script = ("import pickle, sys\n"
+              "from ansible.plugins.loader import init_plugin_loader\n"
+              "init_plugin_loader([sys.argv[1]])\n"
+              "sys.path[:0] = [sys.argv[2]]\n"
+              "import test_role_expressions\n"
+              "print(test_role_expressions.assert_same(*pickle.load(sys.stdin.buffer)))\n")
+    proc = subprocess.run([sys.executable, "-c", script, str(REPO / ".collections"), str(REPO / "tests" / "unit")],
+                          input=pickle.dumps(args), capture_output=True, check=False, timeout=120)
+    assert proc.returncode == 0, proc.stderr.decode(errors="replace")[-3000:]
+    return int(proc.stdout.decode().split()[-1])
+
+
+def test_preflight_judged():
+    from findings_pipeline_cases import PREFLIGHT_HOSTS
+    from test_findings_pipeline import preflight_settings
+
+    judge = task("preflight", "judge.yml", "Describe the node for the rules")
+    new_vars = dict(role_vars("preflight", judge), role_path=str(REPO / "roles" / "preflight"))
+    new = judge["ansible.builtin.set_fact"]["preflight_judged"]
+    cases = [dict(inventory_hostname=host, preflight_node=PREFLIGHT_HOSTS[host]["preflight_node"],
+                  preflight_settings=preflight_settings(host), ansible_facts=facts, **profile)
+             for host in sorted(PREFLIGHT_HOSTS) for profile in ({}, {"gpufleet_profile": "b200_roce"})
+             for facts in ({}, {"kernel": "6.8.0-1015-gcp"})]
+    assert assert_same_with_collection(OLD_PREFLIGHT_JUDGED, new, new_vars, new_vars, cases) == 16
+
+
+def test_sglang_judged():
+    from findings_pipeline_cases import SGLANG_HOSTS
+
+    judge = task("sglang", "judge.yml", "Judge the SGLang rules ({{ sglang_judge_stage }})")
+    new_vars = dict(role_vars("sglang", judge), role_path=str(REPO / "roles" / "sglang"))
+    new = judge["vars"]["sglang_judged"]
+    cases = []
+    for host, host_vars in sorted(SGLANG_HOSTS.items()):
+        switched = {"sglang_mooncake_dmabuf": True, "sglang_use_bundled_deepep": "yes"}
+        for groups, switches in ((["all"], {}), (["sglang_prefill"], switched)):
+            inputs = dict((k, v) for k, v in host_vars.items() if k != "case_facts")
+            cases.append(dict(inputs, inventory_hostname=host, ansible_facts=host_vars["case_facts"],
+                              group_names=groups, **switches))
+    assert assert_same_with_collection(OLD_SGLANG_JUDGED, new, new_vars, new_vars, cases) == 8
