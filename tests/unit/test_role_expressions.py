@@ -6,6 +6,7 @@ vars/main.yml, the task's vars) render the same with ansible's Templar over many
 
 from __future__ import annotations
 
+import datetime
 import itertools
 import pickle
 import random
@@ -17,7 +18,8 @@ from ansible.errors import AnsibleError
 
 from unit_helpers import REPO
 
-MISSING = object()
+MISSING = object()  # the variable is not defined
+DEFAULT = object()  # the variable is the role's default
 DEBUG = False
 
 
@@ -61,13 +63,15 @@ def role_vars(role, *tasks_):
 
 
 def render(expression, variables, inputs):
-    """The expression rendered with the variables and the inputs (MISSING leaves a variable undefined); an error is
-    rendered as its class, so that old and new failing alike compare equal."""
+    """The expression rendered with the variables and the inputs (MISSING: the variable undefined, DEFAULT: as the
+    variables have it); an error is rendered as its class, so that old and new failing alike compare equal."""
     from ansible.parsing.dataloader import DataLoader
     from ansible.template import Templar
 
     merged = dict(variables)
     for name, value in inputs.items():
+        if value is DEFAULT:
+            continue
         if value is MISSING:
             merged.pop(name, None)
         else:
@@ -225,3 +229,98 @@ def test_sglang_judged():
             cases.append(dict(inputs, inventory_hostname=host, ansible_facts=host_vars["case_facts"],
                               group_names=groups, **switches))
     assert assert_same_with_collection(OLD_SGLANG_JUDGED, new, new_vars, new_vars, cases) == 8
+
+
+# build_once, env_script, sglang_serve, image, deepep: sub-expressions named by task vars --------------------------------
+
+OLD_BUILD_ONCE_PLAN_MSG = """{{ 'Would build ' ~ build_once_title ~ ' ' ~ build_once_plan.key[:8] ~ ' here and publish '
+   ~ build_once_artifact_name ~ ' to ' ~ build_once_store
+   if build_once_builder == inventory_hostname
+   else 'Would install ' ~ build_once_title ~ ' ' ~ build_once_plan.key[:8] ~ ' from '
+        ~ ((build_once_artifact_name ~ ' on this host') if not build_once_plan.would_build
+           else 'the artifact store')
+        ~ (' (built by ' ~ build_once_builder ~ ')' if build_once_builder | length > 0 else '') }}
+({{ build_once_plan.reason | default('') }})"""
+OLD_ENV_SCRIPT_GATHER = """{{ ['modules', 'paths']
+   + (['rdma'] if env_script_reread or ansible_facts.gpufleet_rdma is not defined else [])
+   + (['gpus'] if env_script_reread or ansible_facts.gpufleet_gpus is not defined else []) }}"""
+OLD_SGLANG_SERVE_READY = """router {{ sglang_serve_plan.router.url }} ready: {{ sglang_serve_workers.json.stats.prefill_count }} prefill and
+{{ sglang_serve_workers.json.stats.decode_count }} decode workers healthy
+({{ ((now(utc=true) - sglang_serve_t0 | to_datetime('%Y-%m-%dT%H:%M:%S.%f')).total_seconds()) | round(1) }} s
+after the plan)."""
+OLD_IMAGE_NOT_READY = """The image-born node {{ inventory_hostname }} is not DeepEP-ready after its first boot:
+import deep_ep: {{ image_post_boot.ansible_facts.gpufleet_stack.deep_ep_import.error | default('not tried') }};
+mapping: {{ image_post_boot.ansible_facts.gpufleet_hca_mapping.error | default('none') }}."""
+OLD_DEEPEP_JIT_REPORT = """JIT cache {{ deepep_jit_cache_dir }}: {{ jit.kernel_count | default(0) }} kernels
+({{ jit.kernels | default([]) | join(', ') }}), {{ origins[jit.from] | default('not filled yet') }};
+cold warm-up {{ jit.compiled_seconds | default('n/a', true) }} s ({{ jit.compiled | default('?', true) }} compiled),
+warm {{ jit.loaded_seconds | default('n/a', true) }} s ({{ jit.loaded | default('?', true) }} loaded)"""
+
+
+def folded(text):
+    """A YAML folded scalar's value (>-): the lines joined by single spaces."""
+    return " ".join(text.split("\n"))
+
+
+def test_build_once_plan_report():
+    report = task("build_once", "main.yml", "Report the plan (check mode)")
+    new_vars = role_vars("build_once", report)
+    cases = combinations(inventory_hostname=["n1", "n2"], build_once_builder=["", "n1", "n3"],
+                         build_once_title=["DeepEP", "NVSHMEM 3.4.5"], build_once_artifact_name=["the wheel"],
+                         build_once_store=["/srv/store", "s3://b/p"],
+                         build_once_plan=[{"key": "0123456789abcdef", "would_build": True, "reason": "new key"},
+                                          {"key": "fedcba98", "would_build": False},
+                                          {"key": "ab", "would_build": False, "reason": ""}])
+    assert assert_same(folded(OLD_BUILD_ONCE_PLAN_MSG), report["ansible.builtin.debug"]["msg"], new_vars, new_vars,
+                       cases) == 72
+
+
+def test_env_script_gather():
+    read = task("env_script", "main.yml", "Read the node")
+    new_vars = role_vars("env_script", read)
+    facts = [{}, {"gpufleet_rdma": {"devices": []}}, {"gpufleet_gpus": {}}, {"gpufleet_rdma": {}, "gpufleet_gpus": {}}]
+    cases = combinations(env_script_reread=[True, False, DEFAULT], reboot_done=[MISSING, True, False],
+                         ansible_facts=facts)
+    assert assert_same(OLD_ENV_SCRIPT_GATHER, read["gpufleet.deepep.node_stack"]["gather"], new_vars, new_vars,
+                       cases) == 36
+
+
+def test_sglang_serve_ready_report():
+    say = task("sglang_serve", "main.yml", "Say how the fleet serves")
+    new_vars = role_vars("sglang_serve", say)
+    moments = [datetime.datetime(2026, 1, 2, 3, 4, 5, 650000), datetime.datetime(2026, 1, 2, 4, 0, 0)]
+    cases = [{"now": (lambda utc=False, moment=moment: moment), "sglang_serve_t0": t0,
+              "sglang_serve_plan": {"router": {"url": url}},
+              "sglang_serve_workers": {"json": {"stats": {"prefill_count": 2, "decode_count": decode}}}}
+             for moment in moments for t0 in ("2026-01-02T03:00:00.000000", "2026-01-02T03:04:05.123456")
+             for url in ("http://10.0.0.1:30080", "https://r:8443") for decode in (1, 4)]
+    assert assert_same(folded(OLD_SGLANG_SERVE_READY), say["ansible.builtin.debug"]["msg"], new_vars, new_vars,
+                       cases) == 16
+
+
+def test_image_first_boot_refusal():
+    check = task("image", "first_boot.yml", "Check that DeepEP imports and applies this node's mapping")
+    new_vars = role_vars("image", check)
+    results = [{}, {"ansible_facts": {}},
+               {"ansible_facts": {"gpufleet_stack": {"deep_ep_import": {"ok": False, "error": "No module named x"}},
+                                  "gpufleet_hca_mapping": {"error": "GPU 3 has no NIC"}}},
+               {"ansible_facts": {"gpufleet_stack": {"deep_ep_import": {"ok": True, "error": None}},
+                                  "gpufleet_hca_mapping": {"error": None}}},
+               {"ansible_facts": {"gpufleet_stack": {}, "gpufleet_hca_mapping": {}}}]
+    cases = combinations(inventory_hostname=["img-1"], image_post_boot=results)
+    assert assert_same(folded(OLD_IMAGE_NOT_READY), check["ansible.builtin.assert"]["fail_msg"], new_vars, new_vars,
+                       cases) == 5
+
+
+def test_deepep_jit_report():
+    report = task("deepep", "jit.yml", "Report the JIT cache (compiled or loaded, and the warm-up times)")
+    new_vars = role_vars("deepep", report)
+    # (a record without "from" fails in both: origins[jit.from])
+    records = [{"kernel_count": 2, "kernels": ["a", "b"], "from": "compiled", "compiled_seconds": 68.1,
+                "compiled": 11, "loaded_seconds": None, "loaded": 0},
+               {"kernel_count": 1, "kernels": ["a"], "from": "store", "loaded_seconds": 1.5, "loaded": 1},
+               {"from": "elsewhere", "compiled_seconds": 0, "compiled": "", "loaded_seconds": "", "loaded": None}]
+    cases = combinations(deepep_jit_cache_dir=["/var/cache/deepep/jit"],
+                         ansible_facts=[{"gpufleet_deepep_jit": r} for r in records])
+    assert assert_same(folded(OLD_DEEPEP_JIT_REPORT), report["ansible.builtin.debug"]["msg"], new_vars, new_vars,
+                       cases) == 3
