@@ -324,3 +324,44 @@ def test_deepep_jit_report():
                          ansible_facts=[{"gpufleet_deepep_jit": r} for r in records])
     assert assert_same(folded(OLD_DEEPEP_JIT_REPORT), report["ansible.builtin.debug"]["msg"], new_vars, new_vars,
                        cases) == 3
+
+
+# doca_ofed -----------------------------------------------------------------------------------------------------------
+
+OLD_DOCA_OFED_HEADER_NOTE = """{{ doca_ofed_mlx5dv_header }} lacks {{ doca_ofed_mlx5dv_symbol }}, not needed: {{ doca_ofed_mlx5dv_rule }}.
+{{ 'DOCA-OFED is installed for the device names.' if doca_ofed_needed else 'No DOCA-OFED for it.' }}"""
+
+
+def test_doca_ofed_header_note():
+    say = task("doca_ofed", "main.yml", "Say why rdma-core's header needs no DOCA-OFED")
+    new_vars = role_vars("doca_ofed", say)
+    cases = combinations(doca_ofed_needed=[True, False, "True"],
+                         doca_ofed_mlx5dv_rule=["NVSHMEM 3.4.5 defines it itself", ""],
+                         doca_ofed_mlx5dv_symbol=[DEFAULT, "OTHER_SYMBOL"])
+    assert assert_same(folded(OLD_DOCA_OFED_HEADER_NOTE), say["ansible.builtin.debug"]["msg"], new_vars, new_vars,
+                       cases) == 12
+
+
+# sglang: the lock file's body, from copy's content to the role's template -----------------------------------------------
+
+OLD_SGLANG_LOCK_CONTENT = """---
+# SGLang {{ sglang_version }} hash lock: {{ sglang_lock.lock.packages }} packages resolved by pip on {{ inventory_hostname }}
+# ({{ sglang_lock.lock.python }}) for {{ sglang_lock.lock.requested | join(', ') }}, holding
+# {{ sglang_lock.lock.holds | dictsort | map('join', '==') | join(', ') or 'nothing' }};
+# left out: {{ sglang_lock.lock.excluded | join(', ') or 'nothing' }}.
+# Made by playbooks/sglang_lock.yml; every install of the profile checks each download against it.
+{{ {'sglang_requirements_hashes': sglang_lock.requirements_hashes} | to_nice_yaml(indent=2, width=200) }}
+"""
+
+
+def test_sglang_lock_template():
+    write = task("sglang", "lock.yml", "Write the lock on the controller ({{ sglang_lock_file }})")
+    template = REPO / "roles" / "sglang" / "templates" / write["ansible.builtin.template"]["src"]
+    digest = ["%064x" % n for n in range(3)]
+    locks = [{"lock": {"packages": 2, "python": "3.12.3", "requested": ["sglang==0.5.8"], "holds": {},
+                       "excluded": []}, "requirements_hashes": {"sglang==0.5.8": digest[:1]}},
+             {"lock": {"packages": 40, "python": "3.10.12", "requested": ["sglang==0.5.8", "nixl"],
+                       "holds": {"torch": "2.9.1", "deep_ep": "1.2.1"}, "excluded": ["deep_ep", "nvidia-nccl-cu12"]},
+              "requirements_hashes": {"a" * 150 + "==1.0": digest[1:], "sglang==0.5.8": digest[:1]}}]
+    cases = combinations(sglang_version=["0.5.8", 0.5], inventory_hostname=["n1"], sglang_lock=locks)
+    assert assert_same(OLD_SGLANG_LOCK_CONTENT, template.read_text(encoding="utf-8"), {}, {}, cases) == 4
