@@ -297,15 +297,22 @@ H200X1 = FIXTURES / "captured" / "h200x1"
 
 
 def role_expect(variables):
-    """``audit_expect`` as roles/audit/tasks/main.yml computes it from the node's variables."""
+    """``audit_expect`` as roles/audit/tasks/main.yml computes it from the node's variables (with the role's
+    vars/main.yml and the task's vars)."""
     from ansible.parsing.dataloader import DataLoader
     from ansible.template import Templar, trust_as_template
 
+    def trusted(value):
+        if isinstance(value, dict):
+            return dict((k, trusted(v)) for k, v in value.items())
+        return trust_as_template(value) if isinstance(value, str) and "{{" in value else value
+
     tasks = yaml.safe_load((REPO / "roles" / "audit" / "tasks" / "main.yml").read_text())
     (task,) = [t for t in tasks if t.get("name") == "Note what the node's profile expects"]
+    role_vars = yaml.safe_load((REPO / "roles" / "audit" / "vars" / "main.yml").read_text())
     defaults = {"audit_expected_hca_prefix": "", "audit_profile": "", "audit_expected_deepep_v2": False,
                 "audit_sglang": False, "audit_sglang_expect": {}, "audit_expect_extra": {}}
-    templar = Templar(loader=DataLoader(), variables=dict(defaults, **variables))
+    templar = Templar(loader=DataLoader(), variables=trusted(dict(defaults, **role_vars, **task["vars"], **variables)))
     return json.loads(json.dumps(templar.template(trust_as_template(task["ansible.builtin.set_fact"]["audit_expect"]))))
 
 
