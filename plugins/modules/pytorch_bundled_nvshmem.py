@@ -296,11 +296,13 @@ from ansible_collections.gpufleet.deepep.plugins.module_utils._fileio import cop
 from ansible_collections.gpufleet.deepep.plugins.module_utils._comm.nvshmem_discovery import (
     PROBE_SCRIPT,
     DiscoveryError,
-    bundled_would_win,
     find_bundled,
     find_gdrcopy_lib,
     ordered_site_packages,
     parse_probe,
+)
+from ansible_collections.gpufleet.deepep.plugins.module_utils._comm.nvshmem_winner import (
+    bundled_would_win,
     plan_replacements,
     read_bundled,
 )
@@ -416,7 +418,7 @@ class BundledNvshmem(object):
 
     def observe(self):
         """The interpreter's site-packages, then everything else read by the reader node_stack's bundled_nvshmem
-        set shares (module_utils._comm.nvshmem_discovery.read_bundled): every bundled copy, the custom build, the
+        set shares (module_utils._comm.nvshmem_winner.read_bundled): every bundled copy, the custom build, the
         LD_PRELOAD value (with GDRCopy's library), whether env_script preloads the custom host library."""
         params = self.params
         self.site_packages = _discover_site_packages(self.module, self.result)

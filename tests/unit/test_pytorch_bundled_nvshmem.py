@@ -21,6 +21,7 @@ from pathlib import Path
 import pytest
 
 from ansible_collections.gpufleet.deepep.plugins.module_utils._comm import nvshmem_discovery as disc
+from ansible_collections.gpufleet.deepep.plugins.module_utils._comm import nvshmem_winner as winner
 from ansible_collections.gpufleet.deepep.plugins.modules import pytorch_bundled_nvshmem as mod
 
 BUNDLED_HOST = b"\x7fELF bundled libnvshmem_host 3.4.5"
@@ -95,7 +96,7 @@ def facts_of(result):
 
 def read(site, prefix, **kwargs):
     """The facts of the reader the module and node_stack's bundled_nvshmem set share (no state, no interpreter)."""
-    return disc.read_bundled(None, None, [str(site)], str(prefix), **kwargs)
+    return winner.read_bundled(None, None, [str(site)], str(prefix), **kwargs)
 
 
 def transport_path(site: Path) -> Path:
@@ -489,7 +490,7 @@ def test_unreadable_env_script_is_refused_naming_it(module_runner, tmp_path, tre
             raise PermissionError(13, "Permission denied", str(path))
         return real_open(path, *args, **kwargs)
 
-    monkeypatch.setattr(disc, "open", refusing_open, raising=False)
+    monkeypatch.setattr(winner, "open", refusing_open, raising=False)
     result = module_runner(mod, {"site_packages": [str(site)], "nvshmem_prefix": str(prefix),
                                  "env_script": str(script)})
     assert result.failed

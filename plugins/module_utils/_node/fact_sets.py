@@ -28,8 +28,8 @@ from ansible_collections.gpufleet.deepep.plugins.module_utils._comm.nvshmem_disc
     DiscoveryError,
     ordered_site_packages,
     parse_probe,
-    read_bundled,
 )
+from ansible_collections.gpufleet.deepep.plugins.module_utils._comm.nvshmem_winner import read_bundled
 from ansible_collections.gpufleet.deepep.plugins.module_utils._pci import (
     NVIDIA_SMI_QUERY_FIELDS,
     gpu_count_problem,
@@ -93,7 +93,7 @@ def gather_gpus(sysfs_root, rdma, nvidia_smi, runner, timeout=60):
 
 def gather_bundled_nvshmem(python, py, nvshmem_prefix, env_script=None, gdrcopy_lib=None):
     """``gpufleet_bundled_nvshmem`` read by gpufleet.deepep.pytorch_bundled_nvshmem's reader
-    (:func:`nvshmem_discovery.read_bundled`), from the site-packages layout the Python probe ``py``
+    (:func:`nvshmem_winner.read_bundled`), from the site-packages layout the Python probe ``py``
     (:func:`gather_python`) read."""
     if not nvshmem_prefix or not os.path.isabs(nvshmem_prefix):
         raise GatherError("nvshmem_prefix %r must be an absolute path such as /opt/deepep/nvshmem"
