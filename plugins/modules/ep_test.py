@@ -158,6 +158,12 @@ options:
       family:
         description: The GPU family the profile declares (C(gpufleet_gpu_family), e.g. C(b200)).
         type: str
+      fabric:
+        description:
+          - The scale-out fabric the profile declares (C(gpufleet_fabric), C(infiniband) or C(roce)); with
+            O(judge.transport_policies), a run across nodes is held to the NCCL networks the fabric has, and a backend
+            whose policy needs what the fabric lacks is refused before the test starts. Empty or unset, none.
+        type: str
       gpus:
         description: How many GPUs took part, which picks the entry's C(by_gpus) gate measured for that count.
         type: int
@@ -172,7 +178,7 @@ options:
           - The site's transport policies (profile name, GPU family or C(default) -> policy keys, optionally
             C(by_backend) -> keys for one backend), merged over the policy of O(backend) for O(scope) (the backend's
             descriptor); C({}) holds the run to the backend's policy as it is. The record's C(transport.basis) names the
-            backend, the scope and the site's entry taken. Every entry is checked before the test starts.
+            backend, the scope, the fabric and the site's entry taken. Every entry is checked before the test starts.
         type: dict
       record:
         description:

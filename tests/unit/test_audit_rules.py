@@ -73,6 +73,12 @@ GPU_NICS = [{"gpu": i, "hca": "mlx5_%d" % i, "port": 1} for i in range(8)]
 
 # rule id -> (changes that make it fire, changes of a close state that keeps it quiet)
 CASES = {
+    "FABRIC_NOT_AS_DECLARED": (
+        # the profile declares InfiniBand; the node's active ports run Ethernet (RoCE)
+        {"expect.fabric": "infiniband"},
+        # it declares the fabric its ports run
+        {"expect.fabric": "roce"},
+    ),
     "RDMA_RAIL_SLOW": (
         {"gpufleet_rdma.devices": rails("mlx5_5"), "gpufleet_gpus.hca_mapping": GPU_NICS},
         # the slower NIC is not a GPU's (a front-end RDMA NIC at its own speed)
@@ -345,6 +351,12 @@ MORE_CASES = [
      "the ports disagree on the RoCE v2 IPv4 index: nothing to compare against"),
     ("HCA_PREFIX_MISMATCH", {"gpufleet_rdma.devices.0.name": "rocep145s0", "expect.hca_prefix": None}, False,
      "no profile expectation for the group"),
+    ("FABRIC_NOT_AS_DECLARED", {"expect.fabric": "roce", "gpufleet_rdma.transport": "infiniband"}, True,
+     "RoCE declared, the ports run InfiniBand"),
+    ("FABRIC_NOT_AS_DECLARED", {"expect.fabric": None, "gpufleet_rdma.transport": "infiniband"}, False,
+     "no fabric declared"),
+    ("FABRIC_NOT_AS_DECLARED", {"expect.fabric": "infiniband", "gpufleet_rdma.transport": "none"}, False,
+     "no active port: the RDMA rules name that, not a fabric"),
     ("BUNDLED_NVSHMEM_WINS", {"gpufleet_bundled_nvshmem.bundled_would_win": True,
                               "gpufleet_bundled_nvshmem.env_script_preloads": False}, True,
      "bundled NVSHMEM found first and no LD_PRELOAD of the custom build"),
@@ -392,7 +404,7 @@ def test_peermem_missing_is_info_only_when_dmabuf_is_usable(dmabuf):
 INTRANODE_RULES = {
     "DEEPEP_NVSHMEM_NO_IBGDA", "HCA_PREFIX_MISMATCH", "ROCE_GID_INDEX", "NIC_HANDLER_CPU_NO_GDRDRV",
     "HCA_MAPPING_MISSING", "RDMA_CORE_NO_MLX5DV", "REMOTE_TRANSPORT_NOT_IBGDA", "PEERMEM_MISSING",
-    "PEERMEM_MISSING_DMABUF", "NVSHMEM_LIBMLX5_OLD",
+    "PEERMEM_MISSING_DMABUF", "NVSHMEM_LIBMLX5_OLD", "FABRIC_NOT_AS_DECLARED",
 }
 
 # An NVLink-only H200 node as the h200 profile leaves it (tests/fixtures/captured/h200x2: no RDMA device):
@@ -548,3 +560,18 @@ def test_an_unknown_kind_is_refused_naming_it():
     with pytest.raises(Exception) as err:
         validate_rules([rule])
     assert "rule X_RULE: kind 'maybe' is not one of finding, not_judged" in str(err.value)
+
+
+def test_the_fabric_finding_names_what_is_declared_and_what_runs():
+    found = next(f for f in evaluate_rules(mutate(HEALTHY, {"expect.fabric": "infiniband"}), CATALOGUE)
+                 if f["id"] == "FABRIC_NOT_AS_DECLARED")
+    assert found["evidence"]["declared"] == "infiniband" and found["evidence"]["found"] == "roce"
+    assert found["message"].startswith("The profile declares the fabric infiniband; the active RDMA ports of mlx5_0, "
+                                       "mlx5_1") and found["message"].endswith("run roce.")
+
+
+def test_the_fabrics_the_rule_compares_are_the_profile_objects():
+    """expect.fabric is compared with gpufleet_rdma.transport as it is: every fabric's rdma_transport is its name."""
+    from ansible_collections.gpufleet.deepep.plugins.plugin_utils._fabrics import FABRICS
+
+    assert all(entry["rdma_transport"] == name for name, entry in FABRICS.items())

@@ -104,7 +104,7 @@ def test_the_sites_policies_are_merged_over_the_backends_and_the_record_says_whi
     # The role's way: the site's table (empty by default) and the run's backend and scope; the record names the basis.
     plain = j.judge(_spec(transport_policies=INTRANODE["verify_intranode_transport_policies"]), H200_V1_2GPU, 0, False,
                     900, "tests/test_intranode.py", host="n1", backend="v1", scope="intranode")
-    assert plain["transport"]["basis"] == {"backend": "deepep_v1", "scope": "intranode", "matched": None}
+    assert plain["transport"]["basis"] == {"backend": "deepep_v1", "scope": "intranode", "fabric": None, "matched": None}
     assert plain["transport"]["policy"]["allow_paths"] == ["p2p"] and plain["gate"]["passed"]
     site = {"h200": {"allow_paths": ["p2p", "shm"]}, "default": {"allow_cpu_fallback": True}}
     merged = j.judge(_spec(transport_policies=site), H200_V1_2GPU, 0, False, 900, "tests/test_intranode.py", host="n1",
@@ -115,6 +115,11 @@ def test_the_sites_policies_are_merged_over_the_backends_and_the_record_says_whi
     # the sweep's stage is held to the backend's internode policy
     sweep = j.policy(_spec(stage="sweep", transport_policies={}), "v2")
     assert sweep["scope"] == "internode" and sweep["policy"]["allow_gin"] == ["GDAKI"]
+    # the profile's fabric: named in the basis, an unknown one refused before the run
+    on_roce = j.policy(_spec(stage="internode", transport_policies={}, fabric="roce"), "v1")
+    assert on_roce["fabric"] == "roce" and on_roce["policy"]["allow_networks"] == ["IB"]
+    with pytest.raises(j.JudgeError, match="judge.transport_policies: fabric 'efa' is not one the collection knows"):
+        j.check(_spec(stage="internode", transport_policies={}, fabric="efa"), "v1", "internode")
 
 
 def test_the_internode_record_keeps_where_it_was_measured():

@@ -332,3 +332,37 @@ def test_fakehw_reads_the_model_word_of_the_gpu_name():
                           ("NVIDIA H200", "h200"), ("GB200", "gb200")):
         profile = copy.deepcopy({"gpu_model": {"name": model}})
         assert fakehw.gpu_family(profile) == family, model
+
+
+@pytest.mark.parametrize("name", fakehw.list_profiles())
+def test_fleetsim_hardware_declares_the_fabric_its_nics_run(name):
+    """The simulated fleet's inventory gives a harness group with RDMA NICs its hardware's gpufleet_fabric (the NIC
+    model's link layer), a fabric of the profile object's table whose RDMA transport is what the node's
+    gpufleet_rdma facts read on that hardware; a group without RDMA NICs declares none."""
+    from ansible_collections.gpufleet.deepep.plugins.plugin_utils._fabrics import FABRICS
+    from tools.fleetsim import fleet
+
+    profile = fakehw.load_profile(name)
+    declared = fleet.profile_vars(name).get("gpufleet_fabric")
+    if not profile.get("nics"):
+        assert declared is None, name
+        return
+    assert declared in FABRICS, name
+    layer = profile["nic_model"]["link_layer"]
+    assert FABRICS[declared]["rdma_transport"] == {"InfiniBand": "infiniband", "Ethernet": "roce"}[layer], name
+
+
+def test_the_example_profiles_declare_the_fabric_of_their_nics():
+    """The example profiles with RDMA NICs declare their fabric once; the NVLink-only ones declare none."""
+    from ansible_collections.gpufleet.deepep.plugins.plugin_utils._fabrics import FABRICS
+
+    group_vars = REPO / "inventories" / "example" / "group_vars"
+    declared = {}
+    for path in sorted(group_vars.glob("*.yml")):
+        data = _yaml(path) or {}
+        if "gpufleet_gpu_family" in data:
+            declared[path.stem] = (data.get("gpufleet_fabric"), bool(data.get("gpufleet_intranode_only")))
+    for name, (fabric, intranode_only) in declared.items():
+        assert (fabric is None) == intranode_only, name
+        assert fabric is None or fabric in FABRICS, name
+    assert declared["h100"][0] == "infiniband" and declared["b200_gcp_cuda129"][0] == "roce"

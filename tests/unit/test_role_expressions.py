@@ -111,7 +111,9 @@ OLD_AUDIT_SERVING = """{{ inventory_hostname in (groups[sglang_serve_prefill_gro
                           + groups[sglang_serve_router_group | default('sglang_router')] | default([])) }}"""
 OLD_AUDIT_ROUTER_URL = """{{ ('http://127.0.0.1:%d' % ((sglang_serve_router | default({})).port | default(30080) | int))
    if inventory_hostname in groups[sglang_serve_router_group | default('sglang_router')] | default([]) else '' }}"""
+# With expect.fabric (the profile's gpufleet_fabric), added after the split as one more key of the same form.
 OLD_AUDIT_EXPECT = """{{ {'hca_prefix': audit_expected_hca_prefix if audit_expected_hca_prefix | length > 0 else none,
+    'fabric': audit_expected_fabric if audit_expected_fabric | length > 0 else none,
     'profile': audit_profile if audit_profile | length > 0 else none,
     'intranode_only': gpufleet_intranode_only | default(false) | bool,
     'deepep_v2': audit_expected_deepep_v2 | bool,
@@ -163,6 +165,7 @@ def test_audit_expect():
     cases = combinations(300, doca_ofed_wanted_hca_prefix=[MISSING, "", "mlx5"],
                          gpufleet_profile=[MISSING, "", "h200"],
                          gpufleet_intranode_only=[MISSING, True, "no"],
+                         gpufleet_fabric=[MISSING, "roce"],
                          deepep_generation=[MISSING, "v2", "auto"],
                          sglang_version=[MISSING, "0.5.8"],
                          sglang_enabled=[MISSING, False],

@@ -60,6 +60,7 @@ def test_roles_run_with_the_debug_settings_the_truth_needs(role):
 SITE = {"default": {"allow_cpu_fallback": True},
         "b200": {"allow_networks": ["IB", "Socket"], "by_backend": {"v2": {"allow_gin": ["GDAKI", "PROXY"]}}},
         "mynodes": {"allow_paths": ["p2p", "shm"]}}
+NVLINK = {"allow_paths": ["p2p"], "allow_transports": ["p2p"], "allow_cpu_fallback": False}
 V1_IB = {"allow_networks": ["IB"], "allow_paths": ["p2p", "shm", "net_gdrdma"], "allow_cpu_fallback": False,
          "require_ibgda": True}
 V2_IB = {"allow_networks": ["IB"], "allow_paths": ["p2p", "shm", "net_gdrdma"], "allow_cpu_fallback": False,
@@ -70,10 +71,8 @@ V2_IB = {"allow_networks": ["IB"], "allow_paths": ["p2p", "shm", "net_gdrdma"], 
     # No site entry applies: the backend's policy for the scope as it is.
     ("v1", "internode", "gcp_h200", None, None, V1_IB),
     ("deepep_v2", "internode", "h100", None, None, V2_IB),
-    ("v1", "intranode", "x", None, None, {"allow_paths": ["p2p"], "allow_transports": ["p2p"],
-                                         "allow_cpu_fallback": False}),
-    ("v2", "intranode", "x", None, None, {"allow_paths": ["p2p"], "allow_transports": ["p2p"],
-                                         "allow_cpu_fallback": False, "require_nccl_match": True}),
+    ("v1", "intranode", "x", None, None, NVLINK),
+    ("v2", "intranode", "x", None, None, dict(NVLINK, require_nccl_match=True)),
     ("v1", "low_latency", "x", None, None, V1_IB),
 ])
 def test_the_backends_policy_applies_where_the_site_has_none(backend, scope, profile, family, matched, expected):
@@ -95,6 +94,36 @@ def test_the_sites_entry_is_merged_over_the_backends_policy(backend, profile, fa
     got = backends.transport_policy(backend, "internode", SITE, profile, family)
     base = V1_IB if backend == "v1" else V2_IB
     assert got["matched"] == matched and got["policy"] == dict(base, **changed)
+
+
+@pytest.mark.parametrize("fabric", ["infiniband", "roce"])
+@pytest.mark.parametrize("backend", ["v1", "v2"])
+def test_the_profiles_fabric_gives_the_networks_across_nodes_and_nothing_within_one(fabric, backend):
+    got = backends.transport_policy(backend, "internode", {}, "gcp_b200", fabric=fabric)
+    assert got["fabric"] == fabric and got["policy"]["allow_networks"] == ["IB"]
+    assert got["policy"] == backends.transport_policy(backend, "internode", {}, "gcp_b200")["policy"]
+    within = backends.transport_policy(backend, "intranode", {}, "gcp_b200", fabric=fabric)
+    assert "allow_networks" not in within["policy"]
+    # the site's entry still has the last word
+    mine = backends.transport_policy(backend, "internode", {"b200": {"allow_networks": ["IB", "Socket"]}}, "gcp_b200",
+                                     fabric=fabric)
+    assert mine["policy"]["allow_networks"] == ["IB", "Socket"]
+
+
+def test_a_backend_that_needs_what_the_fabric_lacks_is_refused_by_name(monkeypatch):
+    from ansible_collections.gpufleet.deepep.plugins.plugin_utils import _fabrics
+
+    monkeypatch.setitem(_fabrics.FABRICS, "nogpu", {"title": "A fabric without GPU-driven NICs", "rdma_transport": "x",
+                                                    "nccl_networks": ["Libfabric"], "ibgda": False, "gin": ["PROXY"]})
+    with pytest.raises(backends.BackendError, match="DeepEP V1 runs internode over NVSHMEM IBGDA, which the fabric A "
+                                                    "fabric without GPU-driven NICs does not have"):
+        backends.transport_policy("v1", "internode", {}, "x", fabric="nogpu")
+    with pytest.raises(backends.BackendError, match="DeepEP V2 runs internode over NCCL GIN GDAKI, which the fabric"):
+        backends.transport_policy("v2", "internode", {}, "x", fabric="nogpu")
+    monkeypatch.delitem(_fabrics.FABRICS, "nogpu")
+    with pytest.raises(_fabrics.FabricError, match="fabric 'ib' is not one the collection knows; expected one of "
+                                                   "infiniband, roce"):
+        backends.transport_policy("v1", "internode", {}, "x", fabric="ib")
 
 
 def test_every_backend_scope_has_a_valid_policy_and_no_role_default_holds_one():

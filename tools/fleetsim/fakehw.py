@@ -195,6 +195,16 @@ def gpu_family(profile) -> str:
     return model.split("-")[0].lower()
 
 
+def fabric(profile):
+    """The scale-out fabric of the profile's RDMA NICs (``gpufleet_fabric``): ``infiniband`` or ``roce`` from the link
+    layer of its NIC model, None for a profile without RDMA NICs. Read from the hardware rather than the collection's
+    fabric table; a unit test holds the two to each other for every shipped profile."""
+    if not profile.get("nics") or not profile.get("nic_model"):
+        return None
+    layer = str(profile["nic_model"].get("link_layer", ""))
+    return {"InfiniBand": "infiniband", "Ethernet": "roce"}.get(layer)
+
+
 def _err(profile_name, where, msg):
     return ProfileError(f"profile {profile_name}: {where}: {msg}")
 

@@ -698,11 +698,15 @@ class Fleet:
 
 def profile_vars(profile: str) -> dict:
     """The collection's profile of a harness group whose nodes share one hardware profile: ``gpufleet_profile`` (the
-    hardware profile's name) and ``gpufleet_gpu_family`` (its GPUs' family), so that the verify gates and the arch
-    settings follow the simulated hardware. Written as group vars of the inventory file, the weakest variables of
+    hardware profile's name), ``gpufleet_gpu_family`` (its GPUs' family) and, where it has RDMA NICs,
+    ``gpufleet_fabric`` (their link layer's fabric), so that the verify gates, the transport policies, the audit's
+    expectations and the arch settings follow the simulated hardware. Written as group vars of the inventory file, the weakest variables of
     an inventory: a group that joins a profile of inventories/fleetsim takes that profile's group_vars instead."""
     prof = fakehw.load_profile(profile)
-    return {"gpufleet_profile": prof["name"], "gpufleet_gpu_family": fakehw.gpu_family(prof)}
+    out = {"gpufleet_profile": prof["name"], "gpufleet_gpu_family": fakehw.gpu_family(prof)}
+    if fakehw.fabric(prof):
+        out["gpufleet_fabric"] = fakehw.fabric(prof)
+    return out
 
 
 def boot_log(root: Path, fleet: str) -> list[dict]:

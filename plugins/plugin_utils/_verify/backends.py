@@ -25,6 +25,7 @@ merged over these per profile; the collection's are the strict ones every profil
 
 from __future__ import annotations
 
+from ansible_collections.gpufleet.deepep.plugins.plugin_utils._fabrics import fabric as fabric_of
 from ansible_collections.gpufleet.deepep.plugins.plugin_utils._gpu_families import profile_tokens
 from ansible_collections.gpufleet.deepep.plugins.plugin_utils._thresholds import VerifyInputError
 from ansible_collections.gpufleet.deepep.plugins.plugin_utils._verify.transport import TransportInputError
@@ -164,17 +165,37 @@ def _matched(overrides, profile, family):
     return "default" if "default" in overrides else None
 
 
-def transport_policy(name, scope, overrides=None, profile=None, family=None):
-    """The transport policy a run of backend ``name`` in ``scope`` is held to: the descriptor's, with the site's
-    entry for the profile merged over it (``overrides``: profile name, GPU family or ``default`` -> policy keys, and
-    ``by_backend`` -> keys for one backend; a key given replaces the descriptor's key of that name).
+def _on_fabric(descriptor, scope, policy, name):
+    """The backend's policy of a scope across nodes on the profile's fabric ``name``: the NCCL networks the fabric
+    has, and the backend refused by name where its policy needs what the fabric lacks (IBGDA, a GIN type)."""
+    if "allow_networks" not in policy:
+        return policy
+    fab = fabric_of(name)
+    if policy.get("require_ibgda") and not fab["ibgda"]:
+        raise BackendError("%s runs %s over NVSHMEM IBGDA, which the fabric %s does not have; expected a backend whose "
+                           "policy the fabric meets" % (descriptor["title"], scope, fab["title"]))
+    if policy.get("allow_gin") and not set(policy["allow_gin"]) & set(fab["gin"]):
+        raise BackendError("%s runs %s over NCCL GIN %s, which the fabric %s does not have (it has %s)"
+                           % (descriptor["title"], scope, "/".join(policy["allow_gin"]), fab["title"],
+                              "/".join(fab["gin"]) or "none"))
+    return dict(policy, allow_networks=list(fab["nccl_networks"]))
 
-    Returns ``{backend, scope, profile, matched, policy}``; ``matched`` is the site's entry taken, or None where the
-    collection's policy applies as it is. BackendError names a bad backend, scope, entry, key or value."""
+
+def transport_policy(name, scope, overrides=None, profile=None, family=None, fabric=None):
+    """The transport policy a run of backend ``name`` in ``scope`` is held to: the descriptor's, on the profile's
+    ``fabric`` where one is declared (its NCCL networks across nodes; a backend that needs what it lacks refused), with
+    the site's entry for the profile merged over it (``overrides``: profile name, GPU family or ``default`` -> policy
+    keys, and ``by_backend`` -> keys for one backend; a key given replaces the descriptor's key of that name).
+
+    Returns ``{backend, scope, profile, fabric, matched, policy}``; ``matched`` is the site's entry taken, or None
+    where the collection's policy applies as it is. BackendError names a bad backend, scope, fabric, entry, key or
+    value."""
     if profile is not None and not isinstance(profile, str):
         raise BackendError("profile %r is not a string; expected a profile name" % (profile,))
     descriptor = backend(name)
     policy = scope_of(name, scope)["transport"]
+    if fabric:
+        policy = _on_fabric(descriptor, scope, policy, fabric)
     overrides = {} if overrides is None else overrides
     check_overrides(overrides)
     matched = _matched(overrides, profile, family)
@@ -184,4 +205,5 @@ def transport_policy(name, scope, overrides=None, profile=None, family=None):
         by_backend = entry.get("by_backend") or {}
         for key in (descriptor["name"],) + tuple(alias for alias, target in ALIASES.items() if target == descriptor["name"]):
             policy.update(by_backend.get(key) or {})
-    return {"backend": descriptor["name"], "scope": scope, "profile": profile, "matched": matched, "policy": policy}
+    return {"backend": descriptor["name"], "scope": scope, "profile": profile, "fabric": fabric or None,
+            "matched": matched, "policy": policy}

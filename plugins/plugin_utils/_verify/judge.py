@@ -55,6 +55,7 @@ JUDGE_SPEC = dict(
     gpus=dict(type="int"),
     transport_policy=dict(type="dict"),
     transport_policies=dict(type="dict"),
+    fabric=dict(type="str"),
     record=dict(type="dict", default={}),
 )
 
@@ -86,7 +87,7 @@ def policy(spec, backend=None, scope=None):
             raise JudgeError("judge.transport_policies needs the run's backend (expected ep_test's backend option, "
                              "such as backend=v2, or a transport_policy of your own)")
         return transport_policy(backend, scope or GATE_SCOPES[spec["stage"]], overrides, profile=spec.get("profile"),
-                                family=spec.get("family"))
+                                family=spec.get("family"), fabric=spec.get("fabric") or None)
     except VerifyInputError as exc:
         where = "transport_policy" if given is not None else "transport_policies"
         raise JudgeError("judge.%s: %s" % (where, exc)) from exc
@@ -155,7 +156,8 @@ def judge(spec, output, rc, timed_out, timeout_s, script, log=None, host=None, b
         transport, held_to = None, policy(spec, backend, scope)
         if held_to is not None:
             transport = transport_verdict(output, held_to["policy"])
-            transport["basis"] = {"backend": held_to["backend"], "scope": held_to["scope"], "matched": held_to["matched"]}
+            transport["basis"] = {"backend": held_to["backend"], "scope": held_to["scope"],
+                                  "fabric": held_to.get("fabric"), "matched": held_to["matched"]}
     except (VerifyInputError, BandwidthInputError) as exc:
         raise JudgeError("judge: %s" % exc) from exc
     record.update(parsed=parsed, gate=verdict, thresholds=chosen["thresholds"],
