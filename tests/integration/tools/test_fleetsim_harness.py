@@ -164,10 +164,12 @@ def test_inventory(tmp_path):
     assert children["h100_ib"]["hosts"]["h100-ib-1"]["ansible_host"] == "10.9.0.13"
     # A group of one hardware profile carries the collection's profile variables (no role reads fleetsim_profile):
     # inventory-file group vars, which a profile group's group_vars (inventories/fleetsim) override.
-    assert children["b200_cluster"]["vars"] == {"gpufleet_profile": "gcp_b200", "gpufleet_gpu_family": "b200"}
-    assert children["h100_ib"]["vars"] == {"gpufleet_profile": "h100_ib", "gpufleet_gpu_family": "h100"}
+    assert children["b200_cluster"]["vars"] == {"gpufleet_profile": "gcp_b200", "gpufleet_gpu_family": "b200",
+                                                "gpufleet_fabric": "roce"}
+    assert children["h100_ib"]["vars"] == {"gpufleet_profile": "h100_ib", "gpufleet_gpu_family": "h100",
+                                           "gpufleet_fabric": "infiniband"}
     assert children["h100_ib"]["hosts"]["h100-ib-1"]["fleetsim_profile"] == "h100_ib"
-    assert not [k for k in allvars if k in ("gpufleet_profile", "gpufleet_gpu_family")]
+    assert not [k for k in allvars if k in ("gpufleet_profile", "gpufleet_gpu_family", "gpufleet_fabric")]
 
 
 def test_a_group_of_mixed_hardware_gets_no_profile_of_its_own(tmp_path):
