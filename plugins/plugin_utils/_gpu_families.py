@@ -26,7 +26,7 @@ import re
 from ansible_collections.gpufleet.deepep.plugins.module_utils._arch import torch_to_cmake_arch
 
 __all__ = ["SPECS", "FAMILIES", "GATES", "UNGATED", "SCOPES", "profile_tokens", "family_of", "compute_capability",
-           "torch_arch", "cmake_arch", "gate_table"]
+           "torch_arch", "cmake_arch", "gate_table", "token_key"]
 
 # Family -> hardware. ``arch``: CUDA compute capability, PyTorch's notation. Sources: a100, a800 8.0; h100, h800,
 #   h200 9.0; b200, gb200 10.0; b300, gb300 10.3: the PCI device table of module_utils/_pci.py (GPU_DEVICE_IDS; a unit
@@ -165,6 +165,13 @@ def profile_tokens(profile):
     if not isinstance(profile, str):
         return []
     return [token for token in _SEPARATORS.split(profile.lower()) if token]
+
+
+def token_key(table, profile):
+    """The first key of ``table`` (not ``default``) that is one of ``profile``'s tokens, or None: the token rule by
+    which a gate table and a transport policy table match a profile name (``gcp_b200`` takes ``b200``)."""
+    tokens = profile_tokens(profile)
+    return next((key for key in table if key != "default" and str(key).lower() in tokens), None)
 
 
 def family_of(profile):

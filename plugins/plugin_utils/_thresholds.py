@@ -18,6 +18,7 @@ from ansible_collections.gpufleet.deepep.plugins.plugin_utils._gpu_families impo
     family_of,
     gate_table,
     profile_tokens,
+    token_key,
 )
 
 # Threshold keys: where each one is read in the deepep_bandwidth result.
@@ -141,8 +142,7 @@ def select_thresholds(table, profile=None, gpus=None, table_name=None, family=No
             raise VerifyInputError(_unmatched(table, profile, table_name or "the thresholds table", declared=family,
                                               scope=scope))
     elif profile:
-        tokens = profile_tokens(profile)
-        matched = next((key for key in table if key != "default" and str(key).lower() in tokens), None)
+        matched = token_key(table, profile)
     if matched is None:
         if profile and profile != "default":
             raise VerifyInputError(_unmatched(table, profile, table_name or "the thresholds table", scope=scope))

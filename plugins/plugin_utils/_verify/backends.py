@@ -26,7 +26,7 @@ merged over these per profile; the collection's are the strict ones every profil
 from __future__ import annotations
 
 from ansible_collections.gpufleet.deepep.plugins.plugin_utils._fabrics import fabric as fabric_of
-from ansible_collections.gpufleet.deepep.plugins.plugin_utils._gpu_families import profile_tokens
+from ansible_collections.gpufleet.deepep.plugins.plugin_utils._gpu_families import token_key
 from ansible_collections.gpufleet.deepep.plugins.plugin_utils._thresholds import VerifyInputError
 from ansible_collections.gpufleet.deepep.plugins.plugin_utils._verify.transport import TransportInputError
 from ansible_collections.gpufleet.deepep.plugins.plugin_utils._verify.transport_gate import check_policy
@@ -158,8 +158,7 @@ def _matched(overrides, profile, family):
         return profile
     if family and family in overrides:
         return family
-    tokens = profile_tokens(profile)
-    token = next((key for key in overrides if key != "default" and str(key).lower() in tokens), None)
+    token = token_key(overrides, profile)
     if token is not None:
         return token
     return "default" if "default" in overrides else None

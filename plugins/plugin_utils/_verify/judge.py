@@ -20,6 +20,7 @@ from ansible_collections.gpufleet.deepep.plugins.plugin_utils._thresholds import
 from ansible_collections.gpufleet.deepep.plugins.plugin_utils._verify.backends import (
     ALIASES,
     BACKENDS,
+    backend as backend_of,
     check_overrides,
     transport_policy,
 )
@@ -98,19 +99,25 @@ def check(spec, backend=None, scope=None):
     the record's fields, the transport policy (:func:`policy`), and the gate the profile takes: the collection's gates
     of the stage's scope with ``thresholds`` as the site's overrides (``select_thresholds`` refuses a profile with no
     gate of its own, by name). Returns ``select_thresholds``' choice, or None for a stage without a gate."""
+    return _checked(spec, backend, scope)[0]
+
+
+def _checked(spec, backend, scope):
+    """:func:`check`'s gate choice and the transport policy (:func:`policy`) it resolved: ``(chosen, held_to)``."""
     clash = sorted(set(spec.get("record") or {}) & set(_OWN))
     if clash:
         raise JudgeError("judge.record sets %s, which the judge writes itself; expected only the caller's own fields "
                          "(host, scope, group, rank, world_size, master_addr ...)" % ", ".join(clash))
     if STAGES[spec["stage"]] is None:
-        return None
-    policy(spec, backend, scope)
+        return None, None
+    held_to = policy(spec, backend, scope)
     try:
-        return select_thresholds(spec.get("thresholds") or {}, spec.get("profile"), gpus=spec.get("gpus"),
-                                 table_name=spec.get("table_name"), family=spec.get("family"),
-                                 scope=GATE_SCOPES[spec["stage"]])
+        chosen = select_thresholds(spec.get("thresholds") or {}, spec.get("profile"), gpus=spec.get("gpus"),
+                                   table_name=spec.get("table_name"), family=spec.get("family"),
+                                   scope=GATE_SCOPES[spec["stage"]])
     except VerifyInputError as exc:
         raise JudgeError("judge: %s" % exc) from exc
+    return chosen, held_to
 
 
 def gate_basis(chosen, generation=None):
@@ -141,8 +148,8 @@ def judge(spec, output, rc, timed_out, timeout_s, script, log=None, host=None, b
     ``transport`` carries ``basis``, the policy's backend, scope and the site's entry taken.
     """
     stage = spec["stage"]
-    chosen = check(spec, backend, scope)
-    generation = BACKENDS[ALIASES.get(backend, backend)]["generation"] if backend else None
+    chosen, held_to = _checked(spec, backend, scope)
+    generation = backend_of(backend)["generation"] if backend else None
     record = {"host": host, "scope": host}
     record.update(spec.get("record") or {})
     record.update(stage=stage, test=spec.get("test") or script, log=log)
@@ -153,7 +160,7 @@ def judge(spec, output, rc, timed_out, timeout_s, script, log=None, host=None, b
     try:
         parsed = parse_output(output, test=record["test"], generation=generation)
         verdict = gate(parsed, chosen["thresholds"], rc=rc, timed_out=timed_out, timeout_s=timeout_s, stage=STAGES[stage])
-        transport, held_to = None, policy(spec, backend, scope)
+        transport = None
         if held_to is not None:
             transport = transport_verdict(output, held_to["policy"])
             transport["basis"] = {"backend": held_to["backend"], "scope": held_to["scope"],
