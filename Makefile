@@ -58,7 +58,7 @@ bootstrap:
 test:
 	@mkdir -p $(dir $(TIMINGS)) && scripts/stage_timer.sh $(TIMINGS) --begin
 	@scripts/stage_timer.sh $(TIMINGS) bootstrap scripts/bootstrap.sh || { scripts/stage_timer.sh $(TIMINGS) --summary; exit 1; }
-	@failed=""; mkdir -p $(STAGE_LOGS); \
+	@failed=""; mkdir -p $(STAGE_LOGS) $(MOLECULE_LOGS); rm -f $(MOLECULE_LOGS)/*.why; \
 	( $(VMFLEET) image >$(VM_IMAGE_LOG) 2>&1 || echo "vm image: build failed (realvm builds it again)" >>$(VM_IMAGE_LOG) ) & \
 	image_job=$$!; echo "== vm image: building in the background (log: $(VM_IMAGE_LOG))"; \
 	for group in $(STAGE_GROUPS); do \
@@ -78,7 +78,8 @@ test:
 	done; \
 	wait; \
 	scripts/stage_timer.sh $(TIMINGS) --summary; \
-	if [[ -n "$$failed" ]]; then echo "make test: failed:$$failed"; exit 1; fi
+	if [[ -n "$$failed" ]]; then scripts/stage_why.sh $(STAGE_LOGS) $(MOLECULE_LOGS) $$failed; \
+	  echo "make test: failed:$$failed"; exit 1; fi
 	@echo "make test: all stages passed"
 
 lint: yamllint ansible-lint changelog-lint galaxy-importer

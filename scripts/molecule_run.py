@@ -46,10 +46,32 @@ VM_SCENARIOS = ("realvm", "realvm_image")
 VM_TIMEOUT = 3600
 TAIL_LINES = 300
 SLOWEST = 8  # tasks printed per scenario
+# The lines of a failed scenario's log that say why (Ansible's failures and their messages, Molecule's errors, Python
+# tracebacks' last lines, fleetsim's refusals): the last WHY_LINES of them, each cut at WHY_WIDTH characters, go to
+# <logs>/<scenario>.why, which `make test` prints after its timings, where a CI log's tail shows it.
+WHY = re.compile(r"fatal: |FAILED!|failed: \[|ERROR|CRITICAL|Traceback|Error: |did not boot|not up after|"
+                 r"^\s*[A-Za-z_.]*(Error|Exception): |AssertionError|assert ")
+BOX = re.compile(r"^\s*[│┌└]\s?")
+WHY_LINES = 12
+WHY_WIDTH = 700
 
 
 def clean(line: str) -> str:
     return ACTION.sub("", line)
+
+
+def why_lines(text: str, count: int = WHY_LINES, width: int = WHY_WIDTH) -> list[str]:
+    """The last ``count`` lines of a scenario's log that say why it failed (see :data:`WHY`), without colours or
+    Molecule's box, each at most ``width`` characters, none twice."""
+    found: list[str] = []
+    for raw in text.splitlines():
+        line = BOX.sub("", clean(raw)).strip()
+        if line and WHY.search(line):
+            line = line if len(line) <= width else line[:width - 3] + "..."
+            if line in found:
+                found.remove(line)
+            found.append(line)
+    return found[-count:]
 
 
 class Run:
@@ -57,6 +79,7 @@ class Run:
         self.scenario = scenario
         self.log = logs / f"{scenario}.log"
         self.tasks = logs / f"{scenario}.tasks.jsonl"
+        self.why = logs / f"{scenario}.why"
         self.timeout = timeout
         self.stream = stream
         self.repo = repo
@@ -76,6 +99,7 @@ class Run:
     def run(self) -> None:
         start = time.monotonic()
         self.tasks.unlink(missing_ok=True)
+        self.why.unlink(missing_ok=True)
         env = dict(os.environ, GPUFLEET_TASK_TIMES=str(self.tasks.resolve()))
         with open(self.log, "w", encoding="utf-8", errors="replace") as log:
             proc = subprocess.Popen(["molecule", "test", "-s", self.scenario], cwd=self.repo, stdout=subprocess.PIPE,
@@ -101,6 +125,18 @@ class Run:
         self.seconds = now - start
         if self.timed_out:
             self._take_down_fleet()
+        if not self.ok:
+            self.write_why()
+
+    def write_why(self) -> None:
+        """<logs>/<scenario>.why: the scenario, how it ended, and the lines of its log that say why."""
+        try:
+            text = self.log.read_text(encoding="utf-8", errors="replace")
+        except OSError:
+            text = ""
+        lines = why_lines(text) or ["(no line of the log names an error: read the log)"]
+        head = f"molecule {self.summary()} (log: {self.log})"
+        self.why.write_text("\n".join([head] + [f"  {line}" for line in lines]) + "\n", encoding="utf-8")
 
     def _stop(self, proc: subprocess.Popen) -> None:
         self.timed_out = True

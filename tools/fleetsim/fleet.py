@@ -32,6 +32,16 @@ from tools.fleetsim.common import (AUTO_BRIDGE, AUTO_SUBNET, NODE_IP_OFFSET, PYC
                                    node_name, now, peer_veth, proc_alive, read_json, write_json)
 
 SUPERVISOR_NEEDLE = "tools.fleetsim.supervisor"
+# The supervisors this process started, by PID: held so that subprocess's clean-up of dropped Popen objects (run at
+# every later Popen) never reaps one behind _supervisor_exit's back, which then could not say how it ended.
+_SUPERVISORS: dict[int, subprocess.Popen] = {}
+
+
+def supervisor_needle(fleet_dir: Path | str, node: str) -> str:
+    """What the command line of one node's supervisor holds (module, fleet directory, node): with PIDs reused (the
+    host's pid_max may be 32768), a PID kept in a state file is that supervisor's only while this matches, never
+    another fleet's or another node's (the trailing space ends the node's name: /proc's command line ends in one)."""
+    return f"{SUPERVISOR_NEEDLE} {fleet_dir} {node} "
 SSHD_CONFIG = """\
 # fleetsim node sshd: key-only root login on the node's own address.
 Port 22
@@ -386,7 +396,12 @@ class Fleet:
                                 env={"PATH": os.environ.get("PATH", "/usr/sbin:/usr/bin:/sbin:/bin"),
                                      "PYTHONDONTWRITEBYTECODE": "1", "LANG": "C.UTF-8"})
         log.close()
+        _SUPERVISORS[proc.pid] = proc
         node["supervisor_pid"] = proc.pid
+
+    def _supervisor_alive(self, node: dict) -> bool:
+        """True while the node's recorded supervisor runs (its PID, with this fleet's and node's command line)."""
+        return proc_alive(node.get("supervisor_pid"), supervisor_needle(self.paths.dir, node["name"]))
 
     def node_status(self, name: str) -> dict:
         return read_json(self.paths.node(name).status, {}) or {}
@@ -399,8 +414,7 @@ class Fleet:
                 st = self.node_status(name)
                 if st.get("state") == "up" and (not previous or st.get("boot_id") != previous.get(name)):
                     pending.discard(name)
-                elif st.get("state") in ("failed", "stopped") or not proc_alive(
-                        state["nodes"][name].get("supervisor_pid"), SUPERVISOR_NEEDLE):
+                elif st.get("state") in ("failed", "stopped") or not self._supervisor_alive(state["nodes"][name]):
                     raise FleetError(f"node {name} did not boot ({st.get('state', 'no supervisor')}"
                                      f"{self._supervisor_exit(state['nodes'][name].get('supervisor_pid'))}); the "
                                      f"fleet stays for inspection (`down` removes it); console: "
@@ -418,6 +432,13 @@ class Fleet:
         signal that killed it (it is this process's child until reaped; empty when it is not, or still runs)."""
         if not pid:
             return ""
+        proc = _SUPERVISORS.get(pid)
+        if proc is not None:
+            if proc.poll() is None:
+                return ""
+            if proc.returncode < 0:
+                return f"; its supervisor was killed by signal {signal.Signals(-proc.returncode).name}"
+            return f"; its supervisor exited with status {proc.returncode}"
         try:
             done, status = os.waitpid(pid, os.WNOHANG)
         except ChildProcessError:
@@ -436,7 +457,7 @@ class Fleet:
         return "\n".join(text.splitlines()[-lines:])
 
     def _alive(self, state: dict) -> bool:
-        return any(proc_alive(d.get("supervisor_pid"), SUPERVISOR_NEEDLE) for d in state["nodes"].values())
+        return any(self._supervisor_alive(d) for d in state["nodes"].values())
 
     # ------------------------------------------------------------------ down
     def down(self, purge: bool = False, quiet: bool = False) -> list[str]:
@@ -452,16 +473,15 @@ class Fleet:
     def _teardown(self, state: dict, quiet: bool) -> list[str]:
         nodes = state.get("nodes", {})
         for name, node in nodes.items():
-            pid = node.get("supervisor_pid")
-            if proc_alive(pid, SUPERVISOR_NEEDLE):
+            if self._supervisor_alive(node):
                 with contextlib.suppress(ProcessLookupError):
-                    os.kill(pid, signal.SIGTERM)
+                    os.kill(node["supervisor_pid"], signal.SIGTERM)
         deadline = time.monotonic() + 10
         for name, node in nodes.items():
             pid = node.get("supervisor_pid")
-            while proc_alive(pid, SUPERVISOR_NEEDLE) and time.monotonic() < deadline:
+            while self._supervisor_alive(node) and time.monotonic() < deadline:
                 time.sleep(0.02)
-            if proc_alive(pid, SUPERVISOR_NEEDLE):
+            if self._supervisor_alive(node):
                 with contextlib.suppress(ProcessLookupError):
                     os.kill(pid, signal.SIGKILL)
         for name, node in nodes.items():
@@ -534,7 +554,7 @@ class Fleet:
             node = self._node(state, name)
             before = self.node_status(name)
             pid = node.get("supervisor_pid")
-            if not proc_alive(pid, SUPERVISOR_NEEDLE):
+            if not self._supervisor_alive(node):
                 raise FleetError(f"node {name}: its supervisor is gone; run `down` and `up` again")
             sig = signal.SIGUSR2 if before.get("state") == "up" else signal.SIGUSR1
             os.kill(pid, sig)
@@ -688,7 +708,7 @@ class Fleet:
         nodes = {}
         for name, node in sorted(state["nodes"].items(), key=lambda kv: kv[1]["seq"]):
             st = self.node_status(name)
-            alive = proc_alive(node.get("supervisor_pid"), SUPERVISOR_NEEDLE)
+            alive = self._supervisor_alive(node)
             nodes[name] = {"group": node["group"], "profile": node["profile"], "ip": node["ip"],
                            "state": st.get("state", "unknown") if alive else "dead",
                            "boot_id": st.get("boot_id"), "since": st.get("since")}

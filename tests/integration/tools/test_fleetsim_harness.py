@@ -10,6 +10,7 @@ import hashlib
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import tarfile
@@ -310,3 +311,36 @@ def test_a_supervisor_that_died_is_named_with_its_exit_status_or_the_signal_that
         running.wait()
     assert fleet.Fleet._supervisor_exit(1) == ""  # not this process's child
     assert fleet.Fleet._supervisor_exit(None) == ""
+
+
+def test_a_started_supervisor_keeps_its_exit_status_through_later_commands(tmp_path):
+    """subprocess reaps a dropped Popen's child at the next Popen: `up` starts more nodes and commands after a
+    supervisor, so it holds each one, and the error still says how one that died early ended."""
+    fl = fleet.Fleet(tmp_path, "f1")
+    fl.paths.node("n-1").console.parent.mkdir(parents=True)
+    python = tmp_path / "python"  # stands in for the interpreter: `python -m tools.fleetsim.supervisor DIR NODE`
+    python.write_text("#!/bin/sh\nexec sleep 60\n")
+    python.chmod(0o755)
+    node = {"name": "n-1"}
+    fl._start_supervisor({"python": str(python), "repo": str(tmp_path)}, node)
+    pid = node["supervisor_pid"]
+    os.kill(pid, signal.SIGKILL)
+    for dummy in range(3):
+        subprocess.run(["true"], check=True)  # each Popen runs subprocess's clean-up of dropped children
+    assert fleet.Fleet._supervisor_exit(pid) == "; its supervisor was killed by signal SIGKILL"
+
+
+def test_a_recorded_supervisor_pid_counts_only_while_it_is_that_fleets_and_nodes():
+    """PIDs are reused (pid_max may be 32768): a PID kept in one fleet's state that now belongs to another fleet's
+    supervisor, or to another node's, is not this node's supervisor (its `down` must never signal it)."""
+    mine = fleet.supervisor_needle("/srv/fleetsim/mol-a", "b200-cluster-1")
+    others = [["/srv/fleetsim/mol-b", "b200-cluster-1"], ["/srv/fleetsim/mol-a", "b200-cluster-11"]]
+    sleep = [sys.executable, "-c", "import time; time.sleep(60)", "tools.fleetsim.supervisor"]
+    procs = [subprocess.Popen(sleep + args) for args in others + [["/srv/fleetsim/mol-a", "b200-cluster-1"]]]
+    try:
+        assert all(fleet.proc_alive(p.pid, fleet.SUPERVISOR_NEEDLE) for p in procs)  # the old, too wide test
+        assert [fleet.proc_alive(p.pid, mine) for p in procs] == [False, False, True]
+    finally:
+        for proc in procs:
+            proc.kill()
+            proc.wait()

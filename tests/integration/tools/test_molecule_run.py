@@ -12,13 +12,15 @@ import sys
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[3]
-FAKE_MOLECULE = """#!/bin/bash
+FAKE_MOLECULE = r"""#!/bin/bash
 s=$3
 echo "INFO     $s ➜ create: Executing"
 echo "INFO     $s ➜ converge: Executing"
 case $s in
   hangs) exec sleep 600 ;;
-  fails) echo "fatal: boom"; exit 3 ;;
+  fails) printf '%b\n' "  \033[2m│\033[0m TASK [Start the nodes]" \
+           "  \033[2m│\033[0m fatal: [localhost]: FAILED! => {\"msg\": \"node b200-cluster-2 did not boot (no supervisor)\"}" \
+           "CRITICAL Ansible return code was 2, command was: ansible-playbook create.yml"; exit 3 ;;
 esac
 echo "INFO     $s ➜ converge: Executed: Successful"
 """
@@ -41,7 +43,15 @@ def test_a_hung_scenario_is_stopped_at_its_limit_and_every_failure_is_named(tmp_
     failed = proc.stdout.split("== molecule: failed: ")[1].split(" (logs")[0].split()
     assert sorted(failed) == ["fails", "hangs"]
     assert "TIMED OUT after 3 s" in proc.stdout and "FAILED (rc 3)" in proc.stdout
-    assert "fatal: boom" in proc.stdout  # the failed scenario's log is printed
+    assert "did not boot (no supervisor)" in proc.stdout  # the failed scenario's log is printed
+    # ... and why each failed, in <logs>/<scenario>.why (make test prints these after its timings): how it ended and
+    # the log's lines that name the error, without colours or Molecule's box; none for a scenario that passed.
+    why = (tmp_path / "logs" / "fails.why").read_text().splitlines()
+    assert why[0].startswith("molecule fails") and "FAILED (rc 3)" in why[0] and "fails.log" in why[0]
+    assert why[1:] == ['  fatal: [localhost]: FAILED! => {"msg": "node b200-cluster-2 did not boot (no supervisor)"}',
+                       "  CRITICAL Ansible return code was 2, command was: ansible-playbook create.yml"]
+    assert "TIMED OUT after 3 s" in (tmp_path / "logs" / "hangs.why").read_text()
+    assert not (tmp_path / "logs" / "passes.why").exists()
     timings = json.loads((tmp_path / "logs" / "timings.json").read_text())
     assert {k: v["ok"] for k, v in timings.items()} == {"passes": True, "hangs": False, "fails": False}
     assert set(timings["hangs"]["actions"]) == {"create", "converge"}
