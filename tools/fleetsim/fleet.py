@@ -42,6 +42,8 @@ def supervisor_needle(fleet_dir: Path | str, node: str) -> str:
     host's pid_max may be 32768), a PID kept in a state file is that supervisor's only while this matches, never
     another fleet's or another node's (the trailing space ends the node's name: /proc's command line ends in one)."""
     return f"{SUPERVISOR_NEEDLE} {fleet_dir} {node} "
+
+
 SSHD_CONFIG = """\
 # fleetsim node sshd: key-only root login on the node's own address.
 Port 22
