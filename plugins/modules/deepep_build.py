@@ -418,6 +418,19 @@ ansible_facts:
           description: Whether DeepEP carries the GPU-NIC mapping of PR 466 (C(_setup_device_hca_mapping)).
           type: bool
           sample: true
+        nvshmem_rc_layout:
+          description:
+            - How the build's tree indexes NVSHMEM's IBGDA RC queue pairs, read from the tree (or the wheel's record)
+              and kept in the build stamp; null for a build made before the collection read it.
+            - C(tree) is null for a tree without IBGDA device code; else C(fix) (C(#564) in a V1 tree, C(#696) in V2's
+              legacy kernels, null for neither, whose PE-major indexing NVSHMEM 3.5.19 and later no longer match),
+              C(selects) (how a fixed tree picks the layout), C(runtime_check) (PR 696's check of the loaded
+              NVSHMEM) and C(file) (the file read).
+            - C(compiled) is the layout built in (C(pe_major) or C(qp_major)), from the tree and the NVSHMEM version
+              the build used. The audit's C(DEEPEP_NVSHMEM_RC_LAYOUT) holds it against the NVSHMEM the node loads.
+          type: dict
+          sample: {tree: {fix: "#564", selects: state_type, runtime_check: false, file: csrc/kernels/ibgda_device.cuh},
+                   compiled: pe_major}
         location:
           description: Directory of the installed C(deep_ep) package.
           type: str
@@ -465,6 +478,11 @@ from ansible_collections.gpufleet.deepep.plugins.module_utils._fileio import (
     write_json_file,
 )
 from ansible_collections.gpufleet.deepep.plugins.module_utils._comm.nvshmem import parse_nvshmem_info
+from ansible_collections.gpufleet.deepep.plugins.module_utils._comm.rc_layout import (
+    TREE_FILES,
+    compiled_rc_layout,
+    tree_rc_layout,
+)
 from ansible_collections.gpufleet.deepep.plugins.module_utils._devicecode import embedded_archs, fatbin_archs
 from ansible_collections.gpufleet.deepep.plugins.module_utils._elf import undefined_symbols
 from ansible_collections.gpufleet.deepep.plugins.module_utils._linkage import (
@@ -733,6 +751,7 @@ def _facts(probe, stamp, import_result, generation, hca):
         "import_error": (import_result or {}).get("error"),
         "import_skipped": (import_result or {}).get("skipped"),
         "hca_mapping_support": hca,
+        "nvshmem_rc_layout": stamp.get("nvshmem_rc_layout"),
         "location": probe.get("deep_ep_dir"),
         "python": probe.get("python"),
     }
@@ -770,6 +789,7 @@ class DeepepBuild(object):
         self.builder = Builder(module)
         self.up_to_date = False
         self.wheel_checked = None
+        self.rc_record = None  # {'tree': tree_rc_layout()} once the tree (or the wheel's record) was read
         self.result = {
             "changed": False, "built": False, "installed": False, "would_build": False, "would_install": False,
             "reboot_required": False, "generation": None, "generation_reason": None, "preflight": {},
@@ -823,6 +843,8 @@ class DeepepBuild(object):
             self.hca = has_hca_mapping_support(_read(os.path.join(p["src"], "deep_ep", "buffer.py")) or "") or \
                 has_hca_mapping_support(_read(os.path.join(p["src"], "deep_ep", "buffers", "legacy.py")) or "")
             self.src_version = deepep_version_from_tree(setup_py, init_py)
+            self.rc_record = {"tree": tree_rc_layout(dict((key, _read(os.path.join(p["src"], rel)))
+                                                          for key, rel in TREE_FILES.items()))}
         else:
             generation = record.get("generation") or (p["generation"] if p["generation"] != "auto" else None)
             if generation is None:
@@ -833,6 +855,8 @@ class DeepepBuild(object):
                 reason = "wheel build record" if self.wheel_record else "generation %s given" % generation
             self.hca = bool(record.get("hca_mapping_support"))
             self.src_version = record.get("version")
+            recorded = record.get("nvshmem_rc_layout")
+            self.rc_record = {"tree": recorded.get("tree")} if isinstance(recorded, dict) else None
         self.generation = generation
         self.result.update(generation=generation, generation_reason=reason)
 
@@ -857,6 +881,7 @@ class DeepepBuild(object):
             "nvshmem_ibgda": self.nvshmem["ibgda"], "nvshmem_pip_dir": probe.get("nvshmem_pip_dir"),
             "internode": p["internode"], "disable_sm90_features": p["disable_sm90_features"],
             "disable_aggressive_ptx": p["disable_aggressive_ptx"],
+            "rc_record": self.rc_record, "nvshmem_version": self.nvshmem["version"],
             "cxx": cxx, "cxx_libstdcxx_so": cxx_so, "cxx_libstdcxx_shared": cxx_shared, "runtime_libstdcxx": runtime,
             "libstdcxx_link_dir": os.path.join(p["artifact_dir"], ".toolchain", "libstdcxx-%s" % (
                 hashlib.sha256(runtime.encode("utf-8")).hexdigest()[:12])) if runtime else None,
@@ -1017,6 +1042,9 @@ class DeepepBuild(object):
                               "arch_list": self.arch_list},
             "hca_mapping_support": self.hca,
         }
+        if self.rc_record is not None:
+            self.new_stamp["nvshmem_rc_layout"] = dict(self.rc_record, compiled=compiled_rc_layout(
+                self.rc_record["tree"], self.nvshmem["version"]))
         if self.module._diff:
             self.result["diff"] = {"before": json.dumps(self.installed_stamp or {}, sort_keys=True, indent=2) + "\n",
                                    "after": json.dumps(self.new_stamp, sort_keys=True, indent=2) + "\n"}
@@ -1135,6 +1163,9 @@ class DeepepBuild(object):
             stamp = dict(self.record or self.new_stamp)
             stamp.update(wheel=self.wheel, installed_at=now(), python=p["python"])
             stamp.setdefault("hca_mapping_support", self.hca)
+            if self.rc_record is not None and "nvshmem_rc_layout" not in stamp:
+                stamp["nvshmem_rc_layout"] = dict(self.rc_record, compiled=compiled_rc_layout(
+                    self.rc_record["tree"], self.nvshmem["version"]))
             ext = _ext_path(after)
             stamp["extension_sha256"] = file_sha256(ext) if ext and os.path.isfile(ext) else None
             if after.get("deep_ep_dir"):

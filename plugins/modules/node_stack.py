@@ -772,6 +772,9 @@ ansible_facts:
             - The installed DeepEP in the shape of the C(gpufleet_deepep) facts of M(gpufleet.deepep.deepep_build), read
               from package metadata, the import probe and the build stamp C(.gpufleet-build.json) that module writes into
               the package directory. V(nvshmem_build) is the NVSHMEM the build used (C(root), C(version), C(ibgda)).
+            - V(nvshmem_rc_layout) is the build's record of how its tree indexes NVSHMEM's IBGDA RC queue pairs
+              (C(tree), C(compiled)), as M(gpufleet.deepep.deepep_build) returns it; null for a build that did not
+              record it.
             - V(import_ok) is null when O(import_check=false).
             - V(import_error) also says when O(python) was not found or could not report its packages (then
               V(installed) false means unknown, not absent).
@@ -783,6 +786,8 @@ ansible_facts:
                    nvshmem_build: {root: /opt/deepep/nvshmem, version: 3.4.5, ibgda: true},
                    wheel: /opt/deepep/artifacts/deepep/9d0f/deep_ep-1.2.1-cp312-cp312-linux_x86_64.whl,
                    import_ok: true, import_error: null, hca_mapping_support: true,
+                   nvshmem_rc_layout: {tree: {fix: "#564", selects: state_type, runtime_check: false,
+                                              file: csrc/kernels/ibgda_device.cuh}, compiled: pe_major},
                    location: /opt/torch/.venv/lib/python3.12/site-packages/deep_ep, python: /opt/torch/.venv/bin/python,
                    stamp: /opt/torch/.venv/lib/python3.12/site-packages/deep_ep/.gpufleet-build.json}
         peermem_loaded:

@@ -107,6 +107,13 @@ CASES = {
          "gpufleet_deepep.nvshmem_build.root": "/usr/local/lib/python3.12/dist-packages/nvidia/nvshmem"},
         {"gpufleet_deepep.nvshmem_build.ibgda": True},
     ),
+    # (the document's derivation from the build's record and the node's NVSHMEM: test_rc_layout.py)
+    "DEEPEP_NVSHMEM_RC_LAYOUT": (
+        {"gpufleet_deepep_rc_layout": {"check": "nvshmem_rc_layout", "status": "fail", "reason": "r", "fix": "f",
+                                       "source": "s", "found": {"tree_fix": None, "loads": "3.5.19"}}},
+        {"gpufleet_deepep_rc_layout": {"check": "nvshmem_rc_layout", "status": "pass", "reason": "r", "fix": None,
+                                       "source": None, "found": {"tree_fix": "#564", "loads": "3.5.19"}}},
+    ),
     "DEEPEP_TORCH_ABI": (
         {"gpufleet_stack.torch.version": "2.11.0+cu130"},
         # the same torch, only the facts module saw it again

@@ -19,6 +19,7 @@ from ansible_collections.gpufleet.deepep.plugins.module_utils._arch import (
     parse_arch_list,
     uncovered_gpu_archs,
 )
+from ansible_collections.gpufleet.deepep.plugins.module_utils._comm.rc_layout import rc_layout_check
 from ansible_collections.gpufleet.deepep.plugins.module_utils._versions import VersionError, at_least, parse_version
 
 __all__ = ["V2_MIN_NCCL", "V2_MIN_TORCH", "CUDA_CCCL_FROM", "deepep_version_from_tree", "detect_deepep_generation",
@@ -303,6 +304,26 @@ def _check_nvshmem(obs, failures, warnings):
               "(not torch's bundled NVSHMEM)")
 
 
+def _check_rc_layout(obs, failures, warnings):
+    """The tree's indexing of NVSHMEM's IBGDA RC QPs against the NVSHMEM the build uses (``_comm/rc_layout``): a V1
+    build for across nodes fails; a V2 build (its legacy IBGDA kernels; V2 crosses nodes over NCCL GIN) or an
+    intranode-only one is warned."""
+    record = obs.get("rc_record")
+    if not isinstance(record, dict) or obs.get("disable_sm90_features"):
+        return
+    if not (obs.get("nvshmem_root") or obs.get("nvshmem_pip_dir")):
+        return
+    check = rc_layout_check(record.get("tree"), obs.get("nvshmem_version"), recorded=True)
+    if check["status"] != "fail":
+        return
+    if obs.get("generation") == "v1" and obs.get("internode"):
+        _fail(failures, "nvshmem_rc_layout", check["reason"], check["fix"])
+    else:
+        warnings.append("%s; only runs across nodes index them (this build: %s%s). Fix: %s" % (
+            check["reason"], obs.get("generation"), ", internode" if obs.get("internode") else ", intranode only",
+            check["fix"]))
+
+
 def deepep_preflight(obs):
     """Decide whether a DeepEP build can start, from what the module observed.
 
@@ -314,7 +335,9 @@ def deepep_preflight(obs):
     ``internode`` (bool), ``disable_sm90_features`` (bool), ``disable_aggressive_ptx`` (None/True/False),
     ``cxx`` (the C++ compiler of the build), ``cxx_libstdcxx_so`` (its ``-print-file-name=libstdc++.so``),
     ``cxx_libstdcxx_shared`` (True/False/None: that file exists), ``runtime_libstdcxx`` (the libstdc++.so.6 the
-    interpreter loads), ``libstdcxx_link_dir`` (where the module may put a ``libstdc++.so`` link to it).
+    interpreter loads), ``libstdcxx_link_dir`` (where the module may put a ``libstdc++.so`` link to it),
+    ``rc_record`` (``{'tree': rc_layout.tree_rc_layout()}`` of the tree or the wheel's record, None when unread) and
+    ``nvshmem_version`` (of the NVSHMEM the build uses).
 
     Returns ``{'ok', 'failures', 'automatic', 'warnings', 'arch_list'}``: every failed requirement at
     once (``check``, ``message``, ``fix``); the fixes the module applies itself (``check``, ``message``,
@@ -332,6 +355,7 @@ def deepep_preflight(obs):
     _check_torch(obs, failures)
     _check_nccl(obs, failures)
     _check_nvshmem(obs, failures, warnings)
+    _check_rc_layout(obs, failures, warnings)
     return {
         "ok": not failures,
         "failures": failures,

@@ -150,6 +150,7 @@ def gather_deepep_install(root, python, package, import_result):
         "import_ok": import_ok,
         "import_error": import_error,
         "hca_mapping_support": stamp.get("hca_mapping_support"),
+        "nvshmem_rc_layout": stamp.get("nvshmem_rc_layout"),
         "location": directory,
         "python": python,
         "stamp": os.path.join(directory, ".gpufleet-build.json") if directory and stamp else None,

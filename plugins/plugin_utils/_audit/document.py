@@ -9,12 +9,16 @@ Pure controller-side logic (no Ansible objects).
 
 from __future__ import annotations
 
-__all__ = ["DOCUMENT_FACTS", "NOT_GATHERED", "node_document", "plain_data"]
+from ansible_collections.gpufleet.deepep.plugins.module_utils._comm.rc_layout import rc_layout_check
+
+__all__ = ["DOCUMENT_FACTS", "NOT_GATHERED", "deepep_rc_layout", "loaded_nvshmem_version", "node_document",
+           "plain_data"]
 
 # Facts of the node_stack result that go into the facts document as they are.
 DOCUMENT_FACTS = ("gpufleet_nvidia", "gpufleet_rdma", "gpufleet_gpus", "gpufleet_bundled_nvshmem", "gpufleet_stack",
                   "gpufleet_linkage", "gpufleet_deepep_v2")
 NOT_GATHERED = "the play failed on this node before its facts were gathered"
+_SITE_DIRS = ("/site-packages/", "/dist-packages/")
 
 
 def _sglang_value(value):
@@ -74,12 +78,40 @@ def node_document(host, groups, result, expect=None, model=None, serving=None):
     stack = doc["gpufleet_stack"] if isinstance(doc["gpufleet_stack"], dict) else {}
     doc["gpufleet_nvshmem"] = stack.get("nvshmem")
     doc["gpufleet_deepep"] = stack.get("deepep")
+    doc["gpufleet_deepep_rc_layout"] = deepep_rc_layout(doc) if doc["reachable"] else None
     doc["gpufleet_sglang"] = doc["gpufleet_model"] = doc["gpufleet_serving"] = None
     if doc["reachable"]:
         doc["gpufleet_sglang"] = _sglang_value(facts.get("gpufleet_sglang"))
         _registered_facts("gpufleet_model", model, doc)
         _registered_facts("gpufleet_serving", serving, doc)
     return doc
+
+
+def loaded_nvshmem_version(doc):
+    """The NVSHMEM version the installed DeepEP loads at run time: torch's bundled copy where it wins (or where the
+    build used pip's NVSHMEM), else the NVSHMEM the build compiled against (None when unknown)."""
+    deepep = doc.get("gpufleet_deepep") or {}
+    build = deepep.get("nvshmem_build") or {}
+    built = (deepep.get("built_against") or {}).get("nvshmem") or build.get("version")
+    bundled = doc.get("gpufleet_bundled_nvshmem") or {}
+    first = next((b.get("version") for b in bundled.get("bundled") or [] if isinstance(b, dict) and b.get("version")),
+                 None)
+    from_pip = any(part in "%s/" % (build.get("root") or "") for part in _SITE_DIRS)
+    if first and (bundled.get("bundled_would_win") or from_pip):
+        return first
+    return built
+
+
+def deepep_rc_layout(doc):
+    """``gpufleet_deepep_rc_layout``: whether the installed DeepEP indexes NVSHMEM's RC QPs as the NVSHMEM it loads
+    stores them (``_comm/rc_layout.rc_layout_check`` over the build's record); null without DeepEP."""
+    deepep = doc.get("gpufleet_deepep") or {}
+    if not deepep.get("installed"):
+        return None
+    record = deepep.get("nvshmem_rc_layout")
+    tree = record.get("tree") if isinstance(record, dict) else None
+    built = (deepep.get("built_against") or {}).get("nvshmem") or (deepep.get("nvshmem_build") or {}).get("version")
+    return rc_layout_check(tree, built, loaded_nvshmem_version(doc), recorded=isinstance(record, dict))
 
 
 def plain_data(value):

@@ -13,6 +13,7 @@ from __future__ import annotations
 import glob
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -595,3 +596,44 @@ def test_check_mode_refuses_a_wheel_that_does_not_match_its_record_as_the_instal
         assert "%s has sha256 " % wheel in result["msg"] and "its build record says %s" % ("0" * 64) in result["msg"]
     assert plan["msg"] == real["msg"] and real["commands"] == []
     assert venv.run("import deep_ep").returncode != 0
+
+
+def _nvshmem_as(tmp_path, nvshmem_root, version):
+    """A copy of the nvshmem-fixture install whose header says ``version`` (what deepep_build reads first)."""
+    root = tmp_path / ("nvshmem-%s" % version)
+    shutil.copytree(nvshmem_root, root, symlinks=True)
+    major, minor, patch = version.split(".")
+    header = root / "include" / "nvshmem_version.h"
+    text = header.read_text()
+    for name, value in (("MAJOR", major), ("MINOR", minor), ("PATCH", patch)):
+        text = re.sub(r"(#define NVSHMEM_VENDOR_%s_VERSION) \d+" % name, r"\g<1> %s" % value, text)
+    header.write_text(text)
+    return str(root)
+
+
+def test_an_unfixed_v1_tree_is_refused_on_nvshmem_3_8_for_internode_and_recorded_when_fixed(module_runner, tmp_path,
+                                                                                            nvshmem_root):
+    """DeepEP #553/#707: a V1 tree without #564 indexes NVSHMEM >= 3.5.19's RC QPs PE-major; refused before compiling
+    for an internode build, and a fixed tree (the fixture, as 567632d) records its layout in the build's facts."""
+    venv = Venv(tmp_path / "venv").set_torch("2.11.0+cu130")
+    newer = _nvshmem_as(tmp_path, nvshmem_root, "3.8.0")
+    unfixed = _tree(tmp_path, "deepep-v1-fixture")
+    device = unfixed / "csrc" / "kernels" / "ibgda_device.cuh"
+    device.write_text(device.read_text().replace("ibgda_get_rc_impl", "ibgda_get_rc"))
+    for check_mode in (True, False):
+        result = module_runner(deepep_build, _args(venv, tmp_path, newer, internode=True), check_mode=check_mode)
+        assert result.failed and [f["check"] for f in result["preflight"]["failures"]] == ["nvshmem_rc_layout"]
+        assert "NVSHMEM 3.8.0 stores them QP-major since 3.5.19" in result["msg"] and "29d31c0" in result["msg"]
+        assert result["commands"] == [] and not (tmp_path / "artifacts").exists()
+    # Intranode only: built, with the warning and the record.
+    intranode = module_runner(deepep_build, _args(venv, tmp_path, newer, internode=False), check_mode=True)
+    assert not intranode.failed
+    assert any("this build: v1, intranode only" in w for w in intranode["preflight"]["warnings"])
+    fixed = tmp_path / "fixed"
+    shutil.copytree(mirror.assemble_source("deepep-v1-fixture", tmp_path / "fresh"), fixed)
+    plan = module_runner(deepep_build, _args(venv, tmp_path, newer, src=str(fixed), internode=True), check_mode=True,
+                         diff=True)
+    assert not plan.failed, plan.get("msg")
+    assert json.loads(plan["diff"]["after"])["nvshmem_rc_layout"] == {
+        "tree": {"fix": "#564", "selects": "state_type", "runtime_check": False, "file": "csrc/kernels/ibgda_device.cuh"},
+        "compiled": "qp_major"}

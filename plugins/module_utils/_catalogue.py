@@ -1,0 +1,85 @@
+# Copyright: (c) 2026, gpufleet.deepep contributors
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
+
+"""The stack's versions the collection knows, and the field's breakages between them, as data with their sources.
+
+One home for a version boundary and its evidence: the code that judges a node or a build (``_comm/rc_layout.py``,
+the audit rules, the build preflight) reads the boundary from here, so a new release or a new report changes one
+entry. Each entry says where it was checked: ``source`` (read in a source tree, with the file), ``thread`` (issue or
+pull-request threads only). Standard library only, Python 3.8+ (this file runs on the managed nodes).
+"""
+
+from __future__ import annotations
+
+__all__ = ["BREAKAGES", "DEEPEP_TREES", "REFUTED", "breakage"]
+
+# The breakages a fleet meets moving up the stack. ``boundary``: the first version on the new side.
+BREAKAGES = {
+    "nvshmem_rc_layout": {
+        "component": "nvshmem",
+        "boundary": "3.5.19",
+        "what": "NVSHMEM stores the IBGDA RC queue pairs QP-major, PE-interleaved (rcs[qp * npes + pe]) where 3.4.5 and "
+                "earlier stored them PE-major (rcs[pe * num_rc_per_pe + qp]); the device state is the same size, so "
+                "a DeepEP tree indexing the old way loads, then uses another peer's queue pair: the first cross-node "
+                "dispatch stalls ('timeout (dispatch CPU)') or faults",
+        "affects": "DeepEP kernels that talk IBGDA: V1 internode and low latency across nodes; V2's legacy copies. "
+                   "Not intranode (NVLink only, NVSHMEM's RC QPs unused)",
+        "fixed_by": {
+            "v1": "DeepEP #564 (29d31c0, 2026-01-20; in 567632d and PR #466's head 8a07e7e): ibgda_get_rc_impl in "
+                  "csrc/kernels/ibgda_device.cuh picks the layout by the device state's type at compile time",
+            "v2": "DeepEP PR #696 (open; vLLM #58159 applies it as a patch): the layout by NVSHMEM's vendor version "
+                  "macros in csrc/kernels/legacy/ibgda_device.cuh, and check_rc_layout_compatibility() in "
+                  "csrc/kernels/backend/nvshmem.cu refusing a loaded NVSHMEM on the other side of 3.5.19",
+        },
+        "checked": "source: NVSHMEM ce9d487 'Add qpair-specific APIs' (the reordering); DeepEP 29d31c0 (#564) and "
+                   "refs/pull/696/head (2c70ee1); trees without the fix: v1.2.1 (9af0e0d), hybrid-ep, V2 main "
+                   "b306af0..dd758ca (csrc/kernels/legacy lost #564); thread only: the legacy branch (#764), "
+                   "NVSHMEM >= 3.6 keeping the order (#696 tested 3.7.2)",
+        "source": "DeepEP #553, #707, #764 (reports), #564 and #696 (fixes); vLLM #58159; NVSHMEM ce9d487",
+    },
+    "nvshmem_build_run_layout": {
+        "component": "nvshmem",
+        "boundary": "3.5.19",
+        "what": "DeepEP links libnvshmem_device.a of its build and loads libnvshmem_host.so.3 at run time; NVSHMEM's "
+                "own version check accepts an older device library with a newer host library, so a tree built on "
+                "one side of 3.5.19 and run on the other uses the wrong RC QP layout even with #564",
+        "affects": "every DeepEP tree with IBGDA kernels across nodes (a fixed tree too)",
+        "checked": "source: DeepEP 29d31c0 (the layout chosen at compile time); thread: NeMo Automodel #2614 (a #564 "
+                   "tree built on 3.4.5, run with 3.6, hangs)",
+        "source": "DeepEP #696 (check_rc_layout_compatibility); NeMo Automodel #2614",
+    },
+}
+
+# DeepEP trees met in the runbooks and the field, by commit: what they hold of the fixes above (read in the tree at
+# that commit). A tree not listed is judged by its content where it is built.
+DEEPEP_TREES = {
+    "29d31c0": {"generation": "v1", "rc_layout_fix": "#564", "note": "the #564 merge"},
+    "567632d": {"generation": "v1", "rc_layout_fix": "#564", "note": "the last V1 main before V2"},
+    "8a07e7e": {"generation": "v1", "rc_layout_fix": "#564", "note": "PR #466's head (runbook 001), rebased on 29d31c0"},
+    "9af0e0d": {"generation": "v1", "rc_layout_fix": None, "note": "tag v1.2.1"},
+    "b306af0": {"generation": "v2", "rc_layout_fix": None, "note": "the V2 release (#605): legacy kernels without #564"},
+    "dd758ca": {"generation": "v2", "rc_layout_fix": None, "note": "V2 main, 2026-07-14"},
+    "2c70ee1": {"generation": "v2", "rc_layout_fix": "#696", "note": "PR #696's head, on dd758ca"},
+}
+
+# Field claims checked against source and found not to hold: no rule is built on them (a refusal of what works is a
+# defect), and the entry says why.
+REFUTED = {
+    "nvshmem_345_no_ib_gid_index": {
+        "claim": "NVSHMEM 3.4.5 has no NVSHMEM_IB_GID_INDEX (sglang #38769, from `strings libnvshmem_host.so.3`)",
+        "finding": "NVSHMEM v3.4.5-0 defines IB_GID_INDEX in src/modules/transport/common/env_defs.h and its IB "
+                   "transports read it (transport_ib_common.h ib_get_gid_index: options->IB_GID_INDEX, used by "
+                   "ibgda.cpp when it builds the address handle); the variable lives in the transport modules "
+                   "(nvshmem_transport_ibgda.so.3), not in the host library the report searched. The env script "
+                   "keeps exporting NVSHMEM_IB_GID_INDEX on RoCE for 3.4.5.",
+        "checked": "source: NVSHMEM v3.4.5-0",
+    },
+}
+
+
+def breakage(name):
+    """The catalogue's entry ``name`` (a KeyError names the known ones)."""
+    try:
+        return BREAKAGES[name]
+    except KeyError:
+        raise KeyError("unknown breakage %r (known: %s)" % (name, ", ".join(sorted(BREAKAGES))))
