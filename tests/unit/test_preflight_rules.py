@@ -15,6 +15,7 @@ import yaml
 
 from unit_helpers import FIXTURES, REPO
 
+from ansible_collections.gpufleet.deepep.plugins.module_utils._comm.rc_layout import catalogued_tree_check
 from ansible_collections.gpufleet.deepep.plugins.module_utils._comm.nvshmem_rdma import mlx5dv_verdict
 from ansible_collections.gpufleet.deepep.plugins.plugin_utils._audit.expr import AuditError
 from ansible_collections.gpufleet.deepep.plugins.plugin_utils._audit.engine import evaluate_rules, validate_rules
@@ -162,6 +163,14 @@ CASES = {
                                     "rdma-core: /usr/include/infiniband/mlx5_api.h lacks "
                                     "MLX5DV_REG_DMABUF_ACCESS_DATA_DIRECT, not needed: NVSHMEM 3.4.5-0 defines it. No "
                                     "DOCA-OFED for it."),
+    # v1.2.1 (9af0e0d) lacks DeepEP #564; NVSHMEM 3.8.0 stores the RC QPs QP-major (test_rc_layout.py: the rest).
+    "PREFLIGHT_DEEPEP_RC_LAYOUT": (
+        {"deepep_tree": catalogued_tree_check("9af0e0d", "3.8.0"), "expect__nvshmem_version": "3.8.0"},
+        "DeepEP 9af0e0d on NVSHMEM 3.8.0: the tree (the catalogue's DeepEP 9af0e0d (tag v1.2.1)) indexes NVSHMEM's "
+        "IBGDA RC QPs PE-major (it lacks DeepEP #564 and #696), but NVSHMEM 3.8.0 stores them QP-major since 3.5.19: "
+        "the first cross-node dispatch stalls ('timeout (dispatch CPU)') or faults (DeepEP #553, #707, #764). Fix: "
+        "use a V1 tree with DeepEP #564 (29d31c0 or later, e.g. 567632d or PR #466's 8a07e7e) or a V2 tree with PR "
+        "#696 (vLLM #58159 applies it as a patch), or an NVSHMEM older than 3.5.19."),
     "PREFLIGHT_LIBCUDA_SO1_ONLY": (SO1_ONLY,
                                    "libcuda.so: only /usr/lib/x86_64-linux-gnu/libcuda.so.1; builds link through the "
                                    "CUDA stubs, or fix: ln -sf /usr/lib/x86_64-linux-gnu/libcuda.so.1 "

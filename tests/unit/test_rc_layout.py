@@ -17,6 +17,7 @@ from ansible_collections.gpufleet.deepep.plugins.module_utils import _catalogue
 from ansible_collections.gpufleet.deepep.plugins.module_utils._comm.deepep import deepep_preflight
 from ansible_collections.gpufleet.deepep.plugins.module_utils._comm.rc_layout import (
     TREE_FILES,
+    catalogued_tree_check,
     compiled_rc_layout,
     nvshmem_rc_layout,
     rc_layout_check,
@@ -218,3 +219,25 @@ def test_the_audit_passes_the_runbooks_node_and_names_the_broken_ones():
     v2 = node(unfixed)
     v2["gpufleet_deepep"]["generation"] = "v2"
     assert findings(v2) == []
+
+
+# --- the preflight, before anything builds: a commit the catalogue knows ----------------------------------------
+
+@pytest.mark.parametrize("commit, nvshmem, status", [
+    ("8a07e7e7ed57cfc63005f670d64d410cb30b061b", "3.5.19-1", "pass"),   # b200_gcp_cuda129 (runbook 001)
+    ("567632dd59810d77b3cc05553df953cc0f779799", "3.4.5-0", "pass"),    # b200_cuda13
+    ("567632dd59810d77b3cc05553df953cc0f779799", "3.8.0", "pass"),      # #564 picks QP-major against 3.8 headers
+    ("9af0e0d", "3.8.0", "fail"),                                       # v1.2.1
+    ("9af0e0d", "3.4.5-0", "pass"),
+    ("dd758ca", "3.7.2", "fail"),                                       # V2 main's legacy copy (the rule is V1's)
+])
+def test_a_catalogued_commit_is_judged_before_the_build(commit, nvshmem, status):
+    judged = catalogued_tree_check(commit, nvshmem)
+    assert judged["known"] and judged["check"]["status"] == status
+    assert judged["generation"] == ("v2" if commit == "dd758ca" else "v1")
+
+
+@pytest.mark.parametrize("ref", ["", None, "main", "refs/pull/466/head", "v1.2.1", "1234567", "9af0e0"])
+def test_a_ref_or_unknown_commit_is_left_to_the_build(ref):
+    assert catalogued_tree_check(ref, "3.8.0") == {"commit": ref or None, "known": False, "generation": None,
+                                                   "check": None}

@@ -15,10 +15,13 @@ Standard library only, Python 3.8+ (this file runs on the managed nodes).
 
 from __future__ import annotations
 
-from ansible_collections.gpufleet.deepep.plugins.module_utils._catalogue import breakage
+import re
+
+from ansible_collections.gpufleet.deepep.plugins.module_utils._catalogue import DEEPEP_TREES, breakage
 from ansible_collections.gpufleet.deepep.plugins.module_utils._versions import VersionError, at_least
 
-__all__ = ["TREE_FILES", "nvshmem_rc_layout", "tree_rc_layout", "compiled_rc_layout", "rc_layout_check"]
+__all__ = ["TREE_FILES", "nvshmem_rc_layout", "tree_rc_layout", "compiled_rc_layout", "rc_layout_check",
+           "catalogued_tree_check"]
 
 # The files of a tree that say how it indexes the RC QPs (relative to the tree's root).
 TREE_FILES = {
@@ -119,3 +122,26 @@ def rc_layout_check(tree, build_version, run_version=None, recorded=False):
                                                          run_version, running.replace("_", "-")),
         "rebuild DeepEP against the NVSHMEM the node loads (the env script's LD_PRELOAD, or torch's bundled one when "
         "it wins), or load the NVSHMEM it was built against", run_entry["source"], **found)
+
+
+_COMMIT_RE = re.compile(r"^[0-9a-f]{7,40}$")
+_SELECTS = {"#564": "state_type", "#696": "vendor_version"}
+
+
+def catalogued_tree_check(commit, nvshmem_version):
+    """The RC QP layout judged before anything is built, from a DeepEP commit the catalogue knows
+    (``_catalogue.DEEPEP_TREES``, by prefix) and the NVSHMEM version a profile builds against.
+
+    Returns ``{'commit', 'known', 'generation', 'check'}``: ``known`` false (and ``check`` null) for a commit the
+    catalogue does not list or a ref that is not a commit id: the build judges that tree by its content."""
+    text = (commit or "").strip().lower()
+    entry_id = next((key for key in DEEPEP_TREES if _COMMIT_RE.match(text) and
+                     (text.startswith(key) or key.startswith(text))), None)
+    if entry_id is None:
+        return {"commit": commit or None, "known": False, "generation": None, "check": None}
+    entry = DEEPEP_TREES[entry_id]
+    fix = entry["rc_layout_fix"]
+    tree = {"fix": fix, "selects": _SELECTS.get(fix), "runtime_check": fix == "#696",
+            "file": "the catalogue's DeepEP %s (%s)" % (entry_id, entry["note"])}
+    return {"commit": commit, "known": True, "generation": entry["generation"],
+            "check": rc_layout_check(tree, nvshmem_version, recorded=True)}

@@ -11,6 +11,7 @@ Pure controller-side logic (no Ansible objects).
 
 from __future__ import annotations
 
+from ansible_collections.gpufleet.deepep.plugins.module_utils._comm.rc_layout import catalogued_tree_check
 from ansible_collections.gpufleet.deepep.plugins.module_utils._comm.nvshmem_rdma import (
     NvshmemRdmaError,
     mlx5dv_verdict,
@@ -94,7 +95,8 @@ def _list(value, name):
 PREFLIGHT_SETTINGS = ("min_gpus", "driver_min_version", "cuda_arch", "cuda_version", "cuda_home", "cuda_by_play",
                       "pip_by_play", "python", "require_rdma", "min_active_rdma", "required_modules",
                       "optional_modules", "require_mlx5dv", "mlx5dv_by_play", "mlx5dv_header", "mlx5dv_symbol",
-                      "nvshmem_version", "libcuda_dirs", "deepep_v2", "deepep_v2_nic_name", "env_script_by_play")
+                      "nvshmem_version", "libcuda_dirs", "deepep_v2", "deepep_v2_nic_name", "env_script_by_play",
+                      "deepep_commit")
 SGLANG_SETTINGS = ("stage", "server", "transfer_engine", "mooncake_dmabuf", "use_bundled_deepep")
 
 
@@ -155,6 +157,7 @@ def preflight_document(node, host, settings):
         "mlx5dv_ok": mlx5dv["ok"],
         "mlx5dv": mlx5dv,
         "libcuda_found": _libcuda_found(facts, cuda, libcuda_dirs, cuda_home),
+        "deepep_tree": catalogued_tree_check(_str(s["deepep_commit"]), _str(s["nvshmem_version"])),
         "expect": {
             "min_gpus": _int(s["min_gpus"], "min_gpus"),
             "driver_min_version": _str(s["driver_min_version"]),
