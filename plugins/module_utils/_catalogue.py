@@ -48,6 +48,42 @@ BREAKAGES = {
                    "tree built on 3.4.5, run with 3.6, hangs)",
         "source": "DeepEP #696 (check_rc_layout_compatibility); NeMo Automodel #2614",
     },
+    "gin_gdaki_libmlx5": {
+        "component": "rdma-core (libmlx5)",
+        "boundary": "MLX5_1.19",
+        "what": "NCCL's GIN GDAKI backend loads mlx5dv_devx_umem_reg_ex and twelve other mlx5dv symbols with an "
+                "unversioned dlsym and gives up when one is missing; mlx5dv_devx_umem_reg_ex arrived with MLX5_1.19 "
+                "(rdma-core 35), so an older libmlx5 leaves GIN at ginType NONE and DeepEP V2 asserts 'NCCL GIN is "
+                "unavailable' across nodes. MLX5_1.8 (mlx5dv_is_supported) is what NCCL loads at all",
+        "affects": "DeepEP V2 across nodes (GIN GDAKI); NCCL EP over RDMA",
+        "checked": "source: NCCL 2.30.7 src/misc/mlx5dvsymbols.cc (mlx5dv_is_supported at MLX5_1.8, the only symbol "
+                   "whose absence fails), gdaki/doca-gpunetio/src/doca_verbs_mlx5dv_wrapper.cpp (the GDAKI wrapper's "
+                   "symbols); rdma-core (MLX5_1.19 in v35.0, MLX5_1.25 in v54.0); thread: DeepEP #628 (MLNX_OFED "
+                   "24.10-3.2.5.0, newest MLX5_1.17, ginType NONE)",
+        "source": "NCCL 2.30.7 misc/mlx5dvsymbols.cc and gdaki/doca-gpunetio; DeepEP #628, PR #680",
+    },
+    "v2_nccl_build_runtime": {
+        "component": "nccl",
+        "boundary": "2.31",
+        "what": "DeepEP V2 built against NCCL below 2.31 asserts that the NCCL it loads is the same version; built "
+                "against 2.31 or newer it accepts a newer runtime. A later pip install of torch, vLLM or SGLang that "
+                "brings an older NCCL back fails at import with 'undefined symbol ncclGetLsaDevicePointer' (below "
+                "2.29.2, where that symbol first appears)",
+        "affects": "DeepEP V2",
+        "checked": "source: DeepEP dd758ca csrc/kernels/backend/nccl.cu:100-106; NCCL v2.29.2-1 "
+                   "(ncclGetLsaDevicePointer, absent in 2.28.9); thread: the 2.31 side (#687)",
+        "source": "DeepEP dd758ca csrc/kernels/backend/nccl.cu; DeepEP #687, #688, #710",
+    },
+    "v2_sm100_st_bulk": {
+        "component": "cuda",
+        "boundary": "13.1",
+        "what": "DeepEP V2's JIT emits st.bulk with a 32-bit size operand, which ptxas of CUDA 12.8 to 13.0 rejects on "
+                "SM100; the nvcc that matters is the one the JIT runs on the node, not the wheel's",
+        "affects": "DeepEP V2 on SM100 (B200, B300)",
+        "checked": "source: DeepEP 747ea8e (#692): deep_ep/include/deep_ep/common/ptx.cuh, fixed operand "
+                   "\"l\"(static_cast<uint64_t>(kNumBytes)); PR #692 not merged in dd758ca",
+        "source": "DeepEP #692 (747ea8e)",
+    },
 }
 
 # DeepEP trees met in the runbooks and the field, by commit: what they hold of the fixes above (read in the tree at
@@ -73,6 +109,22 @@ REFUTED = {
                    "(nvshmem_transport_ibgda.so.3), not in the host library the report searched. The env script "
                    "keeps exporting NVSHMEM_IB_GID_INDEX on RoCE for 3.4.5.",
         "checked": "source: NVSHMEM v3.4.5-0",
+    },
+    "gin_needs_mlx5_1_25": {
+        "claim": "GIN on InfiniBand/RoCE needs libmlx5 with the MLX5_1.25 symbols (DeepEP #628, #680)",
+        "finding": "NCCL 2.30.7 loads its two MLX5_1.25 symbols (mlx5dv_reg_dmabuf_mr, "
+                   "mlx5dv_get_data_direct_sysfs_path) as optional and uses them for Data Direct only; the 'dlvsym "
+                   "failed ... MLX5_1.25' INFO lines appear on working nodes (the h100x2 captures). What GIN GDAKI needs "
+                   "is MLX5_1.19 (breakage gin_gdaki_libmlx5): #628's node had MLX5_1.17.",
+        "checked": "source: NCCL 2.30.7 src/misc/mlx5dvsymbols.cc, gdaki/gin_host_gdaki.cc",
+    },
+    "gdrcopy_26_without_gdrdrv": {
+        "claim": "GDRCopy 2.6 maps GPU memory through DMA-BUF without gdrdrv, so NVSHMEM's CPU NIC handler no longer "
+                 "needs the gdrdrv module",
+        "finding": "GDRCopy v2.6 falls back to DMA-BUF only where the driver reports CUDA 13.3 or newer, and NVSHMEM "
+                   "(3.5.1) calls gdr_driver_get_version() after gdr_open(), which 2.6 asserts on without the gdrdrv "
+                   "device: the collection keeps requiring gdrdrv for the CPU handler (read in source, not run).",
+        "checked": "source: GDRCopy v2.6, NVSHMEM 3.5.1 transport_gdr_common",
     },
 }
 

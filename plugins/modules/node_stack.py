@@ -366,7 +366,8 @@ ansible_facts:
         - C(nvcc) (C(path), C(present), C(release), C(version), C(error)) and C(cuobjdump) (C(path), C(present)) -
           V2 compiles its kernels on the node (JIT). C(ibstat) (C(path), C(present)). C(dev_infiniband)
           (C(present), C(uverbs)). C(libmlx5) (C(path), C(versions) - the symbol versions its ELF defines, C(newest),
-          C(required) - MLX5_1.8 defined, C(optional) - MLX5_1.25 defined, C(error)). C(nic) (C(name) - the
+          C(required) - MLX5_1.8 defined, C(gdaki) - MLX5_1.19 defined (GIN GDAKI), C(optional) - MLX5_1.25
+          defined (Data Direct), C(error)). C(nic) (C(name) - the
           E(EP_NIC_NAME), C(source) - option, env_script or default, C(present), C(active), C(active_devices)).
           C(cumem_disabled) (each place E(NCCL_CUMEM_ENABLE=0) is set, with C(where) and C(value)). C(tree) (C(path),
           C(headers), C(cuda128_host_code), C(sm100_st_bulk), C(gin_barrier) - true, false or null, C(error)).
@@ -383,8 +384,8 @@ ansible_facts:
         cuobjdump: {path: /usr/local/cuda/bin/cuobjdump, present: true}
         ibstat: {path: /usr/sbin/ibstat, present: true}
         dev_infiniband: {present: true, uverbs: [uverbs0]}
-        libmlx5: {path: /usr/lib/x86_64-linux-gnu/libmlx5.so.1, versions: [MLX5_1.0, MLX5_1.8, MLX5_1.25],
-                  newest: MLX5_1.25, required: true, optional: true, error: null}
+        libmlx5: {path: /usr/lib/x86_64-linux-gnu/libmlx5.so.1, versions: [MLX5_1.0, MLX5_1.8, MLX5_1.19, MLX5_1.25],
+                  newest: MLX5_1.25, required: true, gdaki: true, optional: true, error: null}
         nic: {name: mlx5_0, source: env_script, present: true, active: true, active_devices: [mlx5_0]}
         cumem_disabled: []
         tree: {path: /opt/torch/.venv/lib/python3.12/site-packages/deep_ep,

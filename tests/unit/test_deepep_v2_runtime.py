@@ -71,7 +71,7 @@ def mlx5_object(directory: Path, newest: int, name: str = "libmlx5.so.1") -> Pat
 @pytest.fixture(scope="module")
 def libs(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("mlx5")
-    return {newest: mlx5_object(tmp / str(newest), newest) for newest in (7, 17, 25, 28)}
+    return {newest: mlx5_object(tmp / str(newest), newest) for newest in (7, 17, 19, 24, 25, 28)}
 
 
 # --- the ELF version table ------------------------------------------------------------------------------------
@@ -131,11 +131,13 @@ def test_a_real_rdma_core_libmlx5_is_read():
     assert facts["error"] is None and "MLX5_1.0" in facts["versions"] and facts["newest"].startswith("MLX5_1.")
 
 
-@pytest.mark.parametrize("newest, required, optional", [(7, False, False), (17, True, False), (25, True, True),
-                                                        (28, True, True)])
-def test_libmlx5_facts_name_the_gin_versions(libs, newest, required, optional):
+@pytest.mark.parametrize("newest, required, gdaki, optional", [(7, False, False, False), (17, True, False, False),
+                                                               (19, True, True, False), (24, True, True, False),
+                                                               (25, True, True, True), (28, True, True, True)])
+def test_libmlx5_facts_name_the_gin_versions(libs, newest, required, gdaki, optional):
     facts = libmlx5_facts("/", str(libs[newest]))
-    assert (facts["required"], facts["optional"], facts["newest"]) == (required, optional, "MLX5_1.%d" % newest)
+    assert (facts["required"], facts["gdaki"], facts["optional"], facts["newest"]) == (
+        required, gdaki, optional, "MLX5_1.%d" % newest)
     assert facts["error"] is None
 
 
@@ -205,8 +207,9 @@ def base_facts(**changes):
         "cuobjdump": {"path": "/usr/local/cuda/bin/cuobjdump", "present": True},
         "ibstat": {"path": "/usr/sbin/ibstat", "present": True},
         "dev_infiniband": {"present": True, "uverbs": ["uverbs0"]},
-        "libmlx5": {"path": "/usr/lib/x86_64-linux-gnu/libmlx5.so.1", "versions": ["MLX5_1.8", "MLX5_1.25"],
-                    "newest": "MLX5_1.25", "required": True, "optional": True, "error": None},
+        "libmlx5": {"path": "/usr/lib/x86_64-linux-gnu/libmlx5.so.1",
+                    "versions": ["MLX5_1.8", "MLX5_1.19", "MLX5_1.25"], "newest": "MLX5_1.25", "required": True,
+                    "gdaki": True, "optional": True, "error": None},
         "nic": {"name": "mlx5_0", "source": "env_script", "present": True, "active": True,
                 "active_devices": ["mlx5_0", "mlx5_1"]},
         "cumem_disabled": [],
@@ -267,7 +270,12 @@ CASES = [
     ("nic_name", {"nic__active": False, "over_rdma": False}, "not_applicable", "NVLink only", None),
     ("libmlx5", {"libmlx5__required": False, "libmlx5__optional": False, "libmlx5__newest": "MLX5_1.7"}, "fail",
      "no MLX5_1.8", "DOCA-OFED"),
-    ("libmlx5", {"libmlx5__optional": False, "libmlx5__newest": "MLX5_1.17"}, "warn", "#628", "MLX5_1.25"),
+    # NCCL 2.30.7's GIN GDAKI loads mlx5dv_devx_umem_reg_ex (MLX5_1.19); #628's node had MLX5_1.17.
+    ("libmlx5", {"libmlx5__gdaki": False, "libmlx5__optional": False, "libmlx5__newest": "MLX5_1.17"}, "fail",
+     "ginType NONE", "MLX5_1.19"),
+    # Ubuntu 24.04's rdma-core 50 (MLX5_1.24): GIN GDAKI works; only Data Direct (MLX5_1.25) is off.
+    ("libmlx5", {"libmlx5__optional": False, "libmlx5__newest": "MLX5_1.24"}, "pass", "Data Direct stays off", None),
+    ("libmlx5", {}, "pass", "MLX5_1.25 too (Data Direct)", None),
     ("libmlx5", {"libmlx5__error": "libmlx5.so.1 not found"}, "fail", "not found", "DOCA-OFED"),
     ("libmlx5", {"libmlx5__required": False, "over_rdma": False}, "not_applicable", "NVLink only", None),
     ("dev_infiniband", {"dev_infiniband__present": False}, "fail", "NCCL GIN is unavailable", "--device"),
@@ -357,7 +365,9 @@ def statuses(facts):
     ({}, "libmlx5", "pass"),
     ({"ibstat": False}, "ibstat", "fail"),
     ({"dev_ib": False}, "dev_infiniband", "fail"),
-    ({"newest": 17}, "libmlx5", "warn"),
+    ({"newest": 17}, "libmlx5", "fail"),
+    ({"newest": 19}, "libmlx5", "pass"),
+    ({"newest": 24}, "libmlx5", "pass"),
     ({"newest": 7}, "libmlx5", "fail"),
     ({"newest": None}, "libmlx5", "fail"),
     ({"environment": "PATH=/usr/bin\nNCCL_CUMEM_ENABLE=0\n"}, "nccl_cumem", "fail"),
@@ -497,11 +507,11 @@ def test_a_node_that_does_not_run_v2_is_not_judged(check):
 
 @pytest.mark.parametrize("context", ["audit", "preflight"])
 def test_warnings_are_one_rule_at_warning_severity(context):
-    facts = base_facts(libmlx5__optional=False, libmlx5__newest="MLX5_1.17", tree__gin_barrier=None,
-                       tree__error="no tree")
+    facts = base_facts(compute_capabilities=["10.0"], nvcc__release="13.0", tree__sm100_st_bulk=None,
+                       tree__gin_barrier=None, tree__error="no tree")
     found = v2_findings(v2_doc(facts), context)
     assert [(f["id"], f["severity"]) for f in found] == [("DEEPEP_V2_CHECK_WARN", "warning")] * 2
-    assert "DeepEP V2 (libmlx5)" in found[0]["message"] and "#628" in found[0]["message"]
+    assert "DeepEP V2 (sm100_cuda)" in found[0]["message"] and "747ea8e" in found[0]["message"]
     assert "DeepEP V2 (gin_barrier)" in found[1]["message"]
 
 

@@ -16,6 +16,7 @@ from __future__ import annotations
 import os
 import re
 
+from ansible_collections.gpufleet.deepep.plugins.module_utils._catalogue import breakage
 from ansible_collections.gpufleet.deepep.plugins.module_utils._elf import ElfError, version_definitions
 from ansible_collections.gpufleet.deepep.plugins.module_utils._node.nodeio import read_text, under
 from ansible_collections.gpufleet.deepep.plugins.module_utils._versions import VersionError, compare_versions
@@ -32,9 +33,13 @@ NVCC_MIN = "12.3"
 # The last CUDA whose ptxas rejects st.bulk with a 32-bit size operand on SM100 (DeepEP #692).
 SM100_CUDA_MAX_BROKEN = "13.0"
 # Below this NCCL, V2's build and runtime NCCL must be the same (DeepEP #687/#688).
-NCCL_RUNTIME_VERSION_FROM = "2.31"
+# (data: _catalogue.BREAKAGES["v2_nccl_build_runtime"])
+NCCL_RUNTIME_VERSION_FROM = breakage("v2_nccl_build_runtime")["boundary"]
 LIBMLX5_NAME = "libmlx5.so.1"
+# NCCL loads libmlx5 at all with MLX5_1.8; GIN GDAKI needs MLX5_1.19 (_catalogue: gin_gdaki_libmlx5); MLX5_1.25 is
+# Data Direct only.
 MLX5_REQUIRED = "MLX5_1.8"
+MLX5_GDAKI = breakage("gin_gdaki_libmlx5")["boundary"]
 MLX5_OPTIONAL = "MLX5_1.25"
 IBSTAT_DIRS = ("/usr/sbin", "/usr/bin", "/sbin", "/bin", "/usr/local/sbin", "/usr/local/bin")
 MLX5_DIRS = ("/usr/lib/x86_64-linux-gnu", "/usr/lib/aarch64-linux-gnu", "/usr/lib64", "/usr/lib", "/lib64",
@@ -79,9 +84,11 @@ def _version_key(name):
 
 
 def libmlx5_facts(root, path):
-    """``{path, versions, newest, required, optional, error}`` of libmlx5: the symbol versions its ELF defines (no
-    objdump), whether it has MLX5_1.8 (NCCL GIN needs it) and MLX5_1.25 (dma-buf/data-direct; optional)."""
-    facts = {"path": path, "versions": [], "newest": None, "required": False, "optional": False, "error": None}
+    """``{path, versions, newest, required, gdaki, optional, error}`` of libmlx5: the symbol versions its ELF defines
+    (no objdump), whether it has MLX5_1.8 (NCCL loads it at all), MLX5_1.19 (GIN GDAKI's mlx5dv_devx_umem_reg_ex) and
+    MLX5_1.25 (Data Direct; optional)."""
+    facts = {"path": path, "versions": [], "newest": None, "required": False, "gdaki": False, "optional": False,
+             "error": None}
     if path is None:
         facts["error"] = "%s not found in the ld cache or %s" % (LIBMLX5_NAME, ", ".join(MLX5_DIRS))
         return facts
@@ -92,7 +99,7 @@ def libmlx5_facts(root, path):
         return facts
     mlx5 = sorted((v for v in versions if v.startswith("MLX5_")), key=_version_key)
     facts.update(versions=versions, newest=mlx5[-1] if mlx5 else None,
-                 required=MLX5_REQUIRED in versions, optional=MLX5_OPTIONAL in versions)
+                 required=MLX5_REQUIRED in versions, gdaki=MLX5_GDAKI in versions, optional=MLX5_OPTIONAL in versions)
     return facts
 
 
@@ -321,19 +328,24 @@ def _libmlx5(f):
     if not f["over_rdma"]:
         return _not_rdma("libmlx5")
     lib = f["libmlx5"]
-    fix = ("install DOCA-OFED (doca_ofed phase) or an rdma-core whose libmlx5 defines %s and %s" %
-           (MLX5_REQUIRED, MLX5_OPTIONAL))
+    fix = ("install DOCA-OFED (doca_ofed phase) or an rdma-core of version 35 or newer, whose libmlx5 defines %s and "
+           "%s" % (MLX5_REQUIRED, MLX5_GDAKI))
     if lib["error"]:
         return _check("libmlx5", "fail", None, "libmlx5 unreadable: %s; NCCL GIN needs it" % lib["error"], fix)
     if not lib["required"]:
         return _check("libmlx5", "fail", lib["newest"], "%s defines no %s (newest %s): NCCL finds no GIN (\"dlvsym "
                       "failed on mlx5dv_is_supported\") and V2 asserts \"NCCL GIN is unavailable\"" % (
                           lib["path"], MLX5_REQUIRED, lib["newest"]), fix)
-    if not lib["optional"]:
-        return _check("libmlx5", "warn", lib["newest"], "%s defines %s but not %s (newest %s): NCCL GIN may report "
-                      "ginType NONE and V2 assert at construction (DeepEP #628)" % (
-                          lib["path"], MLX5_REQUIRED, MLX5_OPTIONAL, lib["newest"]), fix)
-    found = "%s defines %s and %s" % (lib["path"], MLX5_REQUIRED, MLX5_OPTIONAL)
+    if not lib.get("gdaki"):
+        return _check("libmlx5", "fail", lib["newest"], "%s defines %s but not %s (newest %s): NCCL's GIN GDAKI backend "
+                      "loads mlx5dv_devx_umem_reg_ex (%s, rdma-core 35) and gives up without it, so GIN reports "
+                      "ginType NONE and V2 asserts \"NCCL GIN is unavailable\" across nodes (DeepEP #628: MLNX_OFED "
+                      "24.10, newest MLX5_1.17)" % (lib["path"], MLX5_REQUIRED, MLX5_GDAKI, lib["newest"], MLX5_GDAKI),
+                      fix)
+    found = "%s defines %s and %s (GIN GDAKI); %s" % (
+        lib["path"], MLX5_REQUIRED, MLX5_GDAKI,
+        "%s too (Data Direct)" % MLX5_OPTIONAL if lib["optional"] else
+        "no %s: NCCL's Data Direct stays off (optional; its 'dlvsym failed' INFO lines are expected)" % MLX5_OPTIONAL)
     return _check("libmlx5", "pass", lib["newest"], found)
 
 
