@@ -84,6 +84,20 @@ BREAKAGES = {
                    "\"l\"(static_cast<uint64_t>(kNumBytes)); PR #692 not merged in dd758ca",
         "source": "DeepEP #692 (747ea8e)",
     },
+    "v2_agrs_stream_memop": {
+        "component": "nvidia driver",
+        "boundary": "cuStreamBatchMemOp_v2",
+        "what": "DeepEP V2's AGRS path (all-gather/reduce-scatter sessions: test_agrs.py, context parallelism) resolves "
+                "cuStreamBatchMemOp by name, which gives the deprecated v1 entry point; it returns "
+                "CUDA_ERROR_NOT_SUPPORTED (801) unless the driver runs with NVreg_EnableStreamMemOPs=1. Dispatch and "
+                "combine do not use it; V1 never does",
+        "affects": "DeepEP V2's AGRS where NVreg_EnableStreamMemOPs is not 1 (the collection's nvidia_peermapping "
+                   "phase sets it)",
+        "checked": "source: DeepEP dd758ca csrc/utils/lazy_driver.hpp and csrc/elastic/buffer.hpp (the AGRS calls); "
+                   "PR #686 head 389e8ff (the _v2 lookup); measured on an H200 (driver 580.159.04, CUDA 13.0, "
+                   "EnableStreamMemOPs=0: v1 801, v2 0); thread only: the CUDA 13.2 deprecation",
+        "source": "DeepEP PR #686",
+    },
 }
 
 # DeepEP trees met in the runbooks and the field, by commit: what they hold of the fixes above (read in the tree at

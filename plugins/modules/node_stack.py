@@ -370,7 +370,8 @@ ansible_facts:
           defined (Data Direct), C(error)). C(nic) (C(name) - the
           E(EP_NIC_NAME), C(source) - option, env_script or default, C(present), C(active), C(active_devices)).
           C(cumem_disabled) (each place E(NCCL_CUMEM_ENABLE=0) is set, with C(where) and C(value)). C(tree) (C(path),
-          C(headers), C(cuda128_host_code), C(sm100_st_bulk), C(gin_barrier) - true, false or null, C(error)).
+          C(headers), C(cuda128_host_code), C(sm100_st_bulk), C(gin_barrier), C(agrs_memop) - true, false or null,
+          C(error)). C(stream_memops) (the driver's EnableStreamMemOPs, null where unread).
           C(compute_capabilities) of the GPUs. C(nccl) (C(built), C(loaded)). C(over_rdma), C(across_nodes).
         - C(checks) - one entry per check, in this order - C(nvcc), C(cuobjdump), C(sm100_cuda),
           C(cuda128_host_code), C(ibstat), C(nic_name), C(libmlx5), C(dev_infiniband), C(nccl_cumem),

@@ -32,6 +32,7 @@ from ansible_collections.gpufleet.deepep.plugins.module_utils._node.v2runtime im
     cumem_disabled,
     gather_deepep_v2,
     libmlx5_facts,
+    stream_memops,
     parse_environment_file,
     tree_markers,
     v2_checks,
@@ -172,6 +173,31 @@ def test_the_tree_markers_of_real_headers(tmp_path, ptx, comm, cu128, st_bulk, b
     assert markers["headers"] == "/tree/" + HEADERS and markers["error"] is None
 
 
+# csrc/utils/lazy_driver.hpp's lookup of the stream memory operations, at dd758ca and with PR #686 (head 389e8ff).
+LAZY_DD758CA = "DECL_LAZY_CUDA_DRIVER_FUNCTION(cuStreamBatchMemOp);\n"
+LAZY_686 = "DECL_LAZY_CUDA_DRIVER_FUNCTION(cuStreamBatchMemOp_v2);\n"
+
+
+@pytest.mark.parametrize("lazy, marker", [(LAZY_DD758CA, False), (LAZY_686, True), (None, None),
+                                          ("// no memory operations here\n", None)])
+def test_the_agrs_driver_entry_point_is_read_from_the_source_tree(tmp_path, lazy, marker):
+    tree = make_tree(tmp_path, "ptx_747ea8e.cuh")
+    if lazy is not None:
+        (tmp_path / "tree" / "csrc" / "utils").mkdir(parents=True)
+        (tmp_path / "tree" / "csrc" / "utils" / "lazy_driver.hpp").write_text(lazy)
+    assert tree_markers(str(tmp_path), tree)["agrs_memop"] is marker
+
+
+@pytest.mark.parametrize("params, value", [("EnableMSI: 1\nEnableStreamMemOPs: 0\n", 0),
+                                           ("EnableStreamMemOPs: 1\n", 1), ("EnableMSI: 1\n", None), (None, None),
+                                           ("EnableStreamMemOPs: one\n", None)])
+def test_the_driver_s_stream_memops_setting_is_read_from_its_params(tmp_path, params, value):
+    if params is not None:
+        (tmp_path / "proc" / "driver" / "nvidia").mkdir(parents=True)
+        (tmp_path / "proc" / "driver" / "nvidia" / "params").write_text(params)
+    assert stream_memops(str(tmp_path)) == value
+
+
 @pytest.mark.parametrize("tree, error", [(None, "no DeepEP V2 tree"), ("/v1", "holds no V2 headers")])
 def test_a_tree_that_is_not_there_or_not_v2_is_unknown_with_the_reason(tmp_path, tree, error):
     (tmp_path / "v1" / "csrc").mkdir(parents=True)
@@ -214,7 +240,8 @@ def base_facts(**changes):
                 "active_devices": ["mlx5_0", "mlx5_1"]},
         "cumem_disabled": [],
         "tree": {"path": "/t", "headers": "/t/h", "cuda128_host_code": True, "sm100_st_bulk": True,
-                 "gin_barrier": True, "error": None},
+                 "gin_barrier": True, "agrs_memop": True, "error": None},
+        "stream_memops": 1,
         "compute_capabilities": ["9.0"],
         "nccl": {"built": "2.30.7", "loaded": "2.30.7"},
         "over_rdma": True,
@@ -292,6 +319,13 @@ CASES = [
     ("gin_barrier", {"tree__gin_barrier": False}, "fail", "Gin barrier timeout", "#715"),
     ("gin_barrier", {"tree__gin_barrier": False, "across_nodes": False}, "not_applicable", "across nodes", None),
     ("gin_barrier", {"tree__gin_barrier": None, "tree__error": "no tree"}, "warn", "no tree", "#715"),
+    # DeepEP PR #686: the deprecated v1 entry point returns 801 with NVreg_EnableStreamMemOPs=0 (measured, H200).
+    ("agrs_memop", {"tree__agrs_memop": False, "stream_memops": 0}, "warn", "CUDA_ERROR_NOT_SUPPORTED", "#686"),
+    ("agrs_memop", {"tree__agrs_memop": False, "stream_memops": None}, "warn", "EnableStreamMemOPs=None",
+     "NVreg_EnableStreamMemOPs=1"),
+    ("agrs_memop", {"tree__agrs_memop": False}, "pass", "works while NVreg_EnableStreamMemOPs=1", None),
+    ("agrs_memop", {}, "pass", "cuStreamBatchMemOp_v2", None),
+    ("agrs_memop", {"tree__agrs_memop": None}, "not_applicable", "installed package", None),
 ]
 
 
@@ -448,6 +482,8 @@ RULE_OF_CHECK = {"nvcc": "DEEPEP_V2_NVCC", "cuobjdump": "DEEPEP_V2_CUOBJDUMP", "
                  "nic_name": "DEEPEP_V2_NIC_NAME", "libmlx5": "DEEPEP_V2_LIBMLX5",
                  "dev_infiniband": "DEEPEP_V2_DEV_INFINIBAND", "nccl_cumem": "DEEPEP_V2_NCCL_CUMEM",
                  "nccl_build_runtime": "DEEPEP_V2_NCCL_BUILD_RUNTIME", "gin_barrier": "DEEPEP_V2_GIN_BARRIER"}
+# Checks that warn at most (the generic DEEPEP_V2_CHECK_WARN surfaces them): V2's AGRS path, not its dispatch.
+WARN_ONLY = {"agrs_memop"}
 FAILING = {check: next(c for c in CASES if c[0] == check and c[2] == "fail") for check in RULE_OF_CHECK}
 
 
@@ -472,7 +508,8 @@ def v2_findings(document, context):
 def test_every_check_has_its_rule_and_every_rule_a_case():
     rules = {r["id"] for r in validate_rules(CATALOGUE) if r["id"].startswith("DEEPEP_V2_")}
     assert rules - {"DEEPEP_V2_NCCL_OLD"} == set(RULE_OF_CHECK.values()) | {"DEEPEP_V2_CHECK_WARN"}
-    assert set(RULE_OF_CHECK) == set(CHECKS)
+    assert set(RULE_OF_CHECK) | WARN_ONLY == set(CHECKS)
+    assert not [c for c in CASES if c[0] in WARN_ONLY and c[2] == "fail"]
 
 
 @pytest.mark.parametrize("context", ["audit", "preflight"])

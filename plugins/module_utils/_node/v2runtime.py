@@ -23,7 +23,8 @@ from ansible_collections.gpufleet.deepep.plugins.module_utils._versions import V
 
 __all__ = [
     "CHECKS", "DEFAULT_NIC_NAME", "IBSTAT_DIRS", "LIBMLX5_NAME", "NVCC_MIN", "STATUSES", "cumem_disabled",
-    "find_libmlx5", "gather_deepep_v2", "libmlx5_facts", "parse_environment_file", "tree_markers", "v2_checks",
+    "find_libmlx5", "gather_deepep_v2", "libmlx5_facts", "parse_environment_file", "stream_memops", "tree_markers",
+    "v2_checks",
 ]
 
 # deep_ep/utils/envs.py: ``_DEFAULT_NIC_NAME = os.getenv('EP_NIC_NAME', 'mlx5_0')``.
@@ -46,8 +47,10 @@ MLX5_DIRS = ("/usr/lib/x86_64-linux-gnu", "/usr/lib/aarch64-linux-gnu", "/usr/li
              "/lib/x86_64-linux-gnu", "/lib/aarch64-linux-gnu", "/usr/local/lib")
 # The V2 headers the JIT compiles, below a source checkout or an installed package.
 HEADER_DIRS = ("deep_ep/include/deep_ep/common", "include/deep_ep/common")
+# Where a V2 source tree resolves the driver's entry points (DeepEP PR #686 changed cuStreamBatchMemOp to its _v2).
+LAZY_DRIVER = "csrc/utils/lazy_driver.hpp"
 CHECKS = ("nvcc", "cuobjdump", "sm100_cuda", "cuda128_host_code", "ibstat", "nic_name", "libmlx5",
-          "dev_infiniband", "nccl_cumem", "nccl_build_runtime", "gin_barrier")
+          "dev_infiniband", "nccl_cumem", "nccl_build_runtime", "gin_barrier", "agrs_memop")
 STATUSES = ("pass", "fail", "warn", "not_applicable")
 
 _CUDACC_GUARD_RE = re.compile(r"^\s*#\s*(ifdef\s+__CUDACC__|if\s+defined\s*\(?\s*__CUDACC__)", re.M)
@@ -108,9 +111,11 @@ def tree_markers(root, tree):
     headers its JIT compiles: ``cuda128_host_code`` (ptx.cuh includes ``<cuda/barrier>`` only in device code, or
     not at all: DeepEP 76f1427 "Fix cu128 compilation"), ``sm100_st_bulk`` (st.bulk with a 64-bit size operand:
     DeepEP #692, 747ea8e) and ``gin_barrier`` (comm.cuh's barrier releases NVLink stores at system scope: DeepEP
-    #715). Each is True, False, or None with ``error`` saying why it could not be read."""
+    #715). Each is True, False, or None with ``error`` saying why it could not be read. ``agrs_memop``: whether the
+    source tree's csrc/utils/lazy_driver.hpp asks the driver for ``cuStreamBatchMemOp_v2`` (DeepEP PR #686), None
+    where the tree is an installed package (no csrc)."""
     markers = {"path": tree, "headers": None, "cuda128_host_code": None, "sm100_st_bulk": None,
-               "gin_barrier": None, "error": None}
+               "gin_barrier": None, "agrs_memop": None, "error": None}
     if not tree:
         markers["error"] = "no DeepEP V2 tree on the node (neither the deepep_v2_tree option nor an installed deep_ep)"
         return markers
@@ -131,7 +136,22 @@ def tree_markers(root, tree):
     comm = read_text(under(root, os.path.join(headers, "comm.cuh")))
     if comm is not None:
         markers["gin_barrier"] = _FENCE_SYS_CALL_RE.search(comm) is not None
+    lazy = read_text(under(root, os.path.join(tree, LAZY_DRIVER)))
+    if lazy is not None and "cuStreamBatchMemOp" in lazy:
+        markers["agrs_memop"] = "cuStreamBatchMemOp_v2" in lazy
     return markers
+
+
+def stream_memops(root):
+    """The loaded driver's EnableStreamMemOPs (``/proc/driver/nvidia/params``) as an int, None where unread."""
+    for line in (read_text(under(root, "/proc/driver/nvidia/params")) or "").splitlines():
+        name, sep, value = line.partition(":")
+        if sep and name.strip() == "EnableStreamMemOPs":
+            try:
+                return int(value.strip())
+            except ValueError:
+                return None
+    return None
 
 
 def _unquote(value):
@@ -203,6 +223,7 @@ def gather_deepep_v2(root="/", cuda=None, cuda_home="/usr/local/cuda", rdma=None
                 "active_devices": list((rdma or {}).get("active_devices") or [])},
         "cumem_disabled": cumem_disabled(sources),
         "tree": tree_markers(root, tree),
+        "stream_memops": stream_memops(root),
         "compute_capabilities": sorted(set(str(g.get("compute_capability")) for g in gpus or []
                                            if isinstance(g, dict) and g.get("compute_capability"))),
         "nccl": {"built": nccl_built, "loaded": nccl_loaded},
@@ -400,7 +421,31 @@ def _gin_barrier(f):
                   "hangs with \"DeepEP Gin barrier timeout\" (DeepEP #715)", fix)
 
 
-_DECIDERS = (_nvcc, _cuobjdump, _sm100, _cuda128, _ibstat, _nic, _libmlx5, _dev_ib, _cumem, _nccl, _gin_barrier)
+def _agrs_memop(f):
+    """V2's AGRS (all-gather/reduce-scatter: test_agrs.py, context parallelism) waits on memory through the driver's
+    cuStreamBatchMemOp; a tree without DeepEP PR #686 asks for the deprecated v1 entry point, which returns
+    CUDA_ERROR_NOT_SUPPORTED (801) unless NVreg_EnableStreamMemOPs=1 (measured on an H200, driver 580.159.04, CUDA
+    13.0: v1 801, v2 0). A warning at most: V2's dispatch and combine do not use it."""
+    fixed = f["tree"].get("agrs_memop")
+    memops = f.get("stream_memops")
+    fix = ("use a DeepEP V2 tree with PR #686 (cuStreamBatchMemOp_v2 in %s), or load the driver with "
+           "NVreg_EnableStreamMemOPs=1 (nvidia_peermapping phase)" % LAZY_DRIVER)
+    if fixed is None:
+        return _check("agrs_memop", "not_applicable", None, "the V2 source tree's %s is not on the node (an installed "
+                      "package): its driver entry point is not judged" % LAZY_DRIVER)
+    if fixed:
+        return _check("agrs_memop", "pass", True, "the V2 tree asks for cuStreamBatchMemOp_v2 (#686)")
+    if memops == 1:
+        return _check("agrs_memop", "pass", {"tree_fix": False, "stream_memops": memops}, "the V2 tree asks for the "
+                      "deprecated cuStreamBatchMemOp (no #686), which works while NVreg_EnableStreamMemOPs=1")
+    return _check("agrs_memop", "warn", {"tree_fix": False, "stream_memops": memops}, "the V2 tree asks for the "
+                  "deprecated cuStreamBatchMemOp (no DeepEP PR #686) and the driver runs with EnableStreamMemOPs=%s: "
+                  "V2's all-gather/reduce-scatter (test_agrs.py, context parallelism) fails with "
+                  "CUDA_ERROR_NOT_SUPPORTED; dispatch and combine are not affected" % memops, fix)
+
+
+_DECIDERS = (_nvcc, _cuobjdump, _sm100, _cuda128, _ibstat, _nic, _libmlx5, _dev_ib, _cumem, _nccl, _gin_barrier,
+             _agrs_memop)
 
 
 def v2_checks(facts):
