@@ -98,6 +98,16 @@ BREAKAGES = {
                    "EnableStreamMemOPs=0: v1 801, v2 0); thread only: the CUDA 13.2 deprecation",
         "source": "DeepEP PR #686",
     },
+    "v1_blackwell_arch_suffix": {
+        "component": "deepep build (TORCH_CUDA_ARCH_LIST)",
+        "boundary": "10.0a",
+        "what": "DeepEP V1 built with TORCH_CUDA_ARCH_LIST=10.0a failed at its first layout kernel ('unknown error', "
+                "layout.cu:138) where 10.0 worked; the list reaches only ahead-of-time code (V1, V2's legacy Buffer), "
+                "V2's elastic kernels are JIT-compiled as sm_100f/sm_100a whatever it says",
+        "affects": "DeepEP V1 on Blackwell; the build preflight warns (no source explains the failure)",
+        "checked": "thread only (DeepEP #576); source: DeepEP dd758ca setup.py and csrc/jit (what the list reaches)",
+        "source": "DeepEP #576",
+    },
 }
 
 # DeepEP trees met in the runbooks and the field, by commit: what they hold of the fixes above (read in the tree at

@@ -241,3 +241,17 @@ def test_a_catalogued_commit_is_judged_before_the_build(commit, nvshmem, status)
 def test_a_ref_or_unknown_commit_is_left_to_the_build(ref):
     assert catalogued_tree_check(ref, "3.8.0") == {"commit": ref or None, "known": False, "generation": None,
                                                    "check": None}
+
+
+@pytest.mark.parametrize("arch, warned", [("10.0", None), ("10.0a", "10.0"), ("9.0;10.0a", "10.0"),
+                                          ("10.0a;10.3a", "10.0, 10.3"), ("9.0a", None)])
+def test_a_v1_build_for_an_arch_specific_blackwell_target_is_warned(arch, warned):
+    """DeepEP #576 (thread only): V1 for 10.0a failed at its first layout kernel where 10.0 worked."""
+    result = deepep_preflight(dict(BUILD, arch_list=arch, gpu_arch_list=["10.0"], rc_record=None,
+                                   nvshmem_version="3.4.5"))
+    found = [w for w in result["warnings"] if "#576" in w]
+    assert (found[0].endswith("build for %s instead" % warned) if warned else found == [])
+    v2 = deepep_preflight(dict(BUILD, generation="v2", arch_list=arch, gpu_arch_list=["10.0"], rc_record=None,
+                               nvshmem_version="3.4.5", nccl_version="2.30.7", torch_version="2.11.0+cu130",
+                               cuda_version="13.0.88"))
+    assert not [w for w in v2["warnings"] if "#576" in w]

@@ -304,6 +304,22 @@ def _check_nvshmem(obs, failures, warnings):
               "(not torch's bundled NVSHMEM)")
 
 
+def _check_blackwell_suffix(obs, arch_list, warnings):
+    """DeepEP #576 (thread only, ``_catalogue.BREAKAGES['v1_blackwell_arch_suffix']``): a V1 build for ``10.0a``
+    failed at its first layout kernel where ``10.0`` worked; warned, not refused (no source explains it)."""
+    if obs.get("generation") != "v1" or not arch_list:
+        return
+    try:
+        suffixed = [a["arch"] for a in parse_arch_list(arch_list) if a["major"] == 10 and a["suffix"]]
+    except ArchError:
+        return
+    if suffixed:
+        warnings.append("arch list %s builds DeepEP V1 for %s: DeepEP #576 reports V1 built for 10.0a failing at its "
+                        "first layout kernel ('unknown error', layout.cu:138) where 10.0 worked (thread only); "
+                        "build for %s instead" % (arch_list, ", ".join(suffixed),
+                                                  ", ".join(a[:-1] for a in suffixed)))
+
+
 def _check_rc_layout(obs, failures, warnings):
     """The tree's indexing of NVSHMEM's IBGDA RC QPs against the NVSHMEM the build uses (``_comm/rc_layout``): a V1
     build for across nodes fails; a V2 build (its legacy IBGDA kernels; V2 crosses nodes over NCCL GIN) or an
@@ -348,6 +364,7 @@ def deepep_preflight(obs):
     warnings = []
     arch_list = _check_arch_list(obs, failures)
     _check_arch_covers_gpus(obs, arch_list, failures, warnings)
+    _check_blackwell_suffix(obs, arch_list, warnings)
     _check_sm90_features(obs, arch_list, failures)
     _check_aggressive_ptx(obs, arch_list, failures, automatic)
     _check_cuda(obs, failures, automatic, warnings)
