@@ -765,10 +765,14 @@ ansible_facts:
               does not take (V(env_script.unparsed)) is not tried, and V(error) names the lines.
               V(error) holds the last lines of the failure (for example an C(undefined symbol) after a torch change).
               V(skipped) says why the import was left out (O(import_when=changed)); V(checked) is then false.
+            - V(mapped) lists, after a successful import, the NCCL (C(nccl)) and NVSHMEM host (C(nvshmem_host))
+              libraries that process has mapped (C(/proc/self/maps), real paths, each file once); null when it did not
+              import. Two NCCLs in one process is the state a later pip install leaves beside the pinned one.
           type: dict
           returned: always
           sample: {checked: true, ok: false, env_sourced: true, file: null, version: null, rc: 1, skipped: null,
-                   error: "ImportError: deep_ep_cpp.so: undefined symbol: _ZNK3c1010TensorImpl15incref_pyobjectEv"}
+                   error: "ImportError: deep_ep_cpp.so: undefined symbol: _ZNK3c1010TensorImpl15incref_pyobjectEv",
+                   mapped: null}
         deepep:
           description:
             - The installed DeepEP in the shape of the C(gpufleet_deepep) facts of M(gpufleet.deepep.deepep_build), read

@@ -114,6 +114,13 @@ CASES = {
         {"gpufleet_deepep_rc_layout": {"check": "nvshmem_rc_layout", "status": "pass", "reason": "r", "fix": None,
                                        "source": None, "found": {"tree_fix": "#564", "loads": "3.5.19"}}},
     ),
+    "DEEPEP_NCCL_MAPPED_TWICE": (
+        {"gpufleet_stack.deep_ep_import.mapped": {
+            "nccl": ["/opt/torch/.venv/lib/python3.12/site-packages/nvidia/nccl/lib/libnccl.so.2",
+                     "/usr/lib/x86_64-linux-gnu/libnccl.so.2.30.7"], "nvshmem_host": []}},
+        {"gpufleet_stack.deep_ep_import.mapped": {
+            "nccl": ["/opt/torch/.venv/lib/python3.12/site-packages/nvidia/nccl/lib/libnccl.so.2"], "nvshmem_host": []}},
+    ),
     "DEEPEP_TORCH_ABI": (
         {"gpufleet_stack.torch.version": "2.11.0+cu130"},
         # the same torch, only the facts module saw it again

@@ -255,3 +255,16 @@ def test_a_v1_build_for_an_arch_specific_blackwell_target_is_warned(arch, warned
                                nvshmem_version="3.4.5", nccl_version="2.30.7", torch_version="2.11.0+cu130",
                                cuda_version="13.0.88"))
     assert not [w for w in v2["warnings"] if "#576" in w]
+
+
+def test_the_mapped_nvshmem_host_library_says_which_nvshmem_runs():
+    """The import probe's /proc/self/maps reading outranks the inference from the bundled copies' search order."""
+    lib_dir = "/opt/torch/.venv/lib/python3.12/site-packages/nvidia/nvshmem/lib"
+    doc = node(None, "3.4.5", ["3.6.5"])
+    doc["gpufleet_bundled_nvshmem"]["bundled"][0]["lib_dir"] = lib_dir
+    assert loaded_nvshmem_version(doc) == "3.4.5"  # by inference: the custom build wins
+    doc["gpufleet_stack"]["deep_ep_import"] = {"mapped": {"nccl": [], "nvshmem_host": [lib_dir + "/libnvshmem_host.so.3"]}}
+    assert loaded_nvshmem_version(doc) == "3.6.5"  # but the process mapped the bundled one
+    doc["gpufleet_stack"]["deep_ep_import"]["mapped"]["nvshmem_host"] = ["/opt/deepep/nvshmem/lib/libnvshmem_host.so.3"]
+    doc["gpufleet_bundled_nvshmem"]["bundled_would_win"] = True
+    assert loaded_nvshmem_version(doc) == "3.4.5"  # the custom build's, whatever the search order says

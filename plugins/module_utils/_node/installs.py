@@ -21,8 +21,22 @@ from ansible_collections.gpufleet.deepep.plugins.module_utils._versions import n
 
 __all__ = ["IMPORT_PROBE", "unchanged_install", "check_import", "gather_nvshmem_install", "gather_deepep_install"]
 
-IMPORT_PROBE = "import deep_ep, json; print(json.dumps({'file': getattr(deep_ep, '__file__', None), " \
-               "'version': getattr(deep_ep, '__version__', None)}))"
+# ``import deep_ep``, then which NCCL and NVSHMEM host libraries that process has mapped (``/proc/self/maps``, real
+# paths, each file once): two NCCLs in one process is DeepEP #710's state after an install brought pip's NCCL back
+# beside the pinned one, and the mapped NVSHMEM host library is the one the process runs with.
+IMPORT_PROBE = (
+    "import deep_ep, json, os\n"
+    "mapped = {}\n"
+    "for line in open('/proc/self/maps'):\n"
+    "    fields = line.split(None, 5)\n"
+    "    path = fields[5].strip() if len(fields) > 5 else ''\n"
+    "    name = os.path.basename(path)\n"
+    "    for key, prefix in (('nccl', 'libnccl.so'), ('nvshmem_host', 'libnvshmem_host.so')):\n"
+    "        if path.startswith('/') and name.startswith(prefix) and not path.endswith('(deleted)'):\n"
+    "            mapped.setdefault(key, set()).add(os.path.realpath(path))\n"
+    "print(json.dumps({'file': getattr(deep_ep, '__file__', None), 'version': getattr(deep_ep, '__version__', None),"
+    " 'mapped': dict((k, sorted(v)) for k, v in mapped.items())}))"
+)
 
 
 # --- import probe ----------------------------------------------------------------------------------------
@@ -52,9 +66,10 @@ def unchanged_install(root, package, torch_version):
 
 def check_import(python, env_script, env_present, runner, timeout):
     """``import deep_ep`` in a fresh process (no shell) with the environment the env script's export lines give,
-    read as data (when the script exists)."""
+    read as data (when the script exists). ``mapped``: the NCCL (``nccl``) and NVSHMEM host (``nvshmem_host``)
+    libraries that process had mapped after the import, real paths (None when it did not import)."""
     result = {"checked": True, "ok": False, "env_sourced": bool(env_present), "file": None, "version": None,
-              "error": None, "rc": None, "skipped": None}
+              "error": None, "rc": None, "skipped": None, "mapped": None}
     env, refusal = import_probe_env(env_script, env_present)
     if refusal:
         result["error"] = refusal
@@ -69,7 +84,9 @@ def check_import(python, env_script, env_present, runner, timeout):
         data = json.loads(out.strip().splitlines()[-1])
     except (ValueError, IndexError):
         data = {}
-    result.update(ok=True, file=data.get("file"), version=data.get("version"))
+    mapped = data.get("mapped") if isinstance(data.get("mapped"), dict) else {}
+    result.update(ok=True, file=data.get("file"), version=data.get("version"),
+                  mapped={"nccl": list(mapped.get("nccl") or []), "nvshmem_host": list(mapped.get("nvshmem_host") or [])})
     return result
 
 

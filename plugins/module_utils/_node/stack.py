@@ -229,7 +229,7 @@ def gather_stack(root="/", cuda_home="/usr/local/cuda", python="/usr/bin/python3
                                                runner, timeout)
     else:
         facts["deep_ep_import"] = {"checked": False, "ok": None, "env_sourced": False, "file": None,
-                                   "version": None, "error": None, "rc": None, "skipped": skipped}
+                                   "version": None, "error": None, "rc": None, "skipped": skipped, "mapped": None}
     if deepep_error and facts["deep_ep_import"]["checked"]:
         facts["deep_ep_import"]["error"] = "%s (%s)" % (deepep_error, facts["deep_ep_import"]["error"])
     facts["deepep"] = gather_deepep_install(root, python, facts["deep_ep_package"], facts["deep_ep_import"])

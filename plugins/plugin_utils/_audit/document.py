@@ -88,12 +88,23 @@ def node_document(host, groups, result, expect=None, model=None, serving=None):
 
 
 def loaded_nvshmem_version(doc):
-    """The NVSHMEM version the installed DeepEP loads at run time: torch's bundled copy where it wins (or where the
+    """The NVSHMEM version the installed DeepEP loads at run time: the host library the import probe saw mapped
+    (under a bundled copy's directory, or the build's NVSHMEM), else torch's bundled copy where it wins (or where the
     build used pip's NVSHMEM), else the NVSHMEM the build compiled against (None when unknown)."""
     deepep = doc.get("gpufleet_deepep") or {}
     build = deepep.get("nvshmem_build") or {}
     built = (deepep.get("built_against") or {}).get("nvshmem") or build.get("version")
     bundled = doc.get("gpufleet_bundled_nvshmem") or {}
+    probe = (doc.get("gpufleet_stack") or {}).get("deep_ep_import")
+    mapped = probe.get("mapped") if isinstance(probe, dict) else None
+    hosts = (mapped.get("nvshmem_host") or []) if isinstance(mapped, dict) else []
+    if len(hosts) == 1:
+        for entry in [b for b in bundled.get("bundled") or [] if isinstance(b, dict)]:
+            if entry.get("lib_dir") and entry.get("version") and \
+                    hosts[0].startswith(entry["lib_dir"].rstrip("/") + "/"):
+                return entry["version"]
+        if build.get("root") and hosts[0].startswith(build["root"].rstrip("/") + "/"):
+            return built
     first = next((b.get("version") for b in bundled.get("bundled") or [] if isinstance(b, dict) and b.get("version")),
                  None)
     from_pip = any(part in "%s/" % (build.get("root") or "") for part in _SITE_DIRS)
