@@ -1043,12 +1043,15 @@ class DeepepBuild(object):
             "hca_mapping_support": self.hca,
         }
         if self.rc_record is not None:
-            self.new_stamp["nvshmem_rc_layout"] = dict(self.rc_record, compiled=compiled_rc_layout(
-                self.rc_record["tree"], self.nvshmem["version"]))
+            self.new_stamp["nvshmem_rc_layout"] = self.rc_stamp_entry()
         if self.module._diff:
             self.result["diff"] = {"before": json.dumps(self.installed_stamp or {}, sort_keys=True, indent=2) + "\n",
                                    "after": json.dumps(self.new_stamp, sort_keys=True, indent=2) + "\n"}
         return "build" if would_build else "install"
+
+    def rc_stamp_entry(self):
+        """The stamp's ``nvshmem_rc_layout``: the tree as read and the layout a build against this NVSHMEM compiles."""
+        return dict(self.rc_record, compiled=compiled_rc_layout(self.rc_record["tree"], self.nvshmem["version"]))
 
     def check_apply(self, action):
         """The refusals of the apply step that can be known before it, run in check mode too so that the plan
@@ -1164,8 +1167,7 @@ class DeepepBuild(object):
             stamp.update(wheel=self.wheel, installed_at=now(), python=p["python"])
             stamp.setdefault("hca_mapping_support", self.hca)
             if self.rc_record is not None and "nvshmem_rc_layout" not in stamp:
-                stamp["nvshmem_rc_layout"] = dict(self.rc_record, compiled=compiled_rc_layout(
-                    self.rc_record["tree"], self.nvshmem["version"]))
+                stamp["nvshmem_rc_layout"] = self.rc_stamp_entry()
             ext = _ext_path(after)
             stamp["extension_sha256"] = file_sha256(ext) if ext and os.path.isfile(ext) else None
             if after.get("deep_ep_dir"):

@@ -375,7 +375,7 @@ ansible_facts:
           C(compute_capabilities) of the GPUs. C(nccl) (C(built), C(loaded)). C(over_rdma), C(across_nodes).
         - C(checks) - one entry per check, in this order - C(nvcc), C(cuobjdump), C(sm100_cuda),
           C(cuda128_host_code), C(ibstat), C(nic_name), C(libmlx5), C(dev_infiniband), C(nccl_cumem),
-          C(nccl_build_runtime), C(gin_barrier) - each C(check), C(status) (C(pass), C(fail), C(warn) or
+          C(nccl_build_runtime), C(gin_barrier), C(agrs_memop) - each C(check), C(status) (C(pass), C(fail), C(warn) or
           C(not_applicable)), C(found), C(reason) and C(fix) (what to do; null on a pass).
         - C(failed) and C(warnings) name the checks of that status; C(ready) is true when none failed.
       returned: when O(gather) holds V(deepep_v2)

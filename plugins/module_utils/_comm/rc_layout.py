@@ -55,15 +55,21 @@ def tree_rc_layout(texts):
     v1 = texts.get("v1_device") or ""
     legacy = texts.get("legacy_device") or ""
     if MARK_564 in v1:
-        return {"fix": "#564", "selects": "state_type", "runtime_check": False, "file": TREE_FILES["v1_device"]}
+        return _tree("#564", TREE_FILES["v1_device"])
     if MARK_696 in legacy:
-        return {"fix": "#696", "selects": "vendor_version",
-                "runtime_check": MARK_696_RUNTIME in (texts.get("legacy_backend") or ""),
-                "file": TREE_FILES["legacy_device"]}
+        return _tree("#696", TREE_FILES["legacy_device"], MARK_696_RUNTIME in (texts.get("legacy_backend") or ""))
     for key in ("v1_device", "legacy_device"):
         if MARK_RC in (texts.get(key) or ""):
-            return {"fix": None, "selects": None, "runtime_check": False, "file": TREE_FILES[key]}
+            return _tree(None, TREE_FILES[key])
     return None
+
+
+_SELECTS = {"#564": "state_type", "#696": "vendor_version"}
+
+
+def _tree(fix, file, runtime_check=False):
+    """A tree's record (:func:`tree_rc_layout`): how a fix picks the layout follows from which fix it is."""
+    return {"fix": fix, "selects": _SELECTS.get(fix), "runtime_check": runtime_check, "file": file}
 
 
 def compiled_rc_layout(tree, build_version):
@@ -125,7 +131,6 @@ def rc_layout_check(tree, build_version, run_version=None, recorded=False):
 
 
 _COMMIT_RE = re.compile(r"^[0-9a-f]{7,40}$")
-_SELECTS = {"#564": "state_type", "#696": "vendor_version"}
 
 
 def catalogued_tree_check(commit, nvshmem_version):
@@ -141,7 +146,6 @@ def catalogued_tree_check(commit, nvshmem_version):
         return {"commit": commit or None, "known": False, "generation": None, "check": None}
     entry = DEEPEP_TREES[entry_id]
     fix = entry["rc_layout_fix"]
-    tree = {"fix": fix, "selects": _SELECTS.get(fix), "runtime_check": fix == "#696",
-            "file": "the catalogue's DeepEP %s (%s)" % (entry_id, entry["note"])}
+    tree = _tree(fix, "the catalogue's DeepEP %s (%s)" % (entry_id, entry["note"]), fix == "#696")
     return {"commit": commit, "known": True, "generation": entry["generation"],
             "check": rc_layout_check(tree, nvshmem_version, recorded=True)}

@@ -19,6 +19,7 @@ import re
 from ansible_collections.gpufleet.deepep.plugins.module_utils._catalogue import breakage
 from ansible_collections.gpufleet.deepep.plugins.module_utils._elf import ElfError, version_definitions
 from ansible_collections.gpufleet.deepep.plugins.module_utils._node.nodeio import read_text, under
+from ansible_collections.gpufleet.deepep.plugins.module_utils._nvidia.params import DEFAULT_PARAMS_PATH, parse_params
 from ansible_collections.gpufleet.deepep.plugins.module_utils._versions import VersionError, compare_versions
 
 __all__ = [
@@ -143,15 +144,10 @@ def tree_markers(root, tree):
 
 
 def stream_memops(root):
-    """The loaded driver's EnableStreamMemOPs (``/proc/driver/nvidia/params``) as an int, None where unread."""
-    for line in (read_text(under(root, "/proc/driver/nvidia/params")) or "").splitlines():
-        name, sep, value = line.partition(":")
-        if sep and name.strip() == "EnableStreamMemOPs":
-            try:
-                return int(value.strip())
-            except ValueError:
-                return None
-    return None
+    """The loaded driver's EnableStreamMemOPs (``/proc/driver/nvidia/params``, read as the nvidia facts read it) as an
+    int, None where unread or not a number."""
+    value = parse_params(read_text(under(root, DEFAULT_PARAMS_PATH)) or "").get("EnableStreamMemOPs")
+    return value if isinstance(value, int) else None
 
 
 def _unquote(value):

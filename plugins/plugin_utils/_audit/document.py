@@ -93,7 +93,7 @@ def loaded_nvshmem_version(doc):
     build used pip's NVSHMEM), else the NVSHMEM the build compiled against (None when unknown)."""
     deepep = doc.get("gpufleet_deepep") or {}
     build = deepep.get("nvshmem_build") or {}
-    built = (deepep.get("built_against") or {}).get("nvshmem") or build.get("version")
+    built = _built_nvshmem(deepep)
     bundled = doc.get("gpufleet_bundled_nvshmem") or {}
     probe = (doc.get("gpufleet_stack") or {}).get("deep_ep_import")
     mapped = probe.get("mapped") if isinstance(probe, dict) else None
@@ -121,8 +121,12 @@ def deepep_rc_layout(doc):
         return None
     record = deepep.get("nvshmem_rc_layout")
     tree = record.get("tree") if isinstance(record, dict) else None
-    built = (deepep.get("built_against") or {}).get("nvshmem") or (deepep.get("nvshmem_build") or {}).get("version")
-    return rc_layout_check(tree, built, loaded_nvshmem_version(doc), recorded=isinstance(record, dict))
+    return rc_layout_check(tree, _built_nvshmem(deepep), loaded_nvshmem_version(doc), recorded=isinstance(record, dict))
+
+
+def _built_nvshmem(deepep):
+    """The NVSHMEM version the installed DeepEP was built against (its stamp's, else its NVSHMEM build's)."""
+    return (deepep.get("built_against") or {}).get("nvshmem") or (deepep.get("nvshmem_build") or {}).get("version")
 
 
 def plain_data(value):
