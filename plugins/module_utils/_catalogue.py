@@ -98,6 +98,19 @@ BREAKAGES = {
                    "EnableStreamMemOPs=0: v1 801, v2 0); thread only: the CUDA 13.2 deprecation",
         "source": "DeepEP PR #686",
     },
+    "nvshmem_source_cuda13": {
+        "component": "nvshmem (source build)",
+        "boundary": "3.8.0",
+        "requires": {"cuda": "13.0"},
+        "what": "NVSHMEM 3.8.0 and later read nvmlPlatformInfo_t::chassisSerialNumber (NVML API v13) in "
+                "src/host/mem/mem_transport.cpp; CUDA 12's nvml.h does not declare it, so a source build against a "
+                "CUDA 12 toolkit fails compiling that file",
+        "affects": "source builds of NVSHMEM >= 3.8.0 with a CUDA 12 toolkit (the nvshmem phase); not the pip wheels, "
+                   "which NVIDIA builds",
+        "checked": "thread only: NVIDIA/nvshmem#95 (2026-09-18: release/v3.8.0 and devel, 3.9.0, do not compile with "
+                   "CUDA 12.8; release/v3.7.2 does); no 3.8 tree in reach (the mirror stops at v3.4.5-0)",
+        "source": "NVIDIA/nvshmem#95",
+    },
     "v1_blackwell_arch_suffix": {
         "component": "deepep build (TORCH_CUDA_ARCH_LIST)",
         "boundary": "10.0a",

@@ -42,7 +42,7 @@ def preflight_settings(host):
              "python", "require_rdma", "min_active_rdma", "required_modules", "optional_modules", "require_mlx5dv",
              "mlx5dv_by_play", "mlx5dv_header", "mlx5dv_symbol", "nvshmem_version", "libcuda_dirs", "deepep_v2")
     return dict(((name, expect[name]) for name in names), deepep_v2_nic_name="auto", env_script_by_play=True,
-                deepep_commit="")
+                deepep_commit="", nvshmem_source=True)
 
 
 def sglang_settings(host):

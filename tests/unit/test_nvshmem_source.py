@@ -1,111 +1,51 @@
 # Copyright: (c) 2026, gpufleet.deepep contributors
 # GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
-
-"""Tests of plugins/module_utils/_comm/nvshmem.py: nvshmem-info output, the version header, the RoCE ibv_ah_attr fix
-and the CMake arguments."""
+"""NVSHMEM's source build against the CUDA toolkit (the stack catalogue's nvshmem_source_cuda13): 3.8.0 and later
+need CUDA 13 (NVIDIA/nvshmem#95), older releases build on CUDA 12; nothing is judged without a build or a version;
+a value that is not a version fails naming it."""
 
 from __future__ import annotations
 
-import shutil
-import subprocess
-from pathlib import Path
-
 import pytest
 
-from ansible_collections.gpufleet.deepep.plugins.module_utils import _buildkey as bk
-from ansible_collections.gpufleet.deepep.plugins.module_utils._comm import nvshmem as nv
-from ansible_collections.gpufleet.deepep.plugins.module_utils import _versions as ver
-
-REPO = Path(__file__).resolve().parents[2]
-SOURCES = REPO / "tools" / "fleetsim" / "fixtures" / "sources"
-IBGDA_CPP = SOURCES / "nvshmem-fixture" / "src" / "modules" / "transport" / "ibgda" / "ibgda.cpp"
+from ansible_collections.gpufleet.deepep.plugins.module_utils._catalogue import breakage
+from ansible_collections.gpufleet.deepep.plugins.module_utils._comm.nvshmem_rdma import NvshmemRdmaError
+from ansible_collections.gpufleet.deepep.plugins.module_utils._comm.nvshmem_source import source_cuda_check
 
 
-NVSHMEM_INFO = """NVSHMEM v3.4.5
-
-Build Information:
-  CUDA API                     13000
-  CUDA Driver                  13000
-  Build Timestamp              Nov 22 2026 01:02:03
-  Build Variables
-\tNVSHMEM_DEBUG=OFF NVSHMEM_IBGDA_SUPPORT=ON NVSHMEM_USE_GDRCOPY=ON CUDA_HOME=/usr/local/cuda NVSHMEM_PREFIX=/opt/deepep/nvshmem
-
-Standard options:
-  NVSHMEM_VERSION              false   (type: bool, default: false)
-"""
-
-
-def test_parse_nvshmem_info():
-    info = nv.parse_nvshmem_info(NVSHMEM_INFO)
-    assert info["version"] == "3.4.5"
-    assert info["ibgda"] is True
-    assert info["cuda_api"] == 13000
-    assert info["build_variables"]["NVSHMEM_PREFIX"] == "/opt/deepep/nvshmem"
-    assert nv.parse_nvshmem_info(NVSHMEM_INFO.replace("IBGDA_SUPPORT=ON", "IBGDA_SUPPORT=OFF"))["ibgda"] is False
-    assert nv.parse_nvshmem_info("garbage")["ibgda"] is None
+@pytest.mark.parametrize("nvshmem, cuda, status", [
+    ("3.8.0-0", "12.9", "fail"), ("v3.8.0-0", "12.8", "fail"), ("3.9.0", "12.9", "fail"), ("4.0", "12.4", "fail"),
+    ("3.8.0-0", "13.0", "ok"), ("3.8.0", "13.4", "ok"), ("3.8.0-0", "14.0", "ok"),
+    # Below the boundary CUDA 12 builds: runbook 001 (v3.5.19-1 on 12.9), the h100 profile (v3.4.5-0 on 12.9),
+    # and 3.7.x, which the thread built on 12.8.
+    ("3.5.19-1", "12.9", "ok"), ("3.4.5-0", "12.9", "ok"), ("3.7.2", "12.8", "ok"), ("3.7.99", "12.9", "ok"),
+])
+def test_the_boundary_over_versions(nvshmem, cuda, status):
+    check = source_cuda_check(nvshmem, cuda)
+    assert check["status"] == status, check
+    assert check["source"] == breakage("nvshmem_source_cuda13")["source"] == "NVIDIA/nvshmem#95"
+    if status == "fail":
+        assert "needs CUDA 13.0 or newer" in check["reason"] and cuda in check["reason"]
+        assert "CUDA 13 toolkit" in check["fix"]
+    else:
+        assert check["fix"] is None
 
 
-def test_nvshmem_version_from_header():
-    text = "#define NVSHMEM_VENDOR_MAJOR_VERSION 3\n#define NVSHMEM_VENDOR_MINOR_VERSION 5\n" \
-           "#define NVSHMEM_VENDOR_PATCH_VERSION 19\n#define NVSHMEM_MAJOR_VERSION 1\n"
-    assert ver.nvshmem_version_from_header(text) == "3.5.19"
-    assert ver.nvshmem_version_from_header("") is None
+@pytest.mark.parametrize("nvshmem, cuda, builds, why", [
+    ("3.8.0-0", "12.9", False, "the play builds no NVSHMEM"),
+    ("", "12.9", True, "no NVSHMEM version"),
+    ("3.8.0-0", "", True, "no CUDA version"),
+])
+def test_nothing_to_judge(nvshmem, cuda, builds, why):
+    check = source_cuda_check(nvshmem, cuda, builds=builds)
+    assert check["status"] == "unknown" and why in check["reason"]
 
 
-def test_ah_attr_fix_on_the_fixture_source_is_idempotent_and_compiles(tmp_path):
-    text = IBGDA_CPP.read_text()
-    fixed_text, fixed, already = nv.apply_ah_attr_fix(text)
-    assert fixed == ["ah_attr"] * 3 and already == []
-    assert fixed_text.count("memset(&ah_attr, 0, sizeof(ah_attr));") == 3
-    # The struct member stays a plain member.
-    member = fixed_text.split("struct nvshmemt_ibgda_ep_remote_info {", 1)[1].split("};", 1)[0]
-    assert "memset" not in member
-    again, fixed2, already2 = nv.apply_ah_attr_fix(fixed_text)
-    assert again == fixed_text and fixed2 == [] and already2 == ["ah_attr"] * 3
-    if shutil.which("g++"):
-        out = tmp_path / "ibgda.cpp"
-        out.write_text(fixed_text)
-        proc = subprocess.run(["g++", "-fsyntax-only", "-I", str(IBGDA_CPP.parent), str(out)],
-                              capture_output=True, text=True, check=False)
-        assert proc.returncode == 0, proc.stderr
-
-
-def test_ah_attr_fix_scopes():
-    text = (
-        "namespace n {\nstruct ibv_ah_attr in_namespace;\n}\n"
-        "struct ibv_ah_attr at_file_scope;\n"
-        "typedef struct {\n    struct ibv_ah_attr member;\n} holder_t;\n"
-        "static int f(struct ibv_ah_attr *p) {\n    if (p) {\n        struct ibv_ah_attr nested;\n    }\n"
-        "    struct ibv_ah_attr zeroed = {};\n    return 0;\n}\n"
-        "class C {\n    int m() {\n        struct ibv_ah_attr in_method;  // comment\n        return 0;\n    }\n"
-        "    struct ibv_ah_attr field;\n};\n"
-    )
-    new_text, fixed, already = nv.apply_ah_attr_fix(text)
-    assert fixed == ["nested", "in_method"]
-    assert "        memset(&nested, 0, sizeof(nested));" in new_text
-    assert "memset(&in_method" in new_text and "memset(&field" not in new_text
-
-
-def test_nvshmem_cmake_args_follow_the_runbooks():
-    argv, env, options = nv.nvshmem_cmake_args("/src", "/src/build", "/opt/deepep/nvshmem", "/usr/local/cuda", "10.0",
-                                               gdrcopy_home="/opt/deepep/gdrcopy",
-                                               cmake_options={"NVSHMEM_BUILD_EXAMPLES": True, "EXTRA:STRING": "x"},
-                                               generator="Ninja")
-    assert argv[:7] == ["cmake", "-G", "Ninja", "-S", "/src", "-B", "/src/build"]
-    for flag in ("-DNVSHMEM_IBGDA_SUPPORT=ON", "-DNVSHMEM_SHMEM_SUPPORT=OFF", "-DNVSHMEM_UCX_SUPPORT=OFF",
-                 "-DNVSHMEM_USE_NCCL=OFF", "-DNVSHMEM_MPI_SUPPORT=OFF", "-DCMAKE_CUDA_ARCHITECTURES=100",
-                 "-DCMAKE_CUDA_COMPILER=/usr/local/cuda/bin/nvcc", "-DCMAKE_INSTALL_PREFIX=/opt/deepep/nvshmem",
-                 "-DGDRCOPY_INCLUDE=/opt/deepep/gdrcopy/include", "-DNVSHMEM_USE_GDRCOPY=ON",
-                 "-DNVSHMEM_BUILD_EXAMPLES=ON", "-DEXTRA:STRING=x"):
-        assert flag in argv
-    assert env["CUDACXX"] == "/usr/local/cuda/bin/nvcc" and env["NVSHMEM_IBGDA_SUPPORT"] == "1"
-    assert options["NVSHMEM_BUILD_EXAMPLES"] == "ON"
-    argv, env, options = nv.nvshmem_cmake_args("/s", "/b", "/p", "/cuda", "90", ibgda=False)
-    assert "-DNVSHMEM_IBGDA_SUPPORT=OFF" in argv and "-DNVSHMEM_USE_GDRCOPY=OFF" in argv
-    assert "-DNVSHMEM_BUILD_EXAMPLES=OFF" in argv and not any("GDRCOPY_INCLUDE" in a for a in argv)
-    with pytest.raises(bk.BuildError, match="not a CMake variable"):
-        nv.nvshmem_cmake_args("/s", "/b", "/p", "/cuda", "90", cmake_options={"BAD NAME": 1})
-
-
-# --------------------------------------------------------------------------------------------
-# DeepEP trees
+@pytest.mark.parametrize("nvshmem, cuda, named", [
+    ("3.8.x", "13.0", "nvshmem_version: '3.8.x'"), (3.8, "13.0", "nvshmem_version: 3.8"),
+    ("3.8.0", "13", "cuda_version: '13'"), ("3.8.0", "thirteen.0", "cuda_version: 'thirteen.0'"),
+])
+def test_a_bad_value_is_named(nvshmem, cuda, named):
+    with pytest.raises(NvshmemRdmaError) as exc:
+        source_cuda_check(nvshmem, cuda)
+    assert named in str(exc.value)

@@ -15,6 +15,7 @@ import yaml
 
 from unit_helpers import FIXTURES, REPO
 
+from ansible_collections.gpufleet.deepep.plugins.module_utils._comm.nvshmem_source import source_cuda_check
 from ansible_collections.gpufleet.deepep.plugins.module_utils._comm.rc_layout import catalogued_tree_check
 from ansible_collections.gpufleet.deepep.plugins.module_utils._comm.nvshmem_rdma import mlx5dv_verdict
 from ansible_collections.gpufleet.deepep.plugins.plugin_utils._audit.expr import AuditError
@@ -171,6 +172,15 @@ CASES = {
         "the first cross-node dispatch stalls ('timeout (dispatch CPU)') or faults (DeepEP #553, #707, #764). Fix: "
         "use a V1 tree with DeepEP #564 (29d31c0 or later, e.g. 567632d or PR #466's 8a07e7e) or a V2 tree with PR "
         "#696 (vLLM #58159 applies it as a patch), or an NVSHMEM older than 3.5.19."),
+    # NVSHMEM 3.8.0 from source on CUDA 12.9 (the h100 profile's toolkit): NVIDIA/nvshmem#95.
+    "PREFLIGHT_NVSHMEM_SOURCE_CUDA": (
+        {"nvshmem_source": source_cuda_check("3.8.0-0", "12.9"), "expect__nvshmem_version": "3.8.0-0",
+         "expect__cuda_version": "12.9"},
+        "NVSHMEM 3.8.0-0 (3.8.0 or newer) built from source needs CUDA 13.0 or newer, the profile builds it with CUDA "
+        "12.9: NVSHMEM 3.8.0 and later read nvmlPlatformInfo_t::chassisSerialNumber (NVML API v13) in "
+        "src/host/mem/mem_transport.cpp; CUDA 12's nvml.h does not declare it, so a source build against a CUDA 12 "
+        "toolkit fails compiling that file. Fix: build NVSHMEM with a CUDA 13 toolkit (cuda_toolkit_version 13.x, "
+        "nvshmem_cuda_home), or keep NVSHMEM below 3.8.0 (e.g. v3.5.19-1) on CUDA 12."),
     "PREFLIGHT_LIBCUDA_SO1_ONLY": (SO1_ONLY,
                                    "libcuda.so: only /usr/lib/x86_64-linux-gnu/libcuda.so.1; builds link through the "
                                    "CUDA stubs, or fix: ln -sf /usr/lib/x86_64-linux-gnu/libcuda.so.1 "

@@ -11,6 +11,7 @@ Pure controller-side logic (no Ansible objects).
 
 from __future__ import annotations
 
+from ansible_collections.gpufleet.deepep.plugins.module_utils._comm.nvshmem_source import source_cuda_check
 from ansible_collections.gpufleet.deepep.plugins.module_utils._comm.rc_layout import catalogued_tree_check
 from ansible_collections.gpufleet.deepep.plugins.module_utils._comm.nvshmem_rdma import (
     NvshmemRdmaError,
@@ -96,7 +97,7 @@ PREFLIGHT_SETTINGS = ("min_gpus", "driver_min_version", "cuda_arch", "cuda_versi
                       "pip_by_play", "python", "require_rdma", "min_active_rdma", "required_modules",
                       "optional_modules", "require_mlx5dv", "mlx5dv_by_play", "mlx5dv_header", "mlx5dv_symbol",
                       "nvshmem_version", "libcuda_dirs", "deepep_v2", "deepep_v2_nic_name", "env_script_by_play",
-                      "deepep_commit")
+                      "deepep_commit", "nvshmem_source")
 SGLANG_SETTINGS = ("stage", "server", "transfer_engine", "mooncake_dmabuf", "use_bundled_deepep")
 
 
@@ -124,6 +125,15 @@ def _libcuda_found(facts, cuda, libcuda_dirs, cuda_home):
             if (found_paths.get(path) or {}).get("exists"):
                 out.append({"path": path, "dir": directory, "name": name})
     return out
+
+
+def _nvshmem_source(settings):
+    """The catalogue's judgement of the NVSHMEM source build against the profile's CUDA (nvshmem_source_cuda13)."""
+    try:
+        return source_cuda_check(_str(settings["nvshmem_version"]), _str(settings["cuda_version"]),
+                                 builds=_bool(settings["nvshmem_source"]))
+    except NvshmemRdmaError as exc:
+        raise AuditError("settings: %s" % exc) from None
 
 
 def preflight_document(node, host, settings):
@@ -158,6 +168,7 @@ def preflight_document(node, host, settings):
         "mlx5dv": mlx5dv,
         "libcuda_found": _libcuda_found(facts, cuda, libcuda_dirs, cuda_home),
         "deepep_tree": catalogued_tree_check(_str(s["deepep_commit"]), _str(s["nvshmem_version"])),
+        "nvshmem_source": _nvshmem_source(s),
         "expect": {
             "min_gpus": _int(s["min_gpus"], "min_gpus"),
             "driver_min_version": _str(s["driver_min_version"]),
