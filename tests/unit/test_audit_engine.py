@@ -233,6 +233,27 @@ def test_drift_identical_nodes_and_small_groups():
     assert [r["fact"] for r in rows] == ["env_script_sha256"]
 
 
+def test_drift_compares_nodes_of_one_profile_only():
+    """A group holding nodes on two profiles (b200_cuda13 with its child profile b200_late2026, a newer stack) does not
+    report their designed differences as drift; nodes of the same profile in it still drift, and so do nodes that
+    name no profile."""
+    late = {"expect": {"profile": "b200_late2026"}}
+    docs = {
+        "mid-1": _node("mid-1"), "mid-2": _node("mid-2", gpufleet_stack__torch={"version": "2.11.0+cu130"}),
+        "late-1": _node("late-1", gpufleet_stack__torch={"version": "2.15.0+cu130"}, **{"expect": late["expect"]}),
+        "late-2": _node("late-2", gpufleet_stack__torch={"version": "2.15.0+cu130"}, **{"expect": late["expect"]}),
+    }
+    for host in ("mid-1", "mid-2"):
+        docs[host]["expect"] = {"profile": "b200_cuda13"}
+    rows = fleet_drift(docs, {"b200_cuda13": ["mid-1", "mid-2", "late-1", "late-2"]}, CATALOGUE)
+    assert [(r["fact"], [v["nodes"] for v in r["values"]]) for r in rows] == [("torch", [["mid-1"], ["mid-2"]])]
+    docs["mid-2"]["gpufleet_stack"]["torch"]["version"] = "2.9.1+cu129"
+    assert fleet_drift(docs, {"b200_cuda13": ["mid-1", "mid-2", "late-1", "late-2"]}, CATALOGUE) == []
+    for doc in docs.values():
+        doc.pop("expect")
+    assert [r["fact"] for r in fleet_drift(docs, {"g": ["mid-1", "late-1"]}, CATALOGUE)] == ["torch"]
+
+
 def test_drift_values_compare_structures_by_content():
     docs = {"n1": {"x": {"a": 1, "b": [1, 2]}}, "n2": {"x": {"b": [1, 2], "a": 1}}}
     assert fleet_drift(docs, {"g": ["n1", "n2"]}, [{"name": "x", "path": "x"}]) == []

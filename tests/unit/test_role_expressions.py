@@ -117,6 +117,7 @@ OLD_AUDIT_EXPECT = """{{ {'hca_prefix': audit_expected_hca_prefix if audit_expec
     'profile': audit_profile if audit_profile | length > 0 else none,
     'intranode_only': gpufleet_intranode_only | default(false) | bool,
     'deepep_v2': audit_expected_deepep_v2 | bool,
+    'nccl_pin': (nccl_version | default('') if nccl_enabled | default(false) | bool else '') or none,
     'sglang': audit_sglang_expect if audit_sglang | bool else none,
     'unset': ([] if audit_profile | length > 0 else ['gpufleet_profile'])
              + ([] if gpufleet_intranode_only is defined else ['gpufleet_intranode_only'])
@@ -167,6 +168,8 @@ def test_audit_expect():
                          gpufleet_intranode_only=[MISSING, True, "no"],
                          gpufleet_fabric=[MISSING, "roce"],
                          deepep_generation=[MISSING, "v2", "auto"],
+                         nccl_enabled=[MISSING, True, False],
+                         nccl_version=[MISSING, "2.32.3"],
                          sglang_version=[MISSING, "0.5.8"],
                          sglang_enabled=[MISSING, False],
                          sglang_server=[MISSING, {"tp": 8}],

@@ -1,7 +1,11 @@
 # Copyright: (c) 2026, gpufleet.deepep contributors
 # GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
 """Verifier of the profiles scenario: every example profile, converged on one simulated node of its hardware,
-passes DeepEP's intranode verification and audits clean (no finding, no drift).
+passes DeepEP's intranode verification and audits clean (no finding, no drift). The stack of late 2026
+(b200_late2026) runs what it says (NVSHMEM 3.8.0, NCCL 2.32.3, a V1 tree with DeepEP #564), and the stack catalogue's
+refusals show on it once each, last (they change the node): a V1 tree without #564 and NVSHMEM 3.8.0 on CUDA 12 are
+refused before anything builds, and an install that brings another NCCL back is an audit finding until the nccl
+phase re-pins it.
 
 Expected values come from the example profiles (inventories/example/group_vars) and the fleetsim hardware
 profiles, never from what the converge reported. The table of the run (profile, hardware, converge seconds,
@@ -34,17 +38,33 @@ EXAMPLE = REPO / "inventories" / "example" / "group_vars"
 # node -> (example profile, fleetsim hardware profile, node group): molecule.yml's platforms.
 NODES = {
     "b200-lab-1": ("b200_cuda13", "gcp_b200", "b200_lab"),
+    "b200-next-1": ("b200_late2026", "gcp_b200", "b200_next"),
     "b200-cluster-1": ("b200_gcp_cuda129", "gcp_b200", "b200_cluster"),
     "h100-cluster-1": ("h100", "h100_ib", "h100_cluster"),
     "h200-nvlink-1": ("h200", "h200_nvlink", "h200_nvlink"),
     "a100-cluster-1": ("a100", "a100_roce", "a100_cluster"),
 }
 GROUPS = [spec[2] for spec in NODES.values()]
+# A child profile (its group below its parent's in the inventories) -> the parent whose settings it inherits.
+PARENTS = {"b200_late2026": "b200_cuda13"}
 PLAY_TIMEOUT = 1200
 
 
 def profile(name):
-    return yaml.safe_load((EXAMPLE / f"{name}.yml").read_text())
+    """The profile's settings as its node sees them: its parent's, overridden by its own."""
+    own = yaml.safe_load((EXAMPLE / f"{name}.yml").read_text())
+    return dict(profile(PARENTS[name]), **own) if name in PARENTS else own
+
+
+def find_group(tree, name):
+    """The subtree of group ``name`` anywhere in the hosts.yml tree ``tree`` (None if absent)."""
+    for child, sub in ((tree or {}).get("children") or {}).items():
+        if child == name:
+            return sub or {}
+        found = find_group(sub, name)
+        if found is not None:
+            return found
+    return None
 
 
 def playbook(name, *extra):
@@ -80,12 +100,13 @@ def audit():
 
 def test_every_profile_is_wired_in_the_fleetsim_inventory():
     """inventories/fleetsim holds every example profile (the same file) and the node group joining it."""
-    hosts = yaml.safe_load((REPO / "inventories" / "fleetsim" / "hosts.yml").read_text())
-    profiles = hosts["all"]["children"]
+    hosts = yaml.safe_load((REPO / "inventories" / "fleetsim" / "hosts.yml").read_text())["all"]
     for name, dummy, group in NODES.values():
         fleetsim_vars = REPO / "inventories" / "fleetsim" / "group_vars" / f"{name}.yml"
         assert fleetsim_vars.resolve() == (EXAMPLE / f"{name}.yml").resolve(), name
-        assert group in profiles[name]["children"][f"fleetsim_{name}"]["children"], (name, group)
+        assert group in find_group(hosts, name)["children"][f"fleetsim_{name}"]["children"], (name, group)
+        if name in PARENTS:
+            assert name in find_group(hosts, PARENTS[name])["children"], (name, PARENTS[name])
 
 
 @pytest.mark.parametrize("node", sorted(NODES))
@@ -150,3 +171,56 @@ def test_table():
     table = "\n".join(lines) + "\n"
     (EPHEMERAL / "profiles.md").write_text(table)
     print(table)
+
+
+# The stack of late 2026 (b200_late2026 on b200-next-1): what it runs, then the refusals (last: they change the node).
+LATE = "b200-next-1"
+
+
+def test_the_late_2026_stack_is_what_the_node_runs(audit):
+    """The audit's key facts of the node: NVSHMEM 3.8.0 (the mirror's 3.8.0 fixture), NCCL 2.32.3 pinned, and a V1 tree
+    whose DeepEP #564 indexes 3.8.0's QP-major RC queue pairs (the catalogue's rule judged it and it passed)."""
+    key = dict((k["name"], k["value"]) for k in audit["nodes"][LATE]["key_facts"])
+    expected = profile("b200_late2026")
+    assert key["NVSHMEM"] == expected["nvshmem_version"].split("-")[0] == "3.8.0", key
+    assert key["NCCL"] == expected["nccl_version"] == "2.32.3", key
+    assert key["RC layout"] == "pass #564", key
+    assert audit["nodes"]["b200-lab-1"]["key_facts"] != audit["nodes"][LATE]["key_facts"]
+
+
+def test_the_catalogue_refuses_before_anything_builds():
+    """One preflight run of the late-2026 node with a V1 tree without DeepEP #564 (v1.2.1, 9af0e0d) and a CUDA 12.9
+    toolkit: both refusals name their source; nothing is built (the DeepEP and NVSHMEM stamps are unchanged)."""
+    stamps = ("cat /opt/deepep/nvshmem/.gpufleet-build.json \"$(python3 -c 'import importlib.util, os; print(os.path."
+              "dirname(importlib.util.find_spec(\"deep_ep\").origin))')/.gpufleet-build.json\"")
+    before = fleetsim("exec", LATE, "--", "sh", "-c", stamps)
+    assert before.returncode == 0 and before.stdout.count("{") >= 2, before.stderr
+    run = playbook("site.yml", "-l", "b200_next", "--tags", "preflight", "-e", json.dumps(
+        {"deepep_src_git_commit": "9af0e0d", "cuda_toolkit_version": "12.9"}))
+    assert run.returncode != 0, run.stdout[-3000:]
+    assert "DeepEP 9af0e0d on NVSHMEM 3.8.0-0" in run.stdout and "DeepEP #564" in run.stdout, run.stdout[-3000:]
+    assert "NVSHMEM 3.8.0-0 (3.8.0 or newer) built from source needs CUDA 13.0 or newer" in run.stdout, \
+        run.stdout[-3000:]
+    assert fleetsim("exec", LATE, "--", "sh", "-c", stamps).stdout == before.stdout
+
+
+def test_an_install_that_brings_nccl_back_is_found_and_the_nccl_phase_re_pins_it():
+    """A later install puts nvidia-nccl-cu13 2.30.7 into the torch environment (DeepEP #710's way): the audit names the
+    pin and what loads (NCCL_PIN_MOVED); site.yml's nccl phase puts 2.32.3 back and the audit is clean again."""
+    install = fleetsim("exec", LATE, "--", "python3", "-m", "pip", "install", "--quiet", "--no-index", "--find-links",
+                       "/srv/fleetsim-mirror/wheels", "--no-deps", "--break-system-packages",
+                       "nvidia-nccl-cu13==2.30.7")
+    assert install.returncode == 0, install.stdout + install.stderr
+    out = EPHEMERAL / "audit-nccl-moved"
+    run = playbook("audit.yml", "-l", "b200_next", "-e", "audit_output_dir=%s" % out)
+    assert run.returncode == 0, run.stdout[-3000:]
+    findings = json.loads((out / "fleet.json").read_text())["nodes"][LATE]["findings"]
+    assert [f["id"] for f in findings] == ["NCCL_PIN_MOVED"], findings
+    assert findings[0]["message"].startswith("The profile pins NCCL 2.32.3 (the nccl phase); the torch environment "
+                                             "loads NCCL 2.30.7 (nvidia-nccl-cu13==2.30.7)"), findings[0]["message"]
+    repin = playbook("site.yml", "-l", "b200_next", "--tags", "nccl")
+    assert repin.returncode == 0, repin.stdout[-3000:]
+    out = EPHEMERAL / "audit-nccl-repinned"
+    run = playbook("audit.yml", "-l", "b200_next", "-e", "audit_output_dir=%s" % out)
+    assert run.returncode == 0, run.stdout[-3000:]
+    assert json.loads((out / "fleet.json").read_text())["nodes"][LATE]["findings"] == []

@@ -285,35 +285,53 @@ def fleet_drift(documents, groups, drift_entries, skip_groups=DEFAULT_DRIFT_SKIP
     for group in sorted(groups or {}):
         if group in skip:
             continue
-        members = [h for h in (groups[group] or [])
-                   if h in documents and documents[h].get("reachable", True) is not False]
-        if len(members) < 2:
-            continue
-        per_fact = {}
-        order = []
-        for host in members:
-            seen_here = set()
-            for entry in entries:
-                for fact, value in _drift_values(documents[host], entry):
-                    seen_here.add(fact)
-                    if fact not in per_fact:
-                        per_fact[fact] = {}
-                        order.append(fact)
-                    per_fact[fact][host] = value
-        for fact in order:
-            held = per_fact[fact]
-            buckets = {}
-            for host in members:
-                value = held.get(host)
-                key = _canonical(value)
-                if key not in buckets:
-                    buckets[key] = {"value": value, "nodes": []}
-                buckets[key]["nodes"].append(host)
-            if len(buckets) < 2:
-                continue
-            values = sorted(buckets.values(), key=lambda b: (-len(b["nodes"]), b["nodes"][0]))
-            rows.append({"group": group, "fact": fact, "values": values})
+        reachable = [h for h in (groups[group] or [])
+                     if h in documents and documents[h].get("reachable", True) is not False]
+        for members in _by_profile(documents, reachable):
+            rows.extend(_group_drift(group, members, documents, entries))
     return _one_row_per_difference(rows, documents, groups)
+
+
+def _by_profile(documents, hosts):
+    """``hosts`` split by the profile their documents name (``expect.profile``; none is one more profile): nodes a
+    group holds on different profiles (a child profile such as a newer stack under its parent's group) differ by
+    design, so only nodes of one profile are compared."""
+    parts = {}
+    for host in hosts:
+        expect = documents[host].get("expect")
+        profile = expect.get("profile") if isinstance(expect, dict) else None
+        parts.setdefault(profile if isinstance(profile, str) else None, []).append(host)
+    return list(parts.values())
+
+
+def _group_drift(group, members, documents, entries):
+    """The drift rows of ``group`` among ``members`` (nodes of one profile)."""
+    rows = []
+    if len(members) < 2:
+        return rows
+    per_fact = {}
+    order = []
+    for host in members:
+        for entry in entries:
+            for fact, value in _drift_values(documents[host], entry):
+                if fact not in per_fact:
+                    per_fact[fact] = {}
+                    order.append(fact)
+                per_fact[fact][host] = value
+    for fact in order:
+        held = per_fact[fact]
+        buckets = {}
+        for host in members:
+            value = held.get(host)
+            key = _canonical(value)
+            if key not in buckets:
+                buckets[key] = {"value": value, "nodes": []}
+            buckets[key]["nodes"].append(host)
+        if len(buckets) < 2:
+            continue
+        values = sorted(buckets.values(), key=lambda b: (-len(b["nodes"]), b["nodes"][0]))
+        rows.append({"group": group, "fact": fact, "values": values})
+    return rows
 
 
 def _profile_names(documents, hosts):
