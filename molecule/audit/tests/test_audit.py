@@ -39,7 +39,9 @@ EXPECTED_V2 = {
     "b200-cluster-1": V2_EVERYWHERE | {"DEEPEP_V2_IBSTAT"},         # no ibstat (infiniband-diags)
     "b200-cluster-2": V2_EVERYWHERE | {"DEEPEP_V2_NIC_NAME"},       # EP_NIC_NAME=mlx5_0 (V2's default), rocep* NICs
     "b200-cluster-3": V2_EVERYWHERE | {"DEEPEP_V2_LIBMLX5"},        # libmlx5 without MLX5_1.8
-    "b200-cluster-4": V2_EVERYWHERE | {"DEEPEP_V2_NCCL_CUMEM"},     # NCCL_CUMEM_ENABLE=0 in /etc/environment
+    # NCCL_CUMEM_ENABLE=0 in /etc/environment, and a libmlx5 at MLX5_1.18 (rdma-core 34): NVSHMEM's MLX5_1.8 is there
+    # (no NVSHMEM_LIBMLX5_OLD), NCCL GIN GDAKI's MLX5_1.19 is not
+    "b200-cluster-4": V2_EVERYWHERE | {"DEEPEP_V2_NCCL_CUMEM", "DEEPEP_V2_LIBMLX5"},
 }
 # Drift facts -> the node that holds the odd value.
 EXPECTED_DRIFT = {
@@ -118,6 +120,12 @@ def test_v2_readiness_per_node(fleet, node):
             assert finding["severity"] == "critical" and "Fix: " in finding["message"]
     if node == "b200-cluster-3":
         assert facts["libmlx5"]["newest"] == "MLX5_1.7" and facts["libmlx5"]["required"] is False
+    elif node == "b200-cluster-4":
+        assert facts["libmlx5"]["newest"] == "MLX5_1.18" and facts["libmlx5"]["required"] is True
+        assert facts["libmlx5"]["gdaki"] is False
+        (gdaki,) = [f for f in findings if f["id"] == "DEEPEP_V2_LIBMLX5"]
+        assert "defines MLX5_1.8 but not MLX5_1.19 (newest MLX5_1.18)" in gdaki["message"], gdaki["message"]
+        assert "gin_gdaki_libmlx5" in gdaki["source"] and "DeepEP #628" in gdaki["message"]
     else:
         assert facts["libmlx5"]["newest"] == "MLX5_1.25" and facts["libmlx5"]["optional"] is True
     if node == "b200-cluster-2":
