@@ -224,3 +224,42 @@ def test_an_install_that_brings_nccl_back_is_found_and_the_nccl_phase_re_pins_it
     run = playbook("audit.yml", "-l", "b200_next", "-e", "audit_output_dir=%s" % out)
     assert run.returncode == 0, run.stdout[-3000:]
     assert json.loads((out / "fleet.json").read_text())["nodes"][LATE]["findings"] == []
+
+
+def test_a_node_moves_from_the_mid_2026_stack_to_the_late_2026_one():
+    """b200-lab-1 (b200_cuda13) moves into the b200_late2026 group (its node group under the new profile's, as a site
+    would edit hosts.yml): the next site.yml takes it to the new stack (NVSHMEM 3.8.0, NCCL 2.32.3, DeepEP rebuilt
+    against them, or installed from the store where b200-next-1 published the same build) and it audits clean, with
+    no drift against b200-next-1, the node that was on that profile from the start."""
+    moved = EPHEMERAL / "moved"
+    moved.mkdir(exist_ok=True)
+    connection = yaml.safe_load((Path(INVENTORY) / "ansible_inventory.yml").read_text())
+    connection["b200_next"]["hosts"]["b200-lab-1"] = connection["b200_lab"]["hosts"].pop("b200-lab-1")
+    (moved / "ansible_inventory.yml").write_text(yaml.safe_dump(connection))
+    (moved / "hosts.yml").write_text((REPO / "inventories" / "fleetsim" / "hosts.yml").read_text())
+    if not (moved / "group_vars").exists():
+        (moved / "group_vars").symlink_to(REPO / "inventories" / "fleetsim" / "group_vars")
+    before = fleetsim("exec", "b200-lab-1", "--", "cat", "/opt/deepep/nvshmem/include/nvshmem_version.h").stdout
+    assert "#define NVSHMEM_VENDOR_MINOR_VERSION 4" in before, before
+
+    def play(name, *extra):
+        env = dict(os.environ, ANSIBLE_CONFIG=str(REPO / "ansible.cfg"), ANSIBLE_NOCOLOR="1")
+        run = subprocess.run([str(Path(sys.executable).parent / "ansible-playbook"), "-i", str(moved),
+                              str(REPO / "playbooks" / name)] + list(extra), check=False, cwd=REPO, env=env,
+                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, universal_newlines=True,
+                             timeout=PLAY_TIMEOUT)
+        (EPHEMERAL / f"moved-{Path(name).stem}.log").write_text(run.stdout)
+        return run
+
+    converge = play("site.yml", "-l", "b200-lab-1")
+    assert converge.returncode == 0, converge.stdout[-4000:]
+    out = EPHEMERAL / "audit-moved"
+    run = play("audit.yml", "-l", "b200-lab-1:b200-next-1", "-e", "audit_output_dir=%s" % out)
+    assert run.returncode == 0, run.stdout[-4000:]
+    fleet_report = json.loads((out / "fleet.json").read_text())
+    node = fleet_report["nodes"]["b200-lab-1"]
+    assert node["findings"] == [], [(f["id"], f.get("evidence")) for f in node["findings"]]
+    key = dict((k["name"], k["value"]) for k in node["key_facts"])
+    assert (key["NVSHMEM"], key["NCCL"], key["RC layout"]) == ("3.8.0", "2.32.3", "pass #564"), key
+    assert node["facts"]["expect"]["profile"] == "b200_late2026"
+    assert fleet_report["drift"] == [], fleet_report["drift"]
