@@ -42,8 +42,9 @@ def source_cuda_check(nvshmem_version, cuda_version, builds=True):
     cuda = _cuda(cuda_version)
     out = {"status": "unknown", "reason": None, "fix": None, "source": entry["source"], "checked": entry["checked"]}
     if not builds or release is None or cuda is None:
-        out["reason"] = ("nothing to judge: %s" % ("the play builds no NVSHMEM" if not builds else
-                                                    "no NVSHMEM version" if release is None else "no CUDA version"))
+        missing = ("the play builds no NVSHMEM" if not builds else
+                   "no NVSHMEM version" if release is None else "no CUDA version")
+        out["reason"] = "nothing to judge: %s" % missing
         return out
     boundary = tuple(int(p) for p in entry["boundary"].split("."))
     floor = tuple(int(p) for p in entry["requires"]["cuda"].split("."))
