@@ -240,6 +240,17 @@ ah_attr_fix:
   returned: when a build ran with O(roce_ah_attr_fix)
   type: dict
   sample: {"file": "src/modules/transport/ibgda/ibgda.cpp", "fixed": 3, "already": 0}
+source_cuda:
+  description:
+    - Whether the source tree's NVSHMEM release (its CMakeLists.txt project() version) builds with the CUDA toolkit
+      of O(cuda_home) (the stack catalogue's C(nvshmem_source_cuda13) - 3.8.0 and later need CUDA 13). A C(fail)
+      refuses the build before it configures, naming the versions, the source and the fix.
+    - C(status) (C(ok), C(fail), or C(unknown) where the tree or the toolkit gives no version), C(reason), C(fix),
+      C(source), C(checked).
+  returned: when a build ran (not when the packed install was unpacked)
+  type: dict
+  sample: {"status": "ok", "reason": "NVSHMEM 3.4.5 with CUDA 13.0: below 3.8.0", "fix": null,
+           "source": "NVIDIA/nvshmem#95", "checked": "thread only"}
 linkage:
   description:
     - The linkage record of the install this run built or unpacked (from its stamp, where it is kept); null when
@@ -380,6 +391,7 @@ from ansible_collections.gpufleet.deepep.plugins.module_utils._comm.nvshmem impo
     nvshmem_cmake_args,
     parse_nvshmem_info,
 )
+from ansible_collections.gpufleet.deepep.plugins.module_utils._comm.nvshmem_source import source_cuda_check, tree_version
 from ansible_collections.gpufleet.deepep.plugins.module_utils._linkage import (
     installed_library,
     linkage_record,
@@ -831,6 +843,20 @@ class NvshmemBuild(object):
         if problem:
             raise Failed(problem + " (nothing was built)")
 
+    def check_tree_cuda(self, source_root):
+        """Refuse, before configuring, a tree the CUDA toolkit cannot build (the stack catalogue's
+        nvshmem_source_cuda13: NVSHMEM 3.8.0 and later need CUDA 13), naming the tree's version and the fix, instead
+        of a compile error minutes into the build."""
+        try:
+            with open(os.path.join(source_root, "CMakeLists.txt"), "r", encoding="utf-8") as handle:
+                version = tree_version(handle.read())
+        except (IOError, OSError):
+            return
+        check = source_cuda_check(version or "", self.cuda_version or "")
+        self.result["source_cuda"] = check
+        if check["status"] == "fail":
+            raise StepFailed("%s (%s). Fix: %s (nothing was built)" % (check["reason"], check["source"], check["fix"]))
+
     # --- apply ----------------------------------------------------------------------------------
 
     def install_artifact(self):
@@ -856,6 +882,7 @@ class NvshmemBuild(object):
         else:
             shutil.copytree(p["src"], src_dir, symlinks=True, ignore=_copy_ignore(p["src"]))
         source_root = _source_root(src_dir)
+        self.check_tree_cuda(source_root)
         if p["roce_ah_attr_fix"]:
             self.fix_ah_attr(source_root)
         build_dir = os.path.join(self.staging, "build")

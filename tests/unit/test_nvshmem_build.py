@@ -440,3 +440,30 @@ def test_malformed_sha256_is_refused_up_front(module_runner, prefix, tmp_path, v
         assert "64 hexadecimal digits" in result["msg"] and "mismatch" not in result["msg"]
         assert digest not in result["msg"]  # refused before the tarball was read
     assert not os.path.exists(os.path.dirname(prefix))
+
+
+def _nvshmem_38_tree(tmp_path):
+    """The simulated fleet's NVSHMEM 3.8.0 fixture tree (nvshmem-fixture with tools/fleetsim's 3.8.0 patch)."""
+    from tools.fleetsim import mirror
+    return mirror.assemble_source("nvshmem-3.8.0-fixture", tmp_path / "nvshmem-3.8.0")
+
+
+def test_nvshmem_38_on_cuda_12_is_refused_before_it_configures(module_runner, prefix, tmp_path):
+    """The stack catalogue's nvshmem_source_cuda13 at the build: the tree says 3.8.0 (its project() call), the toolkit
+    12.9: refused naming both, the source and the fix, before cmake runs; nothing is installed. On CUDA 13 the same
+    tree builds and its nvshmem-info reports 3.8.0."""
+    tree = _nvshmem_38_tree(tmp_path)
+    cuda12 = tmp_path / "cuda-12.9"
+    (cuda12 / "bin").mkdir(parents=True)
+    (cuda12 / "bin" / "nvcc").write_text("#!/bin/sh\necho 'Cuda compilation tools, release 12.9, V12.9.86'\n")
+    (cuda12 / "bin" / "nvcc").chmod(0o755)
+    refused = module_runner(nvshmem_build, _args(prefix, src=str(tree), cuda_home=str(cuda12)))
+    assert refused.failed
+    assert ("NVSHMEM 3.8.0 (3.8.0 or newer) built from source needs CUDA 13.0 or newer, and the build uses "
+            "CUDA 12.9") in refused["msg"], refused["msg"]
+    assert "NVIDIA/nvshmem#95" in refused["msg"] and "Fix: build NVSHMEM with a CUDA 13 toolkit" in refused["msg"]
+    assert not any("cmake" in str(c) for c in (refused.get("cmd") or [])), refused.get("cmd")
+    assert not os.path.exists(prefix)
+    built = module_runner(nvshmem_build, _args(prefix, src=str(tree)))
+    assert not built.failed, built.get("msg")
+    assert built["source_cuda"]["status"] == "ok" and built["verify"]["version"] == "3.8.0"

@@ -10,7 +10,7 @@ import pytest
 
 from ansible_collections.gpufleet.deepep.plugins.module_utils._catalogue import breakage
 from ansible_collections.gpufleet.deepep.plugins.module_utils._comm.nvshmem_rdma import NvshmemRdmaError
-from ansible_collections.gpufleet.deepep.plugins.module_utils._comm.nvshmem_source import source_cuda_check
+from ansible_collections.gpufleet.deepep.plugins.module_utils._comm.nvshmem_source import source_cuda_check, tree_version
 
 
 @pytest.mark.parametrize("nvshmem, cuda, status", [
@@ -49,3 +49,17 @@ def test_a_bad_value_is_named(nvshmem, cuda, named):
     with pytest.raises(NvshmemRdmaError) as exc:
         source_cuda_check(nvshmem, cuda)
     assert named in str(exc.value)
+
+
+# The project() call of NVIDIA/nvshmem v3.4.5-0's top-level CMakeLists.txt (over several lines, four parts), and the
+# simulated fleet's fixture (one line, three parts).
+REAL_V345 = "project(\n  NVSHMEM\n  LANGUAGES CUDA CXX C\n  VERSION 3.4.5.0\n)\n"
+
+
+@pytest.mark.parametrize("text, version", [
+    (REAL_V345, "3.4.5"), ("project(NVSHMEM VERSION 3.8.0 LANGUAGES C CXX)", "3.8.0"),
+    ("cmake_minimum_required(VERSION 3.19)\nproject(NVSHMEM LANGUAGES C)\n", None),
+    ("cmake_minimum_required(VERSION 3.19)\nproject(other VERSION 1.2.3)\n", None), ("", None), (None, None),
+])
+def test_the_tree_names_its_release(text, version):
+    assert tree_version(text) == version

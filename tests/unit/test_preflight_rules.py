@@ -176,7 +176,7 @@ CASES = {
     "PREFLIGHT_NVSHMEM_SOURCE_CUDA": (
         {"nvshmem_source": source_cuda_check("3.8.0-0", "12.9"), "expect__nvshmem_version": "3.8.0-0",
          "expect__cuda_version": "12.9"},
-        "NVSHMEM 3.8.0-0 (3.8.0 or newer) built from source needs CUDA 13.0 or newer, the profile builds it with CUDA "
+        "NVSHMEM 3.8.0-0 (3.8.0 or newer) built from source needs CUDA 13.0 or newer, and the build uses CUDA "
         "12.9: NVSHMEM 3.8.0 and later read nvmlPlatformInfo_t::chassisSerialNumber (NVML API v13) in "
         "src/host/mem/mem_transport.cpp; CUDA 12's nvml.h does not declare it, so a source build against a CUDA 12 "
         "toolkit fails compiling that file. Fix: build NVSHMEM with a CUDA 13 toolkit (cuda_toolkit_version 13.x, "

@@ -67,13 +67,13 @@ def find_group(tree, name):
     return None
 
 
-def playbook(name, *extra):
+def playbook(name, *extra, inventory=INVENTORY, log=""):
     env = dict(os.environ, ANSIBLE_CONFIG=str(REPO / "ansible.cfg"), ANSIBLE_NOCOLOR="1")
-    run = subprocess.run([str(Path(sys.executable).parent / "ansible-playbook"), "-i", INVENTORY,
+    run = subprocess.run([str(Path(sys.executable).parent / "ansible-playbook"), "-i", str(inventory),
                           str(REPO / "playbooks" / name)] + list(extra),
                          check=False, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                          universal_newlines=True, timeout=PLAY_TIMEOUT)
-    (EPHEMERAL / f"{Path(name).stem}.log").write_text(run.stdout)
+    (EPHEMERAL / f"{log}{Path(name).stem}.log").write_text(run.stdout)
     return run
 
 
@@ -243,13 +243,7 @@ def test_a_node_moves_from_the_mid_2026_stack_to_the_late_2026_one():
     assert "#define NVSHMEM_VENDOR_MINOR_VERSION 4" in before, before
 
     def play(name, *extra):
-        env = dict(os.environ, ANSIBLE_CONFIG=str(REPO / "ansible.cfg"), ANSIBLE_NOCOLOR="1")
-        run = subprocess.run([str(Path(sys.executable).parent / "ansible-playbook"), "-i", str(moved),
-                              str(REPO / "playbooks" / name)] + list(extra), check=False, cwd=REPO, env=env,
-                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, universal_newlines=True,
-                             timeout=PLAY_TIMEOUT)
-        (EPHEMERAL / f"moved-{Path(name).stem}.log").write_text(run.stdout)
-        return run
+        return playbook(name, *extra, inventory=moved, log="moved-")
 
     converge = play("site.yml", "-l", "b200-lab-1")
     assert converge.returncode == 0, converge.stdout[-4000:]

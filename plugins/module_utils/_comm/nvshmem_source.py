@@ -10,10 +10,23 @@ Standard library only, Python 3.8+ (this file runs on the managed nodes).
 
 from __future__ import annotations
 
+import re
+
 from ansible_collections.gpufleet.deepep.plugins.module_utils._catalogue import breakage
 from ansible_collections.gpufleet.deepep.plugins.module_utils._comm.nvshmem_rdma import NvshmemRdmaError, _release
 
-__all__ = ["source_cuda_check"]
+__all__ = ["source_cuda_check", "tree_version"]
+
+# NVSHMEM's top-level CMakeLists.txt names its release in the project() call: `project(NVSHMEM LANGUAGES CUDA CXX C
+# VERSION 3.4.5.0)` over several lines in v3.4.5-0 (the tree's version, whatever a profile calls it).
+_PROJECT_RE = re.compile(r"\bproject\s*\(\s*NVSHMEM\b[^)]*?\bVERSION\s+(\d+)\.(\d+)\.(\d+)", re.IGNORECASE | re.DOTALL)
+
+
+def tree_version(cmakelists_text):
+    """``major.minor.patch`` of an NVSHMEM source tree from its top-level CMakeLists.txt text; None where the text has
+    no NVSHMEM project() call with a version."""
+    match = _PROJECT_RE.search(cmakelists_text or "")
+    return ".".join(match.groups()) if match else None
 
 
 def _cuda(version):
@@ -50,9 +63,9 @@ def source_cuda_check(nvshmem_version, cuda_version, builds=True):
     floor = tuple(int(p) for p in entry["requires"]["cuda"].split("."))
     if release >= boundary and cuda < floor:
         out.update(status="fail",
-                   reason="NVSHMEM %s (%s or newer) built from source needs CUDA %s or newer, the profile builds it "
-                          "with CUDA %s: %s" % (text, entry["boundary"], entry["requires"]["cuda"], cuda_version,
-                                                entry["what"]),
+                   reason="NVSHMEM %s (%s or newer) built from source needs CUDA %s or newer, and the build uses "
+                          "CUDA %s: %s" % (text, entry["boundary"], entry["requires"]["cuda"], cuda_version,
+                                           entry["what"]),
                    fix="build NVSHMEM with a CUDA 13 toolkit (cuda_toolkit_version 13.x, nvshmem_cuda_home), or "
                        "keep NVSHMEM below %s (e.g. v3.5.19-1) on CUDA 12" % entry["boundary"])
     else:
