@@ -111,6 +111,20 @@ BREAKAGES = {
                    "CUDA 12.8; release/v3.7.2 does); no 3.8 tree in reach (the mirror stops at v3.4.5-0)",
         "source": "NVIDIA/nvshmem#95",
     },
+    "numa_balancing": {
+        "component": "linux kernel (kernel.numa_balancing)",
+        "boundary": "1",
+        "what": "with automatic NUMA balancing on (any non-zero value of the bitmask) the kernel hands its NUMA page "
+                "scanning (task_numa_work) to busy threads, at a cost that grows with the process's resident memory: "
+                "a DeepEP dispatch thread at 100% CPU in a serving process of hundreds of GB takes it, adding "
+                "milliseconds of tail latency to internode dispatch",
+        "affects": "DeepEP internode dispatch and combine in large processes (serving); a warning: a 5.10 kernel showed "
+                   "4 scan hits in 60 s against 139 on 5.15 (#624)",
+        "checked": "source: DeepEP refs/pull/644/head (d389e22, deep_ep/__init__.py: warns at import when the value is "
+                   "not 0, EP_SUPPRESS_NUMA_CHECK=1 silences it) and b55e3c1 (#679); neither merged (V2 main dd758ca "
+                   "has no such check); measured 0 on the lent single-socket H200 host",
+        "source": "DeepEP #624 (the measurement and mechanism), PRs #644 and #679",
+    },
     "v1_blackwell_arch_suffix": {
         "component": "deepep build (TORCH_CUDA_ARCH_LIST)",
         "boundary": "10.0a",

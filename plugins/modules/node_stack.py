@@ -801,6 +801,16 @@ ansible_facts:
           type: bool
           returned: always
           sample: false
+        host:
+          description:
+            - Kernel settings DeepEP and the field's admission checks read. C(numa_balancing) - the value of
+              C(/proc/sys/kernel/numa_balancing) (a bitmask; any non-zero value runs the kernel's NUMA page scanning,
+              which DeepEP's pull requests 644 and 679 warn of; rule C(HOST_NUMA_BALANCING)), null where procfs lacks
+              it. C(numa_nodes) - the NUMA nodes online (C(/sys/devices/system/node/online)). C(uvm_disable_hmm) -
+              nvidia_uvm's parameter (C(Y) or C(N)), null where the module is not loaded.
+          type: dict
+          returned: always
+          sample: {numa_balancing: 0, numa_nodes: 2, uvm_disable_hmm: "N"}
         reboot:
           description:
             - Whether a reboot is pending, from C(/var/run/reboot-required) and O(nvidia_reboot_required).

@@ -57,6 +57,25 @@ def test_ssh_identity_and_isolation(fleet):
     assert hidden == ["fleetsim-mirror", "0"]
 
 
+def test_numa_balancing_is_the_nodes_own(fleet):
+    """kernel.numa_balancing (procfs is the host kernel's): each node reads 0, and a write on one node (sysctl -w, as
+    the audit's fix says) changes that node's value only, never the host's."""
+    path = Path("/proc/sys/kernel/numa_balancing")
+    if not path.exists():
+        pytest.skip("this kernel has no kernel.numa_balancing")
+    host = path.read_text()
+    # The node's file is a mount of its own (never write through to the host's sysctl).
+    assert fleet.ssh("b200-cluster-1", "findmnt -n -o TARGET /proc/sys/kernel/numa_balancing").stdout.strip() == \
+        "/proc/sys/kernel/numa_balancing"
+    fleet.ssh("b200-cluster-1", "echo 1 > /proc/sys/kernel/numa_balancing")
+    try:
+        assert fleet.ssh("b200-cluster-1", "cat /proc/sys/kernel/numa_balancing").stdout == "1\n"
+        assert fleet.ssh("b200-cluster-2", "cat /proc/sys/kernel/numa_balancing").stdout == "0\n"
+        assert path.read_text() == host
+    finally:
+        fleet.ssh("b200-cluster-1", "echo 0 > /proc/sys/kernel/numa_balancing")
+
+
 def test_fake_hardware_is_read_only(fleet):
     out = fleet.ssh("b200-cluster-1", "ls /sys/class/infiniband; nvidia-smi -L | wc -l; "
                                       "touch /proc/driver/nvidia/params 2>&1; "

@@ -126,6 +126,11 @@ CASES = {
         {"expect.nccl_pin": "2.32.3"},
         {"expect.nccl_pin": "2.27.3"},
     ),
+    # NUMA balancing on (1), off (0) on a two-socket node.
+    "HOST_NUMA_BALANCING": (
+        {"gpufleet_stack.host": {"numa_balancing": 1, "numa_nodes": 2, "uvm_disable_hmm": "N"}},
+        {"gpufleet_stack.host": {"numa_balancing": 0, "numa_nodes": 2, "uvm_disable_hmm": "N"}},
+    ),
     "DEEPEP_TORCH_ABI": (
         {"gpufleet_stack.torch.version": "2.11.0+cu130"},
         # the same torch, only the facts module saw it again

@@ -192,6 +192,12 @@ def setup(paths: NodePaths, cfg: dict) -> dict:
     if os.path.exists("/proc/modules"):  # absent on kernels without module support
         mount("--bind", "/run/fleetsim/proc-modules", "/proc/modules")
         ro_remount("/proc/modules")
+    # kernel.numa_balancing is the host kernel's own (procfs is not namespaced): each node reads and writes a file of
+    # its own there, 0 (as DeepEP asks) unless the node's faults say otherwise ({"numa_balancing": 1}).
+    if os.path.exists("/proc/sys/kernel/numa_balancing"):
+        with open("/run/fleetsim/numa_balancing", "w", encoding="utf-8") as fh:
+            fh.write("%d\n" % int(faults.get("numa_balancing", 0)))
+        mount("--bind", "/run/fleetsim/numa_balancing", "/proc/sys/kernel/numa_balancing")
     mount("--bind", str(paths.tmp), "/tmp")
     os.chmod("/tmp", 0o1777)
     mount("--bind", str(paths.root_home), "/root")

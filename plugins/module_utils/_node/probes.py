@@ -29,7 +29,7 @@ __all__ = ["WATCHED_KERNEL_MODULES", "LIB_DIRS", "MLX5_HEADER", "REBOOT_FILES", 
            "gather_os", "parse_nvcc_version", "gather_cuda", "parse_dpkg_query", "gather_packages",
            "scan_header_symbols", "gather_rdma_core", "parse_ldconfig", "gather_ldcache", "gather_libcuda",
            "gather_gdrcopy", "parse_proc_modules", "parse_lsmod", "gather_kernel_modules", "parse_nccl_header",
-           "gather_python", "torch_facts", "nccl_facts", "gather_reboot"]
+           "gather_python", "torch_facts", "nccl_facts", "gather_reboot", "gather_host_settings"]
 
 WATCHED_KERNEL_MODULES = ("nvidia", "nvidia_peermem", "nvidia_uvm", "gdrdrv", "mlx5_core", "mlx5_ib", "ib_core")
 LIB_DIRS = ("/usr/lib/x86_64-linux-gnu", "/usr/lib/aarch64-linux-gnu", "/usr/lib64", "/usr/lib", "/usr/local/lib",
@@ -337,6 +337,36 @@ def nccl_facts(root, py, cuda_home, ldcache):
         # What torch loads: its pip NCCL when installed, else the system library.
         "loaded_version": pip_version or (system_version if system_library else None),
     }
+
+
+# --- host settings ----------------------------------------------------------------------------------------
+
+NUMA_BALANCING = "/proc/sys/kernel/numa_balancing"
+NUMA_NODES = "/sys/devices/system/node/online"
+UVM_DISABLE_HMM = "/sys/module/nvidia_uvm/parameters/uvm_disable_hmm"
+
+
+def _cpu_list_count(text):
+    """How many entries a kernel list such as ``0-1,3`` names (None for text that is not one)."""
+    count = 0
+    for part in (text or "").strip().split(","):
+        first, dash, last = part.partition("-")
+        if not first.isdigit() or (dash and not last.isdigit()):
+            return None
+        count += int(last) - int(first) + 1 if dash else 1
+    return count or None
+
+
+def gather_host_settings(root):
+    """Kernel settings DeepEP's own threads and the field's admission checks read: ``numa_balancing`` (the sysctl's
+    value, a bitmask: any non-zero value runs the kernel's NUMA page scanning; None where procfs does not have it),
+    ``numa_nodes`` (how many NUMA nodes are online), ``uvm_disable_hmm`` (nvidia_uvm's parameter, ``Y``/``N``, None
+    where the module is not loaded)."""
+    numa = (read_text(under(root, NUMA_BALANCING)) or "").strip()
+    hmm = (read_text(under(root, UVM_DISABLE_HMM)) or "").strip()
+    return {"numa_balancing": int(numa) if numa.isdigit() else None,
+            "numa_nodes": _cpu_list_count(read_text(under(root, NUMA_NODES))),
+            "uvm_disable_hmm": hmm or None}
 
 
 # --- reboot --------------------------------------------------------------------------------------------

@@ -34,6 +34,7 @@ from ansible_collections.gpufleet.deepep.plugins.module_utils._node.probes impor
     find_packages,
     gather_cuda,
     gather_gdrcopy,
+    gather_host_settings,
     gather_kernel_modules,
     gather_ldcache,
     gather_libcuda,
@@ -237,5 +238,6 @@ def gather_stack(root="/", cuda_home="/usr/local/cuda", python="/usr/bin/python3
         facts["deepep"]["import_error"] = facts["deep_ep_import"]["error"] or deepep_error
     facts["peermem_loaded"] = loaded["nvidia_peermem"]
     facts["reboot"] = gather_reboot(root, nvidia_reboot_required)
+    facts["host"] = gather_host_settings(root)
     facts["errors"] = errors
     return facts
