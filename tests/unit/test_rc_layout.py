@@ -103,7 +103,8 @@ def test_the_catalogue_holds_the_boundary_with_its_evidence():
     assert entry["boundary"] == "3.5.19" and "ce9d487" in entry["checked"] and "#696" in entry["source"]
     assert {k for k, v in _catalogue.DEEPEP_TREES.items() if v["rc_layout_fix"]} == {"29d31c0", "567632d", "8a07e7e",
                                                                                      "2c70ee1"}
-    with pytest.raises(KeyError, match="unknown breakage 'nope' .known: gin_gdaki_libmlx5, nvshmem_build_run_layout"):
+    with pytest.raises(KeyError, match="unknown breakage 'nope' .known: gin_gdaki_libmlx5, numa_balancing, "
+                                       "nvshmem_build_run_layout, nvshmem_rc_layout, nvshmem_source_cuda13, "):
         _catalogue.breakage("nope")
 
 

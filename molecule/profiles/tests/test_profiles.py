@@ -5,7 +5,8 @@ passes DeepEP's intranode verification and audits clean (no finding, no drift). 
 (b200_late2026) runs what it says (NVSHMEM 3.8.0, NCCL 2.32.3, a V1 tree with DeepEP #564), and the stack catalogue's
 refusals show on it once each, last (they change the node): a V1 tree without #564 and NVSHMEM 3.8.0 on CUDA 12 are
 refused before anything builds, and an install that brings another NCCL back is an audit finding until the nccl
-phase re-pins it.
+phase re-pins it. Last, three nodes move from their mid-2026 profile to its late-2026 child: the B200 and the H200
+converge to the new stack and audit clean; the H100 (driver 570) is refused, as CUDA 13 needs 580.
 
 Expected values come from the example profiles (inventories/example/group_vars) and the fleetsim hardware
 profiles, never from what the converge reported. The table of the run (profile, hardware, converge seconds,
@@ -226,15 +227,19 @@ def test_an_install_that_brings_nccl_back_is_found_and_the_nccl_phase_re_pins_it
     assert json.loads((out / "fleet.json").read_text())["nodes"][LATE]["findings"] == []
 
 
-def test_a_node_moves_from_the_mid_2026_stack_to_the_late_2026_one():
-    """b200-lab-1 (b200_cuda13) moves into the b200_late2026 group (its node group under the new profile's, as a site
-    would edit hosts.yml): the next site.yml takes it to the new stack (NVSHMEM 3.8.0, NCCL 2.32.3, DeepEP rebuilt
-    against them, or installed from the store where b200-next-1 published the same build) and it audits clean, with
-    no drift against b200-next-1, the node that was on that profile from the start."""
+def test_nodes_move_from_the_mid_2026_stacks_to_the_late_2026_ones():
+    """b200-lab-1 (b200_cuda13), h200-nvlink-1 (h200) and h100-cluster-1 (h100) move into their late-2026 profiles'
+    node groups (b200_next, h200_next, h100_next: hosts.yml edited as a site would). The next site.yml takes the B200
+    and the H200 to the new stack (NVSHMEM 3.8.0, NCCL 2.32.3, DeepEP rebuilt against them, or installed from the store
+    where b200-next-1 published the same build) and they audit clean, the B200 with no drift against b200-next-1, the
+    node that was on that profile from the start. The H100's hardware runs driver 570: h100_late2026's CUDA 13 needs
+    580, so its preflight refuses the move before anything changes (its CUDA stays 12.9)."""
     moved = EPHEMERAL / "moved"
     moved.mkdir(exist_ok=True)
     connection = yaml.safe_load((Path(INVENTORY) / "ansible_inventory.yml").read_text())
-    connection["b200_next"]["hosts"]["b200-lab-1"] = connection["b200_lab"]["hosts"].pop("b200-lab-1")
+    for node, old, new in (("b200-lab-1", "b200_lab", "b200_next"), ("h200-nvlink-1", "h200_nvlink", "h200_next"),
+                           ("h100-cluster-1", "h100_cluster", "h100_next")):
+        connection.setdefault(new, {}).setdefault("hosts", {})[node] = connection[old]["hosts"].pop(node)
     (moved / "ansible_inventory.yml").write_text(yaml.safe_dump(connection))
     (moved / "hosts.yml").write_text((REPO / "inventories" / "fleetsim" / "hosts.yml").read_text())
     if not (moved / "group_vars").exists():
@@ -245,15 +250,24 @@ def test_a_node_moves_from_the_mid_2026_stack_to_the_late_2026_one():
     def play(name, *extra):
         return playbook(name, *extra, inventory=moved, log="moved-")
 
-    converge = play("site.yml", "-l", "b200-lab-1")
+    converge = play("site.yml", "-l", "b200-lab-1:h200-nvlink-1", "-e", "gpufleet_serial=2")
     assert converge.returncode == 0, converge.stdout[-4000:]
+    refused = play("site.yml", "-l", "h100-cluster-1")
+    assert refused.returncode != 0, refused.stdout[-4000:]
+    assert "NVIDIA driver 570.172.08 is older than 580" in refused.stdout, refused.stdout[-4000:]
+    link = fleetsim("exec", "h100-cluster-1", "--", "readlink", "/usr/local/cuda")
+    assert link.stdout.strip() == "/usr/local/cuda-12.9", link.stdout + link.stderr
+
     out = EPHEMERAL / "audit-moved"
-    run = play("audit.yml", "-l", "b200-lab-1:b200-next-1", "-e", "audit_output_dir=%s" % out)
+    run = play("audit.yml", "-l", "b200-lab-1:b200-next-1:h200-nvlink-1", "-e", "audit_output_dir=%s" % out)
     assert run.returncode == 0, run.stdout[-4000:]
     fleet_report = json.loads((out / "fleet.json").read_text())
-    node = fleet_report["nodes"]["b200-lab-1"]
-    assert node["findings"] == [], [(f["id"], f.get("evidence")) for f in node["findings"]]
-    key = dict((k["name"], k["value"]) for k in node["key_facts"])
-    assert (key["NVSHMEM"], key["NCCL"], key["RC layout"]) == ("3.8.0", "2.32.3", "pass #564"), key
-    assert node["facts"]["expect"]["profile"] == "b200_late2026"
+    for node, name in (("b200-lab-1", "b200_late2026"), ("h200-nvlink-1", "h200_late2026")):
+        entry = fleet_report["nodes"][node]
+        assert entry["findings"] == [], (node, [(f["id"], f.get("evidence")) for f in entry["findings"]])
+        key = dict((k["name"], k["value"]) for k in entry["key_facts"])
+        assert (key["NVSHMEM"], key["NCCL"]) == ("3.8.0", "2.32.3"), (node, key)
+        assert entry["facts"]["expect"]["profile"] == name
+    key = dict((k["name"], k["value"]) for k in fleet_report["nodes"]["b200-lab-1"]["key_facts"])
+    assert key["RC layout"] == "pass #564", key
     assert fleet_report["drift"] == [], fleet_report["drift"]
