@@ -298,10 +298,15 @@ def _by_profile(documents, hosts):
     design, so only nodes of one profile are compared."""
     parts = {}
     for host in hosts:
-        expect = documents[host].get("expect")
-        profile = expect.get("profile") if isinstance(expect, dict) else None
-        parts.setdefault(profile if isinstance(profile, str) else None, []).append(host)
+        parts.setdefault(_profile_of(documents.get(host)), []).append(host)
     return list(parts.values())
+
+
+def _profile_of(document):
+    """The profile a node's facts document names (``expect.profile``), or None."""
+    expect = document.get("expect") if isinstance(document, dict) else None
+    profile = expect.get("profile") if isinstance(expect, dict) else None
+    return profile if isinstance(profile, str) else None
 
 
 def _group_drift(group, members, documents, entries):
@@ -335,12 +340,7 @@ def _group_drift(group, members, documents, entries):
 
 
 def _profile_names(documents, hosts):
-    names = set()
-    for host in hosts:
-        expect = documents.get(host, {}).get("expect") if isinstance(documents.get(host), dict) else None
-        if isinstance(expect, dict) and isinstance(expect.get("profile"), str):
-            names.add(expect["profile"])
-    return names
+    return set(_profile_of(documents.get(host)) for host in hosts) - {None}
 
 
 def _one_row_per_difference(rows, documents, groups):
