@@ -75,6 +75,15 @@ class ActionModule(ActionBase):
             result.update(skipped=True, finished=False, polls=0,
                           msg="check mode: the test %s is not run" % params["name"])
             return result
+        reason = launch.skip_reason(params)
+        if reason:
+            # The node's hardware cannot run the test (its kernels exist for other rank counts): not started.
+            result.update(finished=False, rc=None, timed_out=False, output="", seconds=0, waited=0, polls=0,
+                          fetched=None, failed=False, not_run=reason, msg=reason)
+            if params["judge"]:
+                result["record"] = judge.not_run(params["judge"], reason, params["script"],
+                                                 host=(task_vars or {}).get("inventory_hostname"))
+            return result
         deadline = params["timeout"] + params["kill_after"] + launch.GRACE_S
         start = time.monotonic()
         try:

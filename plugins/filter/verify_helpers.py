@@ -164,9 +164,9 @@ def verify_failure_message(summary, what, run_dir, name, reasons=True):
     return _call("verify_failure_message", _records.failure_message, summary, what, run_dir, name, reasons=reasons)
 
 
-def verify_play_records(hostvars, hosts):
-    """The verification records of a play's hosts (intranode, then internode)."""
-    return _call("verify_play_records", _records.play_records, hostvars, hosts)
+def verify_play_records(hostvars, hosts, internode=True):
+    """The verification records of a play's hosts (intranode and low latency, then internode)."""
+    return _call("verify_play_records", _records.play_records, hostvars, hosts, internode=internode)
 
 
 class FilterModule:

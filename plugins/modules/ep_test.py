@@ -75,11 +75,12 @@ options:
     choices: [deepep_v1, deepep_v2, v1, v2]
   scope:
     description:
-      - What the test covers (C(intranode), C(internode), C(low_latency)); with O(backend), it picks the test when
+      - What the test covers (C(intranode), C(internode), C(low_latency_intranode) and C(low_latency_internode), the
+        decode kernels on one node and across nodes); with O(backend), it picks the test when
         O(script) is unset, the backend's arguments and environment for it, and its transport policy. A backend without
         a test for the scope is refused by name.
     type: str
-    choices: [intranode, internode, low_latency]
+    choices: [intranode, internode, low_latency_intranode, low_latency_internode]
   num_processes:
     description: The test's C(--num-processes) (local ranks; a positive whole number).
     type: int
@@ -133,7 +134,7 @@ options:
             O(judge.transport_policies) or O(judge.transport_policy) is given.
         type: str
         required: true
-        choices: [connectivity, internode, intranode, sweep]
+        choices: [connectivity, internode, intranode, low_latency_internode, low_latency_intranode, sweep]
       test:
         description: The test's name in the record and for the parser (C(tests/test_intranode.py), C(tests/elastic/test_ep.py)), the test run when unset.
         type: str
@@ -142,7 +143,8 @@ options:
           - The site's overrides of the collection's gates (profile or GPU family -> {metric -> minimum GB/s or null,
             by_gpus}), the verify role's thresholds table; empty for the collection's own. The collection's gates are
             those of the profile object (plugins/plugin_utils/_gpu_families.py) for the stage's scope (C(intranode);
-            C(internode) for C(internode) and C(sweep)); an entry given here replaces the collection's entry of its
+            C(internode) for C(internode) and C(sweep); the low-latency stages their own scopes, gated on
+            C(ll_dispatch_gbps) and C(ll_combine_gbps)); an entry given here replaces the collection's entry of its
             name.
           - The entry is chosen by the exact O(judge.profile), then O(judge.family), then a family token of the profile's
             name; a profile naming a family with no gate is refused by name, never given the loose C(default).

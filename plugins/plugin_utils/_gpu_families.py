@@ -25,8 +25,8 @@ import re
 
 from ansible_collections.gpufleet.deepep.plugins.module_utils._arch import torch_to_cmake_arch
 
-__all__ = ["SPECS", "FAMILIES", "GATES", "UNGATED", "SCOPES", "profile_tokens", "family_of", "compute_capability",
-           "torch_arch", "cmake_arch", "gate_table", "token_key"]
+__all__ = ["SPECS", "FAMILIES", "GATES", "UNGATED", "UNGATED_BY_SCOPE", "SCOPES", "profile_tokens", "family_of",
+           "compute_capability", "torch_arch", "cmake_arch", "gate_table", "token_key", "ungated_reason"]
 
 # Family -> hardware. ``arch``: CUDA compute capability, PyTorch's notation. Sources: a100, a800 8.0; h100, h800,
 #   h200 9.0; b200, gb200 10.0; b300, gb300 10.3: the PCI device table of module_utils/_pci.py (GPU_DEVICE_IDS; a unit
@@ -58,7 +58,9 @@ SPECS = {
 # Family -> compute capability, the view the arch filters and the name rules read.
 FAMILIES = dict((name, spec["arch"]) for name, spec in SPECS.items())
 
-SCOPES = ("intranode", "internode")
+# intranode: DeepEP's normal kernels over NVLink; internode: across nodes over RDMA; low_latency_intranode /
+# low_latency_internode: the low-latency (decode) kernels on one node (NVLink) and across nodes (RDMA).
+SCOPES = ("intranode", "internode", "low_latency_intranode", "low_latency_internode")
 
 # Gates (GB/s, minimum; null: not gated) per scope and family, in the shape of a verify role's thresholds table.
 # Each gate is about 0.85-0.88 of the slowest figure of its source, so a healthy node passes and one running well under
@@ -138,11 +140,84 @@ GATES = {
     },
 }
 
+# Low latency (DeepEP's decode kernels: tests/test_low_latency.py, 128 tokens per rank, hidden 7168, top-8, 288
+# experts). One node: the kernels write to the peers over NVLink, and the figures fall with more peers (one rank is
+# local copies alone). Measured here with DeepEP V1 567632d through the collection, every figure the slowest rank:
+# 1 GPU: H100 393 / 586 (dispatch / combine GB/s), H200 419.5 / 688.2 and 419.9 / 682.4 (on the collection's IBGDA
+# NVSHMEM); 2 GPUs: H200 261.7 / 367.9, H100 241.8 / 336.9 (debug output on); 4 GPUs: H200 205.6 / 253.4 (hand
+# build 203.9 / 257.3), H100 195.7 / 249.9 (hand 194.1 / 250.1) (tests/fixtures/captured/h200x2, h100x2, h200x4,
+# h100x4). Gates about 0.85 of the slowest figure per count; counts not measured here (8 GPUs) take 0.6 of the
+# 4-GPU figure, because each added peer took a fifth or more off (H200 dispatch 419.5 -> 261.7 -> 205.6).
+_NVLINK4_LL = {
+    "ll_dispatch_gbps": 115, "ll_combine_gbps": 150,
+    "by_gpus": {1: {"ll_dispatch_gbps": 330, "ll_combine_gbps": 495},
+                2: {"ll_dispatch_gbps": 205, "ll_combine_gbps": 285},
+                4: {"ll_dispatch_gbps": 165, "ll_combine_gbps": 210}},
+    "measured_with": ["deepep_v1"],
+    "source": "measured here, DeepEP V1 567632d tests/test_low_latency.py through the collection: 1 GPU H100 393 / "
+              "586, H200 419.5 / 688.2; 2 GPUs H200 261.7 / 367.9, H100 241.8 / 336.9; 4 GPUs H200 205.6 / 253.4, "
+              "H100 195.7 / 249.9 GB/s dispatch / combine; 8 GPUs not measured here: 0.6 of the 4-GPU figure, as "
+              "each added peer took a fifth or more off. H100 and H200 share NVLink 4: one gate",
+}
+_HOPPER_LL_FLOOR = dict((key, value) for key, value in _NVLINK4_LL.items() if key not in ("measured_with", "source"))
+_BLACKWELL_LL_GUESS = ("NVLink 5 (1,800 GB/s per GPU) against the Hopper parts' NVLink 4, where these figures were "
+                       "measured; no low-latency run on this hardware measured here, so the Hopper gate is a floor "
+                       "until one is")
+# Across nodes: DeepEP docs/legacy.md (main dd758ca), H800 + ConnectX-7 400 Gb/s InfiniBand, low latency with pure
+# RDMA, 128 tokens, FP8 dispatch / BF16 combine: EP8 98 / 127, EP16 63 / 74, EP32 48 / 53, EP64 43 / 46, EP128 39 /
+# 39 GB/s RDMA. The gate is about 0.85 of the largest EP's figure (any node count passes healthy); a CPU-proxied run
+# is far below and its transport fails besides (NIC handler CPU).
+_LL_RDMA = {"ll_dispatch_gbps": 33, "ll_combine_gbps": 33}
+_LL_RDMA_SOURCE = ("DeepEP docs/legacy.md, H800 + CX7 400 Gb/s, low latency pure RDMA: EP8 98 / 127, EP16 63 / 74, "
+                   "EP32 48 / 53, EP64 43 / 46, EP128 39 / 39 GB/s dispatch / combine")
+_LL_RDMA_WHY = ("no low-latency run across nodes measured here (the lent GPU machines have no NIC); from DeepEP's "
+                "published H800 + ConnectX-7 figures, RDMA-bound on the same 400 Gb/s class of NIC")
+GATES["low_latency_intranode"] = {
+    "default": {"ll_dispatch_gbps": 50, "ll_combine_gbps": 50,
+                "source": "a loose gate for a profile that asks for it (profile 'default'), no family's"},
+    "h200": _NVLINK4_LL,
+    "h100": _NVLINK4_LL,
+    "b200": dict(_HOPPER_LL_FLOOR, source="the H100/H200 gate", provisional=_BLACKWELL_LL_GUESS),
+    "b300": dict(_HOPPER_LL_FLOOR, source="the H100/H200 gate", provisional=_BLACKWELL_LL_GUESS),
+    "gb200": dict(_HOPPER_LL_FLOOR, source="the H100/H200 gate", provisional=_BLACKWELL_LL_GUESS),
+    "gb300": dict(_HOPPER_LL_FLOOR, source="the H100/H200 gate", provisional=_BLACKWELL_LL_GUESS),
+}
+GATES["low_latency_internode"] = {
+    "default": {"ll_dispatch_gbps": 20, "ll_combine_gbps": 20,
+                "source": "a loose gate for a profile that asks for it (profile 'default'), no family's"},
+    "h800": dict(_LL_RDMA, measured_with=["deepep_v1"], source=_LL_RDMA_SOURCE),
+    "h200": dict(_LL_RDMA, source=_LL_RDMA_SOURCE, provisional=_LL_RDMA_WHY),
+    "h100": dict(_LL_RDMA, source=_LL_RDMA_SOURCE, provisional=_LL_RDMA_WHY),
+    "b200": dict(_LL_RDMA, source=_LL_RDMA_SOURCE,
+                 provisional=_LL_RDMA_WHY + "; B200 nodes of runbook 001 carry 400 Gb/s NICs too"),
+    "b300": dict(_LL_RDMA, source=_LL_RDMA_SOURCE,
+                 provisional=_LL_RDMA_WHY + "; ConnectX-8 (800 Gb/s) makes it a floor"),
+    "gb200": dict(_LL_RDMA, source=_LL_RDMA_SOURCE, provisional=_LL_RDMA_WHY + "; between NVLink domains"),
+    "gb300": dict(_LL_RDMA, source=_LL_RDMA_SOURCE,
+                  provisional=_LL_RDMA_WHY + "; ConnectX-8 between NVLink domains makes it a floor"),
+}
+
 # Families the collection knows and has no gate for: a profile of one is refused with this reason.
 UNGATED = {
     "a800": "its NVLink is capped at 400 GB/s and neither a run here nor DeepEP publishes a figure for it",
     "h20": "its compute is capped and neither a run here nor DeepEP publishes a figure for it",
 }
+
+
+# Families gated in some scopes and not in others, with the reason per scope.
+_NO_LL_SM80 = ("DeepEP's low-latency kernels run on SM90 (Hopper) or newer: an A100 build has them disabled "
+               "(deepep_build internode: false)")
+_NO_LL_FIGURE = ("its NVLink is capped at 400 GB/s and neither a run here nor DeepEP publishes a low-latency figure "
+                 "on one node")
+UNGATED_BY_SCOPE = {
+    "low_latency_intranode": {"a100": _NO_LL_SM80, "h800": _NO_LL_FIGURE},
+    "low_latency_internode": {"a100": _NO_LL_SM80},
+}
+
+
+def ungated_reason(family, scope=None):
+    """Why ``family`` has no gate (in ``scope`` where given), or None where nothing says so."""
+    return (UNGATED_BY_SCOPE.get(scope) or {}).get(family) or UNGATED.get(family)
 
 
 def gate_table(scope):

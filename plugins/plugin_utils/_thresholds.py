@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from ansible_collections.gpufleet.deepep.plugins.plugin_utils._gpu_families import (
     FAMILIES,
-    UNGATED,
+    ungated_reason,
     compute_capability,
     family_of,
     gate_table,
@@ -29,6 +29,9 @@ METRICS = {
     "dispatch_fp8_rdma_gbps": ("dispatch", "fp8", "rdma_gbps"),
     "combine_nvl_gbps": ("combine", "nvl_gbps"),
     "combine_rdma_gbps": ("combine", "rdma_gbps"),
+    # The low-latency test's slowest rank (its own dispatch and combine figures: NVLink on one node, RDMA across).
+    "ll_dispatch_gbps": ("low_latency", "dispatch_gbps"),
+    "ll_combine_gbps": ("low_latency", "combine_gbps"),
 }
 
 
@@ -179,7 +182,7 @@ def _unmatched(table, profile, table_name, declared=None, scope=None):
     if family is not None:
         names = "declares (gpufleet_gpu_family)" if declared else "names"
         if scope is not None:
-            why = UNGATED.get(family, "no gate was written for it")
+            why = ungated_reason(family, scope) or "no gate was written for it"
             return ("profile %r %s the GPU family %s (compute capability %s), and the collection has no %s gate for "
                     "%s (%s; plugins/plugin_utils/_gpu_families.py gates %s) nor does %s give one; a named family "
                     "never takes the loose 'default' gate (%s), which would pass %s nodes far below their speed. Add "

@@ -132,6 +132,37 @@ def test_v1_low_latency_matches_the_hand_build(v1_built, v1_hand, deepep_v1_src,
         assert value >= hand_ratio, f"{name}: collection build {value:.3f} of the hand build (floor {hand_ratio})"
 
 
+def test_v1_low_latency_verify_stage_passes_its_measured_gate_with_transport_truth(v1_built, deepep_v1_src, results_dir,
+                                                                                  gpu_python, num_gpus):
+    """The verify role's low-latency stage on this node: the backend's test run by ep_test, gated at the profile
+    object's gate for this GPU count (measured for 1, 2 and 4 GPUs), its transport held to NVLink P2P without a
+    CPU-proxied path; the normal intranode stage runs where DeepEP has kernels for the count, else is skipped with the
+    reason (never started to crash)."""
+    proc = run_stage("verify_ll", results_dir, gpu_python, {"deepep_src": str(deepep_v1_src)}, label="verify_ll")
+    assert proc.returncode == 0, tail(proc)
+    records = load(results_dir, "verify_ll.json")
+    ll, intranode = records["low_latency"], records["intranode"]
+    figures = ll["parsed"]["low_latency"]
+    print(f"\nverify role, low latency on {num_gpus} GPU(s): {figures['dispatch_gbps']} / {figures['combine_gbps']} GB/s "
+          f"against {ll['thresholds']} ({ll['gate_basis']['matched']}, {ll['gate_basis']['shape']}); transport "
+          f"{ll['transport']['brief']}; intranode {intranode['gate']['status']} {intranode['gate']['reasons']}",
+          file=sys.stderr)
+    assert ll["stage"] == "low_latency_intranode" and ll["test"] == "tests/test_low_latency.py"
+    assert ll["gate"]["passed"], ll["gate"]
+    assert ll["gate_basis"]["shape"] == ("measured" if num_gpus in (1, 2, 4) else "family")
+    assert ll["gate_basis"]["provisional"] is None and ll["gate_basis"]["matched"] in ("h100", "h200")
+    assert ll["transport"]["gate"]["passed"], ll["transport"]
+    assert ll["transport"]["basis"] == {"backend": "deepep_v1", "scope": "low_latency_intranode", "fabric": None,
+                                        "matched": None}
+    assert not ll["transport"]["truth"]["nvshmem"].get("cpu_fallback")
+    if num_gpus in (2, 4, 8):
+        assert intranode["gate"]["status"] == "pass", intranode["gate"]
+    else:
+        assert intranode["gate"] == {"passed": True, "status": "skipped", "checks": [], "diagnosis": [],
+                                     "reasons": [f"not run: DeepEP V1's intranode kernels exist for 2, 4, 8 local ranks "
+                                                 f"(DeepEP's SWITCH_RANKS), and this node runs {num_gpus}"]}
+
+
 def test_v2_preflight_refuses_old_nccl_with_the_fix(deepep_v2_src, results_dir, gpu_python):
     # Its own NCCL root (what the node's torch environment ships, 2.28.9): the refusal is tested on every run,
     # whatever NCCL the node's torch environment has been pinned to since.

@@ -337,6 +337,19 @@ def test_low_latency_missing_rank_is_incomplete():
     assert bw["low_latency"]["ranks"] == 2
 
 
+def test_low_latency_of_the_second_node_prints_its_global_ranks_and_is_complete():
+    """Across two nodes of 2 GPUs the second node's log holds ranks 2 and 3 only (DeepEP prints the global rank):
+    complete, as the first node's; a rank missing in between is not."""
+    text = read(CAPTURED / "deepep_v1_test_low_latency_2gpu.txt").replace("[rank 1]", "[rank 3]").replace(
+        "[rank 0]", "[rank 2]")
+    bw = parse_output(text)
+    assert bw["complete"] is True and bw["cases"] == {"passed": 2, "failed": 0} and bw["low_latency"]["ranks"] == 2
+    assert bw["low_latency"]["slowest_rank"] in (2, 3)
+    gap = "\n".join(line for line in text.replace("[rank 3]", "[rank 4]").splitlines()
+                     if "[rank 4] Dispatch send/recv" not in line)
+    assert parse_output(gap)["complete"] is False
+
+
 def test_empty_output_of_a_hung_run():
     bw = parse_output("")
     assert bw["test"] is None and bw["generation"] is None and bw["complete"] is False

@@ -48,8 +48,9 @@ def _params(**changes):
     ({"kill_after": True}, "kill_after=True"),
     ({"timeout": 5, "poll": 10}, "poll=10 is longer than timeout=5"),
     ({"script": None, "backend": "v2"}, "script is empty and backend/scope do not name a test"),
-    ({"script": None, "backend": "deepep_v2", "scope": "low_latency"},
-     "DeepEP V2 has no low_latency test (scope='low_latency'); expected one of internode, intranode"),
+    ({"script": None, "backend": "deepep_v2", "scope": "engram"},
+     "DeepEP V2 has no engram test (scope='engram'); expected one of internode, intranode, low_latency_internode, "
+     "low_latency_intranode"),
 ])
 def test_bad_arguments_are_refused_by_name(changes, named):
     with pytest.raises(launch.LaunchError, match=re.escape(named)):
@@ -57,7 +58,9 @@ def test_bad_arguments_are_refused_by_name(changes, named):
 
 
 @pytest.mark.parametrize("backend, scope, script", [
-    ("v1", "intranode", "tests/test_intranode.py"), ("deepep_v1", "low_latency", "tests/test_low_latency.py"),
+    ("v1", "intranode", "tests/test_intranode.py"), ("deepep_v1", "low_latency_internode", "tests/test_low_latency.py"),
+    ("v1", "low_latency_intranode", "tests/test_low_latency.py"),
+    ("v2", "low_latency_intranode", "tests/legacy/test_low_latency.py"),
     ("v2", "intranode", "tests/elastic/test_ep.py"), ("deepep_v2", "internode", "tests/elastic/test_ep.py"),
 ])
 def test_a_backend_and_a_scope_name_the_test_and_a_script_given_wins(backend, scope, script):

@@ -143,18 +143,19 @@ def test_no_role_default_reads_a_simulator_variable():
         assert "fleetsim_profile" not in path.read_text(), path
 
 
-@pytest.mark.parametrize("role", ["verify_intranode", "verify_internode"])
-def test_the_verify_roles_read_the_declared_family(role):
+@pytest.mark.parametrize("role, choices", [("verify_intranode", 4), ("verify_internode", 3)])
+def test_the_verify_roles_read_the_declared_family(role, choices):
     defaults = _defaults(role)
     assert defaults[role + "_gpu_family"] == "{{ gpufleet_gpu_family | default('') }}"
     # unset, the profile is the declared family (its own gate), else 'default' (the loose gate, asked for)
     assert defaults[role + "_profile"] == "{{ gpufleet_profile | default(%s_gpu_family or 'default') }}" % role
     options = _options(role)
     assert options[role + "_gpu_family"]["type"] == "str" and "default" not in options[role + "_gpu_family"]
-    # every choice of the gate passes the family: the check before any host runs, and the judge of every run
-    # (ep_test's judge option; the roles choose no gate in Jinja any more)
+    # every choice of the gate passes the family: the checks before any host runs (the stage's and the low-latency
+    # stage's), and the judge of every run (ep_test's judge option; the roles choose no gate in Jinja any more)
     text = "\n".join(path.read_text() for path in sorted((REPO / "roles" / role / "tasks").glob("*.yml")))
-    assert text.count('family: "{{ %s_gpu_family }}"' % role) == 2, text
+    assert text.count('family: "{{ %s_gpu_family }}"' % role) == choices, text
+    assert text.count("form: profile") == 2, text
     assert text.count("gpufleet.deepep.ep_test:") == len(re.findall(r"^    judge:", text, re.M)) >= 1
     calls = re.findall(r"gpufleet\.deepep\.verify_thresholds\(([^)]*)\)", text)
     assert all("family=%s_gpu_family" % role in call for call in calls), calls

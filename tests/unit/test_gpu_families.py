@@ -87,18 +87,25 @@ def test_every_family_has_a_gate_in_every_scope_or_a_reason_for_none():
     """A family added to SPECS without a gate fails here, not silently in the field under the loose default."""
     for scope in gf.SCOPES:
         gated = set(gf.GATES[scope]) - {"default"}
-        assert gated | set(gf.UNGATED) == set(gf.FAMILIES), scope
-        assert not gated & set(gf.UNGATED), scope
-    assert all(isinstance(reason, str) and len(reason) > 20 for reason in gf.UNGATED.values())
+        ungated = set(family for family in gf.FAMILIES if gf.ungated_reason(family, scope))
+        assert gated | ungated == set(gf.FAMILIES), scope
+        assert not gated & ungated, scope
+    reasons = list(gf.UNGATED.values()) + [r for by in gf.UNGATED_BY_SCOPE.values() for r in by.values()]
+    assert all(isinstance(reason, str) and len(reason) > 20 for reason in reasons)
+    assert set(gf.UNGATED_BY_SCOPE) <= set(gf.SCOPES)
 
 
-@pytest.mark.parametrize("scope", ["intranode", "internode"])
+@pytest.mark.parametrize("scope", gf.SCOPES)
 def test_every_gate_says_where_it_comes_from_and_what_it_rests_on(scope):
-    link = "nvl" if scope == "intranode" else "rdma"
+    def right_metric(key):
+        if scope.startswith("low_latency"):
+            return key.startswith("ll_")
+        return key.endswith(("nvl" if scope == "intranode" else "rdma") + "_gbps")
+
     for family, entry in gf.GATES[scope].items():
         assert isinstance(entry.get("source"), str) and entry["source"], (scope, family)
         metrics = dict((key, value) for key, value in entry.items() if key not in META)
-        assert metrics and all(key in METRICS and key.endswith(link + "_gbps") for key in metrics), (scope, family)
+        assert metrics and all(key in METRICS and right_metric(key) for key in metrics), (scope, family)
         assert any(value for value in metrics.values()), (scope, family)
         if family == "default":
             continue
@@ -110,7 +117,7 @@ def test_every_gate_says_where_it_comes_from_and_what_it_rests_on(scope):
 def test_no_nvlink_gate_exceeds_what_the_hardware_can_carry():
     """DeepEP's own NVLink ceiling is 0.9 of the summed link speeds (field-2026-11.md); a gate above it is a typo
     (an RDMA figure in an NVLink field, a B200 gate on an H800)."""
-    for family, entry in gf.GATES["intranode"].items():
+    for family, entry in list(gf.GATES["intranode"].items()) + list(gf.GATES["low_latency_intranode"].items()):
         if family == "default":
             continue
         ceiling = 0.9 * gf.SPECS[family]["nvlink_gbps"]
@@ -123,7 +130,7 @@ def test_a_provisional_gate_borrows_from_a_family_of_the_same_nvlink():
     """b300, gb200 and gb300 take the B200 gate (NVLink 5), never the loose default: the failure the shape issue
     measured (a B300 at a quarter of its NVLink speed passed at 100 GB/s)."""
     for family in ("b300", "gb200", "gb300"):
-        for scope in gf.SCOPES:
+        for scope in ("intranode", "internode"):
             entry, b200 = gf.GATES[scope][family], gf.GATES[scope]["b200"]
             assert gf.SPECS[family]["nvlink"] == gf.SPECS["b200"]["nvlink"]
             assert dict((k, v) for k, v in entry.items() if k not in META) == \
@@ -131,10 +138,27 @@ def test_a_provisional_gate_borrows_from_a_family_of_the_same_nvlink():
             assert entry["provisional"] and entry["source"] == "the B200 gate", (scope, family)
 
 
+def test_low_latency_gates_per_gpu_count_and_the_blackwell_floor():
+    """One node: the figures fall with more peers, so each measured count has its gate and the family gate (counts
+    nobody measured) is lower than every one of them; the Blackwell families take the Hopper gate as a provisional
+    floor (NVLink 5 is faster), never the loose default; A100 is refused with the SM90 reason."""
+    hopper = gf.GATES["low_latency_intranode"]["h200"]
+    assert sorted(hopper["by_gpus"]) == [1, 2, 4] and hopper["measured_with"] == ["deepep_v1"]
+    for metric in ("ll_dispatch_gbps", "ll_combine_gbps"):
+        counts = [hopper["by_gpus"][n][metric] for n in (1, 2, 4)]
+        assert counts == sorted(counts, reverse=True) and hopper[metric] < counts[-1], metric
+    for family in ("b200", "b300", "gb200", "gb300"):
+        entry = gf.GATES["low_latency_intranode"][family]
+        assert entry["provisional"] and entry["by_gpus"] == hopper["by_gpus"], family
+        assert gf.GATES["low_latency_internode"][family]["provisional"], family
+    assert "SM90" in gf.ungated_reason("a100", "low_latency_internode")
+    assert gf.ungated_reason("a100", "intranode") is None and gf.ungated_reason("h20") == gf.UNGATED["h20"]
+
+
 def test_gate_table_is_a_copy():
     table = gf.gate_table("intranode")
     table["b200"]["combine_nvl_gbps"] = 1
     table["x"] = {}
     assert gf.GATES["intranode"]["b200"]["combine_nvl_gbps"] == 300 and "x" not in gf.GATES["intranode"]
-    with pytest.raises(ValueError, match="scope 'low_latency' has no gates; expected one of intranode, internode"):
+    with pytest.raises(ValueError, match="scope 'low_latency' has no gates; expected one of intranode, internode, low_latency_intranode"):
         gf.gate_table("low_latency")

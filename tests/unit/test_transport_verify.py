@@ -73,7 +73,10 @@ V2_IB = {"allow_networks": ["IB"], "allow_paths": ["p2p", "shm", "net_gdrdma"], 
     ("deepep_v2", "internode", "h100", None, None, V2_IB),
     ("v1", "intranode", "x", None, None, NVLINK),
     ("v2", "intranode", "x", None, None, dict(NVLINK, require_nccl_match=True)),
-    ("v1", "low_latency", "x", None, None, V1_IB),
+    ("v1", "low_latency_internode", "x", None, None, V1_IB),
+    ("v2", "low_latency_internode", "x", None, None, V1_IB),
+    ("v1", "low_latency_intranode", "x", None, None,
+     {"allow_paths": ["p2p"], "allow_transports": ["p2p", "ibgda"], "allow_cpu_fallback": False}),
 ])
 def test_the_backends_policy_applies_where_the_site_has_none(backend, scope, profile, family, matched, expected):
     got = backends.transport_policy(backend, scope, {}, profile, family)
@@ -187,7 +190,7 @@ FAULTS = [
     (None, "verify_intranode", None, None),
     (None, "verify_internode", None, None),
     ("nvlink_off", "verify_intranode", "NCCL channel path(s) SHM/direct/direct; the profile allows p2p", None),
-    ("cpu_fallback", "verify_internode", "NVSHMEM IBGDA NIC handler is cpu; the profile requires gpu", "regkey"),
+    ("cpu_fallback", "verify_internode", "NVSHMEM IBGDA NIC handler is CPU with the gdrcopy backend; the profile requires gpu", "regkey"),
     ("socket", "verify_internode", "NCCL used network Socket; the profile allows IB", "nccl_no_ib_device"),
     ("ibgda_failed", "verify_internode", "NVSHMEM IBGDA failed; the profile requires it initialized",
      "peermem_missing"),
@@ -253,8 +256,8 @@ def test_fixture_prints_nothing_without_the_debug_settings():
 def test_fixture_refuses_an_unknown_fault_naming_the_expected_words():
     run = fixture_lines("slow", 2)
     assert run.returncode == 2 and run.stdout == ""
-    assert ("bad transport fault 'slow' (expected one of cpu_fallback, socket, ibgda_failed, nvlink_off, "
-            "nccl_mismatch)") in run.stderr
+    assert ("bad transport fault 'slow' (expected one of cpu_fallback, cpu_fallback_host, socket, ibgda_failed, "
+            "nvlink_off, nccl_mismatch)") in run.stderr
 
 
 # ---------------------------------------------------------------------------------------------------- the summary
@@ -273,7 +276,7 @@ def test_a_run_that_passed_over_a_wrong_transport_fails_in_the_summary_with_its_
     assert not summary["passed"] and [f["host"] for f in summary["failures"]] == ["n2"]
     row = summary["rows"][1]
     assert row["transport"]["passed"] is False and row["status"] == "fail"
-    assert "transport: NVSHMEM IBGDA NIC handler is cpu; the profile requires gpu" in row["reasons"]
+    assert "transport: NVSHMEM IBGDA NIC handler is CPU with the gdrcopy backend; the profile requires gpu" in row["reasons"]
     assert any(d.startswith("likely cause: the NIC doorbell could not be mapped") for d in row["diagnosis"])
     assert row["transport"]["truth"]["nvshmem"]["nic_handler"] == "cpu"
     assert summary["rows"][0]["transport"]["passed"] and summary["rows"][0]["passed"]

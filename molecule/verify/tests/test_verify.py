@@ -42,7 +42,7 @@ def fleetsim(*argv):
 
 def test_healthy_fleet_passes_everywhere():
     data = summary("verify-pass")
-    assert data["passed"] and data["counts"] == {"total": 8, "passed": 8, "failed": 0}
+    assert data["passed"] and data["counts"] == {"total": 16, "passed": 16, "failed": 0}
     assert sorted(r["host"] for r in rows("verify-pass", "intranode")) == NODES
     for row in rows("verify-pass", "internode"):
         assert row["nic"]["passed"] and len(row["nic"]["busy"]) == 8, row
@@ -53,20 +53,52 @@ def test_healthy_fleet_passes_everywhere():
     for node in NODES:
         assert (EPHEMERAL / "verify-pass" / node / "intranode.log").is_file()
     table = (EPHEMERAL / "verify-pass" / "summary.md").read_text()
-    assert "| node / pair | test | cases |" in table and "8 of 8 passed." in table
+    assert "| node / pair | test | cases |" in table and "16 of 16 passed." in table
+    assert "| LL disp | LL comb |" in table
+
+
+def test_low_latency_runs_on_every_node_and_across_every_group_with_its_gates_and_transport():
+    """One node: 8 B200 ranks over NVLink, gated at the family's 8-GPU gate (provisional: the Hopper floor, NVLink 5
+    not measured), NVSHMEM's P2P with IBGDA beside it and no CPU-proxied path. Across each group: 16 ranks over RDMA
+    (DeepEP's EP16 figures), IBGDA with the GPU as NIC handler; the NICs carried the traffic."""
+    one = rows("verify-pass", "low_latency_intranode")
+    assert sorted(r["host"] for r in one) == NODES
+    for row in one:
+        assert row["test"] == "tests/test_low_latency.py" and row["passed"], row
+        assert row["thresholds"]["ll_dispatch_gbps"] == 115 and row["thresholds"]["ll_combine_gbps"] == 150, row
+        assert 150 < row["gbps"]["ll_dispatch_gbps"] < 250 and "Hopper gate is a floor" in row["gate_provisional"], row
+        assert row["transport"]["passed"] and "NIC handler" not in " ".join(row["reasons"]), row
+        assert (EPHEMERAL / "verify-pass" / row["host"] / "low_latency.log").is_file()
+    across = rows("verify-pass", "low_latency_internode")
+    assert sorted(r["host"] for r in across) == NODES
+    for row in across:
+        assert row["passed"] and row["thresholds"]["ll_dispatch_gbps"] == 33, row
+        assert 55 < row["gbps"]["ll_dispatch_gbps"] < 70 and 65 < row["gbps"]["ll_combine_gbps"] < 80, row
+        assert row["transport"]["passed"] and "handler gpu" in row["transport"]["brief"].lower(), row
+        assert (EPHEMERAL / "verify-pass" / row["host"] / ("%s-low_latency.log" % row["group"])).is_file()
+
+
+def test_a_slow_low_latency_node_and_an_unmapped_one_fail_their_low_latency_alone():
+    one = {r["host"]: r for r in rows("verify-unmapped", "low_latency_intranode")}
+    assert [h for h, r in sorted(one.items()) if not r["passed"]] == ["b200-a-1"]
+    assert "ll_dispatch_gbps 90.0 GB/s is below the gate of 115 GB/s" in one["b200-a-1"]["reasons"]
+    across = {r["host"]: r for r in rows("verify-unmapped", "low_latency_internode")}
+    assert [h for h, r in sorted(across.items()) if not r["passed"]] == ["b200-b-2"]
+    assert across["b200-b-2"]["gbps"]["ll_dispatch_gbps"] < 5, across["b200-b-2"]
 
 
 def test_missing_mapping_fails_on_that_node_with_the_diagnosis():
     data = summary("verify-unmapped")
     assert not data["passed"]
-    assert {f["host"] for f in data["failures"]} == {"b200-b-2"}
+    # b200-a-1's failure is its slow low latency on one node (the next test)
+    assert {f["host"] for f in data["failures"]} == {"b200-b-2", "b200-a-1"}
     (row,) = rows("verify-unmapped", "internode", "b200-b-2")
     assert row["nic"]["busy"] == ["rocep145s0"] and len(row["nic"]["idle"]) == 7
     text = " ".join(row["diagnosis"])
     assert "DEEP_EP_DEVICE_TO_HCA_MAPPING is not set" in text
     assert "~6.5 GB/s RDMA signature" in text
     assert 5.0 < row["gbps"]["dispatch_bf16_rdma_gbps"] < 8.0
-    for row in rows("verify-unmapped"):
+    for row in rows("verify-unmapped", "internode") + rows("verify-unmapped", "intranode"):
         assert row["passed"] == (row["host"] != "b200-b-2" or row["stage"] == "intranode"), row
 
 
@@ -195,8 +227,14 @@ def test_cpu_fallback_and_nvlink_off_fail_on_their_node_with_the_cause():
     # internode (4 nodes): only b200-a-2's record fails, on the CPU fallback, with the regkey named
     assert _failed_hosts("verify-transport", "internode") == {"b200-a-2"}
     (row,) = rows("verify-transport", "internode", "b200-a-2")
-    assert any("NIC handler is cpu" in r for r in row["reasons"]), row
+    assert any("NIC handler is CPU with the gdrcopy backend" in r for r in row["reasons"]), row
     assert any("PeerMappingOverride" in d for d in row["diagnosis"]), row
+    # low latency across the 4 nodes: b200-a-2's run on the CPU handler fails, naming the backend
+    assert _failed_hosts("verify-transport", "low_latency_internode") == {"b200-a-2"}
+    (row,) = rows("verify-transport", "low_latency_internode", "b200-a-2")
+    assert row["gbps"]["ll_dispatch_gbps"] > 33, row      # it passed its bandwidth gate
+    assert any("NIC handler is CPU with the gdrcopy backend" in r for r in row["reasons"]), row
+    assert _failed_hosts("verify-transport", "low_latency_intranode") == {"b200-a-2", "b200-b-1"}
 
 
 def test_the_pairwise_sweep_names_the_bad_node():

@@ -11,8 +11,11 @@ roles. ``audit_runs`` says where the audit's rules of a backend (a rule's ``back
 condition over its facts document (V2: the profile expects V2, or the installed build is V2).
 
 Scopes: ``intranode`` (the GPUs of one node over NVLink), ``internode`` (every node of a group at once, also the
-sweep's pairs), ``low_latency`` (the decode path across nodes over RDMA). A backend lists only the scopes it has a
-test for; asking another is refused by name. The trees the descriptors follow: DeepEP V1 (its ``legacy`` branch,
+sweep's pairs), ``low_latency_intranode`` and ``low_latency_internode`` (the decode kernels on one node over NVLink,
+and across the nodes of a group over RDMA). A backend lists only the scopes it has a test for; asking another is
+refused by name. A scope's ``ranks`` lists the process counts its test's kernels exist for (DeepEP's intranode
+kernels: 2, 4 and 8, ``SWITCH_RANKS`` in csrc/kernels/intranode.cu); on another count the run is skipped with that
+reason (``skip_reason``), never started to crash. The trees the descriptors follow: DeepEP V1 (its ``legacy`` branch,
 567632d), DeepEP V2 (dd758ca, ``tests/elastic/``: test_ep.py covers one node and many).
 
 Transport policies (keys of ``transport_gate.check_policy``). Intranode: the GPUs talk over NVLink only (NCCL
@@ -32,13 +35,17 @@ from ansible_collections.gpufleet.deepep.plugins.plugin_utils._verify.transport 
 from ansible_collections.gpufleet.deepep.plugins.plugin_utils._verify.transport_gate import check_policy
 
 __all__ = ["BACKENDS", "ALIASES", "SCOPES", "BackendError", "backend", "resolve", "test_of", "scope_of",
-           "check_overrides", "transport_policy"]
+           "skip_reason", "check_overrides", "transport_policy"]
 
-SCOPES = ("intranode", "internode", "low_latency")
+SCOPES = ("intranode", "internode", "low_latency_intranode", "low_latency_internode")
 
 _NVLINK_ONLY = {"allow_paths": ["p2p"], "allow_transports": ["p2p"], "allow_cpu_fallback": False}
 _RDMA = {"allow_networks": ["IB"], "allow_paths": ["p2p", "shm", "net_gdrdma"], "allow_cpu_fallback": False}
 _IBGDA = dict(_RDMA, require_ibgda=True)
+# Low latency on one node: NVSHMEM writes to the peers over NVLink (P2P); IBGDA may come up beside it on a node with
+# NICs (DeepEP asks NVSHMEM for it), and a CPU-proxied path is refused as everywhere.
+_LL_ONE_NODE = {"allow_paths": ["p2p"], "allow_transports": ["p2p", "ibgda"], "allow_cpu_fallback": False}
+_INTRANODE_RANKS = [2, 4, 8]
 
 BACKENDS = {
     "deepep_v1": {
@@ -48,9 +55,10 @@ BACKENDS = {
         # Where the audit's rules of this backend judge a node (its facts document, the audit engine's JMESPath).
         "audit_runs": "gpufleet_deepep.generation == 'v1'",
         "scopes": {
-            "intranode": {"test": "tests/test_intranode.py", "transport": _NVLINK_ONLY},
+            "intranode": {"test": "tests/test_intranode.py", "transport": _NVLINK_ONLY, "ranks": _INTRANODE_RANKS},
             "internode": {"test": "tests/test_internode.py", "transport": _IBGDA},
-            "low_latency": {"test": "tests/test_low_latency.py", "transport": _IBGDA},
+            "low_latency_intranode": {"test": "tests/test_low_latency.py", "transport": _LL_ONE_NODE},
+            "low_latency_internode": {"test": "tests/test_low_latency.py", "transport": _IBGDA},
         },
     },
     "deepep_v2": {
@@ -64,6 +72,9 @@ BACKENDS = {
                           "env": {"EP_DISABLE_GIN": "1"}, "transport": dict(_NVLINK_ONLY, require_nccl_match=True)},
             "internode": {"test": "tests/elastic/test_ep.py",
                           "transport": dict(_RDMA, allow_gin=["GDAKI"], require_nccl_match=True)},
+            # V2 keeps V1's low-latency kernels behind its legacy buffer (over NVSHMEM, as V1).
+            "low_latency_intranode": {"test": "tests/legacy/test_low_latency.py", "transport": _LL_ONE_NODE},
+            "low_latency_internode": {"test": "tests/legacy/test_low_latency.py", "transport": _IBGDA},
         },
     },
 }
@@ -113,6 +124,19 @@ def scope_of(name, scope):
     entry = descriptor["scopes"][scope]
     return {"test": entry["test"], "args": list(entry.get("args") or []), "env": dict(entry.get("env") or {}),
             "transport": dict(entry["transport"])}
+
+
+def skip_reason(name, scope, num_processes):
+    """Why backend ``name`` cannot run its ``scope`` test on ``num_processes`` local ranks (its kernels exist for
+    other counts), or None where it can; BackendError for a scope it has no test for."""
+    descriptor = backend(name)
+    scope_of(name, scope)
+    ranks = descriptor["scopes"][scope].get("ranks")
+    count = int(num_processes)
+    if ranks and count not in ranks:
+        return ("not run: %s's %s kernels exist for %s local ranks (DeepEP's SWITCH_RANKS), and this node runs %d"
+                % (descriptor["title"], scope, ", ".join(str(n) for n in ranks), count))
+    return None
 
 
 def test_of(name, scope):

@@ -31,7 +31,7 @@ from ansible_collections.gpufleet.deepep.plugins.plugin_utils._verify.transport_
     transport_verdict,
 )
 
-__all__ = ["JUDGE_SPEC", "STAGES", "JudgeError", "check", "policy", "judge"]
+__all__ = ["JUDGE_SPEC", "STAGES", "JudgeError", "check", "policy", "judge", "not_run"]
 
 # Each stage: the words its gate uses for the run ("intranode test did not finish within 900s"), or None for a stage
 # judged by its ranks' lines instead of bandwidth figures.
@@ -39,11 +39,14 @@ STAGES = {
     "intranode": "intranode test",
     "internode": "internode test",
     "sweep": "sweep pair test",
+    "low_latency_intranode": "low-latency test",
+    "low_latency_internode": "low-latency test",
     "connectivity": None,
 }
 
 # The scope of the collection's gates (the profile object's, _gpu_families.GATES) each gated stage is held against.
-GATE_SCOPES = {"intranode": "intranode", "internode": "internode", "sweep": "internode"}
+GATE_SCOPES = {"intranode": "intranode", "internode": "internode", "sweep": "internode",
+               "low_latency_intranode": "low_latency_intranode", "low_latency_internode": "low_latency_internode"}
 
 # The suboptions of ep_test's judge option (modules/ep_test.py documents them).
 JUDGE_SPEC = dict(
@@ -133,6 +136,17 @@ def gate_basis(chosen, generation=None):
                           BACKENDS[backend]["title"]))
     return {"matched": chosen["matched"], "shape": chosen["shape"], "source": chosen.get("source"),
             "provisional": provisional}
+
+
+def not_run(spec, reason, script, host=None):
+    """The record of a stage the node's hardware cannot run (``reason``): its gate ``skipped`` and passed (the node is
+    not at fault), the reason in ``reasons``; the caller's fields as :func:`judge` writes them."""
+    record = {"host": host, "scope": host}
+    record.update(spec.get("record") or {})
+    record.update(stage=spec["stage"], test=spec.get("test") or script, log=None, parsed={}, thresholds=None,
+                  gate_basis=None, transport=None,
+                  gate={"passed": True, "status": "skipped", "checks": [], "reasons": [reason], "diagnosis": []})
+    return record
 
 
 def judge(spec, output, rc, timed_out, timeout_s, script, log=None, host=None, backend=None, scope=None):

@@ -110,6 +110,14 @@ def validate(params):
     return params
 
 
+def skip_reason(params):
+    """Why the backend's test of the scope cannot run on ``num_processes`` ranks (``backends.skip_reason``), or None
+    (always None without a backend and a scope)."""
+    if not (params.get("backend") and params.get("scope")):
+        return None
+    return backends.skip_reason(params["backend"], params["scope"], params["num_processes"])
+
+
 def launcher_argv(params):
     """run_deepep.sh NAME ENV_SCRIPT SRC KILL_AFTER TIMEOUT [NAME=VALUE ...] -- PYTHON SCRIPT NPROC [ARGS ...]"""
     settings = ["%s=%s" % (key, value) for key, value in params["env"].items()]

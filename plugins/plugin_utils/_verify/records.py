@@ -214,11 +214,17 @@ def failure_message(summary, what, run_dir, name, reasons=True):
     return "%s (summary: %s/%s.md)" % (text, run_dir, name)
 
 
-def play_records(hostvars, hosts):
-    """The verification records of a play's ``hosts`` (in their order): each host's intranode record where it has
-    one (not empty), then every host's internode records (one level flattened, nulls left out)."""
+def play_records(hostvars, hosts, internode=True):
+    """The verification records of a play's ``hosts`` (in their order): each host's intranode record and its
+    low-latency record where it has them (not empty), then, with ``internode``, every host's internode records (one
+    level flattened, nulls left out)."""
     hostvars = _hostvars(hostvars)
     hosts = _list(hosts, "hosts", "the hosts of the play (ansible_play_hosts)")
-    intranode = [_host_var(hostvars, host, "verify_intranode_record") for host in hosts]
-    internode = [_host_var(hostvars, host, "verify_internode_records") for host in hosts]
-    return [record for record in intranode if record] + flatten(internode, levels=1)
+    # The low-latency record is optional (a play of an older verify role sets none).
+    one_node = [record for host in hosts
+                for record in (_host_var(hostvars, host, "verify_intranode_record"),
+                               hostvars[host].get("verify_intranode_ll_record"))]
+    records = [record for record in one_node if record]
+    if _bool(internode, "internode"):
+        records += flatten([_host_var(hostvars, host, "verify_internode_records") for host in hosts], levels=1)
+    return records

@@ -27,6 +27,8 @@ METRIC_LABELS = (
     ("dispatch_fp8_rdma_gbps", "FP8 disp RDMA"),
     ("combine_nvl_gbps", "comb NVL"),
     ("combine_rdma_gbps", "comb RDMA"),
+    ("ll_dispatch_gbps", "LL disp"),
+    ("ll_combine_gbps", "LL comb"),
 )
 
 
@@ -256,6 +258,11 @@ def _beside_gate(row, metric):
     return text if gate is None else "%s (>=%s)" % (text, fmt_figure(gate))
 
 
+def _not_run(reason):
+    """A skipped stage's reason without its leading ``not run:``, for the summary's count line."""
+    return reason[len("not run: "):] if reason.startswith("not run: ") else reason
+
+
 def _transport_text(row):
     transport = row.get("transport")
     if transport is None:
@@ -303,13 +310,19 @@ def render_markdown(summary, title=None):
     with_transport = any("transport" in row for row in rows)
     with_jit = any("jit" in row for row in rows)
     compact = with_figures and not any(_has_deepep_data(row) for row in rows)
+    # The low-latency columns only where a row has a low-latency figure or gate (a run without that stage keeps its
+    # table as it was).
+    labels = [(metric, label) for metric, label in METRIC_LABELS
+              if not metric.startswith("ll_") or any((row.get("gbps") or {}).get(metric) is not None
+                                                     or (row.get("thresholds") or {}).get(metric) is not None
+                                                     for row in rows)]
     lines = []
     if title:
         lines += ["# " + _cell(title), ""]
     if compact:
         header = ["node", "scope", "check", "figures", "result"]
     else:
-        header = ["node / pair", "test", "cases"] + [label for dummy, label in METRIC_LABELS] + ["NICs"] \
+        header = ["node / pair", "test", "cases"] + [label for dummy, label in labels] + ["NICs"] \
             + (["transport"] if with_transport else []) + (["V2 JIT"] if with_jit else []) \
             + (["figures"] if with_figures else []) + ["result"]
     lines.append("| " + " | ".join(header) + " |")
@@ -318,7 +331,7 @@ def render_markdown(summary, title=None):
         test = row.get("test") or "-"
         if row.get("stage") and row["stage"] != "test":
             test = "%s (%s)" % (test, row["stage"])
-        result = "PASS" if row["passed"] else row["status"].upper()
+        result = row["status"].upper() if row["status"] == "skipped" or not row["passed"] else "PASS"
         if compact:
             cells = [row.get("host") or "-", row.get("scope") or row.get("host") or "-", test, _figures_text(row),
                      result]
@@ -332,12 +345,17 @@ def render_markdown(summary, title=None):
             (["idle: " + (", ".join(nic["idle"]) or "all")] if nic["idle"] or not nic.get("slow") else [])
             + (["slow: " + ", ".join(nic["slow"])] if nic.get("slow") else [])))
         cells = [row.get("scope") or row.get("host") or "-", test, case_text]
-        cells += [_beside_gate(row, metric) for metric, dummy in METRIC_LABELS]
+        cells += [_beside_gate(row, metric) for metric, dummy in labels]
         cells += [nic_text] + ([_transport_text(row)] if with_transport else []) \
             + ([_jit_text(row)] if with_jit else []) + ([_figures_text(row)] if with_figures else []) + [result]
         lines.append("| " + " | ".join(_cell(c) for c in cells) + " |")
     counts = summary.get("counts") or {}
-    lines += ["", "%s of %s passed." % (counts.get("passed", 0), counts.get("total", 0))]
+    skipped = [row for row in rows if row["status"] == "skipped" and row["passed"]]
+    lines += ["", "%s of %s passed%s." % (counts.get("passed", 0), counts.get("total", 0),
+                                          " (%d not run on their hardware: %s)"
+                                          % (len(skipped), "; ".join(sorted(set(_not_run(r["reasons"][0])
+                                                                                for r in skipped if r["reasons"]))))
+                                          if skipped else "")]
     provisional = {}
     for row in rows:
         if row.get("gate_provisional"):

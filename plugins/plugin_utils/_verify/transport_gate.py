@@ -44,6 +44,11 @@ _CHECK_CAUSES = {
 }
 
 
+# The NIC handler a run fell back to, as NVSHMEM names its backend (the CPU proxy rings the doorbell through GDRCopy's
+# mapping, or through host memory where GDRCopy is absent).
+_HANDLER_WORDS = {"cpu": "CPU with the gdrcopy backend", "cpu_host_memory": "CPU with the host memory backend"}
+
+
 # --------------------------------------------------------------------------------------------------------- gate
 POLICY_KEYS = {
     "allow_paths": ("list", PATH_CLASSES),
@@ -141,7 +146,8 @@ def transport_gate(truth, policy=None):
                            "NVSHMEM_DEBUG=INFO was not set)")
             failed_checks.append("nic_handler")
         elif handler != "gpu":
-            fail("nic_handler", "NVSHMEM IBGDA NIC handler is %s; the profile requires gpu" % handler)
+            fail("nic_handler", "NVSHMEM IBGDA NIC handler is %s; the profile requires gpu"
+                 % _HANDLER_WORDS.get(handler, handler))
     if nvshmem.get("cpu_fallback") and not policy["allow_cpu_fallback"]:
         fail("cpu_fallback", "NVSHMEM fell back to the CPU-assisted path: %s"
              % "; ".join(nvshmem.get("fallback_warnings") or ["a CPU NIC handler was chosen in auto mode"]))

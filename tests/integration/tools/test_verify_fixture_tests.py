@@ -84,6 +84,35 @@ def test_low_latency_and_elastic_parse(trees, tmp_path):
     assert parsed["dispatch"]["bf16"]["rdma_gbps"] is None and parsed["dispatch"]["bf16"]["nvl_gbps"] > 600
 
 
+@pytest.mark.parametrize("gen, script", [("v1", "test_low_latency.py"), ("v2", "legacy/test_low_latency.py")])
+def test_low_latency_on_one_node_passes_its_gate_and_a_slow_or_proxied_node_fails(trees, tmp_path, gen, script):
+    """The low-latency test of either tree on one node: 8 B200 ranks over NVLink pass the profile object's gate for 8
+    GPUs (provisional, the Hopper floor); the slow knob puts the node under it; with NVSHMEM's debug on, the proxied
+    fault prints the host-memory CPU handler, which the transport policy of the scope refuses by name."""
+    from ansible_collections.gpufleet.deepep.plugins.plugin_utils._verify.backends import transport_policy
+    from ansible_collections.gpufleet.deepep.plugins.plugin_utils._verify.transport_gate import transport_verdict
+
+    env = node(tmp_path)
+    chosen = select_thresholds({}, "b200", gpus=8, scope="low_latency_intranode")
+    proc = run([trees[gen] / script, "--num-processes", "8"], env)
+    assert proc.returncode == 0, proc.stderr
+    parsed = parse_output(proc.stdout, test="tests/%s" % script)
+    assert parsed["test"] == "low_latency" and parsed["complete"] and parsed["low_latency"]["ranks"] == 8
+    assert gate(parsed, chosen["thresholds"])["passed"] and chosen["provisional"]
+    slow = run([trees[gen] / script, "--num-processes", "8"], dict(env, FLEETSIM_LL_GBPS='{"dispatch": 90}'))
+    verdict = gate(parse_output(slow.stdout, test="low_latency"), chosen["thresholds"])
+    assert not verdict["passed"] and "ll_dispatch_gbps 90.0 GB/s is below the gate of 115 GB/s" in verdict["reasons"]
+    policy = transport_policy(gen, "low_latency_intranode")["policy"]
+    healthy = run([trees[gen] / script, "--num-processes", "2"], dict(env, NVSHMEM_DEBUG="INFO", NCCL_DEBUG="INFO"))
+    assert transport_verdict(healthy.stdout, policy)["gate"]["passed"]
+    proxied = run([trees[gen] / script, "--num-processes", "2"],
+                  dict(env, NVSHMEM_DEBUG="INFO", FLEETSIM_TRANSPORT_FAULT="cpu_fallback_host"))
+    verdict = transport_verdict(proxied.stdout, policy)["gate"]
+    assert not verdict["passed"] and any("fell back to the CPU-assisted path" in r for r in verdict["reasons"])
+    ibgda = transport_policy(gen, "low_latency_internode")["policy"]
+    assert "NIC handler is CPU with the host memory backend" in " ".join(transport_verdict(proxied.stdout, ibgda)["gate"]["reasons"])
+
+
 def free_port():
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
