@@ -76,15 +76,23 @@ options:
   scope:
     description:
       - What the test covers (C(intranode), C(internode), C(low_latency_intranode) and C(low_latency_internode), the
-        decode kernels on one node and across nodes); with O(backend), it picks the test when
+        decode kernels on one node and across nodes; DeepEP V2's other tests C(engram), C(pp), C(agrs) and
+        C(barrier)); with O(backend), it picks the test when
         O(script) is unset, the backend's arguments and environment for it, and its transport policy. A backend without
         a test for the scope is refused by name.
     type: str
-    choices: [intranode, internode, low_latency_intranode, low_latency_internode]
+    choices: [intranode, internode, low_latency_intranode, low_latency_internode, engram, pp, agrs, barrier]
   num_processes:
     description: The test's C(--num-processes) (local ranks; a positive whole number).
     type: int
     required: true
+  rdma:
+    description:
+      - Whether the node has an RDMA NIC (a GPU with a NIC beside it, C(gpufleet.deepep.gpu_topology)); unset, not
+        known. Where it is false, a test of O(backend) for O(scope) that needs one is not started (its record is
+        C(skipped) with the reason), and the test runs with the arguments and environment the backend gives a node
+        without one (DeepEP V2 - C(EP_DISABLE_GIN=1), no hybrid kernels).
+    type: bool
   args:
     description:
       - Further arguments of the test, after C(--num-processes N) and the arguments O(backend) gives O(scope) (DeepEP
@@ -131,10 +139,12 @@ options:
         description:
           - The stage. C(connectivity) is judged by its ranks' lines (buffer created, dispatch layout passed, no rank
             error); the others by DeepEP's bandwidth figures against the thresholds, and the transport when
-            O(judge.transport_policies) or O(judge.transport_policy) is given.
+            O(judge.transport_policies) or O(judge.transport_policy) is given. DeepEP V2's other tests (C(engram),
+            C(pp), C(agrs), C(barrier)) have no gate, as no figure was measured or published; a run passes when it
+            exits 0 with every rank's figures and its correctness stage passed, and its figures are recorded.
         type: str
         required: true
-        choices: [connectivity, internode, intranode, low_latency_internode, low_latency_intranode, sweep]
+        choices: [agrs, barrier, connectivity, engram, internode, intranode, low_latency_internode, low_latency_intranode, pp, sweep]
       test:
         description: The test's name in the record and for the parser (C(tests/test_intranode.py), C(tests/elastic/test_ep.py)), the test run when unset.
         type: str
@@ -278,8 +288,11 @@ record:
       (C(passed), C(status) pass/fail/timeout/error, C(checks), C(reasons), C(diagnosis)), C(thresholds) the gate
       applied, C(gate_basis) what it rests on (C(matched) entry, C(shape), C(source) of its figures, and
       C(provisional), why nobody measured it on this hardware or with this backend, null when measured),
-      C(transport) C(gpufleet.deepep.transport_verdict)'s result or null, C(log) the O(fetch_to) copy.
-  returned: when judge is given and the test ran
+      C(transport) C(gpufleet.deepep.transport_verdict)'s result or null, C(log) the O(fetch_to) copy; for DeepEP
+      V2's other tests C(figures), the slowest rank's (GB/s, MPPS, µs).
+    - A test the node's hardware cannot run (too few ranks, no RDMA NIC, no kernels for its rank count) is not
+      started, and its record's gate is C(skipped), passed, with the reason.
+  returned: when judge is given and the test ran or was skipped for the node's hardware
   type: dict
   sample:
     host: node-1
@@ -297,6 +310,12 @@ script:
   returned: always
   type: str
   sample: tests/elastic/test_ep.py
+not_run:
+  description: Why the test was not started on this node's hardware (too few ranks, no RDMA NIC, no kernels for its
+    rank count).
+  returned: when the test was skipped for the node's hardware
+  type: str
+  sample: "not run: DeepEP V2's pp test needs at least 2 ranks, and this node runs 1"
 log:
   description: The log's path on the node.
   returned: always

@@ -132,8 +132,8 @@ def test_v1_low_latency_matches_the_hand_build(v1_built, v1_hand, deepep_v1_src,
         assert value >= hand_ratio, f"{name}: collection build {value:.3f} of the hand build (floor {hand_ratio})"
 
 
-def test_v1_low_latency_verify_stage_passes_its_measured_gate_with_transport_truth(v1_built, deepep_v1_src, results_dir,
-                                                                                  gpu_python, num_gpus):
+def test_v1_low_latency_verify_stage_passes_its_measured_gate_with_transport_truth(
+        v1_built, deepep_v1_src, results_dir, gpu_python, num_gpus):
     """The verify role's low-latency stage on this node: the backend's test run by ep_test, gated at the profile
     object's gate for this GPU count (measured for 1, 2 and 4 GPUs), its transport held to NVLink P2P without a
     CPU-proxied path; the normal intranode stage runs where DeepEP has kernels for the count, else is skipped with the

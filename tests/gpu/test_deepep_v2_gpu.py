@@ -14,8 +14,12 @@ Intranode tests skip, with the reason, unless the node has 2, 4 or 8 GPUs.
 
 from __future__ import annotations
 
+import json
+import os
 import re
+import subprocess
 import sys
+import time
 
 import pytest
 
@@ -170,3 +174,43 @@ def test_v2_jit_cache_is_built_once_and_loads_whole_from_the_artifact(v2_built, 
     for node in (a, b):
         warm = node["loaded_warmup"]
         assert warm["rc"] == 0 and warm["compiled"] == 0 and warm["loaded"] == len(a["kernels"]), node
+
+
+# V2's other tests (dd758ca tests/elastic/): the arguments a node without a GIN-capable NIC runs them with (GIN off,
+# no hybrid RDMA kernels, as the elastic test there), in the order cheapest first.
+V2_EXTRAS = (("barrier", ["--allow-hybrid-mode", "0"]), ("agrs", []), ("engram", []), ("pp", []))
+
+
+def test_v2_extras_on_this_node(v2_built, deepep_v2_src, results_dir, gpu_python, num_gpus):
+    """Which of V2's other tests (Engram, PP, all-gather/reduce-scatter, barrier) run on this node, with every GPU it
+    has and GIN off, and what they print: each run's exit, seconds, the parse the collection reads and the output's
+    tail go to v2_extras-<test>.json as each ends (a run cut by the call's limit leaves the ones before it). A test
+    that finished is read whole by the parser (its ranks, its correctness stage, its figures)."""
+    from ansible_collections.gpufleet.deepep.plugins.plugin_utils._verify.bandwidth import parse_output
+
+    seen = {}
+    for kind, args in V2_EXTRAS:
+        argv = ["timeout", os.environ.get("GPUFLEET_V2_EXTRAS_TIMEOUT", "110"), gpu_python,
+                f"tests/elastic/test_{kind}.py", "--num-processes", str(num_gpus)] + args
+        env = dict(os.environ, EP_DISABLE_GIN="1", PYTHONFAULTHANDLER="1",
+                   EP_JIT_CACHE_DIR=str(results_dir / "v2-jit-cache"))
+        start = time.monotonic()
+        proc = subprocess.run(argv, cwd=deepep_v2_src, env=env, capture_output=True, text=True, check=False)
+        parsed = parse_output(proc.stdout + "\n" + proc.stderr, test=f"tests/elastic/test_{kind}.py", generation="v2")
+        seen[kind] = {"argv": argv, "rc": proc.returncode, "seconds": round(time.monotonic() - start, 1),
+                      "parsed": parsed, "stdout": proc.stdout[-6000:], "stderr": proc.stderr[-6000:]}
+        (results_dir / f"v2_extras-{kind}.json").write_text(json.dumps(seen[kind], indent=1))
+    print("\nV2 extras on %d GPU(s), GIN off: %s" % (num_gpus, "; ".join(
+        "%s rc=%s %.1fs complete=%s %s" % (kind, run["rc"], run["seconds"], run["parsed"]["complete"],
+                                           (run["parsed"].get("extras") or {}).get("figures"))
+        for kind, run in seen.items())), file=sys.stderr)
+    from ansible_collections.gpufleet.deepep.plugins.plugin_utils._verify.backends import skip_reason
+
+    rdma = any(gpu.get("hca") for gpu in load(results_dir, "facts.json")["gpus"]["gpus"])
+    for kind, run in seen.items():
+        if run["rc"] == 0:
+            assert run["parsed"]["complete"], (kind, run["parsed"], run["stdout"][-2000:])
+        # The descriptor's hardware rules hold what the node did: a test it lets run here finished whole (on the lent
+        # 1 x H200 without a NIC, twice: the barrier alone; agrs and PP need 2 ranks, Engram a NIC).
+        if skip_reason("v2", kind, num_gpus, rdma=rdma) is None:
+            assert run["rc"] == 0 and run["parsed"]["complete"], (kind, run["stderr"][-2000:])

@@ -345,8 +345,8 @@ def test_low_latency_of_the_second_node_prints_its_global_ranks_and_is_complete(
     bw = parse_output(text)
     assert bw["complete"] is True and bw["cases"] == {"passed": 2, "failed": 0} and bw["low_latency"]["ranks"] == 2
     assert bw["low_latency"]["slowest_rank"] in (2, 3)
-    gap = "\n".join(line for line in text.replace("[rank 3]", "[rank 4]").splitlines()
-                     if "[rank 4] Dispatch send/recv" not in line)
+    lines = text.replace("[rank 3]", "[rank 4]").splitlines()
+    gap = "\n".join(line for line in lines if "[rank 4] Dispatch send/recv" not in line)
     assert parse_output(gap)["complete"] is False
 
 

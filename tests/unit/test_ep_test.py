@@ -48,8 +48,8 @@ def _params(**changes):
     ({"kill_after": True}, "kill_after=True"),
     ({"timeout": 5, "poll": 10}, "poll=10 is longer than timeout=5"),
     ({"script": None, "backend": "v2"}, "script is empty and backend/scope do not name a test"),
-    ({"script": None, "backend": "deepep_v2", "scope": "engram"},
-     "DeepEP V2 has no engram test (scope='engram'); expected one of internode, intranode, low_latency_internode, "
+    ({"script": None, "backend": "deepep_v1", "scope": "engram"},
+     "DeepEP V1 has no engram test (scope='engram'); expected one of internode, intranode, low_latency_internode, "
      "low_latency_intranode"),
 ])
 def test_bad_arguments_are_refused_by_name(changes, named):

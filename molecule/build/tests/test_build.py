@@ -388,7 +388,38 @@ def verify_v2(tmp_path: Path, *extra: str) -> dict[str, dict]:
     playbook(str(REPO / "playbooks" / "verify.yml"), "--tags", "intranode", "-e", f"gpufleet_verify_run_dir={run_dir}",
              "-e", "verify_intranode_generation=v2", "-e", "gpufleet_verify_fail=false", *extra)
     summary = json.loads((run_dir / "intranode-summary.json").read_text())
-    return {row["host"]: row for row in summary["rows"]}
+    return {row["host"]: row for row in summary["rows"] if row["stage"] == "intranode"}
+
+
+def test_v2s_other_tests_run_where_the_hardware_allows_and_are_skipped_with_the_reason_elsewhere(tmp_path):
+    """DeepEP V2's Engram, PP, all-gather/reduce-scatter and barrier after the elastic test: on 8 GPUs with NICs
+    each finishes with its figures recorded (not gated); on one rank PP and agrs are skipped with the reason and the
+    others still run (what the lent H200 showed of the rank rules)."""
+    node = NODES[0]
+    run_dir = tmp_path / "verify"
+    for limit, nproc in ((node, 0), (node, 1)):
+        playbook(str(REPO / "playbooks" / "verify.yml"), "--tags", "intranode", "--limit", limit,
+                 "-e", f"gpufleet_verify_run_dir={run_dir}/{nproc}", "-e", "verify_intranode_generation=v2",
+                 "-e", "gpufleet_verify_fail=false", "-e", f"verify_intranode_num_processes={nproc}")
+    full = json.loads((run_dir / "0" / "intranode-summary.json").read_text())["rows"]
+    extras = {row["stage"]: row for row in full if row["stage"] in ("engram", "pp", "agrs", "barrier")}
+    assert sorted(extras) == ["agrs", "barrier", "engram", "pp"], full
+    for stage, row in extras.items():
+        assert row["passed"] and row["status"] == "pass" and row["test"] == f"tests/elastic/test_{stage}.py", row
+        assert row["figures"] and all(value > 0 for value in row["figures"].values()), row
+        assert not any((row.get("thresholds") or {}).values()), row
+        assert "recorded, not gated" in row["gate_provisional"], row
+        assert (run_dir / "0" / node / f"{stage}.log").is_file()
+    assert extras["barrier"]["figures"]["barrier_us"] > 1.4 and extras["agrs"]["figures"]["size_mb"] == 67
+    one = {row["stage"]: row for row in json.loads((run_dir / "1" / "intranode-summary.json").read_text())["rows"]}
+    for stage in ("pp", "agrs"):
+        assert one[stage]["status"] == "skipped" and one[stage]["passed"], one[stage]
+        assert one[stage]["reasons"] == [f"not run: DeepEP V2's {stage} test needs at least 2 ranks, and this node "
+                                         "runs 1"]
+        assert not (run_dir / "1" / node / f"{stage}.log").exists()
+    assert one["barrier"]["status"] == "pass" and one["engram"]["status"] == "pass"
+    table = (run_dir / "1" / "intranode-summary.md").read_text()
+    assert "(2 not run on their hardware: DeepEP V2's agrs test needs at least 2 ranks" in table
 
 
 def test_verify_says_whether_v2_compiled_or_loaded_its_kernels(tmp_path):

@@ -34,10 +34,13 @@ from ansible_collections.gpufleet.deepep.plugins.plugin_utils._thresholds import
 from ansible_collections.gpufleet.deepep.plugins.plugin_utils._verify.transport import TransportInputError
 from ansible_collections.gpufleet.deepep.plugins.plugin_utils._verify.transport_gate import check_policy
 
-__all__ = ["BACKENDS", "ALIASES", "SCOPES", "BackendError", "backend", "resolve", "test_of", "scope_of",
+__all__ = ["BACKENDS", "ALIASES", "SCOPES", "V2_EXTRAS", "BackendError", "backend", "resolve", "test_of", "scope_of",
            "skip_reason", "check_overrides", "transport_policy"]
 
-SCOPES = ("intranode", "internode", "low_latency_intranode", "low_latency_internode")
+SCOPES = ("intranode", "internode", "low_latency_intranode", "low_latency_internode", "engram", "pp", "agrs", "barrier")
+# DeepEP V2's other tests (tests/elastic/, experimental in the V2 release): Engram (0 SM, over RDMA), PP (0 SM
+# send/recv, over RDMA), CP's all-gather/reduce-scatter (agrs, copy engine over NVLink), the barrier.
+V2_EXTRAS = ("engram", "pp", "agrs", "barrier")
 
 _NVLINK_ONLY = {"allow_paths": ["p2p"], "allow_transports": ["p2p"], "allow_cpu_fallback": False}
 _RDMA = {"allow_networks": ["IB"], "allow_paths": ["p2p", "shm", "net_gdrdma"], "allow_cpu_fallback": False}
@@ -46,6 +49,15 @@ _IBGDA = dict(_RDMA, require_ibgda=True)
 # NICs (DeepEP asks NVSHMEM for it), and a CPU-proxied path is refused as everywhere.
 _LL_ONE_NODE = {"allow_paths": ["p2p"], "allow_transports": ["p2p", "ibgda"], "allow_cpu_fallback": False}
 _INTRANODE_RANKS = [2, 4, 8]
+# V2's other tests on one node: no CPU-proxied path; where they need RDMA the NIC decides, not NVLink.
+_NO_PROXY = {"allow_cpu_fallback": False}
+# What the lent 1 x H200 (no NIC, GIN off, V2 dd758ca, NCCL 2.30.7) showed: the barrier ran (1.402 us); the
+# all-gather/reduce-scatter asserted "nccl_context->num_ranks > 1" (csrc/elastic/buffer.hpp:382); test_pp.py asserts
+# num_ranks > 1 and reads the RDMA rate through ibstat; Engram's fetch (over RDMA) died with
+# CUDA_ERROR_MISALIGNED_ADDRESS in engram_fetch (tests/fixtures/captured/h200x1/v2-extras-1gpu.json).
+_NEEDS_NIC_ENGRAM = ("Engram fetches over RDMA: on a node without a GIN-capable NIC its fetch died with "
+                     "CUDA_ERROR_MISALIGNED_ADDRESS (1 x H200, V2 dd758ca)")
+_NEEDS_NIC_PP = "PP sends and receives over RDMA and reads the NIC's rate through ibstat"
 
 BACKENDS = {
     "deepep_v1": {
@@ -75,6 +87,15 @@ BACKENDS = {
             # V2 keeps V1's low-latency kernels behind its legacy buffer (over NVSHMEM, as V1).
             "low_latency_intranode": {"test": "tests/legacy/test_low_latency.py", "transport": _LL_ONE_NODE},
             "low_latency_internode": {"test": "tests/legacy/test_low_latency.py", "transport": _IBGDA},
+            # The other tests, on one node: GIN off and no hybrid kernels where the node has no NIC (as the elastic
+            # test there); min_ranks and needs_rdma say what the hardware must have, else the run is skipped.
+            "engram": {"test": "tests/elastic/test_engram.py", "transport": _NO_PROXY, "needs_rdma": _NEEDS_NIC_ENGRAM},
+            "pp": {"test": "tests/elastic/test_pp.py", "transport": _NO_PROXY, "min_ranks": 2,
+                   "needs_rdma": _NEEDS_NIC_PP},
+            "agrs": {"test": "tests/elastic/test_agrs.py", "transport": _NO_PROXY, "min_ranks": 2,
+                     "env_without_rdma": {"EP_DISABLE_GIN": "1"}},
+            "barrier": {"test": "tests/elastic/test_barrier.py", "transport": _NO_PROXY,
+                        "args_without_rdma": ["--allow-hybrid-mode", "0"], "env_without_rdma": {"EP_DISABLE_GIN": "1"}},
         },
     },
 }
@@ -123,19 +144,28 @@ def scope_of(name, scope):
                            % (descriptor["title"], scope, scope, ", ".join(sorted(descriptor["scopes"]))))
     entry = descriptor["scopes"][scope]
     return {"test": entry["test"], "args": list(entry.get("args") or []), "env": dict(entry.get("env") or {}),
-            "transport": dict(entry["transport"])}
+            "transport": dict(entry["transport"]), "args_without_rdma": list(entry.get("args_without_rdma") or []),
+            "env_without_rdma": dict(entry.get("env_without_rdma") or {})}
 
 
-def skip_reason(name, scope, num_processes):
+def skip_reason(name, scope, num_processes, rdma=None):
     """Why backend ``name`` cannot run its ``scope`` test on ``num_processes`` local ranks (its kernels exist for
-    other counts), or None where it can; BackendError for a scope it has no test for."""
+    other counts, it needs more ranks) or on a node without an RDMA NIC (``rdma`` False; None: not known, not
+    judged), or None where it can; BackendError for a scope it has no test for."""
     descriptor = backend(name)
     scope_of(name, scope)
-    ranks = descriptor["scopes"][scope].get("ranks")
+    entry = descriptor["scopes"][scope]
+    ranks, least = entry.get("ranks"), entry.get("min_ranks")
     count = int(num_processes)
     if ranks and count not in ranks:
         return ("not run: %s's %s kernels exist for %s local ranks (DeepEP's SWITCH_RANKS), and this node runs %d"
                 % (descriptor["title"], scope, ", ".join(str(n) for n in ranks), count))
+    if least and count < least:
+        return ("not run: %s's %s test needs at least %d ranks, and this node runs %d"
+                % (descriptor["title"], scope, least, count))
+    if entry.get("needs_rdma") and rdma is False:
+        return "not run: the node has no RDMA NIC, and %s's %s test needs one (%s)" % (
+            descriptor["title"], scope, entry["needs_rdma"])
     return None
 
 

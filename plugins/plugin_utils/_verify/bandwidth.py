@@ -28,9 +28,12 @@ from __future__ import annotations
 
 import re
 
+from ansible_collections.gpufleet.deepep.plugins.plugin_utils._verify.extras import KINDS as EXTRAS_KINDS
+from ansible_collections.gpufleet.deepep.plugins.plugin_utils._verify.extras import parse_extras
+
 __all__ = ["BandwidthInputError", "parse_output", "TESTS", "ELASTIC_KINDS", "normalize_test"]
 
-TESTS = ("intranode", "internode", "low_latency", "elastic")
+TESTS = ("intranode", "internode", "low_latency", "elastic") + EXTRAS_KINDS
 GENERATIONS = ("v1", "v2")
 
 # V2 case kinds: the word printed after the rank, keyed by the marker that starts the line.
@@ -132,6 +135,10 @@ _TEST_ALIASES = {
     "elastic/test_ep": ("elastic", "v2"),
     "tests/elastic/test_ep.py": ("elastic", "v2"),
 }
+# DeepEP V2's other tests (plugin_utils/_verify/extras.py): tests/elastic/test_<kind>.py.
+for _kind in EXTRAS_KINDS:
+    for _name in (_kind, "test_" + _kind, "elastic/test_" + _kind, "tests/elastic/test_%s.py" % _kind):
+        _TEST_ALIASES[_name] = (_kind, "v2")
 
 
 def normalize_test(test):
@@ -210,7 +217,7 @@ def _infer_test(text):
 
 
 def _infer_generation(text, test):
-    if test == "elastic" or "deep_ep/buffers/" in text or "ElasticBuffer" in text or "tests/legacy/" in text:
+    if test == "elastic" or test in EXTRAS_KINDS or "deep_ep/buffers/" in text or "ElasticBuffer" in text or "tests/legacy/" in text:
         return "v2"
     if test is not None:
         return "v1"
@@ -442,6 +449,7 @@ def parse_output(output, test=None, generation=None):
         "combine": _empty_pair(),
         "low_latency": None,
         "elastic": None,
+        "extras": None,
         "errors": _errors(text),
         "crashed": _crashed(text),
     }
@@ -469,4 +477,10 @@ def parse_output(output, test=None, generation=None):
     elif test == "elastic":
         finished = _parse_elastic(text, result, fatal)
         result["complete"] = finished and not fatal
+    elif test in EXTRAS_KINDS:
+        extras = parse_extras(test, text)
+        result["extras"] = extras
+        result["complete"] = extras["complete"] and not fatal
+        failed = 1 if fatal or extras["correct"] is False or not extras["complete"] else 0
+        result["cases"] = {"passed": 0 if failed else 1, "failed": failed}
     return result

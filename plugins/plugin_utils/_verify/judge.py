@@ -41,12 +41,21 @@ STAGES = {
     "sweep": "sweep pair test",
     "low_latency_intranode": "low-latency test",
     "low_latency_internode": "low-latency test",
+    "engram": "Engram test",
+    "pp": "PP test",
+    "agrs": "all-gather/reduce-scatter test",
+    "barrier": "barrier test",
     "connectivity": None,
 }
 
 # The scope of the collection's gates (the profile object's, _gpu_families.GATES) each gated stage is held against.
 GATE_SCOPES = {"intranode": "intranode", "internode": "internode", "sweep": "internode",
-               "low_latency_intranode": "low_latency_intranode", "low_latency_internode": "low_latency_internode"}
+               "low_latency_intranode": "low_latency_intranode", "low_latency_internode": "low_latency_internode",
+               "engram": None, "pp": None, "agrs": None, "barrier": None}
+# The gate of a stage without one (GATE_SCOPES None): the run's exit, completeness and correctness alone.
+_UNGATED = {"matched": None, "thresholds": {}, "shape": "any", "source": None, "measured_with": None,
+            "provisional": "no figure of this test was measured here or published: its figures are recorded, not "
+                           "gated (the run must finish with every rank's figures and its correctness stage passed)"}
 
 # The suboptions of ep_test's judge option (modules/ep_test.py documents them).
 JUDGE_SPEC = dict(
@@ -64,7 +73,7 @@ JUDGE_SPEC = dict(
 )
 
 # Fields the judge writes; the record option adds the caller's own (host, scope, group, rank ...), never these.
-_OWN = ("stage", "test", "parsed", "gate", "thresholds", "gate_basis", "transport", "log")
+_OWN = ("stage", "test", "parsed", "gate", "thresholds", "gate_basis", "transport", "log", "figures")
 
 
 class JudgeError(ValueError):
@@ -90,8 +99,9 @@ def policy(spec, backend=None, scope=None):
             check_overrides(overrides)
             raise JudgeError("judge.transport_policies needs the run's backend (expected ep_test's backend option, "
                              "such as backend=v2, or a transport_policy of your own)")
-        return transport_policy(backend, scope or GATE_SCOPES[spec["stage"]], overrides, profile=spec.get("profile"),
-                                family=spec.get("family"), fabric=spec.get("fabric") or None)
+        return transport_policy(backend, scope or GATE_SCOPES[spec["stage"]] or spec["stage"], overrides,
+                                profile=spec.get("profile"), family=spec.get("family"),
+                                fabric=spec.get("fabric") or None)
     except VerifyInputError as exc:
         where = "transport_policy" if given is not None else "transport_policies"
         raise JudgeError("judge.%s: %s" % (where, exc)) from exc
@@ -114,6 +124,8 @@ def _checked(spec, backend, scope):
     if STAGES[spec["stage"]] is None:
         return None, None
     held_to = policy(spec, backend, scope)
+    if GATE_SCOPES[spec["stage"]] is None:
+        return dict(_UNGATED), held_to
     try:
         chosen = select_thresholds(spec.get("thresholds") or {}, spec.get("profile"), gpus=spec.get("gpus"),
                                    table_name=spec.get("table_name"), family=spec.get("family"),
@@ -184,4 +196,7 @@ def judge(spec, output, rc, timed_out, timeout_s, script, log=None, host=None, b
     record.update(parsed=parsed, gate=verdict, thresholds=chosen["thresholds"],
                   gate_basis=gate_basis(chosen, generation if generation is not None else parsed.get("generation")),
                   transport=transport)
+    if parsed.get("extras") is not None:
+        record["figures"] = dict((name, value) for name, value in parsed["extras"]["figures"].items()
+                                 if value is not None)
     return record

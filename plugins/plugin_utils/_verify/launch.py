@@ -33,6 +33,7 @@ ARGUMENT_SPEC = dict(
     backend=dict(type="str", choices=sorted(backends.BACKENDS) + sorted(backends.ALIASES)),
     scope=dict(type="str", choices=list(backends.SCOPES)),
     num_processes=dict(type="int", required=True),
+    rdma=dict(type="bool"),
     args=dict(type="list", elements="str", default=[]),
     env=dict(type="dict", default={}),
     timeout=dict(type="int", required=True),
@@ -91,8 +92,12 @@ def validate(params):
         except backends.BackendError as exc:
             raise LaunchError(str(exc))
         params["script"] = params["script"] or run["test"]
-        params["args"] = run["args"] + list(params["args"])
-        params["env"] = dict(run["env"], **params["env"])
+        # On a node without an RDMA NIC, the arguments and environment the backend's test runs with there (V2: GIN
+        # off, no hybrid kernels).
+        own_args = run["args"] + (run["args_without_rdma"] if params.get("rdma") is False else [])
+        own_env = dict(run["env"], **(run["env_without_rdma"] if params.get("rdma") is False else {}))
+        params["args"] = own_args + list(params["args"])
+        params["env"] = dict(own_env, **params["env"])
     if isinstance(params["num_processes"], bool) or params["num_processes"] < 1:
         raise LaunchError("num_processes=%r is not a positive number of processes (expected e.g. 8)"
                           % (params["num_processes"],))
@@ -115,7 +120,7 @@ def skip_reason(params):
     (always None without a backend and a scope)."""
     if not (params.get("backend") and params.get("scope")):
         return None
-    return backends.skip_reason(params["backend"], params["scope"], params["num_processes"])
+    return backends.skip_reason(params["backend"], params["scope"], params["num_processes"], rdma=params.get("rdma"))
 
 
 def launcher_argv(params):

@@ -113,6 +113,35 @@ def test_low_latency_on_one_node_passes_its_gate_and_a_slow_or_proxied_node_fail
     assert "NIC handler is CPU with the host memory backend" in " ".join(transport_verdict(proxied.stdout, ibgda)["gate"]["reasons"])
 
 
+@pytest.mark.parametrize("kind", ["engram", "pp", "agrs", "barrier"])
+def test_v2_extras_print_what_the_parser_reads_and_fail_where_the_real_ones_did(trees, tmp_path, kind):
+    """Each stand-in of V2's other tests: on 8 B200 ranks with NICs it finishes, read whole by the parser; on one rank
+    agrs and pp fail as the real tests did on the lent H200 (their assertions), without an ACTIVE NIC engram's fetch
+    dies as it did there; the correctness knob fails the test's own check."""
+    env = node(tmp_path)
+    script = trees["v2"] / "elastic" / ("test_%s.py" % kind)
+    proc = run([script, "--num-processes", "8"], env)
+    assert proc.returncode == 0, proc.stderr
+    parsed = parse_output(proc.stdout, test="tests/elastic/test_%s.py" % kind)
+    assert parsed["generation"] == "v2" and parsed["complete"] and parsed["extras"]["ranks"] == 8, parsed
+    assert all(value is not None for value in parsed["extras"]["figures"].values()), parsed["extras"]
+    one = run([script, "--num-processes", "1"], env)
+    assert (one.returncode != 0) == (kind in ("agrs", "pp")), one.stderr
+    if kind == "agrs":
+        assert "nccl_context->num_ranks > 1" in one.stderr
+    for port in (tmp_path / "sys" / "class" / "infiniband").glob("*/ports/1/state"):
+        port.write_text("1: DOWN\n")
+    bare = run([script, "--num-processes", "8"], env)
+    assert (bare.returncode != 0) == (kind in ("engram", "pp")), bare.stderr
+    if kind == "engram":
+        assert "CUDA_ERROR_MISALIGNED_ADDRESS" in bare.stderr
+    if kind != "barrier":
+        for port in (tmp_path / "sys" / "class" / "infiniband").glob("*/ports/1/state"):
+            port.write_text("4: ACTIVE\n")
+        bad = run([script, "--num-processes", "8"], dict(env, FLEETSIM_EXTRAS_FAIL=kind))
+        assert bad.returncode == 1 and not parse_output(bad.stdout + bad.stderr, test=kind)["complete"]
+
+
 def free_port():
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
