@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 
 from ansible_collections.gpufleet.deepep.plugins.plugin_utils._verify import backends, judge as judge_mod, launch
-from ansible_collections.gpufleet.deepep.plugins.plugin_utils._verify.bandwidth import parse_output
-from ansible_collections.gpufleet.deepep.plugins.plugin_utils._verify.extras import kind_of, parse_extras
+from ansible_collections.gpufleet.deepep.plugins.plugin_utils._verify.bandwidth import normalize_test, parse_output
+from ansible_collections.gpufleet.deepep.plugins.plugin_utils._verify.extras import parse_extras
 from ansible_collections.gpufleet.deepep.plugins.plugin_utils._verify.summary import render_markdown, summarize
 
 CAPTURED = json.loads((Path(__file__).resolve().parents[1] / "fixtures" / "captured" / "h200x1"
@@ -80,8 +80,8 @@ def test_the_formats_give_the_slowest_ranks_figures():
     assert not parse_extras("agrs", AGRS.replace(" > Seed 0 passed (48 ops)", ""))["complete"]
     gap = " > EP:   0/  4, barrier time: 3.0 us\n > EP:   2/  4, barrier time: 3.1 us\n"
     assert not parse_extras("barrier", gap)["complete"]
-    assert [kind_of(name) for name in ("tests/elastic/test_pp.py", "test_agrs", "barrier", "test_ep")] == [
-        "pp", "agrs", "barrier", None]
+    assert [normalize_test(name) for name in ("tests/elastic/test_pp.py", "test_agrs", "barrier", "test_ep")] == [
+        ("pp", "v2"), ("agrs", "v2"), ("barrier", "v2"), ("elastic", "v2")]
     with pytest.raises(ValueError, match="'ep' is not one of DeepEP V2's other tests"):
         parse_extras("ep", "")
 

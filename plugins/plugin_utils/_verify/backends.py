@@ -34,20 +34,19 @@ from ansible_collections.gpufleet.deepep.plugins.plugin_utils._thresholds import
 from ansible_collections.gpufleet.deepep.plugins.plugin_utils._verify.transport import TransportInputError
 from ansible_collections.gpufleet.deepep.plugins.plugin_utils._verify.transport_gate import check_policy
 
-__all__ = ["BACKENDS", "ALIASES", "SCOPES", "V2_EXTRAS", "BackendError", "backend", "resolve", "test_of", "scope_of",
+__all__ = ["BACKENDS", "ALIASES", "SCOPES", "BackendError", "backend", "resolve", "test_of", "scope_of",
            "skip_reason", "check_overrides", "transport_policy"]
 
+# The last four: DeepEP V2's other tests (tests/elastic/, experimental in the V2 release): Engram (0 SM, over RDMA),
+# PP (0 SM send/recv, over RDMA), CP's all-gather/reduce-scatter (agrs, copy engine over NVLink), the barrier.
 SCOPES = ("intranode", "internode", "low_latency_intranode", "low_latency_internode", "engram", "pp", "agrs", "barrier")
-# DeepEP V2's other tests (tests/elastic/, experimental in the V2 release): Engram (0 SM, over RDMA), PP (0 SM
-# send/recv, over RDMA), CP's all-gather/reduce-scatter (agrs, copy engine over NVLink), the barrier.
-V2_EXTRAS = ("engram", "pp", "agrs", "barrier")
 
 _NVLINK_ONLY = {"allow_paths": ["p2p"], "allow_transports": ["p2p"], "allow_cpu_fallback": False}
 _RDMA = {"allow_networks": ["IB"], "allow_paths": ["p2p", "shm", "net_gdrdma"], "allow_cpu_fallback": False}
 _IBGDA = dict(_RDMA, require_ibgda=True)
 # Low latency on one node: NVSHMEM writes to the peers over NVLink (P2P); IBGDA may come up beside it on a node with
 # NICs (DeepEP asks NVSHMEM for it), and a CPU-proxied path is refused as everywhere.
-_LL_ONE_NODE = {"allow_paths": ["p2p"], "allow_transports": ["p2p", "ibgda"], "allow_cpu_fallback": False}
+_LL_ONE_NODE = dict(_NVLINK_ONLY, allow_transports=["p2p", "ibgda"])
 _INTRANODE_RANKS = [2, 4, 8]
 # V2's other tests on one node: no CPU-proxied path; where they need RDMA the NIC decides, not NVLink.
 _NO_PROXY = {"allow_cpu_fallback": False}

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import re
 
-__all__ = ["KINDS", "parse_extras", "kind_of"]
+__all__ = ["KINDS", "parse_extras"]
 
 KINDS = ("engram", "pp", "agrs", "barrier")
 
@@ -37,19 +37,6 @@ _BARRIER = re.compile(r">\s*EP:\s+(\d+)/\s*(\d+), barrier time:\s*" + _N + r" us
 _PP_STRESS_OK = re.compile(r"> All stress tests passed")
 _AGRS_SEED_OK = re.compile(r"> Seed (\d+) passed \((\d+) ops\)")
 _ENGRAM_CHECKED = re.compile(r"Running performance test \.\.\.")
-
-_NAMES = {"test_engram": "engram", "test_pp": "pp", "test_agrs": "agrs", "test_barrier": "barrier"}
-
-
-def kind_of(test):
-    """The extras test a name means (``tests/elastic/test_pp.py``, ``test_pp``, ``pp``), or None."""
-    if not isinstance(test, str):
-        return None
-    base = test.strip().lower().rsplit("/", 1)[-1]
-    base = base[:-3] if base.endswith(".py") else base
-    if base in KINDS:
-        return base
-    return _NAMES.get(base)
 
 
 def _ranks_complete(ranks):
@@ -66,30 +53,24 @@ def _high(values):
     return max(values) if values else None
 
 
-def _engram(text):
-    rows = [m.groups() for m in _ENGRAM.finditer(text)]
-    ranks = set(int(r[0]) for r in rows)
+# Each reader takes the figure lines' groups (rank and rank count first) and the whole text, and returns the slowest
+# rank's figures and whether the correctness stage passed (None where the test has none).
+def _engram(rows, text):
     figures = {"gbps": _low(float(r[4]) for r in rows), "mpps": _low(float(r[6]) for r in rows),
                "issue_us": _high(float(r[2]) for r in rows), "wait_us": _high(float(r[3]) for r in rows)}
-    checked = bool(_ENGRAM_CHECKED.search(text))
-    return ranks, figures, checked
+    return figures, bool(_ENGRAM_CHECKED.search(text))
 
 
-def _pp(text):
-    rows = [m.groups() for m in _PP.finditer(text)]
-    ranks = set(int(r[0]) for r in rows)
+def _pp(rows, text):
     # The send/recv bandwidth of a single tensor in flight with the RDMA latency not hidden: the plainest setting.
     plain = [r for r in rows if r[2] == "0" and r[3] == "1"] or rows
     figures = {"send_gbps": _low(float(r[5]) for r in plain), "recv_gbps": _low(float(r[7]) for r in plain),
                "send_us": _high(float(r[4]) for r in plain), "recv_us": _high(float(r[6]) for r in plain),
                "settings": len(set((r[2], r[3]) for r in rows))}
-    return ranks, figures, bool(_PP_STRESS_OK.search(text))
+    return figures, bool(_PP_STRESS_OK.search(text))
 
 
-def _agrs(text):
-    rows = [m.groups() for m in _AGRS.finditer(text)]
-    ranks = set(int(r[0]) for r in rows)
-
+def _agrs(rows, text):
     def size_mb(row):
         return float(row[3]) * (1.0 if row[4] == "MB" else 1e-3)
 
@@ -97,17 +78,16 @@ def _agrs(text):
     top = [r for r in rows if size_mb(r) == largest]
     figures = {"size_mb": largest, "gbps": _low(float(r[6]) for r in top if r[6] is not None),
                "avg_us": _high(float(r[5]) for r in top), "sizes": len(set(size_mb(r) for r in rows))}
-    seeds = _AGRS_SEED_OK.findall(text)
-    return ranks, figures, bool(seeds)
+    return figures, bool(_AGRS_SEED_OK.search(text))
 
 
-def _barrier(text):
-    rows = [m.groups() for m in _BARRIER.finditer(text)]
-    ranks = set(int(r[0]) for r in rows)
-    return ranks, {"barrier_us": _high(float(r[2]) for r in rows)}, None
+def _barrier(rows, text):
+    del text
+    return {"barrier_us": _high(float(r[2]) for r in rows)}, None
 
 
-_READERS = {"engram": _engram, "pp": _pp, "agrs": _agrs, "barrier": _barrier}
+# Each test's figure line and its reader.
+_READERS = {"engram": (_ENGRAM, _engram), "pp": (_PP, _pp), "agrs": (_AGRS, _agrs), "barrier": (_BARRIER, _barrier)}
 
 
 def parse_extras(kind, text):
@@ -116,9 +96,10 @@ def parse_extras(kind, text):
     between the lowest and the highest printed its figure line and the correctness stage passed."""
     if kind not in _READERS:
         raise ValueError("%r is not one of DeepEP V2's other tests; expected one of %s" % (kind, ", ".join(KINDS)))
-    ranks, figures, correct = _READERS[kind](text)
-    line = {"engram": _ENGRAM, "pp": _PP, "agrs": _AGRS, "barrier": _BARRIER}[kind]
-    totals = [int(m.group(2)) for m in line.finditer(text)]
+    line, reader = _READERS[kind]
+    rows = [m.groups() for m in line.finditer(text)]
+    ranks = set(int(r[0]) for r in rows)
+    figures, correct = reader(rows, text)
     complete = _ranks_complete(ranks) and correct is not False
-    return {"kind": kind, "ranks": len(ranks), "num_ranks": max(totals) if totals else None, "complete": complete,
-            "correct": correct, "figures": figures}
+    return {"kind": kind, "ranks": len(ranks), "num_ranks": max((int(r[1]) for r in rows), default=None),
+            "complete": complete, "correct": correct, "figures": figures}

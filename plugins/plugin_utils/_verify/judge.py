@@ -153,11 +153,18 @@ def gate_basis(chosen, generation=None):
 def not_run(spec, reason, script, host=None):
     """The record of a stage the node's hardware cannot run (``reason``): its gate ``skipped`` and passed (the node is
     not at fault), the reason in ``reasons``; the caller's fields as :func:`judge` writes them."""
+    record = _head(spec, script, None, host)
+    record.update(parsed={}, thresholds=None, gate_basis=None, transport=None,
+                  gate={"passed": True, "status": "skipped", "checks": [], "reasons": [reason], "diagnosis": []})
+    return record
+
+
+def _head(spec, script, log, host):
+    """What every record starts with: the node as host and scope, the caller's own fields over them, then the stage,
+    the test (``spec['test']``, else the script run) and the log."""
     record = {"host": host, "scope": host}
     record.update(spec.get("record") or {})
-    record.update(stage=spec["stage"], test=spec.get("test") or script, log=None, parsed={}, thresholds=None,
-                  gate_basis=None, transport=None,
-                  gate={"passed": True, "status": "skipped", "checks": [], "reasons": [reason], "diagnosis": []})
+    record.update(stage=spec["stage"], test=spec.get("test") or script, log=log)
     return record
 
 
@@ -176,9 +183,7 @@ def judge(spec, output, rc, timed_out, timeout_s, script, log=None, host=None, b
     stage = spec["stage"]
     chosen, held_to = _checked(spec, backend, scope)
     generation = backend_of(backend)["generation"] if backend else None
-    record = {"host": host, "scope": host}
-    record.update(spec.get("record") or {})
-    record.update(stage=stage, test=spec.get("test") or script, log=log)
+    record = _head(spec, script, log, host)
     if STAGES[stage] is None:
         record.update(parsed={}, thresholds=None, gate_basis=None, transport=None,
                       gate=connectivity(output, rc=rc, timed_out=timed_out, timeout_s=timeout_s))
