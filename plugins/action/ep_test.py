@@ -82,7 +82,8 @@ class ActionModule(ActionBase):
                           fetched=None, failed=False, not_run=reason, msg=reason)
             if params["judge"]:
                 result["record"] = judge.not_run(params["judge"], reason, params["script"],
-                                                 host=(task_vars or {}).get("inventory_hostname"))
+                                                 host=(task_vars or {}).get("inventory_hostname"),
+                                                 backend=params["backend"])
             return result
         deadline = params["timeout"] + params["kill_after"] + launch.GRACE_S
         start = time.monotonic()

@@ -67,12 +67,15 @@ options:
     type: str
   backend:
     description:
-      - The EP backend the test belongs to (C(deepep_v1), C(deepep_v2), or the generation C(v1), C(v2)); its descriptor
-        (C(plugin_utils/_verify/backends.py)) gives, for each O(scope), the test, the arguments and environment it runs
-        with (before O(args), under O(env)) and the transport policy O(judge) holds it to, and the generation
-        O(judge) parses the output as.
+      - The EP backend the test belongs to (C(deepep_v1), C(deepep_v2), or the generation C(v1), C(v2); C(nccl_ep),
+        NCCL EP); its descriptor (C(plugin_utils/_verify/backends.py)) gives, for each O(scope), the test, the
+        arguments and environment it runs with (before O(args), under O(env)) and the transport policy O(judge) holds
+        it to, and the generation O(judge) parses the output as.
+      - NCCL EP's test is the collection's launcher over C(nccl.ep) (C(nccl_ep_bench.py), placed by the verify_common
+        role beside O(launcher)); it runs from that directory, not from O(src) - high throughput for C(intranode) and
+        C(internode), low latency for the C(low_latency_*) scopes.
     type: str
-    choices: [deepep_v1, deepep_v2, v1, v2]
+    choices: [deepep_v1, deepep_v2, nccl_ep, v1, v2]
   scope:
     description:
       - What the test covers (C(intranode), C(internode), C(low_latency_intranode) and C(low_latency_internode), the

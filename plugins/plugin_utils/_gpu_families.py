@@ -25,7 +25,7 @@ import re
 
 from ansible_collections.gpufleet.deepep.plugins.module_utils._arch import torch_to_cmake_arch
 
-__all__ = ["SPECS", "FAMILIES", "GATES", "UNGATED", "UNGATED_BY_SCOPE", "SCOPES", "profile_tokens", "family_of",
+__all__ = ["SPECS", "FAMILIES", "GATES", "BACKEND_GATES", "BACKEND_UNGATED", "UNGATED", "UNGATED_BY_SCOPE", "SCOPES", "profile_tokens", "family_of",
            "compute_capability", "torch_arch", "cmake_arch", "gate_table", "token_key", "ungated_reason"]
 
 # Family -> hardware. ``arch``: CUDA compute capability, PyTorch's notation. Sources: a100, a800 8.0; h100, h800,
@@ -197,6 +197,61 @@ GATES["low_latency_internode"] = {
                   provisional=_LL_RDMA_WHY + "; ConnectX-8 between NVLink domains makes it a floor"),
 }
 
+# A backend's own gates where its kernels differ from DeepEP's (backend -> scope -> family -> entry): they replace
+# the entries above of the same family for that backend's runs; a family it has no entry for keeps DeepEP's, and the
+# record says the gate was measured with DeepEP, not with it (judge.gate_basis).
+#
+# NCCL EP (nccl-extensions 0.1.0, libnccl_ep 0.2.0, on NCCL 2.30.7): measured here on 1 x H200 through the
+# collection's launcher (roles/verify_common/files/nccl_ep_bench.py, ep_bench's method: 128 tokens LL / 4096 HT,
+# hidden 7168, top-8, 256 experts, BF16; tests/fixtures/captured/h200x1/nccl-ep-*.log), two runs on two machines:
+# LL 247.42 / 382.71 and 235.03 / 365.54 GB/s dispatch / combine, HT 217.06 / 326.66 and 202.40 / 308.86. Gates
+# about 0.85 of the slower run. NVIDIA's README (contrib/nccl_ep, NCCL v2.29u1, H100, LL,
+# the same shape): 8 GPUs 224.3 / 185.2, 16 (2 nodes) 76.7 / 73.0, 32: 53.6 / 50.0, 64: 48.8 / 43.8 GB/s.
+_NEP_LL_SOURCE = ("measured here, 1 x H200, NCCL EP 0.2.0 on NCCL 2.30.7 through the collection's launcher: 247.42 / "
+                  "382.71 and 235.03 / 365.54 GB/s dispatch / combine; NVIDIA's README (nccl-ep-v0.1.0, NCCL v2.29u1), H100, 8 GPUs: "
+                  "224.3 / 185.2 GB/s; other counts take the 8-GPU gate (more peers, lower figures)")
+_NEP_NVLINK4_LL = {"ll_dispatch_gbps": 190, "ll_combine_gbps": 155,
+                   "by_gpus": {1: {"ll_dispatch_gbps": 200, "ll_combine_gbps": 310}},
+                   "measured_with": ["nccl_ep"], "source": _NEP_LL_SOURCE}
+_NEP_LL_FLOOR = dict((key, value) for key, value in _NEP_NVLINK4_LL.items() if key not in ("measured_with", "source"))
+_NEP_RDMA_LL = {"ll_dispatch_gbps": 41, "ll_combine_gbps": 37}
+_NEP_RDMA_SOURCE = ("NVIDIA's README (nccl-ep-v0.1.0, NCCL v2.29u1), H100, LL across nodes: 16 GPUs 76.7 / 73.0, 32: "
+                    "53.6 / 50.0, 64: 48.8 / 43.8 GB/s dispatch / combine; the gate is about 0.85 of the 64-GPU "
+                    "figure, so any node count up to NCCL EP's 8 passes healthy")
+_NEP_RDMA_WHY = ("no NCCL EP run across nodes measured here (the lent GPU machines have no NIC); NVIDIA's published H100 "
+                 "figures, RDMA-bound on the same class of NIC")
+_NEP_HT = {"dispatch_bf16_nvl_gbps": 100, "dispatch_fp8_nvl_gbps": None, "combine_nvl_gbps": 155,
+           "by_gpus": {1: {"dispatch_bf16_nvl_gbps": 170, "combine_nvl_gbps": 260}},
+           "measured_with": ["nccl_ep"],
+           "source": "measured here, 1 x H200, NCCL EP 0.2.0 high throughput through the collection's launcher: "
+                     "217.06 / 326.66 and 202.40 / 308.86 GB/s dispatch / combine; no FP8 in NCCL EP v0.1",
+           "provisional": "only one GPU measured here and nothing published for high throughput: other counts take "
+                          "0.6 of the one-GPU gate (DeepEP's figures fell a fifth or more with each added peer)"}
+_NEP_HT_FLOOR = dict((key, value) for key, value in _NEP_HT.items()
+                     if key not in ("measured_with", "source", "provisional"))
+_NEP_BLACKWELL = ("NVLink 5 against the H100/H200's NVLink 4, where NCCL EP's figures were measured or published; no "
+                  "NCCL EP run on this hardware, so the Hopper gate is a floor until one is")
+BACKEND_GATES = {
+    "nccl_ep": {
+        "low_latency_intranode": dict(
+            {"h200": _NEP_NVLINK4_LL, "h100": _NEP_NVLINK4_LL},
+            **dict((name, dict(_NEP_LL_FLOOR, source="NCCL EP's H100/H200 gate", provisional=_NEP_BLACKWELL))
+                   for name in ("b200", "b300", "gb200", "gb300"))),
+        "low_latency_internode": dict(
+            {"h100": dict(_NEP_RDMA_LL, measured_with=["nccl_ep"], source=_NEP_RDMA_SOURCE),
+             "h200": dict(_NEP_RDMA_LL, source=_NEP_RDMA_SOURCE, provisional=_NEP_RDMA_WHY)},
+            **dict((name, dict(_NEP_RDMA_LL, source=_NEP_RDMA_SOURCE, provisional=_NEP_RDMA_WHY + "; " + _NEP_BLACKWELL))
+                   for name in ("b200", "b300", "gb200", "gb300"))),
+        "intranode": dict(
+            {"h200": _NEP_HT, "h100": _NEP_HT},
+            **dict((name, dict(_NEP_HT_FLOOR, source="NCCL EP's H200 gate", provisional=_NEP_BLACKWELL))
+                   for name in ("b200", "b300", "gb200", "gb300"))),
+    },
+}
+# What NCCL EP v0.1 does not run (its RELEASE.md: Hopper or Blackwell, CUDA 13): its gates refuse the family by name.
+_NEP_NOT_ON = "NCCL EP v0.1 runs on Hopper or Blackwell GPUs only (its RELEASE.md); this family is neither"
+BACKEND_UNGATED = {"nccl_ep": {"a100": _NEP_NOT_ON}}
+
 # Families the collection knows and has no gate for: a profile of one is refused with this reason.
 UNGATED = {
     "a800": "its NVLink is capped at 400 GB/s and neither a run here nor DeepEP publishes a figure for it",
@@ -215,17 +270,23 @@ UNGATED_BY_SCOPE = {
 }
 
 
-def ungated_reason(family, scope=None):
-    """Why ``family`` has no gate (in ``scope`` where given), or None where nothing says so."""
-    return (UNGATED_BY_SCOPE.get(scope) or {}).get(family) or UNGATED.get(family)
+def ungated_reason(family, scope=None, backend=None):
+    """Why ``family`` has no gate (in ``scope`` where given, for ``backend``'s runs where given), or None where
+    nothing says so."""
+    return ((BACKEND_UNGATED.get(backend) or {}).get(family) or (UNGATED_BY_SCOPE.get(scope) or {}).get(family)
+            or UNGATED.get(family))
 
 
-def gate_table(scope):
-    """The collection's gates of ``scope`` (``intranode``, ``internode``) as a thresholds table: a copy, so a
-    caller's overrides never change them. ValueError naming the scopes for another one."""
+def gate_table(scope, backend=None):
+    """The collection's gates of ``scope`` (``intranode``, ``internode``, ...) as a thresholds table, for a run of
+    ``backend`` (its own gates, ``BACKEND_GATES``, over DeepEP's; a family the backend does not run is left out): a
+    copy, so a caller's overrides never change them. ValueError naming the scopes for another one."""
     if scope not in GATES:
         raise ValueError("scope %r has no gates; expected one of %s" % (scope, ", ".join(SCOPES)))
-    return dict((name, dict(entry)) for name, entry in GATES[scope].items())
+    table = dict((name, dict(entry)) for name, entry in GATES[scope].items()
+                 if name not in (BACKEND_UNGATED.get(backend) or {}))
+    table.update((name, dict(entry)) for name, entry in ((BACKEND_GATES.get(backend) or {}).get(scope) or {}).items())
+    return table
 
 
 # What separates the words of a profile name: gcp_b200, b200-cuda13, b200.site, "NVIDIA H200" (nvidia-smi's name).

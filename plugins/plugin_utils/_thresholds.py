@@ -77,7 +77,7 @@ def _check_meta(where, entry):
                                % (where, measured))
 
 
-def select_thresholds(table, profile=None, gpus=None, table_name=None, family=None, scope=None):
+def select_thresholds(table, profile=None, gpus=None, table_name=None, family=None, scope=None, backend=None):
     """The thresholds of ``profile`` from ``table`` (profile -> {metric: min GB/s or null, by_gpus: {N: {...}}}).
 
     With ``scope`` (``intranode``, ``internode``) the collection's own gates of that scope (``_gpu_families.GATES``,
@@ -101,6 +101,8 @@ def select_thresholds(table, profile=None, gpus=None, table_name=None, family=No
     take part (on H100/H200 NV18 BF16 dispatch falls from about 330 GB/s on 2 GPUs to about 260 on 4, while combine
     rises from about 285 to 355), so an entry may carry ``by_gpus``: the gates measured for that GPU count, over the
     entry's own values; the entry's own values are the family gate for counts nobody measured.
+    ``backend`` (with ``scope``): the EP backend whose run is judged; its own gates (``_gpu_families.BACKEND_GATES``:
+    NCCL EP's) replace DeepEP's of the same family, and a family it does not run is refused with the reason.
     Returns ``{profile, matched, thresholds, gpus, shape, source, measured_with, provisional}``; ``shape`` says
     whether the gate was measured for ``gpus`` GPUs (``measured``), comes from the family's gate for other counts
     (``family``), or no count was given (``any``); the last three are the entry's own (None where it has none):
@@ -108,7 +110,7 @@ def select_thresholds(table, profile=None, gpus=None, table_name=None, family=No
     """
     if scope is not None:
         try:
-            gates = gate_table(scope)
+            gates = gate_table(scope, backend)
         except ValueError as exc:
             raise VerifyInputError(str(exc)) from exc
         table = {} if table is None else table
@@ -143,12 +145,13 @@ def select_thresholds(table, profile=None, gpus=None, table_name=None, family=No
         matched = next((key for key in table if key != "default" and str(key).lower() == family), None)
         if matched is None:
             raise VerifyInputError(_unmatched(table, profile, table_name or "the thresholds table", declared=family,
-                                              scope=scope))
+                                              scope=scope, backend=backend))
     elif profile:
         matched = token_key(table, profile)
     if matched is None:
         if profile and profile != "default":
-            raise VerifyInputError(_unmatched(table, profile, table_name or "the thresholds table", scope=scope))
+            raise VerifyInputError(_unmatched(table, profile, table_name or "the thresholds table", scope=scope,
+                                              backend=backend))
         if "default" not in table:
             raise VerifyInputError("profile %r matches no entry of the thresholds table and it has no 'default' entry, "
                                    "so no gate would apply; expected one of the known profiles %s (or a name with one "
@@ -170,7 +173,7 @@ def select_thresholds(table, profile=None, gpus=None, table_name=None, family=No
             "provisional": entry.get("provisional")}
 
 
-def _unmatched(table, profile, table_name, declared=None, scope=None):
+def _unmatched(table, profile, table_name, declared=None, scope=None, backend=None):
     """Why ``profile``, which no entry of ``table`` matches, is refused, and the fix, in words. ``declared`` is the
     GPU family the profile declares (gpufleet_gpu_family), refused like a family its name carries; ``scope`` says
     the table is the collection's gates of that scope with ``table_name`` as the site's overrides."""
@@ -182,7 +185,7 @@ def _unmatched(table, profile, table_name, declared=None, scope=None):
     if family is not None:
         names = "declares (gpufleet_gpu_family)" if declared else "names"
         if scope is not None:
-            why = ungated_reason(family, scope) or "no gate was written for it"
+            why = ungated_reason(family, scope, backend) or "no gate was written for it"
             return ("profile %r %s the GPU family %s (compute capability %s), and the collection has no %s gate for "
                     "%s (%s; plugins/plugin_utils/_gpu_families.py gates %s) nor does %s give one; a named family "
                     "never takes the loose 'default' gate (%s), which would pass %s nodes far below their speed. Add "

@@ -375,9 +375,9 @@ def test_a_rule_of_a_backend_is_judged_only_where_the_node_runs_it():
     assert [f["id"] for f in evaluate_rules(v1_installed, [both])] == ["V2_ONLY"]
 
 
-@pytest.mark.parametrize("backends", [[], "deepep_v2", ["nccl_ep"], ["v2"]])
+@pytest.mark.parametrize("backends", [[], "deepep_v2", ["mori_ep"], ["v2"]])
 def test_a_rule_naming_no_known_backend_is_refused(backends):
-    with pytest.raises(AuditError, match=r"rule TORCH_OLD: backends .* must be a non-empty list of deepep_v1, deepep_v2"):
+    with pytest.raises(AuditError, match=r"rule TORCH_OLD: backends .* must be a non-empty list of deepep_v1, deepep_v2, nccl_ep"):
         validate_rules([dict(RULE, backends=backends)])
 
 

@@ -10,12 +10,16 @@ V1/V2 branch of its own; a new backend is a new entry of ``BACKENDS`` (and its o
 roles. ``audit_runs`` says where the audit's rules of a backend (a rule's ``backends``) judge a node: a JMESPath
 condition over its facts document (V2: the profile expects V2, or the installed build is V2).
 
+Backends: DeepEP V1, DeepEP V2 and NCCL EP (whose test is the collection's launcher over ``nccl.ep``, beside the
+verify launcher, high throughput for ``intranode``/``internode`` and low latency for the ``low_latency_*`` scopes).
+
 Scopes: ``intranode`` (the GPUs of one node over NVLink), ``internode`` (every node of a group at once, also the
 sweep's pairs), ``low_latency_intranode`` and ``low_latency_internode`` (the decode kernels on one node over NVLink,
 and across the nodes of a group over RDMA). A backend lists only the scopes it has a test for; asking another is
 refused by name. A scope's ``ranks`` lists the process counts its test's kernels exist for (DeepEP's intranode
 kernels: 2, 4 and 8, ``SWITCH_RANKS`` in csrc/kernels/intranode.cu); on another count the run is skipped with that
-reason (``skip_reason``), never started to crash. The trees the descriptors follow: DeepEP V1 (its ``legacy`` branch,
+reason (``skip_reason``), never started to crash; ``divides`` (NCCL EP's benchmark: 256 experts) the count must
+divide. The trees the descriptors follow: DeepEP V1 (its ``legacy`` branch,
 567632d), DeepEP V2 (dd758ca, ``tests/elastic/``: test_ep.py covers one node and many).
 
 Transport policies (keys of ``transport_gate.check_policy``). Intranode: the GPUs talk over NVLink only (NCCL
@@ -58,6 +62,16 @@ _NEEDS_NIC_ENGRAM = ("Engram fetches over RDMA: on a node without a GIN-capable 
                      "CUDA_ERROR_MISALIGNED_ADDRESS (1 x H200, V2 dd758ca)")
 _NEEDS_NIC_PP = "PP sends and receives over RDMA and reads the NIC's rate through ibstat"
 
+_NEP_TEST = "nccl_ep_bench.py"
+# One node: NCCL's own paths between the GPUs over NVLink (LSA), nothing proxied through the CPU; NCCL EP brings up
+# no NVSHMEM. Across nodes: NCCL's IB network with GPUDirect RDMA and GIN as GDAKI (NCCL_GIN_TYPE=3, what NCCL EP's
+# RELEASE.md recommends on InfiniBand and RoCE), not the CPU proxy.
+_NEP_ONE_NODE = {"allow_paths": ["p2p"], "allow_cpu_fallback": False}
+_NEP_RDMA = dict(_RDMA, allow_gin=["GDAKI"])
+_NEP_GIN = {"NCCL_GIN_TYPE": "3"}
+# ep_bench's shape: 256 experts split evenly over the ranks.
+_NEP_EXPERTS = 256
+
 BACKENDS = {
     "deepep_v1": {
         "title": "DeepEP V1",
@@ -95,6 +109,27 @@ BACKENDS = {
                      "env_without_rdma": {"EP_DISABLE_GIN": "1"}},
             "barrier": {"test": "tests/elastic/test_barrier.py", "transport": _NO_PROXY,
                         "args_without_rdma": ["--allow-hybrid-mode", "0"], "env_without_rdma": {"EP_DISABLE_GIN": "1"}},
+        },
+    },
+    # NCCL EP (NVIDIA/nccl contrib/nccl_ep, the wheel nccl-extensions 0.1.0 with libnccl_ep 0.2.0, on NCCL 2.30.7):
+    # dispatch and combine on NCCL's device API, LSA over NVLink and GIN over RDMA. Its test is the collection's own
+    # launcher over nccl.ep (roles/verify_common/files/nccl_ep_bench.py, placed beside the verify launcher; NCCL EP
+    # ships no test runnable without MPI): high throughput for the normal scopes, low latency for the decode ones,
+    # on ep_bench's shapes. It compiles its kernels at run time (NCCL_EP_JIT_NVCC / CUDA_HOME's nvcc).
+    "nccl_ep": {
+        "title": "NCCL EP",
+        "generation": "nccl_ep",
+        "jit": True,
+        "audit_runs": "expect.nccl_ep == `true` || gpufleet_nccl_ep.installed == `true`",
+        "scopes": {
+            "intranode": {"test": _NEP_TEST, "beside_launcher": True, "args": ["--algorithm", "ht"],
+                          "transport": _NEP_ONE_NODE, "divides": _NEP_EXPERTS},
+            "internode": {"test": _NEP_TEST, "beside_launcher": True, "args": ["--algorithm", "ht"],
+                          "env": _NEP_GIN, "transport": _NEP_RDMA},
+            "low_latency_intranode": {"test": _NEP_TEST, "beside_launcher": True, "args": ["--algorithm", "ll"],
+                                      "transport": _NEP_ONE_NODE, "divides": _NEP_EXPERTS},
+            "low_latency_internode": {"test": _NEP_TEST, "beside_launcher": True, "args": ["--algorithm", "ll"],
+                                      "env": _NEP_GIN, "transport": _NEP_RDMA},
         },
     },
 }
@@ -135,7 +170,9 @@ def resolve(name, gathered=None, v2_tests=False):
 
 
 def scope_of(name, scope):
-    """What ``name`` runs for ``scope``: ``{test, args, env, transport}`` (args and env empty where it has none);
+    """What ``name`` runs for ``scope``: ``{test, args, env, transport, args_without_rdma, env_without_rdma,
+    beside_launcher}`` (args and env empty where it has none; ``beside_launcher``: the test ships with the collection
+    and lies beside the verify launcher, not in the backend's source tree);
     BackendError for a scope it has no test for."""
     descriptor = backend(name)
     if scope not in descriptor["scopes"]:
@@ -144,7 +181,8 @@ def scope_of(name, scope):
     entry = descriptor["scopes"][scope]
     return {"test": entry["test"], "args": list(entry.get("args") or []), "env": dict(entry.get("env") or {}),
             "transport": dict(entry["transport"]), "args_without_rdma": list(entry.get("args_without_rdma") or []),
-            "env_without_rdma": dict(entry.get("env_without_rdma") or {})}
+            "env_without_rdma": dict(entry.get("env_without_rdma") or {}),
+            "beside_launcher": bool(entry.get("beside_launcher"))}
 
 
 def skip_reason(name, scope, num_processes, rdma=None):
@@ -159,6 +197,10 @@ def skip_reason(name, scope, num_processes, rdma=None):
     if ranks and count not in ranks:
         return ("not run: %s's %s kernels exist for %s local ranks (DeepEP's SWITCH_RANKS), and this node runs %d"
                 % (descriptor["title"], scope, ", ".join(str(n) for n in ranks), count))
+    experts = entry.get("divides")
+    if experts and experts % count:
+        return ("not run: %s's %s test splits %d experts evenly over the ranks, and this node runs %d"
+                % (descriptor["title"], scope, experts, count))
     if least and count < least:
         return ("not run: %s's %s test needs at least %d ranks, and this node runs %d"
                 % (descriptor["title"], scope, least, count))

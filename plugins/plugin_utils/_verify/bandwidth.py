@@ -18,6 +18,13 @@ Understood outputs:
   lines ``* EP:   3/16 | dispatch: 81 GB/s (SO), 263 GB/s (SU), 162.4 us, N bytes | copy: ...``
   (``*`` dispatch, ``-`` expanded dispatch, ``#`` cached dispatch, ``@`` combine, ``+`` reduced combine;
   SO = scale-out/RDMA, SU = scale-up/NVLink).
+* NCCL EP (generation ``nccl_ep``): the summary NCCL EP's ``ep_bench`` prints and the collection's launcher over
+  ``nccl.ep`` (roles/verify_common/files/nccl_ep_bench.py) prints the same way: ``=== Summary (Low Latency, across N
+  ranks) ===`` with ``Dispatch (BF16):  avg=... us`` and ``throughput: avg=X GB/s, min=Y GB/s (rank r), max=...``
+  (read as the low-latency figures, the slowest rank's), or ``=== Summary (High Throughput BF16, across N ranks)
+  ===`` with ``send: total_bw=X  nvl_bw=Y  rdma_bw=Z GB/s`` per dispatch and combine (read as the normal kernels'
+  BF16 dispatch and combine, NVLink and RDMA); the launcher's ``Validation: passed`` / ``FAILED`` is its
+  correctness case.
 
 Output from several ranks or nodes may be interleaved, carry ``[rank r]``-style prefixes added by a
 launcher, ANSI colour codes and carriage returns. Where several figures exist for one metric (one per
@@ -34,7 +41,7 @@ from ansible_collections.gpufleet.deepep.plugins.plugin_utils._verify.extras imp
 __all__ = ["BandwidthInputError", "parse_output", "TESTS", "ELASTIC_KINDS", "normalize_test"]
 
 TESTS = ("intranode", "internode", "low_latency", "elastic") + EXTRAS_KINDS
-GENERATIONS = ("v1", "v2")
+GENERATIONS = ("v1", "v2", "nccl_ep")
 
 # V2 case kinds: the word printed after the rank, keyed by the marker that starts the line.
 ELASTIC_KINDS = {
@@ -79,6 +86,16 @@ _EP_RE = re.compile(
 _EP_HEADER_RE = re.compile(r">\s*Testing with ([^\n]*?)(?:\.\.\.|$)", re.MULTILINE)
 _EP_RANKS_RE = re.compile(r"Ranks:\s*(\d+)\s*x\s*(\d+)")
 
+# NCCL EP's summary (ep_bench.cu, and the collection's launcher in the same format).
+_NEP_SUMMARY_RE = re.compile(r"=== Summary \((Low Latency|High Throughput[^,]*), across (\d+) ranks\) ===")
+_NEP_NODES_RE = re.compile(r"^\s*Nodes:\s*(\d+)", re.MULTILINE)
+_NEP_LL_RE = re.compile(r"^(Dispatch|Combine|Total) \((?:BF16|D\+C)\):[^\n]*\n\s*throughput: avg=" + _NUM
+                        + r" GB/s, min=" + _NUM + r" GB/s \(rank (\d+)\)", re.MULTILINE)
+_NEP_HT_RE = re.compile(r"^(Dispatch|Combine):\s+total=" + _NUM + r" us[^\n]*\n(?:\s*recv:[^\n]*\n)?"
+                        r"\s*send: total_bw=" + _NUM + r"\s+nvl_bw=" + _NUM + r"\s+rdma_bw=" + _NUM + r" GB/s",
+                        re.MULTILINE)
+_NEP_VALIDATION_RE = re.compile(r"^Validation: (passed|FAILED)", re.MULTILINE)
+
 # Signs that a run did not end normally.
 _FATAL_RES = (
     re.compile(r"Traceback \(most recent call last\)"),
@@ -115,6 +132,9 @@ _FAULT_RE = re.compile(r"^(?:Fatal Python error: )?(%s)\b" % "|".join(_SIGNAL_WO
 _SIGNALS_RE = re.compile(r"<Signals\.(SIG[A-Z]+): \d+>")
 
 _TEST_ALIASES = {
+    # NCCL EP's benchmark (the collection's launcher or ep_bench): which mode ran is in its summary.
+    "nccl_ep_bench": (None, "nccl_ep"),
+    "ep_bench": (None, "nccl_ep"),
     "intranode": ("intranode", None),
     "test_intranode": ("intranode", None),
     "tests/test_intranode.py": ("intranode", "v1"),
@@ -202,6 +222,12 @@ def _clean(text):
 
 
 def _infer_test(text):
+    summary = _NEP_SUMMARY_RE.search(text)
+    if summary:
+        if summary.group(1) == "Low Latency":
+            return "low_latency"
+        nodes = _NEP_NODES_RE.search(text)
+        return "internode" if nodes and int(nodes.group(1)) > 1 else "intranode"
     if _EP_RE.search(text) or "tests/elastic/test_ep.py" in text or "construct_elastic_buffer" in text \
             or re.search(r">\s*Testing with do_handle_copy", text):
         return "elastic"
@@ -217,6 +243,8 @@ def _infer_test(text):
 
 
 def _infer_generation(text, test):
+    if _NEP_SUMMARY_RE.search(text) or "NCCL EP Performance Benchmark" in text:
+        return "nccl_ep"
     if test == "elastic" or test in EXTRAS_KINDS or "deep_ep/buffers/" in text or "ElasticBuffer" in text or "tests/legacy/" in text:
         return "v2"
     if test is not None:
@@ -422,6 +450,36 @@ def _parse_elastic(text, result, fatal):
     return total > 0 and last_done
 
 
+def _parse_nccl_ep(text, result, test, fatal):
+    """NCCL EP's summary into the result: LL figures as ``low_latency`` (the slowest rank's), HT's as the BF16 dispatch
+    and the combine (NVLink, and RDMA across nodes); its validation line as the one case. True when it finished."""
+    summary = _NEP_SUMMARY_RE.search(text)
+    validation = _NEP_VALIDATION_RE.search(text)
+    correct = validation is not None and validation.group(1) == "passed"
+    result["cases"] = {"passed": 1 if correct and not fatal else 0,
+                       "failed": 0 if correct and not fatal else 1}
+    if summary is None:
+        return False
+    ranks = int(summary.group(2))
+    if test == "low_latency":
+        figures = dict((m.group(1).lower(), (_num(m.group(3)), int(m.group(4)))) for m in _NEP_LL_RE.finditer(text))
+        if figures:
+            dispatch, combine, both = (figures.get(k, (None, None)) for k in ("dispatch", "combine", "total"))
+            result["low_latency"] = {
+                "dispatch_gbps": dispatch[0], "combine_gbps": combine[0], "dispatch_combine_gbps": both[0],
+                "slowest_rank": both[1] if both[1] is not None else dispatch[1],
+                "dispatch_slowest_rank": dispatch[1], "combine_slowest_rank": combine[1], "ranks": ranks}
+        return validation is not None and "dispatch" in figures and "combine" in figures
+    across = test == "internode"
+    found = {}
+    for match in _NEP_HT_RE.finditer(text):
+        total, nvl, rdma = _num(match.group(3)), _num(match.group(4)), _num(match.group(5))
+        found[match.group(1).lower()] = {"nvl_gbps": nvl if across else total, "rdma_gbps": rdma if across else None}
+    result["dispatch"]["bf16"] = found.get("dispatch") or _empty_pair()
+    result["combine"] = found.get("combine") or _empty_pair()
+    return validation is not None and "dispatch" in found and "combine" in found
+
+
 def parse_output(output, test=None, generation=None):
     """Parse DeepEP test output; see the module docstring and the filter's documentation.
 
@@ -458,7 +516,10 @@ def parse_output(output, test=None, generation=None):
     low_latency, ll_ranks = _parse_low_latency(text)
     result["low_latency"] = low_latency
 
-    if test in ("intranode", "internode"):
+    if result["generation"] == "nccl_ep" and test in ("intranode", "internode", "low_latency"):
+        finished = _parse_nccl_ep(text, result, test, fatal)
+        result["complete"] = finished and not fatal
+    elif test in ("intranode", "internode"):
         finished = _parse_v1_normal(text, result)
         result["complete"] = finished and not fatal
     elif test == "low_latency":

@@ -73,7 +73,7 @@ JUDGE_SPEC = dict(
 )
 
 # Fields the judge writes; the record option adds the caller's own (host, scope, group, rank ...), never these.
-_OWN = ("stage", "test", "parsed", "gate", "thresholds", "gate_basis", "transport", "log", "figures")
+_OWN = ("stage", "test", "backend", "parsed", "gate", "thresholds", "gate_basis", "transport", "log", "figures")
 
 
 class JudgeError(ValueError):
@@ -129,7 +129,8 @@ def _checked(spec, backend, scope):
     try:
         chosen = select_thresholds(spec.get("thresholds") or {}, spec.get("profile"), gpus=spec.get("gpus"),
                                    table_name=spec.get("table_name"), family=spec.get("family"),
-                                   scope=GATE_SCOPES[spec["stage"]])
+                                   scope=GATE_SCOPES[spec["stage"]],
+                                   backend=backend_of(backend)["name"] if backend else None)
     except VerifyInputError as exc:
         raise JudgeError("judge: %s" % exc) from exc
     return chosen, held_to
@@ -150,21 +151,23 @@ def gate_basis(chosen, generation=None):
             "provisional": provisional}
 
 
-def not_run(spec, reason, script, host=None):
+def not_run(spec, reason, script, host=None, backend=None):
     """The record of a stage the node's hardware cannot run (``reason``): its gate ``skipped`` and passed (the node is
     not at fault), the reason in ``reasons``; the caller's fields as :func:`judge` writes them."""
-    record = _head(spec, script, None, host)
+    record = _head(spec, script, None, host, backend)
     record.update(parsed={}, thresholds=None, gate_basis=None, transport=None,
                   gate={"passed": True, "status": "skipped", "checks": [], "reasons": [reason], "diagnosis": []})
     return record
 
 
-def _head(spec, script, log, host):
+def _head(spec, script, log, host, backend=None):
     """What every record starts with: the node as host and scope, the caller's own fields over them, then the stage,
-    the test (``spec['test']``, else the script run) and the log."""
+    the test (``spec['test']``, else the script run), the backend that ran it (its descriptor's name; None for a
+    script of one's own) and the log."""
     record = {"host": host, "scope": host}
     record.update(spec.get("record") or {})
-    record.update(stage=spec["stage"], test=spec.get("test") or script, log=log)
+    record.update(stage=spec["stage"], test=spec.get("test") or script,
+                  backend=backend_of(backend)["name"] if backend else None, log=log)
     return record
 
 
@@ -183,7 +186,7 @@ def judge(spec, output, rc, timed_out, timeout_s, script, log=None, host=None, b
     stage = spec["stage"]
     chosen, held_to = _checked(spec, backend, scope)
     generation = backend_of(backend)["generation"] if backend else None
-    record = _head(spec, script, log, host)
+    record = _head(spec, script, log, host, backend)
     if STAGES[stage] is None:
         record.update(parsed={}, thresholds=None, gate_basis=None, transport=None,
                       gate=connectivity(output, rc=rc, timed_out=timed_out, timeout_s=timeout_s))

@@ -92,6 +92,9 @@ def validate(params):
         except backends.BackendError as exc:
             raise LaunchError(str(exc))
         params["script"] = params["script"] or run["test"]
+        if run["beside_launcher"] and not params["script"].startswith("/"):
+            # A test the collection ships (NCCL EP's launcher) lies beside run_deepep.sh, not in DeepEP's tree.
+            params["src"] = params["launcher"].rsplit("/", 1)[0] or "/"
         # On a node without an RDMA NIC, the arguments and environment the backend's test runs with there (V2: GIN
         # off, no hybrid kernels).
         own_args = run["args"] + (run["args_without_rdma"] if params.get("rdma") is False else [])

@@ -216,7 +216,8 @@ def failure_message(summary, what, run_dir, name, reasons=True):
 
 def play_records(hostvars, hosts, internode=True):
     """The verification records of a play's ``hosts`` (in their order): each host's intranode record, its
-    low-latency record and the records of V2's other tests where it has them (not empty), then, with ``internode``,
+    low-latency record, the records of V2's other tests and NCCL EP's beside DeepEP where it has them (not empty),
+    then, with ``internode``,
     every host's internode records (one level flattened, nulls left out)."""
     hostvars = _hostvars(hostvars)
     hosts = _list(hosts, "hosts", "the hosts of the play (ansible_play_hosts)")
@@ -224,7 +225,8 @@ def play_records(hostvars, hosts, internode=True):
     one_node = [record for host in hosts
                 for record in [_host_var(hostvars, host, "verify_intranode_record"),
                                hostvars[host].get("verify_intranode_ll_record")]
-                + list(hostvars[host].get("verify_intranode_extras_records") or [])]
+                + list(hostvars[host].get("verify_intranode_extras_records") or [])
+                + list(hostvars[host].get("verify_intranode_nccl_ep_records") or [])]
     records = [record for record in one_node if record]
     if _bool(internode, "internode"):
         records += flatten([_host_var(hostvars, host, "verify_internode_records") for host in hosts], levels=1)

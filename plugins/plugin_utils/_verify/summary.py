@@ -13,9 +13,17 @@ Pure logic, standard library only, Python 3.8+.
 from __future__ import annotations
 
 from ansible_collections.gpufleet.deepep.plugins.plugin_utils._thresholds import VerifyInputError
+from ansible_collections.gpufleet.deepep.plugins.plugin_utils._verify.backends import BACKENDS
 from ansible_collections.gpufleet.deepep.plugins.plugin_utils._verify.gate import metric_value
 
-__all__ = ["summarize", "render_markdown", "fmt_figure", "METRIC_LABELS"]
+__all__ = ["summarize", "render_markdown", "fmt_figure", "side_by_side", "METRIC_LABELS"]
+
+# The modes two EP backends run on one node's GPUs, each as the stage its runs are judged in, with the figures that
+# compare them: DeepEP's normal kernels against NCCL EP's high throughput, the decode kernels against its low latency.
+SIDE_BY_SIDE_MODES = (
+    ("intranode", "normal / high throughput", "dispatch_bf16_nvl_gbps", "combine_nvl_gbps"),
+    ("low_latency_intranode", "low latency", "ll_dispatch_gbps", "ll_combine_gbps"),
+)
 
 
 # ------------------------------------------------------------------------------------------ summary
@@ -144,6 +152,7 @@ def summarize(records, missing_hosts=None):
             "rank": record.get("rank"),
             "stage": record.get("stage") or "test",
             "test": record.get("test") or parsed.get("test"),
+            "backend": record.get("backend"),
             "generation": parsed.get("generation"),
             "cases": parsed.get("cases"),
             "gbps": dict((metric, metric_value(parsed, metric)) for metric, dummy in METRIC_LABELS),
@@ -195,7 +204,55 @@ def summarize(records, missing_hosts=None):
                              "diagnosis": row["diagnosis"]})
     counts = {"total": len(rows), "passed": sum(1 for r in rows if r["passed"]),
               "failed": sum(1 for r in rows if not r["passed"])}
-    return {"passed": bool(rows) and not failures, "rows": rows, "failures": failures, "counts": counts}
+    return {"passed": bool(rows) and not failures, "rows": rows, "failures": failures, "counts": counts,
+            "side_by_side": side_by_side(rows)}
+
+
+def side_by_side(rows):
+    """Where more than one EP backend ran a mode on one node (``SIDE_BY_SIDE_MODES``): per node and mode, each
+    backend's dispatch and combine GB/s in the order they ran, its result, and its figures over the first backend's
+    (``ratio``; None where a figure is missing). A run that was skipped is left out."""
+    out = []
+    for stage, mode, dispatch, combine in SIDE_BY_SIDE_MODES:
+        by_host = {}
+        for row in rows:
+            if row["stage"] == stage and row.get("backend") and row["status"] != "skipped":
+                by_host.setdefault(row["host"], []).append(row)
+        for host, runs in by_host.items():
+            if len(set(run["backend"] for run in runs)) < 2:
+                continue
+            first = runs[0]["gbps"]
+            entries = []
+            for run in runs:
+                figures = {"dispatch_gbps": run["gbps"].get(dispatch), "combine_gbps": run["gbps"].get(combine)}
+                ratio = {"dispatch_gbps": _ratio(figures["dispatch_gbps"], first.get(dispatch)),
+                         "combine_gbps": _ratio(figures["combine_gbps"], first.get(combine))}
+                entries.append(dict(figures, backend=run["backend"], passed=run["passed"], ratio=ratio))
+            out.append({"host": host, "stage": stage, "mode": mode, "runs": entries})
+    return out
+
+
+def _ratio(value, base):
+    return round(value / base, 3) if value is not None and base else None
+
+
+def _side_by_side_lines(pairs):
+    """The Markdown section of :func:`side_by_side`'s result (nothing when no node ran two backends)."""
+    if not pairs:
+        return []
+    lines = ["", "## EP backends side by side (same node, same GPUs, the same shapes)", "",
+             "| node | mode | backend | dispatch GB/s | combine GB/s | against the first | result |",
+             "| --- | --- | --- | --- | --- | --- | --- |"]
+    for pair in pairs:
+        for run in pair["runs"]:
+            title = BACKENDS[run["backend"]]["title"] if run["backend"] in BACKENDS else run["backend"]
+            ratio = run["ratio"]
+            against = "%s / %s" % tuple(fmt_figure(ratio[key]) if ratio[key] is not None else "-"
+                                        for key in ("dispatch_gbps", "combine_gbps"))
+            lines.append("| %s |" % " | ".join(_cell(cell) for cell in (
+                pair["host"], pair["mode"], title, _fmt_figure(run["dispatch_gbps"]), _fmt_figure(run["combine_gbps"]),
+                against, "PASS" if run["passed"] else "FAIL")))
+    return lines
 
 
 def _add_transport(row, transport):
@@ -356,6 +413,7 @@ def render_markdown(summary, title=None):
                                           % (len(skipped), "; ".join(sorted(set(_not_run(r["reasons"][0])
                                                                                 for r in skipped if r["reasons"]))))
                                           if skipped else "")]
+    lines += _side_by_side_lines(summary.get("side_by_side") or [])
     provisional = {}
     for row in rows:
         if row.get("gate_provisional"):
