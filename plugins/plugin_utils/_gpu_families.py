@@ -204,11 +204,13 @@ GATES["low_latency_internode"] = {
 # NCCL EP (nccl-extensions 0.1.0, libnccl_ep 0.2.0, on NCCL 2.30.7): measured here on 1 x H200 through the
 # collection's launcher (roles/verify_common/files/nccl_ep_bench.py, ep_bench's method: 128 tokens LL / 4096 HT,
 # hidden 7168, top-8, 256 experts, BF16; tests/fixtures/captured/h200x1/nccl-ep-*.log), two runs on two machines:
-# LL 247.42 / 382.71 and 235.03 / 365.54 GB/s dispatch / combine, HT 217.06 / 326.66 and 202.40 / 308.86. Gates
-# about 0.85 of the slower run. NVIDIA's README (contrib/nccl_ep, NCCL v2.29u1, H100, LL,
+# LL 247.42 / 382.71 and 235.03 / 365.54 GB/s dispatch / combine, HT 217.06 / 326.66 and 202.40 / 308.86; LL with
+# DeepEP's low-latency shape (288 experts, what verify runs) 259.33 / 375.85 and 251.80 / 378.37 on a third machine.
+# Gates about 0.85 of the slowest run. NVIDIA's README (contrib/nccl_ep, NCCL v2.29u1, H100, LL,
 # the same shape): 8 GPUs 224.3 / 185.2, 16 (2 nodes) 76.7 / 73.0, 32: 53.6 / 50.0, 64: 48.8 / 43.8 GB/s.
 _NEP_LL_SOURCE = ("measured here, 1 x H200, NCCL EP 0.2.0 on NCCL 2.30.7 through the collection's launcher: 247.42 / "
-                  "382.71 and 235.03 / 365.54 GB/s dispatch / combine; NVIDIA's README (nccl-ep-v0.1.0, NCCL v2.29u1), H100, 8 GPUs: "
+                  "382.71 and 235.03 / 365.54 GB/s dispatch / combine (256 experts), 259.33 / 375.85 and 251.80 / "
+                  "378.37 (288, DeepEP's low-latency shape); NVIDIA's README (nccl-ep-v0.1.0, NCCL v2.29u1), H100, 8 GPUs: "
                   "224.3 / 185.2 GB/s; other counts take the 8-GPU gate (more peers, lower figures)")
 _NEP_NVLINK4_LL = {"ll_dispatch_gbps": 190, "ll_combine_gbps": 155,
                    "by_gpus": {1: {"ll_dispatch_gbps": 200, "ll_combine_gbps": 310}},

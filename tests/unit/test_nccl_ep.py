@@ -3,7 +3,7 @@
 """NCCL EP as the third backend on the verify seam: its descriptor, its launcher's output as the real 1 x H200 gave it
 (tests/fixtures/captured/h200x1/nccl-ep-*.log, two runs on two lent machines) parsed and judged against NCCL EP's own
 gates, what a slow, wrong or dead run gives, and the launcher itself run end to end on stand-ins of its Python stack
-(tests/fixtures/nccl_ep_standin)."""
+(fleetsim's nccl-extensions fixture wheel, tools/fleetsim/fixtures/wheels/nccl_extensions-0.1.0)."""
 
 from __future__ import annotations
 
@@ -24,7 +24,7 @@ from ansible_collections.gpufleet.deepep.plugins.plugin_utils._verify.bandwidth 
 REPO = Path(__file__).resolve().parents[2]
 CAPTURED = REPO / "tests" / "fixtures" / "captured" / "h200x1"
 LAUNCHER = REPO / "roles" / "verify_common" / "files" / "nccl_ep_bench.py"
-STANDIN = REPO / "tests" / "fixtures" / "nccl_ep_standin"
+STANDIN = REPO / "tools" / "fleetsim" / "fixtures" / "wheels" / "nccl_extensions-0.1.0"
 # A bound for a launcher run on stand-ins, so a hung rendezvous fails the test instead of hanging it (not a limit on
 # how fast it runs: the runs take seconds).
 BOUND_S = 300
@@ -33,6 +33,8 @@ BOUND_S = 300
 RUNS = {
     "nccl-ep-ll-1gpu.log": ("low_latency", 247.42, 382.71),
     "nccl-ep-ll-1gpu-run2.log": ("low_latency", 235.03, 365.54),
+    "nccl-ep-ll288-1gpu.log": ("low_latency", 259.33, 375.85),
+    "nccl-ep-ll288-1gpu-run2.log": ("low_latency", 251.80, 378.37),
     "nccl-ep-ht-1gpu.log": ("intranode", 217.06, 326.66),
     "nccl-ep-ht-1gpu-run2.log": ("intranode", 202.40, 308.86),
 }
@@ -146,7 +148,8 @@ def test_the_descriptor_runs_the_launcher_beside_run_deepep_in_both_modes():
         "scope": "low_latency_intranode", "num_processes": 8, "rdma": None, "args": ["--iters", "20"], "env": {},
         "timeout": 600, "kill_after": 30, "poll": 10})
     assert params["src"] == "/opt/deepep/verify" and params["script"] == "nccl_ep_bench.py"
-    assert params["args"] == ["--algorithm", "ll", "--iters", "20"]
+    # low latency on DeepEP's test_low_latency.py shape (288 experts), so the two backends run the same work
+    assert params["args"] == ["--algorithm", "ll", "--experts", "288", "--iters", "20"]
     assert launch.test_path(params) == "/opt/deepep/verify/nccl_ep_bench.py"
     assert backends.scope_of("nccl_ep", "internode")["args"] == ["--algorithm", "ht"]
     assert backends.scope_of("nccl_ep", "low_latency_internode")["env"] == {"NCCL_GIN_TYPE": "3"}
@@ -154,7 +157,9 @@ def test_the_descriptor_runs_the_launcher_beside_run_deepep_in_both_modes():
     assert policy["allow_gin"] == ["GDAKI"] and policy["allow_networks"] == ["IB"] and not policy["allow_cpu_fallback"]
     assert backends.skip_reason("nccl_ep", "intranode", 8) is None
     assert backends.skip_reason("nccl_ep", "intranode", 1) is None
-    assert "splits 256 experts evenly" in backends.skip_reason("nccl_ep", "low_latency_intranode", 6)
+    assert "splits 256 experts evenly" in backends.skip_reason("nccl_ep", "intranode", 6)
+    assert backends.skip_reason("nccl_ep", "low_latency_intranode", 6) is None
+    assert "splits 288 experts evenly" in backends.skip_reason("nccl_ep", "low_latency_intranode", 5)
     with pytest.raises(backends.BackendError, match="NCCL EP has no engram test"):
         backends.scope_of("nccl_ep", "engram")
 
@@ -183,17 +188,31 @@ def test_the_launcher_runs_its_ranks_and_prints_what_the_parser_reads(algorithm,
     assert "Ranks:           %d" % ranks in out and "NCCL:            2.30.7" in out
     if algorithm == "ll":
         assert parsed["test"] == "low_latency" and parsed["low_latency"]["ranks"] == ranks
-        assert parsed["low_latency"]["dispatch_gbps"] > 0
+        # the stand-in's virtual GPU clock runs each call at the node's figure, so the launcher's bytes over its
+        # events' time give that figure back (the stand-in's defaults: about what the real H200 gave)
+        assert (parsed["low_latency"]["dispatch_gbps"], parsed["low_latency"]["combine_gbps"]) == (235.0, 365.0)
         # 32 tokens x top-8, ten selections masked (some may fall on one slot twice): 246 to 256 - 10 valid
         selections = int(re.search(r"selections=(\d+)", out).group(1))
         assert 246 <= selections <= 255
     else:
-        assert parsed["test"] == "intranode" and parsed["dispatch"]["bf16"]["nvl_gbps"] > 0
+        assert parsed["test"] == "intranode"
+        assert (parsed["dispatch"]["bf16"]["nvl_gbps"], parsed["combine"]["nvl_gbps"]) == (202.0, 308.0)
+
+
+def test_a_slow_node_of_the_simulated_fleet_gives_its_figure_and_fails_nccl_eps_gate():
+    rc, out = run_launcher("--num-processes", "2", "--algorithm", "ll", "--iters", "3", "--warmup", "1",
+                           "--tokens", "16", "--hidden", "512", env={"FLEETSIM_NCCL_EP_GBPS": '{"ll": {"dispatch": 90}}'})
+    assert rc == 0, out
+    record = judged(out, "low_latency_intranode", gpus=2, profile="b200", family="b200")
+    assert (record["parsed"]["low_latency"]["dispatch_gbps"], record["parsed"]["low_latency"]["combine_gbps"]) \
+        == (90.0, 365.0)
+    assert not record["gate"]["passed"] and any("ll_dispatch_gbps" in r for r in record["gate"]["reasons"])
+    assert record["gate_basis"]["provisional"] and "NVLink 5" in record["gate_basis"]["provisional"]
 
 
 def test_the_launchers_check_catches_a_combine_that_returns_wrong_tokens():
     rc, out = run_launcher("--num-processes", "2", "--algorithm", "ll", "--iters", "2", "--warmup", "0",
-                           env={"NCCL_EP_STANDIN_CORRUPT": "1"})
+                           env={"FLEETSIM_NCCL_EP_CORRUPT": "1"})
     assert rc == 1 and "Validation: FAILED (2)" in out and "combined 0.0000..0.0000, expected" in out
     assert not judged(out, "low_latency_intranode", gpus=2)["gate"]["passed"]
 
@@ -219,8 +238,8 @@ def test_the_summary_shows_deepep_and_nccl_ep_side_by_side_on_the_same_gpus():
     skipped = judge_mod.not_run(spec("intranode"), "not run: DeepEP V1's intranode kernels exist for 2, 4, 8 local "
                                 "ranks (DeepEP's SWITCH_RANKS), and this node runs 1", "tests/test_intranode.py",
                                 host="h200-1", backend="v1")
-    nccl_ep = [judged(log("nccl-ep-ht-1gpu.log"), "intranode"), judged(log("nccl-ep-ll-1gpu.log"),
-                                                                      "low_latency_intranode")]
+    nccl_ep = [judged(log("nccl-ep-ht-1gpu.log"), "intranode"),
+               judged(log("nccl-ep-ll-1gpu.log"), "low_latency_intranode")]
     assert (deepep_ll["backend"], skipped["backend"], nccl_ep[0]["backend"]) == ("deepep_v1", "deepep_v1", "nccl_ep")
     hostvars = {"h200-1": {"verify_intranode_record": skipped, "verify_intranode_ll_record": deepep_ll,
                            "verify_intranode_nccl_ep_records": nccl_ep}}
@@ -237,7 +256,7 @@ def test_the_summary_shows_deepep_and_nccl_ep_side_by_side_on_the_same_gpus():
     assert (second["backend"], second["dispatch_gbps"], second["combine_gbps"]) == ("nccl_ep", 247.42, 382.71)
     assert second["ratio"] == {"dispatch_gbps": round(247.42 / 420.14, 3), "combine_gbps": round(382.71 / 685.34, 3)}
     text = summary.render_markdown(result, title="intranode")
-    assert "## EP backends side by side (same node, same GPUs, the same shapes)" in text
+    assert "## EP backends side by side (same node, same GPUs)" in text
     assert "| h200-1 | low latency | NCCL EP | 247.42 | 382.71 | 0.59 / 0.56 | PASS |" in text
     assert "| h200-1 | low latency | DeepEP V1 | 420.14 | 685.34 | 1 / 1 | PASS |" in text
 

@@ -30,9 +30,11 @@ def summary(run):
     return json.loads((EPHEMERAL / run / "summary.json").read_text())
 
 
-def rows(run, stage=None, host=None):
+def rows(run, stage=None, host=None, backend=None):
+    """The summary's rows of ``run``: DeepEP's, or with ``backend`` that backend's (``nccl_ep``)."""
     return [r for r in summary(run)["rows"] if (stage is None or r["stage"] == stage)
-            and (host is None or r["host"] == host)]
+            and (host is None or r["host"] == host)
+            and (r.get("backend") == backend if backend else r.get("backend") != "nccl_ep")]
 
 
 def fleetsim(*argv):
@@ -42,7 +44,7 @@ def fleetsim(*argv):
 
 def test_healthy_fleet_passes_everywhere():
     data = summary("verify-pass")
-    assert data["passed"] and data["counts"] == {"total": 16, "passed": 16, "failed": 0}
+    assert data["passed"] and data["counts"] == {"total": 20, "passed": 20, "failed": 0}
     assert sorted(r["host"] for r in rows("verify-pass", "intranode")) == NODES
     for row in rows("verify-pass", "internode"):
         assert row["nic"]["passed"] and len(row["nic"]["busy"]) == 8, row
@@ -53,7 +55,7 @@ def test_healthy_fleet_passes_everywhere():
     for node in NODES:
         assert (EPHEMERAL / "verify-pass" / node / "intranode.log").is_file()
     table = (EPHEMERAL / "verify-pass" / "summary.md").read_text()
-    assert "| node / pair | test | cases |" in table and "16 of 16 passed." in table
+    assert "| node / pair | test | cases |" in table and "20 of 20 passed." in table
     assert "| LL disp | LL comb |" in table
 
 
@@ -76,6 +78,40 @@ def test_low_latency_runs_on_every_node_and_across_every_group_with_its_gates_an
         assert 55 < row["gbps"]["ll_dispatch_gbps"] < 70 and 65 < row["gbps"]["ll_combine_gbps"] < 80, row
         assert row["transport"]["passed"] and "handler gpu" in row["transport"]["brief"].lower(), row
         assert (EPHEMERAL / "verify-pass" / row["host"] / ("%s-low_latency.log" % row["group"])).is_file()
+
+
+def test_nccl_ep_runs_beside_deepep_in_both_modes_and_the_summary_shows_them_side_by_side():
+    """NCCL EP on b200_a's nodes, on fleetsim's stand-in stack (the collection's launcher runs for real over it): 8
+    ranks in each mode, gated by NCCL EP's own B200 gates (the Hopper figures as a provisional floor), held to NVLink;
+    the summary pairs each node's DeepEP and NCCL EP runs of a mode."""
+    ours = rows("verify-pass", backend="nccl_ep")
+    assert sorted((r["host"], r["stage"]) for r in ours) == [
+        (host, stage) for host in ("b200-a-1", "b200-a-2") for stage in ("intranode", "low_latency_intranode")]
+    for row in ours:
+        assert row["passed"] and row["test"] == "nccl_ep_bench.py" and row["generation"] == "nccl_ep", row
+        assert row["transport"]["passed"] and "NVLink 5" in row["gate_provisional"], row
+        assert (EPHEMERAL / "verify-pass" / row["host"] / ("nccl_ep_%s.log" % row["stage"])).is_file()
+        if row["stage"] == "low_latency_intranode":
+            assert row["thresholds"]["ll_dispatch_gbps"] == 190 and row["thresholds"]["ll_combine_gbps"] == 155
+            assert (row["gbps"]["ll_dispatch_gbps"], row["gbps"]["ll_combine_gbps"]) == (235.0, 365.0), row
+        else:
+            assert row["thresholds"]["dispatch_bf16_nvl_gbps"] == 100 and row["thresholds"]["combine_nvl_gbps"] == 155
+            assert (row["gbps"]["dispatch_bf16_nvl_gbps"], row["gbps"]["combine_nvl_gbps"]) == (202.0, 308.0), row
+    pairs = summary("verify-pass")["side_by_side"]
+    assert sorted((p["host"], p["stage"]) for p in pairs) == sorted((r["host"], r["stage"]) for r in ours)
+    for pair in pairs:
+        assert [run["backend"] for run in pair["runs"]] == ["deepep_v1", "nccl_ep"] and all(
+            run["passed"] and run["dispatch_gbps"] for run in pair["runs"]), pair
+    table = (EPHEMERAL / "verify-pass" / "summary.md").read_text()
+    assert "## EP backends side by side (same node, same GPUs)" in table
+    assert "| b200-a-1 | low latency | NCCL EP | 235 | 365 |" in table
+
+
+def test_a_slow_nccl_ep_node_fails_its_own_gate_alone():
+    ours = {r["host"]: r for r in rows("verify-unmapped", "low_latency_intranode", backend="nccl_ep")}
+    assert sorted(ours) == ["b200-a-1", "b200-a-2"] and ours["b200-a-2"]["passed"]
+    assert not ours["b200-a-1"]["passed"]
+    assert "ll_dispatch_gbps 90.0 GB/s is below the gate of 190 GB/s" in ours["b200-a-1"]["reasons"]
 
 
 def test_a_slow_low_latency_node_and_an_unmapped_one_fail_their_low_latency_alone():

@@ -240,7 +240,7 @@ def _side_by_side_lines(pairs):
     """The Markdown section of :func:`side_by_side`'s result (nothing when no node ran two backends)."""
     if not pairs:
         return []
-    lines = ["", "## EP backends side by side (same node, same GPUs, the same shapes)", "",
+    lines = ["", "## EP backends side by side (same node, same GPUs)", "",
              "| node | mode | backend | dispatch GB/s | combine GB/s | against the first | result |",
              "| --- | --- | --- | --- | --- | --- | --- |"]
     for pair in pairs:
