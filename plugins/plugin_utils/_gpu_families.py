@@ -203,17 +203,20 @@ GATES["low_latency_internode"] = {
 #
 # NCCL EP (nccl-extensions 0.1.0, libnccl_ep 0.2.0, on NCCL 2.30.7): measured here on 1 x H200 through the
 # collection's launcher (roles/verify_common/files/nccl_ep_bench.py, ep_bench's method: 128 tokens LL / 4096 HT,
-# hidden 7168, top-8, 256 experts, BF16; tests/fixtures/captured/h200x1/nccl-ep-*.log), two runs on two machines:
-# LL 247.42 / 382.71 and 235.03 / 365.54 GB/s dispatch / combine, HT 217.06 / 326.66 and 202.40 / 308.86; LL with
-# DeepEP's low-latency shape (288 experts, what verify runs) 259.33 / 375.85 and 251.80 / 378.37 on a third machine.
-# Gates about 0.85 of the slowest run. NVIDIA's README (contrib/nccl_ep, NCCL v2.29u1, H100, LL,
-# the same shape): 8 GPUs 224.3 / 185.2, 16 (2 nodes) 76.7 / 73.0, 32: 53.6 / 50.0, 64: 48.8 / 43.8 GB/s.
-_NEP_LL_SOURCE = ("measured here, 1 x H200, NCCL EP 0.2.0 on NCCL 2.30.7 through the collection's launcher: 247.42 / "
-                  "382.71 and 235.03 / 365.54 GB/s dispatch / combine (256 experts), 259.33 / 375.85 and 251.80 / "
-                  "378.37 (288, DeepEP's low-latency shape); NVIDIA's README (nccl-ep-v0.1.0, NCCL v2.29u1), H100, 8 GPUs: "
-                  "224.3 / 185.2 GB/s; other counts take the 8-GPU gate (more peers, lower figures)")
-_NEP_NVLINK4_LL = {"ll_dispatch_gbps": 190, "ll_combine_gbps": 155,
-                   "by_gpus": {1: {"ll_dispatch_gbps": 200, "ll_combine_gbps": 310}},
+# hidden 7168, top-8, 256 or 288 experts, BF16; tests/fixtures/captured/h200x1/nccl-ep-*), on four lent machines:
+# LL 247.42 / 382.71, 235.03 / 365.54 (256 experts), 259.33 / 375.85, 251.80 / 378.37 (288, DeepEP's low-latency
+# shape), through the verify role 247.9 / 355.72 and by hand on that machine 189.96 / 310.62 and 179.48 / 288.09 GB/s
+# dispatch / combine; HT 217.06 / 326.66, 202.40 / 308.86, through the role 184.97 / 301.97, by hand 174.36 / 275.54
+# and 181.79 / 299.0. The launcher issues each call from Python and, as ep_bench, times it with events recorded
+# around the call, so a busy host's launch latency is inside the figure: the spread (LL dispatch 179-259) is that,
+# and the gates are about 0.85 of the slowest figure. NVIDIA's README (contrib/nccl_ep, NCCL v2.29u1, H100, LL,
+# ep_bench in C++): 8 GPUs 224.3 / 185.2, 16 (2 nodes) 76.7 / 73.0, 32: 53.6 / 50.0, 64: 48.8 / 43.8 GB/s.
+_NEP_LL_SOURCE = ("measured here, 1 x H200, NCCL EP 0.2.0 on NCCL 2.30.7 through the collection's launcher on four "
+                  "machines: 179.48-259.33 / 288.09-382.71 GB/s dispatch / combine (seven runs; the host's launch "
+                  "latency is inside the figure); NVIDIA's README (nccl-ep-v0.1.0, NCCL v2.29u1, ep_bench in C++), "
+                  "H100, 8 GPUs: 224.3 / 185.2 GB/s; other counts take the lower of the two gates")
+_NEP_NVLINK4_LL = {"ll_dispatch_gbps": 150, "ll_combine_gbps": 155,
+                   "by_gpus": {1: {"ll_dispatch_gbps": 150, "ll_combine_gbps": 245}},
                    "measured_with": ["nccl_ep"], "source": _NEP_LL_SOURCE}
 _NEP_LL_FLOOR = dict((key, value) for key, value in _NEP_NVLINK4_LL.items() if key not in ("measured_with", "source"))
 _NEP_RDMA_LL = {"ll_dispatch_gbps": 41, "ll_combine_gbps": 37}
@@ -222,11 +225,12 @@ _NEP_RDMA_SOURCE = ("NVIDIA's README (nccl-ep-v0.1.0, NCCL v2.29u1), H100, LL ac
                     "figure, so any node count up to NCCL EP's 8 passes healthy")
 _NEP_RDMA_WHY = ("no NCCL EP run across nodes measured here (the lent GPU machines have no NIC); NVIDIA's published H100 "
                  "figures, RDMA-bound on the same class of NIC")
-_NEP_HT = {"dispatch_bf16_nvl_gbps": 100, "dispatch_fp8_nvl_gbps": None, "combine_nvl_gbps": 155,
-           "by_gpus": {1: {"dispatch_bf16_nvl_gbps": 170, "combine_nvl_gbps": 260}},
+_NEP_HT = {"dispatch_bf16_nvl_gbps": 90, "dispatch_fp8_nvl_gbps": None, "combine_nvl_gbps": 140,
+           "by_gpus": {1: {"dispatch_bf16_nvl_gbps": 145, "combine_nvl_gbps": 230}},
            "measured_with": ["nccl_ep"],
-           "source": "measured here, 1 x H200, NCCL EP 0.2.0 high throughput through the collection's launcher: "
-                     "217.06 / 326.66 and 202.40 / 308.86 GB/s dispatch / combine; no FP8 in NCCL EP v0.1",
+           "source": "measured here, 1 x H200, NCCL EP 0.2.0 high throughput through the collection's launcher on "
+                     "three machines: 174.36-217.06 / 275.54-326.66 GB/s dispatch / combine (five runs); no FP8 in "
+                     "NCCL EP v0.1",
            "provisional": "only one GPU measured here and nothing published for high throughput: other counts take "
                           "0.6 of the one-GPU gate (DeepEP's figures fell a fifth or more with each added peer)"}
 _NEP_HT_FLOOR = dict((key, value) for key, value in _NEP_HT.items()

@@ -5,7 +5,8 @@
 Every test here carries the marker ``gpu`` and is skipped, with the reason, where no NVIDIA GPU is visible.
 Inputs are paths, never fetched here: ``--deepep-v1-src`` (a DeepEP V1 tree, e.g. commit 567632d) and
 ``--deepep-v2-src`` (a DeepEP V2 tree), or the environment variables GPUFLEET_DEEPEP_V1_SRC / _V2_SRC, and
-``--nccl-src`` (an NVIDIA/nccl tree, e.g. tag v2.30.7-1, built and pinned into the torch environment for V2).
+``--nccl-src`` (an NVIDIA/nccl tree, e.g. tag v2.30.7-1, built and pinned into the torch environment for V2 and
+NCCL EP), ``--nccl-ep-wheels`` (a directory of NCCL EP's wheels: nccl-extensions and its dependencies).
 ``--gpu-python`` names the interpreter that has the CUDA build of torch (default: the one running pytest).
 Results (build logs, test outputs, parsed figures) go to ``--gpu-results`` (default a temporary directory).
 """
@@ -36,6 +37,9 @@ def pytest_addoption(parser):
                     help="DeepEP V2 source tree (directory with setup.py)")
     group.addoption("--nccl-src", default=os.environ.get("GPUFLEET_NCCL_SRC"),
                     help="NCCL source tree (NVIDIA/nccl, e.g. tag v2.30.7-1) to pin in the torch environment for V2")
+    group.addoption("--nccl-ep-wheels", default=os.environ.get("GPUFLEET_NCCL_EP_WHEELS"),
+                    help="directory of NCCL EP's wheels (nccl-extensions, nccl4py, cuda-core, cuda-pathfinder, "
+                         "cuda-bindings, numpy, packaging) for the node's Python")
     group.addoption("--nvshmem-src", default=os.environ.get("GPUFLEET_NVSHMEM_SRC"),
                     help="NVSHMEM source tarball (NVIDIA/nvshmem release, e.g. tag v3.4.5-0) built by the nvshmem role")
     group.addoption("--nvshmem-prefix", default=os.environ.get("GPUFLEET_NVSHMEM_PREFIX", "/opt/deepep/nvshmem"),
@@ -172,6 +176,33 @@ def nccl_src(request) -> Path:
     path = Path(value).resolve()
     if not (path / "src" / "nccl.h.in").is_file() and not (path / "Makefile").is_file():
         pytest.fail(f"--nccl-src={value}: not an NCCL source tree (no Makefile, no src/nccl.h.in)")
+    return path
+
+
+@pytest.fixture(scope="session")
+def nccl_pinned(nccl_src, results_dir, gpu_python):
+    """NCCL from ``--nccl-src`` built and pinned in the torch environment by the collection's nccl role, run twice
+    (the second must change nothing): DeepEP V2's NCCL and NCCL EP's (nccl-extensions needs 2.30.7 exactly).
+    Returns the two runs' records and the second run's process."""
+    from tests.gpu.gpu_helpers import load, run_stage, tail
+    procs = []
+    for round_ in (1, 2):
+        proc = run_stage("all", results_dir, gpu_python, {"nccl_src_dir": str(nccl_src), "gpu_round": round_},
+                         playbook="nccl.yml", label=f"nccl-{round_}")
+        assert proc.returncode == 0, tail(proc)
+        procs.append(proc)
+    return load(results_dir, "nccl-1.json"), load(results_dir, "nccl-2.json"), procs[1]
+
+
+@pytest.fixture(scope="session")
+def nccl_ep_wheels(request) -> Path:
+    value = request.config.getoption("--nccl-ep-wheels")
+    if not value:
+        pytest.skip("--nccl-ep-wheels (or GPUFLEET_NCCL_EP_WHEELS) names no directory of NCCL EP's wheels")
+    path = Path(value).resolve()
+    if not list(path.glob("nccl_extensions-*.whl")):
+        pytest.fail(f"--nccl-ep-wheels={value}: no nccl_extensions-*.whl there (expected nccl-extensions and its "
+                    "dependencies as wheels for the node's Python)")
     return path
 
 

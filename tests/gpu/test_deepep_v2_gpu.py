@@ -35,17 +35,6 @@ def version_tuple(text: str) -> tuple:
 
 
 @pytest.fixture(scope="module")
-def nccl_pinned(nccl_src, results_dir, gpu_python):
-    procs = []
-    for round_ in (1, 2):
-        proc = run_stage("all", results_dir, gpu_python, {"nccl_src_dir": str(nccl_src), "gpu_round": round_},
-                         playbook="nccl.yml", label=f"nccl-{round_}")
-        assert proc.returncode == 0, tail(proc)
-        procs.append(proc)
-    return load(results_dir, "nccl-1.json"), load(results_dir, "nccl-2.json"), procs[1]
-
-
-@pytest.fixture(scope="module")
 def v2_built(nccl_pinned, deepep_v2_src, results_dir, gpu_python):
     proc = run_stage("v2_build", results_dir, gpu_python, {"deepep_v2_src": str(deepep_v2_src)})
     assert proc.returncode == 0, tail(proc)

@@ -92,10 +92,10 @@ def test_nccl_ep_runs_beside_deepep_in_both_modes_and_the_summary_shows_them_sid
         assert row["transport"]["passed"] and "NVLink 5" in row["gate_provisional"], row
         assert (EPHEMERAL / "verify-pass" / row["host"] / ("nccl_ep_%s.log" % row["stage"])).is_file()
         if row["stage"] == "low_latency_intranode":
-            assert row["thresholds"]["ll_dispatch_gbps"] == 190 and row["thresholds"]["ll_combine_gbps"] == 155
+            assert row["thresholds"]["ll_dispatch_gbps"] == 150 and row["thresholds"]["ll_combine_gbps"] == 155
             assert (row["gbps"]["ll_dispatch_gbps"], row["gbps"]["ll_combine_gbps"]) == (235.0, 365.0), row
         else:
-            assert row["thresholds"]["dispatch_bf16_nvl_gbps"] == 100 and row["thresholds"]["combine_nvl_gbps"] == 155
+            assert row["thresholds"]["dispatch_bf16_nvl_gbps"] == 90 and row["thresholds"]["combine_nvl_gbps"] == 140
             assert (row["gbps"]["dispatch_bf16_nvl_gbps"], row["gbps"]["combine_nvl_gbps"]) == (202.0, 308.0), row
     pairs = summary("verify-pass")["side_by_side"]
     assert sorted((p["host"], p["stage"]) for p in pairs) == sorted((r["host"], r["stage"]) for r in ours)
@@ -111,7 +111,7 @@ def test_a_slow_nccl_ep_node_fails_its_own_gate_alone():
     ours = {r["host"]: r for r in rows("verify-unmapped", "low_latency_intranode", backend="nccl_ep")}
     assert sorted(ours) == ["b200-a-1", "b200-a-2"] and ours["b200-a-2"]["passed"]
     assert not ours["b200-a-1"]["passed"]
-    assert "ll_dispatch_gbps 90.0 GB/s is below the gate of 190 GB/s" in ours["b200-a-1"]["reasons"]
+    assert "ll_dispatch_gbps 90.0 GB/s is below the gate of 150 GB/s" in ours["b200-a-1"]["reasons"]
 
 
 def test_a_slow_low_latency_node_and_an_unmapped_one_fail_their_low_latency_alone():

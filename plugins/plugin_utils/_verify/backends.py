@@ -121,11 +121,13 @@ BACKENDS = {
     # dispatch and combine on NCCL's device API, LSA over NVLink and GIN over RDMA. Its test is the collection's own
     # launcher over nccl.ep (roles/verify_common/files/nccl_ep_bench.py, placed beside the verify launcher; NCCL EP
     # ships no test runnable without MPI): high throughput for the normal scopes, low latency for the decode ones,
-    # on ep_bench's shapes. It compiles its kernels at run time (NCCL_EP_JIT_NVCC / CUDA_HOME's nvcc).
+    # on DeepEP's tests' shapes. It compiles its kernels at run time (NCCL_EP_JIT_NVCC / CUDA_HOME's nvcc).
     "nccl_ep": {
         "title": "NCCL EP",
         "generation": "nccl_ep",
-        "jit": True,
+        # libnccl_ep compiles its kernels at run time into a cache of its own; ``jit`` says V2's cache, which the
+        # verify roles read and report, so it is False here.
+        "jit": False,
         "audit_runs": "expect.nccl_ep == `true` || gpufleet_nccl_ep.installed == `true`",
         "scopes": {
             "intranode": {"test": _NEP_TEST, "beside_launcher": True, "args": ["--algorithm", "ht"],

@@ -1,0 +1,101 @@
+# Copyright: (c) 2026, gpufleet.deepep contributors
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
+"""NCCL EP on a real GPU node, through the verify role.
+
+nccl-extensions needs NCCL 2.30.7 exactly: the collection's nccl role builds NCCL from ``--nccl-src`` and pins it in
+the torch environment (the ``nccl_pinned`` fixture, as for DeepEP V2); NCCL EP's wheels (``--nccl-ep-wheels``) are
+installed there by hand, as the collection has no install phase for NCCL EP yet. Then ``verify_intranode`` runs with
+NCCL EP as its backend (tests/gpu/playbooks/nccl_ep.yml): its high-throughput test as the intranode stage and its
+low-latency test as the low-latency stage, through ep_test and the collection's launcher; each must pass NCCL EP's
+gate for the node's GPU family and count with the transport held to NVLink, on the pinned NCCL. The same launcher
+run by hand in the same environment (best of two) is the baseline: the role's figures must be at least
+``NEP_HAND_RATIO`` of it (one role run against the better of two: consecutive runs on one H200 differed by up to 3%).
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from tests.gpu.gpu_helpers import REPO, load, run_stage, tail
+
+pytestmark = pytest.mark.gpu
+
+LAUNCHER = REPO / "roles" / "verify_common" / "files" / "nccl_ep_bench.py"
+NEP_HAND_RATIO = 0.95
+# The two modes: the role's record key, the stage, the descriptor's scope and the figures compared.
+MODES = (("intranode", "intranode", ("dispatch_bf16_nvl_gbps", "combine_nvl_gbps")),
+         ("low_latency", "low_latency_intranode", ("ll_dispatch_gbps", "ll_combine_gbps")))
+
+
+def _figure(parsed, metric):
+    from ansible_collections.gpufleet.deepep.plugins.plugin_utils._verify.gate import metric_value
+    return metric_value(parsed, metric)
+
+
+@pytest.fixture(scope="module")
+def nccl_ep_installed(nccl_pinned, nccl_ep_wheels, gpu_python, results_dir):
+    wheels = sorted(str(path) for path in nccl_ep_wheels.glob("*.whl"))
+    proc = subprocess.run([gpu_python, "-m", "pip", "install", "--no-index", "--no-deps", "--no-compile"] + wheels,
+                          capture_output=True, text=True, timeout=900, check=False)
+    (results_dir / "nccl-ep-install.log").write_text(proc.stdout + proc.stderr)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    probe = subprocess.run(
+        [gpu_python, "-c", "import json, nccl.core as c, nccl.ep as e; v = c.get_version().libnccl; "
+                           "print(json.dumps({'nccl': str(v.version), 'path': str(v.path), "
+                           "'nccl_ep': str(e.get_lib_version())}))"],
+        capture_output=True, text=True, timeout=300, check=False)
+    assert probe.returncode == 0, probe.stderr[-3000:]
+    info = json.loads(probe.stdout.strip().splitlines()[-1])
+    (results_dir / "nccl-ep-versions.json").write_text(json.dumps(info, indent=2))
+    print("\nNCCL EP %s on NCCL %s (%s)" % (info["nccl_ep"], info["nccl"], info["path"]), file=sys.stderr)
+    return info
+
+
+def test_nccl_ep_loads_the_nccl_the_collection_pinned(nccl_ep_installed, nccl_pinned):
+    assert nccl_ep_installed["nccl"] == nccl_pinned[0]["nccl"]["version"] == "2.30.7", nccl_ep_installed
+    assert nccl_ep_installed["path"].endswith("nvidia/nccl/lib/libnccl.so.2"), nccl_ep_installed
+
+
+def test_nccl_ep_through_the_verify_role_passes_its_gates_with_transport_truth(nccl_ep_installed, results_dir,
+                                                                               gpu_python, num_gpus):
+    from ansible_collections.gpufleet.deepep.plugins.plugin_utils._verify import backends
+    from ansible_collections.gpufleet.deepep.plugins.plugin_utils._verify.bandwidth import parse_output
+
+    proc = run_stage("all", results_dir, gpu_python, {}, playbook="nccl_ep.yml", label="nccl-ep-verify")
+    assert proc.returncode == 0, tail(proc)
+    records = load(results_dir, "nccl_ep_verify.json")
+    report = {}
+    for key, stage, metrics in MODES:
+        record = records[key]
+        assert record["backend"] == "nccl_ep" and record["stage"] == stage, record
+        reason = backends.skip_reason("nccl_ep", stage, num_gpus)
+        if reason:
+            assert record["gate"]["status"] == "skipped" and record["gate"]["reasons"] == [reason], record
+            continue
+        role = dict((metric, _figure(record["parsed"], metric)) for metric in metrics)
+        print("\nverify role, NCCL EP %s on %d GPU(s): %s against %s (%s); transport %s"
+              % (stage, num_gpus, role, record["thresholds"], record["gate_basis"]["shape"],
+                 record["transport"]["brief"]), file=sys.stderr)
+        assert record["gate"]["passed"], record["gate"]["reasons"]
+        assert record["transport"]["gate"]["passed"], record["transport"]
+        assert record["transport"]["brief"].startswith("NCCL 2.30.7 "), record["transport"]["brief"]
+        # By hand: the same launcher in the same environment, the descriptor's arguments, best of two.
+        scope = backends.scope_of("nccl_ep", stage)
+        hand = dict((metric, 0.0) for metric in metrics)
+        for round_ in (1, 2):
+            run = subprocess.run([gpu_python, str(LAUNCHER), "--num-processes", str(num_gpus)] + scope["args"],
+                                 capture_output=True, text=True, timeout=900, check=False)
+            (results_dir / ("nccl-ep-hand-%s-%d.log" % (key, round_))).write_text(run.stdout + run.stderr)
+            assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-2000:]
+            parsed = parse_output(run.stdout + run.stderr, test="nccl_ep_bench.py")
+            for metric in metrics:
+                hand[metric] = max(hand[metric], _figure(parsed, metric) or 0.0)
+        ratios = dict((metric, round(role[metric] / hand[metric], 3)) for metric in metrics)
+        report[stage] = {"role": role, "hand_best_of_2": hand, "ratio": ratios, "thresholds": record["thresholds"]}
+        print("by hand (best of 2): %s; role / hand: %s" % (hand, ratios), file=sys.stderr)
+        assert all(ratio >= NEP_HAND_RATIO for ratio in ratios.values()), report[stage]
+    (results_dir / "nccl-ep-report.json").write_text(json.dumps(report, indent=2))
