@@ -246,9 +246,7 @@ def _side_by_side_lines(pairs):
     for pair in pairs:
         for run in pair["runs"]:
             title = BACKENDS[run["backend"]]["title"] if run["backend"] in BACKENDS else run["backend"]
-            ratio = run["ratio"]
-            against = "%s / %s" % tuple(fmt_figure(ratio[key]) if ratio[key] is not None else "-"
-                                        for key in ("dispatch_gbps", "combine_gbps"))
+            against = "%s / %s" % (fmt_figure(run["ratio"]["dispatch_gbps"]), fmt_figure(run["ratio"]["combine_gbps"]))
             lines.append("| %s |" % " | ".join(_cell(cell) for cell in (
                 pair["host"], pair["mode"], title, _fmt_figure(run["dispatch_gbps"]), _fmt_figure(run["combine_gbps"]),
                 against, "PASS" if run["passed"] else "FAIL")))
