@@ -76,11 +76,15 @@ options:
         decided as a check (pass, fail with its fix, warn, or not applicable with the reason). It runs no command
         of its own (it shares nvcc, C(ldconfig -p) and the Python probe with V(stack)) and reads libmlx5's symbol
         versions from its ELF file.
+      - V(nccl_ep) is RV(ansible_facts.gpufleet_nccl_ep), NCCL EP (the C(nccl-extensions) wheel) in the environment
+        of O(python) as M(gpufleet.deepep.nccl_ep_env) reads it (the same code, from the Python probe V(stack)
+        shares) - its version, library, the NCCL it requires and the one installed, its dependencies, the env
+        script's JIT cache, and its checks.
       - A set that cannot be gathered is left out and named in RV(gather_errors); the others are still returned.
     type: list
     elements: str
-    choices: [stack, nvidia, rdma, gpus, bundled_nvshmem, sglang, serve_node, linkage, deepep_v2, modules, paths,
-              cuda_toolkit, imports, symbols, initramfs, torch, hca_mapping, packages, gdrdrv, jit_cache, model,
+    choices: [stack, nvidia, rdma, gpus, bundled_nvshmem, sglang, serve_node, linkage, deepep_v2, nccl_ep, modules,
+              paths, cuda_toolkit, imports, symbols, initramfs, torch, hca_mapping, packages, gdrdrv, jit_cache, model,
               nccl]
     default: [stack]
   paths:
@@ -403,6 +407,15 @@ ansible_facts:
         failed: [gin_barrier]
         warnings: []
         ready: false
+    gpufleet_nccl_ep:
+      description:
+        - With V(nccl_ep) in O(gather), NCCL EP in the environment of O(python) (the facts of
+          M(gpufleet.deepep.nccl_ep_env); see its documentation for every key).
+      returned: when O(gather) holds V(nccl_ep)
+      type: dict
+      sample: {installed: true, version: 0.1.0, requires_nccl: 2.30.7,
+               nccl: {package: nvidia-nccl-cu13, version: 2.30.7, package_version: 2.30.7, cuda_major: 13}, missing: [],
+               checks: [{check: nccl_version, status: pass, found: 2.30.7, reason: null, fix: null}]}
     gpufleet_linkage:
       description:
         - With V(linkage) in O(gather), the linkage record of the installed DeepEP (C(linkage) of schema 1 in its

@@ -3,8 +3,10 @@
 """NCCL EP on a real GPU node, through the verify role.
 
 nccl-extensions needs NCCL 2.30.7 exactly: the collection's nccl role builds NCCL from ``--nccl-src`` and pins it in
-the torch environment (the ``nccl_pinned`` fixture, as for DeepEP V2); NCCL EP's wheels (``--nccl-ep-wheels``) are
-installed there by hand, as the collection has no install phase for NCCL EP yet. Then ``verify_intranode`` runs with
+the torch environment (the ``nccl_pinned`` fixture, as for DeepEP V2); the collection's nccl_ep role installs NCCL EP
+there from an offline wheelhouse made of ``--nccl-ep-wheels`` with its SHA256SUMS (tests/gpu/playbooks/
+nccl_ep_install.yml, twice: the second run changes nothing), its facts must say it runs on the pinned NCCL with every
+check passing, and the import must load that NCCL. Then ``verify_intranode`` runs with
 NCCL EP as its backend (tests/gpu/playbooks/nccl_ep.yml): its high-throughput test as the intranode stage and its
 low-latency test as the low-latency stage, through ep_test and the collection's launcher; each must pass NCCL EP's
 gate for the node's GPU family and count with the transport held to NVLink, on the pinned NCCL. The same launcher
@@ -14,7 +16,9 @@ run by hand in the same environment (best of two) is the baseline: the role's fi
 
 from __future__ import annotations
 
+import hashlib
 import json
+import shutil
 import subprocess
 import sys
 
@@ -38,11 +42,19 @@ def _figure(parsed, metric):
 
 @pytest.fixture(scope="module")
 def nccl_ep_installed(nccl_pinned, nccl_ep_wheels, gpu_python, results_dir):
-    wheels = sorted(str(path) for path in nccl_ep_wheels.glob("*.whl"))
-    proc = subprocess.run([gpu_python, "-m", "pip", "install", "--no-index", "--no-deps", "--no-compile"] + wheels,
-                          capture_output=True, text=True, timeout=900, check=False)
-    (results_dir / "nccl-ep-install.log").write_text(proc.stdout + proc.stderr)
-    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    house = results_dir / "nccl-ep-wheelhouse"
+    house.mkdir(exist_ok=True)
+    sums = []
+    for wheel in sorted(nccl_ep_wheels.glob("*.whl")):
+        shutil.copy(wheel, house / wheel.name)
+        sums.append("%s  %s\n" % (hashlib.sha256(wheel.read_bytes()).hexdigest(), wheel.name))
+    (house / "SHA256SUMS").write_text("".join(sums))
+    installs = []
+    for round_ in (1, 2):
+        proc = run_stage("all", results_dir, gpu_python, {"gpu_wheelhouse": str(house), "gpu_round": round_},
+                         playbook="nccl_ep_install.yml", label="nccl-ep-install-%d" % round_)
+        assert proc.returncode == 0, tail(proc)
+        installs.append((load(results_dir, "nccl-ep-install-%d.json" % round_), proc))
     probe = subprocess.run(
         [gpu_python, "-c", "import json, nccl.core as c, nccl.ep as e; v = c.get_version().libnccl; "
                            "print(json.dumps({'nccl': str(v.version), 'path': str(v.path), "
@@ -52,7 +64,21 @@ def nccl_ep_installed(nccl_pinned, nccl_ep_wheels, gpu_python, results_dir):
     info = json.loads(probe.stdout.strip().splitlines()[-1])
     (results_dir / "nccl-ep-versions.json").write_text(json.dumps(info, indent=2))
     print("\nNCCL EP %s on NCCL %s (%s)" % (info["nccl_ep"], info["nccl"], info["path"]), file=sys.stderr)
-    return info
+    return dict(info, installs=installs)
+
+
+def test_the_nccl_ep_role_installs_once_from_the_checked_wheelhouse(nccl_ep_installed):
+    (first, dummy), (second, proc) = nccl_ep_installed["installs"]
+    assert first["changed"] and first["reasons"], first
+    assert "--no-index" in first["commands"][-1] and first["commands"][-1][-2:] == [
+        "nccl-extensions==0.1.0", "cuda-bindings==13.*"], first["commands"]
+    assert not second["changed"] and second["commands"] == [], second
+    assert "changed=0" in proc.stdout, tail(proc)
+    facts = second["facts"]
+    assert facts["version"] == "0.1.0" and facts["requires_nccl"] == "2.30.7" and facts["missing"] == [], facts
+    assert facts["nccl"]["version"] == "2.30.7" and facts["library_cuda"] == 13, facts
+    assert {c["check"]: c["status"] for c in facts["checks"]} == {
+        "library": "pass", "cuda_13": "pass", "nccl_version": "pass", "dependencies": "pass", "gpu_arch": "pass"}, facts
 
 
 def test_nccl_ep_loads_the_nccl_the_collection_pinned(nccl_ep_installed, nccl_pinned):
@@ -68,7 +94,11 @@ def test_nccl_ep_through_the_verify_role_passes_its_gates_with_transport_truth(n
     proc = run_stage("all", results_dir, gpu_python, {}, playbook="nccl_ep.yml", label="nccl-ep-verify")
     assert proc.returncode == 0, tail(proc)
     records = load(results_dir, "nccl_ep_verify.json")
-    report = {}
+    # The role's runs compiled NCCL EP's kernels into the cache the env script names (NCCL_EP_JIT_CACHE_DIR).
+    kernels = sorted(path.parent.name for path in (results_dir / "nccl-ep-jit").glob("*/kernel.cubin"))
+    print("\nNCCL EP JIT cache after the role's runs: %d kernels" % len(kernels), file=sys.stderr)
+    assert kernels, "the verify runs compiled no kernel into NCCL_EP_JIT_CACHE_DIR"
+    report = {"jit_kernels": len(kernels)}
     for key, stage, metrics in MODES:
         record = records[key]
         assert record["backend"] == "nccl_ep" and record["stage"] == stage, record

@@ -24,7 +24,9 @@ from ansible_collections.gpufleet.deepep.plugins.plugin_utils._verify.bandwidth 
 REPO = Path(__file__).resolve().parents[2]
 CAPTURED = REPO / "tests" / "fixtures" / "captured" / "h200x1"
 LAUNCHER = REPO / "roles" / "verify_common" / "files" / "nccl_ep_bench.py"
-STANDIN = REPO / "tools" / "fleetsim" / "fixtures" / "wheels" / "nccl_extensions-0.1.0"
+# NCCL EP's stack as fleetsim's fixture wheels (nccl-extensions, nccl4py, cuda-core, cuda-bindings, cuda-pathfinder).
+STANDIN = os.pathsep.join(str(REPO / "tools" / "fleetsim" / "fixtures" / "wheels" / name) for name in (
+    "nccl_extensions-0.1.0", "nccl4py-0.6.0", "cuda_core-1.2.2", "cuda_bindings-13.5.0", "cuda_pathfinder-1.9.1"))
 # A bound for a launcher run on stand-ins, so a hung rendezvous fails the test instead of hanging it (not a limit on
 # how fast it runs: the runs take seconds).
 BOUND_S = 300
@@ -169,7 +171,7 @@ def test_the_descriptor_runs_the_launcher_beside_run_deepep_in_both_modes():
 # ---------------------------------------------------------------------------------------------------------------
 
 def run_launcher(*args, env=None):
-    environ = dict(os.environ, PYTHONPATH=str(STANDIN))
+    environ = dict(os.environ, PYTHONPATH=STANDIN)
     for key in ("WORLD_SIZE", "RANK", "MASTER_ADDR", "MASTER_PORT"):
         environ.pop(key, None)
     environ.update(env or {})
@@ -299,7 +301,7 @@ def test_two_nodes_on_loopback_meet_at_the_rendezvous_and_report_the_rdma_share(
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
-    environ = dict(os.environ, PYTHONPATH=str(STANDIN), WORLD_SIZE="2", MASTER_ADDR="127.0.0.1",
+    environ = dict(os.environ, PYTHONPATH=STANDIN, WORLD_SIZE="2", MASTER_ADDR="127.0.0.1",
                    MASTER_PORT=str(port))
     argv = [sys.executable, str(LAUNCHER), "--num-processes", "2", "--algorithm", "ht", "--tokens", "32",
             "--hidden", "256", "--warmup", "1", "--iters", "3"]

@@ -117,6 +117,7 @@ OLD_AUDIT_EXPECT = """{{ {'hca_prefix': audit_expected_hca_prefix if audit_expec
     'profile': audit_profile if audit_profile | length > 0 else none,
     'intranode_only': gpufleet_intranode_only | default(false) | bool,
     'deepep_v2': audit_expected_deepep_v2 | bool,
+    'nccl_ep': audit_expected_nccl_ep | bool,
     'nccl_pin': (nccl_version | default('') if nccl_enabled | default(false) | bool else '') or none,
     'sglang': audit_sglang_expect if audit_sglang | bool else none,
     'unset': ([] if audit_profile | length > 0 else ['gpufleet_profile'])

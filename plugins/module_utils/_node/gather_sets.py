@@ -18,6 +18,7 @@ from __future__ import annotations
 import os
 from collections import namedtuple
 
+from ansible_collections.gpufleet.deepep.plugins.module_utils._comm.nccl_ep import check_nccl_ep, read_nccl_ep
 from ansible_collections.gpufleet.deepep.plugins.module_utils._node.commands import (
     PrefetchRunner,
     find_executable,
@@ -305,6 +306,19 @@ def _deepep_v2_facts(ctx):
         across_nodes=opts.deepep_v2_across_nodes)
 
 
+def _nccl_ep_facts(ctx):
+    """``gpufleet_nccl_ep``: NCCL EP in the torch environment (``_comm/nccl_ep``, the reader of
+    gpufleet.deepep.nccl_ep_env), from the Python probe; its GPU check takes the GPUs of gpus when gathered too."""
+    opts = ctx.options
+    # An interpreter that cannot be probed is the stack's finding already: here it is the facts' error, not a gap.
+    facts = read_nccl_ep(ctx.py, root=opts.root, env_exports=gather_env_script(opts.root, opts.env_script)["exports"])
+    if facts["installed"] and isinstance(ctx.facts.get("gpufleet_gpus"), dict):
+        caps = [g.get("compute_capability") for g in ctx.facts["gpufleet_gpus"].get("gpus") or []
+                if g.get("compute_capability")]
+        facts["checks"] = check_nccl_ep(facts, gpus=caps)
+    return facts
+
+
 # --- the registry ---------------------------------------------------------------------------------------------
 
 # One facts set: ``name`` (node_stack's gather choice), ``fact`` (its facts name), ``options`` (the fields of
@@ -340,6 +354,8 @@ GATHER_SETS = (
                                                   "nvidia_smi", "timeout", "deepep_v2_tree", "deepep_v2_nic_name",
                                                   "deepep_v2_over_rdma", "deepep_v2_across_nodes"),
               ("nvcc_ldconfig", "rdma", "python_probe", "nvidia_smi"), _deepep_v2_facts),
+    GatherSet("nccl_ep", "gpufleet_nccl_ep", ("root", "python", "env_script", "timeout"), ("python_probe",),
+              _nccl_ep_facts),
 )
 _BY_NAME = dict((entry.name, entry) for entry in GATHER_SETS)
 # What gather_node can read, by name (node_stack's gather choices): the default set first, then the others in the
@@ -413,6 +429,11 @@ def gather_node(gather=("stack",), options=None, runner=subprocess_runner):
     mlx5_0) ACTIVE, libmlx5's symbol versions, /dev/infiniband, NCCL_CUMEM_ENABLE=0 anywhere, NCCL build vs
     runtime, the GIN barrier fix; ``deepep_v2_over_rdma``/``deepep_v2_across_nodes`` say where the RDMA and
     multi-node checks apply. It reuses the stack's nvcc, ldconfig and Python probe (no command of its own).
+
+    ``nccl_ep``: ``gpufleet_nccl_ep``, NCCL EP (nccl-extensions) in the environment of ``python`` as
+    gpufleet.deepep.nccl_ep_env reads it: its version, library, the NCCL it requires and the one installed, its
+    dependencies, the env script's JIT cache and its kernels, and its checks (CUDA 13, the NCCL version, the
+    dependencies, the GPUs' arch when ``gpus`` is gathered too). It reuses the Python probe.
 
     ``serve_node``: ``gpufleet_serve_node``, what serving's preflight (gpufleet.deepep.serve_plan's ``nodes``) needs
     of an engine node - its interfaces (``ip -j addr show``, started with the others), the values of the env scripts

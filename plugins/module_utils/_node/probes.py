@@ -48,7 +48,8 @@ try:
 except ImportError:
     metadata = None
 if metadata is not None:
-    pat = re.compile(r"^(torch|deep[-_]ep|nvidia-nccl-cu\d+|nvidia-nvshmem-cu\d+|nvidia-cuda-runtime-cu\d+)$", re.I)
+    pat = re.compile(r"^(torch|deep[-_]ep|nvidia-nccl-cu\d+|nvidia-nvshmem-cu\d+|nvidia-cuda-runtime-cu\d+"
+                     r"|nccl[-_.]extensions|nccl4py|cuda[-_.](core|bindings|pathfinder)|numpy)$", re.I)
     seen = set()
     for dist in metadata.distributions():
         name = dist.metadata["Name"] or ""
