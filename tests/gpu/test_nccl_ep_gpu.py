@@ -21,6 +21,8 @@ import json
 import shutil
 import subprocess
 import sys
+import tempfile
+from pathlib import Path
 
 import pytest
 
@@ -42,8 +44,8 @@ def _figure(parsed, metric):
 
 @pytest.fixture(scope="module")
 def nccl_ep_installed(nccl_pinned, nccl_ep_wheels, gpu_python, results_dir):
-    house = results_dir / "nccl-ep-wheelhouse"
-    house.mkdir(exist_ok=True)
+    # Outside the results directory (which comes back from the GPU machine): the wheels are tens of megabytes.
+    house = Path(tempfile.mkdtemp(prefix="gpufleet-nccl-ep-wheelhouse-"))
     sums = []
     for wheel in sorted(nccl_ep_wheels.glob("*.whl")):
         shutil.copy(wheel, house / wheel.name)

@@ -7,6 +7,7 @@ gates, what a slow, wrong or dead run gives, and the launcher itself run end to 
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import subprocess
@@ -261,6 +262,39 @@ def test_the_summary_shows_deepep_and_nccl_ep_side_by_side_on_the_same_gpus():
     assert "## EP backends side by side (same node, same GPUs)" in text
     assert "| h200-1 | low latency | NCCL EP | 247.42 | 382.71 | 0.59 / 0.56 | PASS |" in text
     assert "| h200-1 | low latency | DeepEP V1 | 420.14 | 685.34 | 1 / 1 | PASS |" in text
+
+
+def test_the_audit_report_shows_the_two_backends_side_by_side_under_the_node():
+    """The fleet report (audit_fleet_report's verify_summary) puts the summary's side_by_side under the node, and names
+    each verification row's backend where the node ran two."""
+    import yaml
+
+    from ansible_collections.gpufleet.deepep.plugins.plugin_utils._audit.engine import audit_fleet
+    from ansible_collections.gpufleet.deepep.plugins.plugin_utils._audit.report_html import render_html
+    from ansible_collections.gpufleet.deepep.plugins.plugin_utils._audit.report_markdown import render_markdown
+    from ansible_collections.gpufleet.deepep.plugins.plugin_utils._audit.verification import attach_verification
+    from ansible_collections.gpufleet.deepep.plugins.plugin_utils._verify import records, summary
+
+    deepep_ll = judge_mod.judge(spec("low_latency_intranode"), log("../h200x1/verify-low-latency-1gpu.log"), 0, False,
+                                900, "tests/test_low_latency.py", host="h200-1", backend="v1")
+    skipped = judge_mod.not_run(spec("intranode"), "not run: DeepEP V1's intranode kernels exist for 2, 4, 8 local "
+                                "ranks (DeepEP's SWITCH_RANKS), and this node runs 1", "tests/test_intranode.py",
+                                host="h200-1", backend="v1")
+    nccl_ep = [judged(log("nccl-ep-ll-1gpu.log"), "low_latency_intranode")]
+    rows = records.play_records({"h200-1": {"verify_intranode_record": skipped, "verify_intranode_ll_record": deepep_ll,
+                                            "verify_intranode_nccl_ep_records": nccl_ep}}, ["h200-1"], internode=False)
+    result = json.loads(json.dumps(summary.summarize(rows)))
+    doc = json.loads((REPO / "tests" / "fixtures" / "audit" / "healthy_node.json").read_text())
+    catalogue = yaml.safe_load((REPO / "roles" / "audit" / "files" / "rules.yml").read_text())
+    fleet = attach_verification(audit_fleet({"h200-1": doc}, catalogue), result, source="summary.json")
+    md = render_markdown(fleet)
+    assert "EP backends side by side (same node, same GPUs; GB/s):" in md
+    assert "| low latency | DeepEP V1 | 420.14 | 685.34 | 1 / 1 | PASS |" in md
+    assert "| low latency | NCCL EP | 247.42 | 382.71 | 0.59 / 0.56 | PASS |" in md
+    assert "| low_latency_intranode (NCCL EP) | h200-1 |" in md and "| low_latency_intranode (DeepEP V1) |" in md
+    page = render_html(fleet)
+    assert "<h4>EP backends side by side (same node, same GPUs)</h4>" in page
+    assert "<td>NCCL EP</td><td>247.42</td><td>382.71</td><td>0.59 / 0.56</td><td>PASS</td>" in page
 
 
 def test_a_run_of_one_backend_alone_has_no_side_by_side_section():

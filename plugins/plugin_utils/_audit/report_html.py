@@ -16,7 +16,11 @@ import html
 from ansible_collections.gpufleet.deepep.plugins.plugin_utils._audit.report_text import (
     _findings_by_severity, _key_names, _label, _not_judged_by_rule, _pretty, _sorted_hosts, _text, _value,
     summary_line)
-from ansible_collections.gpufleet.deepep.plugins.plugin_utils._audit.verification import linkage_rows, verify_rows
+from ansible_collections.gpufleet.deepep.plugins.plugin_utils._audit.verification import (
+    linkage_rows,
+    side_by_side_rows,
+    verify_rows,
+)
 
 CSS = """
 :root { --crit: #b42318; --crit-bg: #fef3f2; --warn: #b54708; --warn-bg: #fffaeb; --info: #175cd3;
@@ -166,6 +170,19 @@ def _verify_html(node):
         out.append('<tr class="row-%s"><td>%s</td><td>%s</td><td>%s</td><td>%s</td><td>%s</td><td>%s%s</td></tr>'
                    % (cls, _e(row["stage"]), _e(row["scope"]), figures, gates, transport, _e(row["result"]),
                       reasons))
+    return out + ["</tbody></table>"]
+
+
+def _side_by_side_html(node):
+    rows = side_by_side_rows(node)
+    if not rows:
+        return []
+    out = ['<h4>EP backends side by side (same node, same GPUs)</h4>', '<table class="sub"><thead><tr><th>mode</th>'
+           '<th>backend</th><th>dispatch (GB/s)</th><th>combine (GB/s)</th><th>against the first</th><th>result</th>'
+           '</tr></thead><tbody>']
+    for row in rows:
+        out.append('<tr class="row-%s">%s</tr>' % ("ok" if row["result"] == "PASS" else "critical", "".join(
+            "<td>%s</td>" % _e(row[key]) for key in ("mode", "backend", "dispatch", "combine", "against", "result"))))
     return out + ["</tbody></table>"]
 
 
@@ -343,7 +360,7 @@ def _node_html(host, node):
         evidence = finding.get("evidence")
         parts += _finding_html(host, finding, finding["severity"],
                                _pretty(evidence) if evidence not in (None, "", [], {}) else None)
-    return parts + _linkage_html(node) + _verify_html(node) + ["</section>"]
+    return parts + _linkage_html(node) + _verify_html(node) + _side_by_side_html(node) + ["</section>"]
 
 
 def render_html(fleet):

@@ -11,7 +11,11 @@ from __future__ import annotations
 from ansible_collections.gpufleet.deepep.plugins.plugin_utils._audit.report_text import (
     _findings_by_severity, _key_names, _label, _not_judged_by_rule, _pretty, _sorted_hosts, _text, _value,
     summary_line)
-from ansible_collections.gpufleet.deepep.plugins.plugin_utils._audit.verification import linkage_rows, verify_rows
+from ansible_collections.gpufleet.deepep.plugins.plugin_utils._audit.verification import (
+    linkage_rows,
+    side_by_side_rows,
+    verify_rows,
+)
 
 
 def _md_cell(value):
@@ -85,6 +89,18 @@ def _verify_markdown(node):
     for row in rows:
         for reason in row["reasons"] if row["result"] != "PASS" else []:
             out.append("- %s (%s): %s" % (_md_cell(row["scope"]), row["stage"], _md_cell(reason)))
+    return out + [""]
+
+
+def _side_by_side_markdown(node):
+    rows = side_by_side_rows(node)
+    if not rows:
+        return []
+    out = ["EP backends side by side (same node, same GPUs; GB/s):", "",
+           "| mode | backend | dispatch | combine | against the first | result |", "|---|---|---|---|---|---|"]
+    for row in rows:
+        cells = [row[key] for key in ("mode", "backend", "dispatch", "combine", "against", "result")]
+        out.append("| %s |" % " | ".join(_md_cell(cell) for cell in cells))
     return out + [""]
 
 
@@ -225,11 +241,11 @@ def _node_markdown(host, node):
     if node.get("groups"):
         out += ["Groups: %s" % ", ".join(node["groups"]), ""]
     if not node.get("reachable", True):
-        return out + ["Not reachable: no facts gathered.", ""] + _verify_markdown(node)
+        return out + ["Not reachable: no facts gathered.", ""] + _verify_markdown(node) + _side_by_side_markdown(node)
     if not node.get("findings"):
         out += ["No findings.", ""]
     out += _findings_of_node_markdown(node) + _not_judged_of_node_markdown(node)
-    return out + _linkage_markdown(node) + _verify_markdown(node)
+    return out + _linkage_markdown(node) + _verify_markdown(node) + _side_by_side_markdown(node)
 
 
 def render_markdown(fleet):

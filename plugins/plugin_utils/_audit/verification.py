@@ -6,17 +6,21 @@ checked against the node (``gpufleet_linkage``: NCCL and NVSHMEM linked and load
 covers, torch, libstdc++), and the node's last verification (a ``verify_summary`` result, summary.json of
 playbooks/verify.yml): each figure beside its gate, the transport that really ran and its policy's verdict.
 
-``attach_verification(fleet, summary, source)`` puts the verification rows under each node (``verify``) and a
-fleet-level ``verification`` entry; ``linkage_rows(node)`` and ``verify_rows(node)`` are what the renderers show.
+``attach_verification(fleet, summary, source)`` puts the verification rows under each node (``verify``), the
+summary's EP backends run side by side on that node (``side_by_side``: NCCL EP beside DeepEP on the same GPUs) and a
+fleet-level ``verification`` entry; ``linkage_rows(node)``, ``verify_rows(node)`` and ``side_by_side_rows(node)`` are
+what the renderers show.
 
 Pure logic (the standard library and the verify summary's figure format).
 """
 
 from __future__ import annotations
 
+from ansible_collections.gpufleet.deepep.plugins.plugin_utils._verify.backends import BACKENDS
 from ansible_collections.gpufleet.deepep.plugins.plugin_utils._verify.summary import METRIC_LABELS, fmt_figure
 
-__all__ = ["VerificationInputError", "attach_verification", "linkage_rows", "verify_rows", "METRICS"]
+__all__ = ["VerificationInputError", "attach_verification", "linkage_rows", "verify_rows", "side_by_side_rows",
+           "METRICS"]
 
 METRICS = METRIC_LABELS
 _FORM = ("the summary.json a verification run wrote (playbooks/verify.yml, verify_intranode, verify_internode): "
@@ -46,6 +50,9 @@ def attach_verification(fleet, summary, source=None):
             nodes[row["host"]].setdefault("verify", []).append(row)
         elif row["host"] not in other:
             other.append(row["host"])
+    for entry in summary.get("side_by_side") or []:
+        if isinstance(entry, dict) and entry.get("host") in nodes and isinstance(entry.get("runs"), list):
+            nodes[entry["host"]].setdefault("side_by_side", []).append(entry)
     counts = summary.get("counts") if isinstance(summary.get("counts"), dict) else {}
     fleet["verification"] = {"source": source, "passed": bool(summary.get("passed")), "counts": counts,
                              "other_hosts": other}
@@ -83,10 +90,16 @@ def linkage_rows(node):
     return rows
 
 
+def _backend_title(name):
+    return BACKENDS[name]["title"] if name in BACKENDS else str(name)
+
+
 def verify_rows(node):
     """The node's verification rows as shown: ``{stage, scope, figures: [(label, value, gate, ok)], transport,
-    transport_ok, result, reasons}``; a figure's ``ok`` is None where no gate applies."""
+    transport_ok, result, reasons}``; a figure's ``ok`` is None where no gate applies. Where more than one EP backend
+    ran on the node, each row's stage names its backend."""
     out = []
+    several = len(set(row.get("backend") for row in node.get("verify") or [] if row.get("backend"))) > 1
     for row in node.get("verify") or []:
         gbps = row.get("gbps") or {}
         gates = row.get("thresholds") or {}
@@ -99,10 +112,29 @@ def verify_rows(node):
             figures.append({"label": label, "value": fmt_figure(value), "gate": None if gate is None else fmt_figure(gate),
                             "ok": ok})
         transport = row.get("transport") if isinstance(row.get("transport"), dict) else None
-        out.append({"stage": row.get("stage") or "test", "scope": row.get("scope") or row.get("host"),
+        stage = row.get("stage") or "test"
+        if several and row.get("backend"):
+            stage = "%s (%s)" % (stage, _backend_title(row["backend"]))
+        out.append({"stage": stage, "scope": row.get("scope") or row.get("host"),
                     "figures": figures,
                     "transport": transport.get("brief") if transport else None,
                     "transport_ok": transport.get("passed") if transport else None,
                     "result": "PASS" if row.get("passed") else str(row.get("status") or "fail").upper(),
                     "reasons": list(row.get("reasons") or []) + list(row.get("diagnosis") or [])})
+    return out
+
+
+def side_by_side_rows(node):
+    """The EP backends run on the same GPUs of the node (the verify summary's ``side_by_side``), one row per mode and
+    backend: ``{mode, backend, dispatch, combine, against, result}`` (figures in GB/s as the summary writes them;
+    ``against`` the first backend's, as dispatch / combine ratios)."""
+    out = []
+    for entry in node.get("side_by_side") or []:
+        for run in entry.get("runs") or []:
+            ratio = run.get("ratio") or {}
+            out.append({"mode": entry.get("mode") or entry.get("stage"), "backend": _backend_title(run.get("backend")),
+                        "dispatch": fmt_figure(run.get("dispatch_gbps")), "combine": fmt_figure(run.get("combine_gbps")),
+                        "against": "%s / %s" % (fmt_figure(ratio.get("dispatch_gbps")),
+                                                fmt_figure(ratio.get("combine_gbps"))),
+                        "result": "PASS" if run.get("passed") else "FAIL"})
     return out
