@@ -25,8 +25,9 @@ import re
 
 from ansible_collections.gpufleet.deepep.plugins.module_utils._arch import torch_to_cmake_arch
 
-__all__ = ["SPECS", "FAMILIES", "GATES", "BACKEND_GATES", "BACKEND_UNGATED", "UNGATED", "UNGATED_BY_SCOPE", "SCOPES", "profile_tokens", "family_of",
-           "compute_capability", "torch_arch", "cmake_arch", "gate_table", "token_key", "ungated_reason"]
+__all__ = ["SPECS", "FAMILIES", "GATES", "BACKEND_GATES", "BACKEND_UNGATED", "BACKEND_UNMEASURED", "UNGATED",
+           "UNGATED_BY_SCOPE", "SCOPES", "profile_tokens", "family_of", "compute_capability", "torch_arch",
+           "cmake_arch", "gate_table", "token_key", "ungated_reason"]
 
 # Family -> hardware. ``arch``: CUDA compute capability, PyTorch's notation. Sources: a100, a800 8.0; h100, h800,
 #   h200 9.0; b200, gb200 10.0; b300, gb300 10.3: the PCI device table of module_utils/_pci.py (GPU_DEVICE_IDS; a unit
@@ -257,6 +258,9 @@ BACKEND_GATES = {
 # What NCCL EP v0.1 does not run (its RELEASE.md: Hopper or Blackwell, CUDA 13): its gates refuse the family by name.
 _NEP_NOT_ON = "NCCL EP v0.1 runs on Hopper or Blackwell GPUs only (its RELEASE.md); this family is neither"
 BACKEND_UNGATED = {"nccl_ep": {"a100": _NEP_NOT_ON}}
+# Figures a backend does not measure: where its run takes DeepEP's gate (a scope it has no gates of its own for), these
+# metrics are not gated (a missing figure would fail the run for what the backend cannot do).
+BACKEND_UNMEASURED = {"nccl_ep": ("dispatch_fp8_nvl_gbps", "dispatch_fp8_rdma_gbps")}  # NCCL EP v0.1: no FP8 dispatch
 
 # Families the collection knows and has no gate for: a profile of one is refused with this reason.
 UNGATED = {
@@ -292,6 +296,14 @@ def gate_table(scope, backend=None):
     table = dict((name, dict(entry)) for name, entry in GATES[scope].items()
                  if name not in (BACKEND_UNGATED.get(backend) or {}))
     table.update((name, dict(entry)) for name, entry in ((BACKEND_GATES.get(backend) or {}).get(scope) or {}).items())
+    unmeasured = BACKEND_UNMEASURED.get(backend) or ()
+    for entry in table.values() if unmeasured else ():
+        if isinstance(entry.get("by_gpus"), dict):  # copies: the collection's own entries stay as they are
+            entry["by_gpus"] = dict((count, dict(part)) for count, part in entry["by_gpus"].items())
+        for part in [entry] + list((entry.get("by_gpus") or {}).values()):
+            for metric in unmeasured:
+                if metric in part:
+                    part[metric] = None
     return table
 
 

@@ -350,9 +350,66 @@ def test_two_nodes_on_loopback_meet_at_the_rendezvous_and_report_the_rdma_share(
                 node.wait()
     assert [node.returncode for node in nodes] == [0, 0], outputs
     first, second = outputs
-    assert "Ranks:           4" in first and "Nodes:           2" in first and second.strip() == ""
+    assert "Ranks:           4" in first and "Nodes:           2" in first
+    # each node's log holds the group's figures (its local rank 0 prints them): each node judges its own log
+    assert second.split("=== NCCL EP Performance Benchmark ===")[1] == first.split("=== NCCL EP Performance Benchmark ===")[1]
     parsed = parse_output(first, test="nccl_ep_bench.py")
     assert parsed["test"] == "internode" and parsed["complete"] and parsed["cases"]["passed"] == 1
     rdma = parsed["dispatch"]["bf16"]["rdma_gbps"]
     # half the experts live on the other node: a real share of each rank's tokens leaves it
     assert 0 < rdma < parsed["dispatch"]["bf16"]["nvl_gbps"] + rdma, parsed["dispatch"]
+    # NCCL EP has no high-throughput gates of its own across nodes: DeepEP's B200 gate, less its FP8 dispatch (NCCL EP
+    # v0.1 has no FP8), and the record says the gate was measured with DeepEP
+    record = judged(first, "internode", gpus=4, profile="b200", family="b200", fabric="roce")
+    assert record["thresholds"]["dispatch_fp8_rdma_gbps"] is None and record["thresholds"]["dispatch_bf16_rdma_gbps"] == 45
+    assert record["gate"]["passed"], record["gate"]
+    assert _gpu_families.GATES["internode"]["b200"]["dispatch_fp8_rdma_gbps"] == 40
+
+
+def _sysfs_with_an_active_nic(root):
+    port = root / "class" / "infiniband" / "mlx5_0" / "ports" / "1"
+    port.mkdir(parents=True)
+    (port / "state").write_text("4: ACTIVE\n")
+    return root
+
+
+@pytest.mark.parametrize("gin_type, passed", [("3", True), ("2", False)])
+def test_two_nodes_sharing_only_the_network_run_low_latency_with_transport_truth(tmp_path, gin_type, passed):
+    """The stand-in's ranks share nothing but the network (each node its own TMPDIR): LL dispatch's counters go through
+    the exchange the unique id names, as NCCL's bootstrap does. With NCCL_DEBUG=INFO each rank prints NCCL's bring-up
+    (IB with GPUDirect RDMA on a node with an ACTIVE NIC, GIN as the type asked): the backend's transport policy across
+    nodes passes GIN GDAKI and refuses the CPU proxy (NCCL_GIN_TYPE=2)."""
+    import socket
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    sysfs = _sysfs_with_an_active_nic(tmp_path / "sys")
+    environ = dict(os.environ, PYTHONPATH=STANDIN, WORLD_SIZE="2", MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port),
+                   NCCL_DEBUG="INFO", NCCL_GIN_TYPE=gin_type, FLEETSIM_SYSFS_ROOT=str(sysfs))
+    argv = [sys.executable, str(LAUNCHER), "--num-processes", "2", "--algorithm", "ll", "--experts", "288",
+            "--tokens", "16", "--hidden", "256", "--warmup", "1", "--iters", "3"]
+    nodes = []
+    for rank in (0, 1):
+        scratch = tmp_path / ("node%d" % rank)
+        scratch.mkdir()
+        nodes.append(subprocess.Popen(argv, env=dict(environ, RANK=str(rank), TMPDIR=str(scratch)),
+                                      stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True))
+    try:
+        outputs = [node.communicate(timeout=BOUND_S)[0] for node in nodes]
+    finally:
+        for node in nodes:
+            if node.poll() is None:
+                node.kill()
+                node.wait()
+    assert [node.returncode for node in nodes] == [0, 0], outputs
+    assert "Validation: passed" in outputs[0]
+    assert all(not list((tmp_path / ("node%d" % rank)).iterdir()) for rank in (0, 1))
+    assert "NET/IB : Using [0]mlx5_0:1/RoCE [RO]; OOB eth0:192.0.2.2<0>" in outputs[1]
+    record = judged(outputs[0], "low_latency_internode", gpus=4, fabric="roce")
+    assert record["parsed"]["low_latency"]["ranks"] == 4
+    assert record["transport"]["gate"]["passed"] is passed, record["transport"]
+    assert record["transport"]["brief"].startswith("NCCL 2.30.7 net IB"), record["transport"]
+    assert ("GIN GDAKI" if passed else "GIN PROXY") in record["transport"]["brief"], record["transport"]
+    if not passed:
+        assert any("PROXY" in reason for reason in record["transport"]["gate"]["reasons"]), record["transport"]

@@ -215,8 +215,8 @@ def test_cuda_12_is_refused():
     ({"version": "v0.1"}, "version 'v0.1': expected a release N.N.N such as 0.1.0"),
     ({"compute_capabilities": ["sm90"]}, "compute capability 'sm90': expected MAJOR.MINOR such as 9.0"),
     ({"job_nodes": 0}, "job_nodes 0 and gpus_per_node 8: expected positive integers"),
-    ({"requirements_hashes": {"nccl-extensions": ["0" * 64]}}, "requirements_hashes key 'nccl-extensions': expected "
-                                                              "<project>==<version>"),
+    ({"requirements_hashes": {"nccl-extensions": ["0" * 64]}},
+     "requirements_hashes key 'nccl-extensions': expected <project>==<version>"),
     ({"requirements_hashes": {"nvidia-nccl-cu13==2.30.7": ["0" * 64]}}, "NCCL is the nccl role's pin"),
     ({"requirements_hashes": {"numpy==2.4.6": ["zz"]}}, "expected a list of sha256 (64 hex digits)"),
     ({"python": "/nonexistent/python"}, "python '/nonexistent/python' is not an executable interpreter"),
@@ -304,3 +304,26 @@ def test_every_nccl_ep_rule_has_a_case_and_a_healthy_node_is_quiet(venv, wheelho
     ids.add("NCCL_EP_JIT_CACHE_UNSET")
     rules = {r["id"] for r in validate_rules(CATALOGUE) if r["id"].startswith("NCCL_EP_")}
     assert rules == ids
+
+
+# ------------------------------------------------------------------------------------------------ the real H200
+
+ROLE_RUN = FIXTURES / "captured" / "h200x1" / "nccl-ep-role"
+
+
+def test_the_roles_install_on_the_real_h200_judged_by_the_audit():
+    """tests/gpu/test_nccl_ep_gpu.py's install (the nccl_ep role over the nccl role's source-built NCCL 2.30.7, from
+    the carried wheelhouse): the first run installed, the second changed nothing; the NCCL is the header's 2.30.7
+    while the pip package's metadata still says 2.28.9 (the nccl role copies its build over the package's files), and
+    every check passed. The audit's rules find nothing but the JIT cache the module's default env script did not
+    name there."""
+    first = json.loads((ROLE_RUN / "nccl-ep-install-1.json").read_text())
+    second = json.loads((ROLE_RUN / "nccl-ep-install-2.json").read_text())
+    assert first["changed"] and first["commands"][0][-2:] == ["nccl-extensions==0.1.0", "cuda-bindings==13.*"]
+    assert not second["changed"] and second["commands"] == []
+    facts = second["facts"]
+    assert facts["nccl"] == {"package": "nvidia-nccl-cu13", "version": "2.30.7", "package_version": "2.28.9",
+                             "cuda_major": 13}
+    assert set(checks(facts).values()) == {"pass"} and facts["library_cuda"] == 13
+    assert [r for r, _m in found(nccl_ep_doc(facts))] == ["NCCL_EP_JIT_CACHE_UNSET"]
+    assert found(nccl_ep_doc(dict(facts, jit_cache_dir="/var/cache/nccl-ep/jit", jit_kernels=5))) == []

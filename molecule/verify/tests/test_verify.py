@@ -44,7 +44,7 @@ def fleetsim(*argv):
 
 def test_healthy_fleet_passes_everywhere():
     data = summary("verify-pass")
-    assert data["passed"] and data["counts"] == {"total": 20, "passed": 20, "failed": 0}
+    assert data["passed"] and data["counts"] == {"total": 24, "passed": 24, "failed": 0}
     assert sorted(r["host"] for r in rows("verify-pass", "intranode")) == NODES
     for row in rows("verify-pass", "internode"):
         assert row["nic"]["passed"] and len(row["nic"]["busy"]) == 8, row
@@ -55,7 +55,7 @@ def test_healthy_fleet_passes_everywhere():
     for node in NODES:
         assert (EPHEMERAL / "verify-pass" / node / "intranode.log").is_file()
     table = (EPHEMERAL / "verify-pass" / "summary.md").read_text()
-    assert "| node / pair | test | cases |" in table and "20 of 20 passed." in table
+    assert "| node / pair | test | cases |" in table and "24 of 24 passed." in table
     assert "| LL disp | LL comb |" in table
 
 
@@ -83,10 +83,24 @@ def test_low_latency_runs_on_every_node_and_across_every_group_with_its_gates_an
 def test_nccl_ep_runs_beside_deepep_in_both_modes_and_the_summary_shows_them_side_by_side():
     """NCCL EP on b200_a's nodes, on fleetsim's stand-in stack (the collection's launcher runs for real over it): 8
     ranks in each mode, gated by NCCL EP's own B200 gates (the Hopper figures as a provisional floor), held to NVLink;
-    the summary pairs each node's DeepEP and NCCL EP runs of a mode."""
+    across the group b200_a, 16 ranks in each mode held to IB with GPUDirect RDMA and GIN GDAKI (the stand-in's ranks
+    exchange over the network, as NCCL's bootstrap does); the summary pairs each node's DeepEP and NCCL EP runs of a
+    mode, on one node and across the group."""
     ours = rows("verify-pass", backend="nccl_ep")
     assert sorted((r["host"], r["stage"]) for r in ours) == [
-        (host, stage) for host in ("b200-a-1", "b200-a-2") for stage in ("intranode", "low_latency_intranode")]
+        (host, stage) for host in ("b200-a-1", "b200-a-2")
+        for stage in ("internode", "intranode", "low_latency_internode", "low_latency_intranode")]
+    across = [r for r in ours if r["stage"].endswith("internode")]
+    ours = [r for r in ours if not r["stage"].endswith("internode")]
+    for row in across:
+        # 16 ranks over the group b200_a: NCCL's IB network with GPUDirect RDMA and GIN as GDAKI (NCCL_GIN_TYPE=3)
+        assert row["passed"] and row["group"] == "b200_a" and row["transport"]["passed"], row
+        assert "net IB" in row["transport"]["brief"] and "GIN GDAKI" in row["transport"]["brief"], row["transport"]
+        assert (EPHEMERAL / "verify-pass" / row["host"] / ("b200_a-nccl_ep_%s.log" % row["stage"])).is_file()
+        if row["stage"] == "low_latency_internode":
+            assert (row["gbps"]["ll_dispatch_gbps"], row["gbps"]["ll_combine_gbps"]) == (76.7, 73.0), row
+        else:
+            assert row["gbps"]["dispatch_bf16_rdma_gbps"] > 0 and row["gbps"]["combine_rdma_gbps"] > 0, row
     for row in ours:
         assert row["passed"] and row["test"] == "nccl_ep_bench.py" and row["generation"] == "nccl_ep", row
         assert row["transport"]["passed"] and "NVLink 5" in row["gate_provisional"], row
@@ -98,7 +112,7 @@ def test_nccl_ep_runs_beside_deepep_in_both_modes_and_the_summary_shows_them_sid
             assert row["thresholds"]["dispatch_bf16_nvl_gbps"] == 90 and row["thresholds"]["combine_nvl_gbps"] == 140
             assert (row["gbps"]["dispatch_bf16_nvl_gbps"], row["gbps"]["combine_nvl_gbps"]) == (202.0, 308.0), row
     pairs = summary("verify-pass")["side_by_side"]
-    assert sorted((p["host"], p["stage"]) for p in pairs) == sorted((r["host"], r["stage"]) for r in ours)
+    assert sorted((p["host"], p["stage"]) for p in pairs) == sorted((r["host"], r["stage"]) for r in ours + across)
     for pair in pairs:
         assert [run["backend"] for run in pair["runs"]] == ["deepep_v1", "nccl_ep"] and all(
             run["passed"] and run["dispatch_gbps"] for run in pair["runs"]), pair

@@ -23,6 +23,8 @@ __all__ = ["summarize", "render_markdown", "fmt_figure", "side_by_side", "METRIC
 SIDE_BY_SIDE_MODES = (
     ("intranode", "normal / high throughput", "dispatch_bf16_nvl_gbps", "combine_nvl_gbps"),
     ("low_latency_intranode", "low latency", "ll_dispatch_gbps", "ll_combine_gbps"),
+    ("internode", "normal / high throughput across nodes (RDMA)", "dispatch_bf16_rdma_gbps", "combine_rdma_gbps"),
+    ("low_latency_internode", "low latency across nodes", "ll_dispatch_gbps", "ll_combine_gbps"),
 )
 
 

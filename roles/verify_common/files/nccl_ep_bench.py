@@ -14,9 +14,10 @@ The method is ep_bench's (contrib/nccl_ep/ep_bench.cu, NCCL tag nccl-ep-v0.1.0):
 abs(randn)+1 scores with ten selections masked (as DeepEP's test_low_latency.py), HT routing a random permutation;
 paired dispatch + combine iterations timed with CUDA events recorded around each call, a stream sync and a barrier
 between iterations, the first timed iteration dropped; bytes: LL valid selections x hidden x 2 (both ways), HT the
-tokens a rank sends and receives x hidden x 2. Rank 0 prints ep_bench's configuration block and its summary
-("=== Summary (Low Latency, across N ranks) ===" ...), which the collection's parser reads (ep_bench's own output
-parses the same way). After the timed iterations, the last dispatch and combine are checked: the tokens received
+tokens a rank sends and receives x hidden x 2. Local rank 0 of every node prints ep_bench's configuration block and
+the summary across all ranks ("=== Summary (Low Latency, across N ranks) ===" ...), which the collection's parser
+reads (ep_bench's own output parses the same way): each node's log holds the group's figures, as each node of a
+verify group judges its own log. After the timed iterations, the last dispatch and combine are checked: the tokens received
 against the selections sent, and the combined tokens against what the routing makes of known expert outputs; a
 mismatch prints ``Validation: FAILED`` and exits 1.
 """
@@ -383,7 +384,7 @@ def _run(args, rdv, local_rank, rank, n_ranks, nodes):
     comm.destroy()
     for ptr in buffers:
         cudart.cudaFree(ptr)
-    if rank == 0:
+    if local_rank == 0:
         return report(args, figures, n_ranks, nodes)
     return 0
 
@@ -397,7 +398,7 @@ def _targets(np, idx, local_experts, n_ranks):
 
 
 # ---------------------------------------------------------------------------------------------------------------
-# Rank 0's report, in ep_bench's summary format
+# Each node's report (its local rank 0), in ep_bench's summary format
 # ---------------------------------------------------------------------------------------------------------------
 
 def _stats(values):
