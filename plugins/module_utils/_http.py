@@ -19,7 +19,7 @@ import threading
 import time
 import urllib.parse
 
-__all__ = ["HttpInputError", "HttpDeadline", "HttpError", "check_url", "check_source", "get", "redact_url",
+__all__ = ["HttpInputError", "HttpDeadline", "HttpError", "check_url", "check_source", "check_sources", "get", "redact_url",
            "url_secrets"]
 
 MAX_BODY = 4 * 1024 * 1024  # bytes; a larger answer is refused, not read into memory
@@ -122,6 +122,15 @@ def check_source(value, option, paths=False):
     except HttpInputError as exc:  # "<option> <value>: <what is wrong>; expected ..." - this option's form instead
         raise HttpInputError("%s; %s" % (str(exc).split("; expected", 1)[0], form))
     return value
+
+
+def check_sources(index_url=None, extra_index_urls=(), find_links=()):
+    """pip's package sources of a module's options (``index_url``, ``extra_index_urls``, ``find_links``, the last
+    also absolute paths), each as check_source checks it; HttpInputError naming the first bad one."""
+    for option, values, paths in (("index_url", [index_url] if index_url else [], False),
+                                  ("extra_index_urls", extra_index_urls, False), ("find_links", find_links, True)):
+        for value in values or []:
+            check_source(value, option, paths=paths)
 
 
 def _context(validate_certs, ca_path):

@@ -347,7 +347,7 @@ from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.common.text.converters import to_native
 
 from ansible_collections.gpufleet.deepep.plugins.module_utils._guard import guarded
-from ansible_collections.gpufleet.deepep.plugins.module_utils._http import HttpInputError, check_source, url_secrets
+from ansible_collections.gpufleet.deepep.plugins.module_utils._http import HttpInputError, check_sources, url_secrets
 from ansible_collections.gpufleet.deepep.plugins.module_utils._fileio import (
     copy_atomic,
     CopyMismatch,
@@ -579,11 +579,7 @@ class NcclEnv(object):
             except NcclError as exc:
                 self.fail(to_native(exc))
         try:
-            for option, values, paths in (("index_url", [p["index_url"]] if p["index_url"] else [], False),
-                                          ("extra_index_urls", p["extra_index_urls"], False),
-                                          ("find_links", p["find_links"], True)):
-                for value in values or []:
-                    check_source(value, option, paths=paths)
+            check_sources(p["index_url"], p["extra_index_urls"], p["find_links"])
         except HttpInputError as exc:
             self.fail(to_native(exc))
         try:

@@ -196,17 +196,12 @@ from ansible_collections.gpufleet.deepep.plugins.module_utils._comm.nccl_ep impo
     read_nccl_ep,
     refusals,
 )
-from ansible_collections.gpufleet.deepep.plugins.module_utils._fileio import read_text
 from ansible_collections.gpufleet.deepep.plugins.module_utils._guard import guarded
-from ansible_collections.gpufleet.deepep.plugins.module_utils._http import HttpInputError, check_source, url_secrets
+from ansible_collections.gpufleet.deepep.plugins.module_utils._http import HttpInputError, check_sources, url_secrets
 from ansible_collections.gpufleet.deepep.plugins.module_utils._node.envscript import gather_env_script
 from ansible_collections.gpufleet.deepep.plugins.module_utils._node.probes import gather_python
 from ansible_collections.gpufleet.deepep.plugins.module_utils._runner import CommandLog, StepFailed
-from ansible_collections.gpufleet.deepep.plugins.module_utils._serve.sglang import SglangError
-from ansible_collections.gpufleet.deepep.plugins.module_utils._serve.sglang_install import (
-    check_wheelhouse,
-    read_sha256sums,
-)
+from ansible_collections.gpufleet.deepep.plugins.module_utils._serve.sglang_install import wheelhouse_problems
 
 
 class NcclEpEnv(object):
@@ -258,11 +253,7 @@ class NcclEpEnv(object):
             self.fail("job_nodes %r and gpus_per_node %r: expected positive integers (the nodes of the largest EP "
                       "group and the node's GPU count)" % (p["job_nodes"], p["gpus_per_node"]))
         try:
-            for option, values, paths in (("index_url", [p["index_url"]] if p["index_url"] else [], False),
-                                          ("extra_index_urls", p["extra_index_urls"], False),
-                                          ("find_links", p["find_links"], True)):
-                for value in values or []:
-                    check_source(value, option, paths=paths)
+            check_sources(p["index_url"], p["extra_index_urls"], p["find_links"])
         except HttpInputError as exc:
             self.fail(to_native(exc))
         if p["wheelhouse"] and not os.path.isdir(p["wheelhouse"]):
@@ -270,18 +261,8 @@ class NcclEpEnv(object):
                       "SHA256SUMS)" % p["wheelhouse"])
 
     def check_wheelhouse(self):
-        house, checksums = self.p["wheelhouse"], self.p["wheelhouse_checksums"]
-        if checksums is None:
-            sums = os.path.join(house, "SHA256SUMS")
-            text = read_text(sums)
-            if text is None:
-                self.fail("wheelhouse %s has no SHA256SUMS and wheelhouse_checksums is unset; give the sha256 of "
-                          "every wheel" % house)
-            try:
-                checksums = read_sha256sums(text)
-            except SglangError as exc:
-                self.fail("%s: %s" % (sums, exc))
-        problems = check_wheelhouse(house, checksums)
+        house = self.p["wheelhouse"]
+        problems = wheelhouse_problems(house, self.p["wheelhouse_checksums"])
         if problems:
             self.fail("wheelhouse %s failed its checksums, nothing installed: %s" % (house, "; ".join(problems)))
 

@@ -370,7 +370,6 @@ import tempfile
 from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.common.text.converters import to_native
 
-from ansible_collections.gpufleet.deepep.plugins.module_utils._fileio import read_text
 from ansible_collections.gpufleet.deepep.plugins.module_utils._guard import guarded
 from ansible_collections.gpufleet.deepep.plugins.module_utils._http import url_secrets
 from ansible_collections.gpufleet.deepep.plugins.module_utils._comm.nccl import (
@@ -388,9 +387,8 @@ from ansible_collections.gpufleet.deepep.plugins.module_utils._serve.sglang impo
 )
 from ansible_collections.gpufleet.deepep.plugins.module_utils._serve.sglang_install import (
     REQUIRES_SCRIPT,
-    check_wheelhouse,
     moved,
-    read_sha256sums,
+    wheelhouse_problems,
 )
 from ansible_collections.gpufleet.deepep.plugins.module_utils._serve.sglang_probe import (
     deep_ep_state,
@@ -695,18 +693,7 @@ class SglangEnv(object):
                 "bundled": bundled, "exclude": list(p["exclude"]) + ([] if bundled else ["sgl-deep-ep"])}
 
     def check_wheelhouse(self):
-        checksums = self.p["wheelhouse_checksums"]
-        if checksums is None:
-            sums = os.path.join(self.wheelhouse, "SHA256SUMS")
-            text = read_text(sums)
-            if text is None:
-                raise StepFailed("wheelhouse %s has no SHA256SUMS and wheelhouse_checksums is unset; give the "
-                                 "sha256 of every wheel" % self.wheelhouse)
-            try:
-                checksums = read_sha256sums(text)
-            except SglangError as exc:
-                raise StepFailed("%s: %s" % (sums, exc))
-        problems = check_wheelhouse(self.wheelhouse, checksums)
+        problems = wheelhouse_problems(self.wheelhouse, self.p["wheelhouse_checksums"])
         if problems:
             raise StepFailed("wheelhouse %s failed its checksums: %s" % (self.wheelhouse, "; ".join(problems)))
 

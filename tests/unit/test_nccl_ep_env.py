@@ -170,6 +170,17 @@ def test_a_wheel_that_fails_its_checksum_installs_nothing(venv, wheelhouse, tmp_
     assert not list(venv["site"].glob("nccl_extensions-*"))
 
 
+def test_a_wheelhouse_without_its_checksums_installs_nothing(venv, wheelhouse, tmp_path):
+    house = tmp_path / "house"
+    shutil.copytree(wheelhouse, house)
+    (house / "SHA256SUMS").unlink()
+    result = run_module(nccl_ep_env, present(venv, house))
+    assert result.failed and "has no readable SHA256SUMS and wheelhouse_checksums is unset" in result["msg"]
+    given = dict((w.name, sha256(w)) for w in house.glob("*.whl"))
+    done = run_module(nccl_ep_env, present(venv, house, wheelhouse_checksums=given))
+    assert not done.failed and done["changed"], done.get("msg")
+
+
 @pytest.mark.parametrize("change, words", [
     ({"nccl": "nvidia-nccl-cu13==2.28.9"}, "NCCL EP needs NCCL 2.30.7 exactly; the environment has nvidia-nccl-cu13 2.28.9"),
     ({"nccl": None}, "the environment has no NCCL pip package"),

@@ -26,6 +26,7 @@ __all__ = [
     "filter_requirements",
     "read_sha256sums",
     "check_wheelhouse",
+    "wheelhouse_problems",
 ]
 
 # Runs in the target interpreter after ``pip install --no-deps sglang==V``: sglang's requirements that apply to
@@ -104,6 +105,24 @@ def read_sha256sums(text):
             raise SglangError("SHA256SUMS line %d %r: expected '<64 hex digits>  <file name>'" % (number, line))
         out[parts[1].lstrip("*").strip()] = parts[0]
     return out
+
+
+def wheelhouse_problems(directory, checksums=None):
+    """An offline wheelhouse checked before anything is installed from it: its wheels against ``checksums``
+    (``{name: sha256}``), else against its ``SHA256SUMS``; ``[problem]`` (empty when every wheel matches)."""
+    if checksums is None:
+        sums = os.path.join(directory, "SHA256SUMS")
+        try:
+            with open(sums, "r", encoding="utf-8") as handle:
+                text = handle.read()
+        except (IOError, OSError, UnicodeDecodeError):
+            return ["wheelhouse %s has no readable SHA256SUMS and wheelhouse_checksums is unset; give the sha256 of "
+                    "every wheel" % directory]
+        try:
+            checksums = read_sha256sums(text)
+        except SglangError as exc:
+            return ["%s: %s" % (sums, exc)]
+    return check_wheelhouse(directory, checksums)
 
 
 def check_wheelhouse(directory, checksums):
