@@ -310,8 +310,9 @@ def role_expect(variables):
     tasks = yaml.safe_load((REPO / "roles" / "audit" / "tasks" / "main.yml").read_text())
     (task,) = [t for t in tasks if t.get("name") == "Note what the node's profile expects"]
     role_vars = yaml.safe_load((REPO / "roles" / "audit" / "vars" / "main.yml").read_text())
-    defaults = {"audit_expected_hca_prefix": "", "audit_expected_fabric": "", "audit_profile": "", "audit_expected_deepep_v2": False, "audit_expected_nccl_ep": False,
-                "audit_expected_nccl_pin": "", "audit_sglang": False, "audit_sglang_expect": {}, "audit_expect_extra": {}}
+    defaults = {"audit_expected_hca_prefix": "", "audit_expected_fabric": "", "audit_profile": "",
+                "audit_expected_deepep_v2": False, "audit_expected_nccl_ep": False, "audit_expected_nccl_pin": "",
+                "audit_sglang": False, "audit_sglang_expect": {}, "audit_expect_extra": {}}
     templar = Templar(loader=DataLoader(), variables=trusted(dict(defaults, **role_vars, **task["vars"], **variables)))
     return json.loads(json.dumps(templar.template(trust_as_template(task["ansible.builtin.set_fact"]["audit_expect"]))))
 

@@ -198,7 +198,7 @@ def test_the_gather_expression_of_the_audit_role():
     from ansible.template import Templar, trust_as_template
 
     options = [t for t in _audit_tasks() if "gpufleet.deepep.node_stack" in t][0]["gpufleet.deepep.node_stack"]
-    base = ["stack", "nvidia", "rdma", "gpus", "bundled_nvshmem", "linkage", "deepep_v2"]
+    base = ["stack", "nvidia", "rdma", "gpus", "bundled_nvshmem", "linkage", "deepep_v2", "nccl_ep"]
     for audit_sglang, expected in ((True, base + ["sglang"]), (False, base)):
         templar = Templar(loader=DataLoader(), variables={"audit_sglang": audit_sglang})
         assert templar.template(trust_as_template(options["gather"])) == expected
