@@ -185,10 +185,10 @@ import tempfile
 from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.common.text.converters import to_native
 
+from ansible_collections.gpufleet.deepep.plugins.module_utils._comm.nccl import NcclError
 from ansible_collections.gpufleet.deepep.plugins.module_utils._comm.nccl_ep import (
     NcclEpError,
     arch_value,
-    check_nccl_ep,
     check_release,
     hash_lines,
     install_specs,
@@ -196,6 +196,7 @@ from ansible_collections.gpufleet.deepep.plugins.module_utils._comm.nccl_ep impo
     read_nccl_ep,
     refusals,
 )
+from ansible_collections.gpufleet.deepep.plugins.module_utils._comm.nccl_read import resolve_python
 from ansible_collections.gpufleet.deepep.plugins.module_utils._guard import guarded
 from ansible_collections.gpufleet.deepep.plugins.module_utils._http import HttpInputError, check_sources, url_secrets
 from ansible_collections.gpufleet.deepep.plugins.module_utils._node.envscript import gather_env_script
@@ -218,25 +219,19 @@ class NcclEpEnv(object):
         self.module.fail_json(msg=msg, **extra)
 
     def python(self):
-        python = self.p["python"]
-        if not python or not python.strip():
-            self.fail("python %r is empty; expected the torch environment's interpreter such as "
-                      "/opt/torch/.venv/bin/python" % (python,))
-        resolved = python if os.path.isabs(python) else self.module.get_bin_path(python)
-        if not resolved or not (os.path.isfile(resolved) and os.access(resolved, os.X_OK)):
-            self.fail("python %r is not an executable interpreter; expected the torch environment's, such as "
-                      "/opt/torch/.venv/bin/python" % (python,))
-        return resolved
+        """The interpreter, resolved as the nccl module resolves it (nccl_read.resolve_python)."""
+        try:
+            return resolve_python(self.p["python"], self.module.get_bin_path)
+        except NcclError as exc:
+            self.fail(to_native(exc))
+        return None
 
     def read(self):
         def run(argv, timeout=None, env=None):
             return self.runner.quiet(argv, timeout=timeout, env=env)
         py = gather_python(self.resolved, run, self.p["timeout"])
         exports = gather_env_script("/", self.p["env_script"])["exports"]
-        facts = read_nccl_ep(py, env_exports=exports)
-        if facts["installed"] and self.p["compute_capabilities"]:
-            facts["checks"] = check_nccl_ep(facts, gpus=self.p["compute_capabilities"])
-        return facts
+        return read_nccl_ep(py, env_exports=exports, gpus=self.p["compute_capabilities"])
 
     def check_params(self):
         p = self.p

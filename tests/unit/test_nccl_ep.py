@@ -181,6 +181,36 @@ def run_launcher(*args, env=None):
     return done.returncode, done.stdout + done.stderr
 
 
+def run_two_nodes(args, env=None, scratch=None):
+    """Two launchers of 2 ranks each on loopback, as two nodes of one group (WORLD_SIZE 2, RANK 0 and 1, the
+    rendezvous on a free port), each with its own TMPDIR where ``scratch`` names them: ``[node 0's output, node 1's,
+    [return codes]]``. Every process started is ended."""
+    import socket
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    environ = dict(os.environ, PYTHONPATH=STANDIN, WORLD_SIZE="2", MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port),
+                   **(env or {}))
+    argv = [sys.executable, str(LAUNCHER), "--num-processes", "2"] + list(args)
+    nodes = []
+    for rank in (0, 1):
+        node_env = dict(environ, RANK=str(rank))
+        if scratch:
+            scratch[rank].mkdir()
+            node_env["TMPDIR"] = str(scratch[rank])
+        nodes.append(subprocess.Popen(argv, env=node_env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                      text=True))
+    try:
+        outputs = [node.communicate(timeout=BOUND_S)[0] for node in nodes]
+    finally:
+        for node in nodes:
+            if node.poll() is None:
+                node.kill()
+                node.wait()
+    return outputs + [[node.returncode for node in nodes]]
+
+
 @pytest.mark.parametrize("algorithm,ranks", [("ll", 1), ("ll", 2), ("ht", 2), ("ht", 4)])
 def test_the_launcher_runs_its_ranks_and_prints_what_the_parser_reads(algorithm, ranks):
     rc, out = run_launcher("--num-processes", str(ranks), "--algorithm", algorithm, "--iters", "4", "--warmup", "1",
@@ -330,26 +360,9 @@ def test_two_nodes_on_loopback_meet_at_the_rendezvous_and_report_the_rdma_share(
     """Across nodes the launcher takes DeepEP's tests' settings (WORLD_SIZE nodes, RANK this node, MASTER_ADDR and
     MASTER_PORT the rendezvous): two launchers of 2 ranks each on loopback make 4 ranks, the second node's tokens to
     the first count as RDMA, and the output parses as internode."""
-    import socket
-
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
-    environ = dict(os.environ, PYTHONPATH=STANDIN, WORLD_SIZE="2", MASTER_ADDR="127.0.0.1",
-                   MASTER_PORT=str(port))
-    argv = [sys.executable, str(LAUNCHER), "--num-processes", "2", "--algorithm", "ht", "--tokens", "32",
-            "--hidden", "256", "--warmup", "1", "--iters", "3"]
-    nodes = [subprocess.Popen(argv, env=dict(environ, RANK=str(rank)), stdout=subprocess.PIPE,
-                              stderr=subprocess.STDOUT, text=True) for rank in (0, 1)]
-    try:
-        outputs = [node.communicate(timeout=BOUND_S)[0] for node in nodes]
-    finally:
-        for node in nodes:
-            if node.poll() is None:
-                node.kill()
-                node.wait()
-    assert [node.returncode for node in nodes] == [0, 0], outputs
-    first, second = outputs
+    outputs = run_two_nodes(["--algorithm", "ht", "--tokens", "32", "--hidden", "256", "--warmup", "1", "--iters", "3"])
+    assert outputs[2] == [0, 0], outputs
+    first, second = outputs[:2]
     assert "Ranks:           4" in first and "Nodes:           2" in first
     # each node's log holds the group's figures (its local rank 0 prints them): each node judges its own log
     assert second.split("=== NCCL EP Performance Benchmark ===")[1] == first.split("=== NCCL EP Performance Benchmark ===")[1]
@@ -379,30 +392,12 @@ def test_two_nodes_sharing_only_the_network_run_low_latency_with_transport_truth
     the exchange the unique id names, as NCCL's bootstrap does. With NCCL_DEBUG=INFO each rank prints NCCL's bring-up
     (IB with GPUDirect RDMA on a node with an ACTIVE NIC, GIN as the type asked): the backend's transport policy across
     nodes passes GIN GDAKI and refuses the CPU proxy (NCCL_GIN_TYPE=2)."""
-    import socket
-
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
     sysfs = _sysfs_with_an_active_nic(tmp_path / "sys")
-    environ = dict(os.environ, PYTHONPATH=STANDIN, WORLD_SIZE="2", MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port),
-                   NCCL_DEBUG="INFO", NCCL_GIN_TYPE=gin_type, FLEETSIM_SYSFS_ROOT=str(sysfs))
-    argv = [sys.executable, str(LAUNCHER), "--num-processes", "2", "--algorithm", "ll", "--experts", "288",
-            "--tokens", "16", "--hidden", "256", "--warmup", "1", "--iters", "3"]
-    nodes = []
-    for rank in (0, 1):
-        scratch = tmp_path / ("node%d" % rank)
-        scratch.mkdir()
-        nodes.append(subprocess.Popen(argv, env=dict(environ, RANK=str(rank), TMPDIR=str(scratch)),
-                                      stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True))
-    try:
-        outputs = [node.communicate(timeout=BOUND_S)[0] for node in nodes]
-    finally:
-        for node in nodes:
-            if node.poll() is None:
-                node.kill()
-                node.wait()
-    assert [node.returncode for node in nodes] == [0, 0], outputs
+    scratch = [tmp_path / "node0", tmp_path / "node1"]
+    outputs = run_two_nodes(["--algorithm", "ll", "--experts", "288", "--tokens", "16", "--hidden", "256", "--warmup",
+                             "1", "--iters", "3"], env={"NCCL_DEBUG": "INFO", "NCCL_GIN_TYPE": gin_type,
+                                                        "FLEETSIM_SYSFS_ROOT": str(sysfs)}, scratch=scratch)
+    assert outputs[2] == [0, 0], outputs
     assert "Validation: passed" in outputs[0]
     assert all(not list((tmp_path / ("node%d" % rank)).iterdir()) for rank in (0, 1))
     assert "NET/IB : Using [0]mlx5_0:1/RoCE [RO]; OOB eth0:192.0.2.2<0>" in outputs[1]

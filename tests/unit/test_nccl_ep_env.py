@@ -227,10 +227,10 @@ def test_cuda_12_is_refused():
     ({"compute_capabilities": ["sm90"]}, "compute capability 'sm90': expected MAJOR.MINOR such as 9.0"),
     ({"job_nodes": 0}, "job_nodes 0 and gpus_per_node 8: expected positive integers"),
     ({"requirements_hashes": {"nccl-extensions": ["0" * 64]}},
-     "requirements_hashes key 'nccl-extensions': expected <project>==<version>"),
+     "requirements_hashes 'nccl-extensions': the key is not project==version; expected project==version: [<sha256>"),
     ({"requirements_hashes": {"nvidia-nccl-cu13==2.30.7": ["0" * 64]}}, "NCCL is the nccl role's pin"),
-    ({"requirements_hashes": {"numpy==2.4.6": ["zz"]}}, "expected a list of sha256 (64 hex digits)"),
-    ({"python": "/nonexistent/python"}, "python '/nonexistent/python' is not an executable interpreter"),
+    ({"requirements_hashes": {"numpy==2.4.6": ["zz"]}}, "['zz'] is not a list of sha256 digests; expected project==version"),
+    ({"python": "/nonexistent/python"}, "python '/nonexistent/python' is not an executable file; expected the interpreter"),
 ])
 def test_bad_input_names_the_value_and_the_form(venv, wheelhouse, args, words):
     result = run_module(nccl_ep_env, present(venv, wheelhouse, **args))

@@ -17,7 +17,11 @@ import glob
 import os
 import re
 
-from ansible_collections.gpufleet.deepep.plugins.module_utils._versions import nccl_version_from_header
+from ansible_collections.gpufleet.deepep.plugins.module_utils._node.nodeio import under
+from ansible_collections.gpufleet.deepep.plugins.module_utils._node.probes import torch_facts
+from ansible_collections.gpufleet.deepep.plugins.module_utils._serve.sglang import SglangError, normalize
+from ansible_collections.gpufleet.deepep.plugins.module_utils._serve.sglang_request import check_requirements_hashes
+from ansible_collections.gpufleet.deepep.plugins.module_utils._versions import nccl_version_from_header_file
 
 __all__ = ["NcclEpError", "PROJECT", "LIMITS", "DEPENDENCIES", "read_nccl_ep", "check_nccl_ep", "refusals",
            "install_specs", "pip_argv", "hash_lines", "check_release", "arch_value", "empty_facts"]
@@ -52,12 +56,8 @@ def arch_value(value):
     return int(match.group(1)), int(match.group(2))
 
 
-def _norm(name):
-    return re.sub(r"[-_.]+", "-", (name or "").lower())
-
-
 def _packages(py):
-    return dict((_norm(p.get("name")), p) for p in (py or {}).get("packages") or [])
+    return dict((normalize(p.get("name") or ""), p) for p in (py or {}).get("packages") or [])
 
 
 def empty_facts():
@@ -66,20 +66,11 @@ def empty_facts():
             "jit_cache_dir": None, "jit_kernels": None, "checks": [], "error": None}
 
 
-def _read(root, path):
-    try:
-        with open(root.rstrip("/") + "/" + path.lstrip("/"), "r", encoding="utf-8", errors="replace") as handle:
-            return handle.read(1024 * 1024)
-    except (IOError, OSError):
-        return None
-
-
 def _metadata_requires(root, location, version):
     """Requires-Dist lines of the installed nccl-extensions (its ``.dist-info/METADATA`` under ``location``)."""
     if not location:
         return []
-    pattern = os.path.join(root.rstrip("/") + "/" + location.lstrip("/"), "nccl_extensions-%s.dist-info" % version,
-                           "METADATA")
+    pattern = os.path.join(under(root, location), "nccl_extensions-%s.dist-info" % version, "METADATA")
     for path in glob.glob(pattern):
         try:
             with open(path, "r", encoding="utf-8", errors="replace") as handle:
@@ -100,48 +91,46 @@ def _count_kernels(path):
     return count
 
 
-def read_nccl_ep(py, root="/", env_exports=None):
+def read_nccl_ep(py, root="/", env_exports=None, gpus=None):
     """``gpufleet_nccl_ep`` from the Python probe ``py`` (``{ok, packages: [{name, version, location}]}``; its
     pattern lists nccl-extensions, its dependencies, torch and the NVIDIA NCCL wheels), files read under ``root``,
-    and the env script's exports (``NCCL_EP_JIT_CACHE_DIR``). The checks are :func:`check_nccl_ep`'s."""
+    and the env script's exports (``NCCL_EP_JIT_CACHE_DIR``). The checks are :func:`check_nccl_ep`'s (``gpus``: the
+    GPUs' compute capabilities where known)."""
     facts = empty_facts()
     if not (py or {}).get("ok"):
         facts["error"] = (py or {}).get("error") or "the Python probe did not run"
         return facts
     packages = _packages(py)
     ext = packages.get(PROJECT)
-    torch = packages.get("torch")
-    if torch and "+cu" in (torch.get("version") or ""):
-        tag = torch["version"].split("+cu", 1)[1]
-        if tag.isdigit() and len(tag) >= 3:
-            facts["torch_cuda"] = "%s.%s" % (tag[:-1], tag[-1])
+    facts["torch_cuda"] = torch_facts(py)["cuda"]
     ncclpkgs = sorted(name for name in packages if re.fullmatch(r"nvidia-nccl-cu\d+", name))
     if ncclpkgs:
         found = packages[ncclpkgs[-1]]
         # The NCCL there is what its nccl.h says: the nccl role's source build is copied over the pip package's files
         # and leaves the package's metadata at the version it replaced.
-        header = _read(root, os.path.join(found.get("location") or "/nonexistent", "nvidia", "nccl", "include",
+        header = under(root, os.path.join(found.get("location") or "/nonexistent", "nvidia", "nccl", "include",
                                           "nccl.h"))
-        version = (nccl_version_from_header(header) if header else None) or found.get("version")
+        version = nccl_version_from_header_file(header) or found.get("version")
         facts["nccl"] = {"package": ncclpkgs[-1], "version": version, "package_version": found.get("version"),
                          "cuda_major": int(ncclpkgs[-1].rsplit("cu", 1)[1])}
     facts["dependencies"] = dict((name, (packages.get(name) or {}).get("version")) for name in DEPENDENCIES)
     facts["missing"] = [name for name in DEPENDENCIES if name not in packages] if ext else []
     cache = (env_exports or {}).get("NCCL_EP_JIT_CACHE_DIR")
     facts["jit_cache_dir"] = cache or None
-    facts["jit_kernels"] = _count_kernels(root.rstrip("/") + "/" + cache.lstrip("/")) if cache else None
+    facts["jit_kernels"] = _count_kernels(under(root, cache)) if cache else None
     if ext:
         facts.update(installed=True, version=ext.get("version"), location=ext.get("location"))
-        base = root.rstrip("/") + "/" + (ext.get("location") or "").lstrip("/")
-        for lib in sorted(glob.glob(os.path.join(base, "nccl", "ep", "lib", "cu*", "libnccl_ep.so*"))):
-            facts["library"] = lib[len(root.rstrip("/")):] if root not in ("", "/") else lib
-            facts["library_cuda"] = int(os.path.basename(os.path.dirname(lib))[2:] or 0) or None
+        location = ext.get("location") or "/nonexistent"
+        for lib in sorted(glob.glob(os.path.join(under(root, location), "nccl", "ep", "lib", "cu*", "libnccl_ep.so*"))):
+            cuda_dir = os.path.basename(os.path.dirname(lib))
+            facts["library"] = os.path.join(location, "nccl", "ep", "lib", cuda_dir, os.path.basename(lib))
+            facts["library_cuda"] = int(cuda_dir[2:] or 0) or None
             break
         for line in _metadata_requires(root, ext.get("location"), ext.get("version")):
             match = _NCCL_REQ.match(line)
             if match and facts["requires_nccl"] is None:
                 facts["requires_nccl"] = match.group(2)
-    facts["checks"] = check_nccl_ep(facts)
+    facts["checks"] = check_nccl_ep(facts, gpus=gpus)
     return facts
 
 
@@ -216,23 +205,20 @@ def install_specs(version, cuda_major=13):
 
 
 def hash_lines(requirements_hashes):
-    """A ``--require-hashes`` requirements file's lines from ``{project==version: [sha256]}`` (NcclEpError on a key
-    that is not one pinned project, a hash that is not 64 hex digits, or NCCL itself, which the nccl role owns)."""
+    """A ``--require-hashes`` requirements file's lines from ``{project==version: [sha256]}``, the lock format the
+    collection checks in one place (sglang_request.check_requirements_hashes); NcclEpError on what that refuses, and
+    on NCCL itself, which the nccl role owns."""
+    try:
+        pins = check_requirements_hashes(requirements_hashes)
+    except SglangError as exc:
+        raise NcclEpError(str(exc)) from None
     lines = []
-    for key in sorted(requirements_hashes or {}):
-        hashes = requirements_hashes[key]
-        if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]*==[0-9][A-Za-z0-9.+!_-]*", str(key)):
-            raise NcclEpError("requirements_hashes key %r: expected <project>==<version> such as "
-                              "nccl-extensions==0.1.0" % (key,))
-        if re.fullmatch(r"nvidia-nccl-cu\d+", _norm(str(key).split("==", maxsplit=1)[0])):
-            raise NcclEpError("requirements_hashes key %r: NCCL is the nccl role's pin, leave it out of NCCL EP's lock"
-                              % (key,))
-        if isinstance(hashes, str):
-            hashes = [hashes]
-        if not isinstance(hashes, list) or not hashes or any(
-                not isinstance(h, str) or not re.fullmatch(r"(sha256:)?[0-9a-f]{64}", h) for h in hashes):
-            raise NcclEpError("requirements_hashes %s %r: expected a list of sha256 (64 hex digits)" % (key, hashes))
-        lines.append("%s %s" % (key, " ".join("--hash=sha256:%s" % h.split(":")[-1] for h in hashes)))
+    for project in sorted(pins):
+        version, digests = pins[project]
+        if re.fullmatch(r"nvidia-nccl-cu\d+", project):
+            raise NcclEpError("requirements_hashes key %s==%s: NCCL is the nccl role's pin, leave it out of NCCL EP's "
+                              "lock" % (project, version))
+        lines.append("%s==%s %s" % (project, version, " ".join("--hash=sha256:%s" % d for d in digests)))
     return lines
 
 

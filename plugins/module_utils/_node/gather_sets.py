@@ -18,7 +18,7 @@ from __future__ import annotations
 import os
 from collections import namedtuple
 
-from ansible_collections.gpufleet.deepep.plugins.module_utils._comm.nccl_ep import check_nccl_ep, read_nccl_ep
+from ansible_collections.gpufleet.deepep.plugins.module_utils._comm.nccl_ep import read_nccl_ep
 from ansible_collections.gpufleet.deepep.plugins.module_utils._node.commands import (
     PrefetchRunner,
     find_executable,
@@ -311,12 +311,10 @@ def _nccl_ep_facts(ctx):
     gpufleet.deepep.nccl_ep_env), from the Python probe; its GPU check takes the GPUs of gpus when gathered too."""
     opts = ctx.options
     # An interpreter that cannot be probed is the stack's finding already: here it is the facts' error, not a gap.
-    facts = read_nccl_ep(ctx.py, root=opts.root, env_exports=gather_env_script(opts.root, opts.env_script)["exports"])
-    if facts["installed"] and isinstance(ctx.facts.get("gpufleet_gpus"), dict):
-        caps = [g.get("compute_capability") for g in ctx.facts["gpufleet_gpus"].get("gpus") or []
-                if g.get("compute_capability")]
-        facts["checks"] = check_nccl_ep(facts, gpus=caps)
-    return facts
+    gpus = ctx.facts.get("gpufleet_gpus") if isinstance(ctx.facts.get("gpufleet_gpus"), dict) else {}
+    caps = [g.get("compute_capability") for g in gpus.get("gpus") or [] if g.get("compute_capability")]
+    return read_nccl_ep(ctx.py, root=opts.root, env_exports=gather_env_script(opts.root, opts.env_script)["exports"],
+                        gpus=caps)
 
 
 # --- the registry ---------------------------------------------------------------------------------------------
