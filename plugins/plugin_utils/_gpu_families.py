@@ -25,7 +25,7 @@ import re
 
 from ansible_collections.gpufleet.deepep.plugins.module_utils._arch import torch_to_cmake_arch
 
-__all__ = ["SPECS", "FAMILIES", "GATES", "BACKEND_GATES", "BACKEND_UNGATED", "BACKEND_UNMEASURED", "UNGATED",
+__all__ = ["SPECS", "FAMILIES", "MIN_CUDA_BY_ARCH", "GATES", "BACKEND_GATES", "BACKEND_UNGATED", "BACKEND_UNMEASURED", "UNGATED",
            "UNGATED_BY_SCOPE", "SCOPES", "profile_tokens", "family_of", "compute_capability", "torch_arch",
            "cmake_arch", "gate_table", "token_key", "ungated_reason"]
 
@@ -38,26 +38,32 @@ __all__ = ["SPECS", "FAMILIES", "GATES", "BACKEND_GATES", "BACKEND_UNGATED", "BA
 #   summed link speeds, so no gate may exceed it. ``gpus_per_node`` / ``nvlink_domain_gpus``: the scale-up shape
 #   (HGX boards: 8 GPUs, one NVLink domain per node; GB200/GB300 NVL72: 4 GPUs per compute tray, 18 trays, 72 GPUs in
 #   one NVLink domain across hosts: field-2026-11-29.md, "Platforms"). ``host_arch``: the CPU of the nodes (Grace is
-#   aarch64).
+#   aarch64). ``min_cuda``: the first CUDA toolkit whose nvcc compiles for the arch (NVIDIA's CUDA Toolkit release
+#   notes: sm_80 from 11.0, sm_90 from 11.8, sm_100 from 12.8, sm_103 from 12.9); a profile that pairs the family
+#   with an older toolkit is refused by the preflight (PREFLIGHT_CUDA_TOO_OLD_FOR_GPU) before anything is built.
 # A family that shares a capability with another does not share its speed (the H800's and H20's NVLink is capped),
 # so each one is a family of its own, and gates name it to gate it.
 _HGX = {"gpus_per_node": 8, "nvlink_domain_gpus": 8, "host_arch": "x86_64"}
 _NVL72 = {"gpus_per_node": 4, "nvlink_domain_gpus": 72, "host_arch": "aarch64"}
 SPECS = {
-    "a100": dict(_HGX, arch="8.0", nvlink=3, nvlink_gbps=600),
-    "a800": dict(_HGX, arch="8.0", nvlink=3, nvlink_gbps=400),
-    "h100": dict(_HGX, arch="9.0", nvlink=4, nvlink_gbps=900),
-    "h800": dict(_HGX, arch="9.0", nvlink=4, nvlink_gbps=400),
-    "h200": dict(_HGX, arch="9.0", nvlink=4, nvlink_gbps=900),
-    "h20": dict(_HGX, arch="9.0", nvlink=4, nvlink_gbps=900),
-    "b200": dict(_HGX, arch="10.0", nvlink=5, nvlink_gbps=1800),
-    "gb200": dict(_NVL72, arch="10.0", nvlink=5, nvlink_gbps=1800),
-    "b300": dict(_HGX, arch="10.3", nvlink=5, nvlink_gbps=1800),
-    "gb300": dict(_NVL72, arch="10.3", nvlink=5, nvlink_gbps=1800),
+    "a100": dict(_HGX, arch="8.0", min_cuda="11.0", nvlink=3, nvlink_gbps=600),
+    "a800": dict(_HGX, arch="8.0", min_cuda="11.0", nvlink=3, nvlink_gbps=400),
+    "h100": dict(_HGX, arch="9.0", min_cuda="11.8", nvlink=4, nvlink_gbps=900),
+    "h800": dict(_HGX, arch="9.0", min_cuda="11.8", nvlink=4, nvlink_gbps=400),
+    "h200": dict(_HGX, arch="9.0", min_cuda="11.8", nvlink=4, nvlink_gbps=900),
+    "h20": dict(_HGX, arch="9.0", min_cuda="11.8", nvlink=4, nvlink_gbps=900),
+    "b200": dict(_HGX, arch="10.0", min_cuda="12.8", nvlink=5, nvlink_gbps=1800),
+    "gb200": dict(_NVL72, arch="10.0", min_cuda="12.8", nvlink=5, nvlink_gbps=1800),
+    "b300": dict(_HGX, arch="10.3", min_cuda="12.9", nvlink=5, nvlink_gbps=1800),
+    "gb300": dict(_NVL72, arch="10.3", min_cuda="12.9", nvlink=5, nvlink_gbps=1800),
 }
 
 # Family -> compute capability, the view the arch filters and the name rules read.
 FAMILIES = dict((name, spec["arch"]) for name, spec in SPECS.items())
+
+# Compute capability -> the first CUDA toolkit that compiles for it (one value per capability: a unit test holds the
+# families of one capability to one floor), the view the preflight's rule reads (expression function cuda_floor).
+MIN_CUDA_BY_ARCH = dict((spec["arch"], spec["min_cuda"]) for spec in SPECS.values())
 
 # intranode: DeepEP's normal kernels over NVLink; internode: across nodes over RDMA; low_latency_intranode /
 # low_latency_internode: the low-latency (decode) kernels on one node (NVLink) and across nodes (RDMA).

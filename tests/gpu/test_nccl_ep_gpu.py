@@ -56,6 +56,11 @@ def nccl_ep_installed(nccl_pinned, nccl_ep_wheels, gpu_python, results_dir):
         shutil.copy(wheel, house / wheel.name)
         sums.append("%s  %s\n" % (hashlib.sha256(wheel.read_bytes()).hexdigest(), wheel.name))
     (house / "SHA256SUMS").write_text("".join(sums))
+    # The install is proven from a node without NCCL EP, whatever an earlier run on this machine left (a second suite
+    # run on a still-held machine found it installed, and its first role run rightly changed nothing).
+    removed = subprocess.run([gpu_python, "-m", "pip", "uninstall", "--yes", "nccl-extensions"], capture_output=True,
+                             text=True, timeout=300, check=False)
+    assert removed.returncode == 0, removed.stdout[-2000:] + removed.stderr[-2000:]
     installs = []
     for round_ in (1, 2):
         proc = run_stage("all", results_dir, gpu_python, {"gpu_wheelhouse": str(house), "gpu_round": round_},

@@ -71,7 +71,7 @@ def test_the_registry_agrees_with_the_pci_device_table():
 
 # ------------------------------------------------------------------------------------------ the profile object
 def test_every_family_declares_its_whole_hardware_once():
-    keys = {"arch", "nvlink", "nvlink_gbps", "gpus_per_node", "nvlink_domain_gpus", "host_arch"}
+    keys = {"arch", "min_cuda", "nvlink", "nvlink_gbps", "gpus_per_node", "nvlink_domain_gpus", "host_arch"}
     for family, spec in gf.SPECS.items():
         assert set(spec) == keys, family
         assert spec["host_arch"] in ("x86_64", "aarch64") and spec["nvlink"] in (3, 4, 5), family
@@ -81,6 +81,17 @@ def test_every_family_declares_its_whole_hardware_once():
         assert (gf.SPECS[family]["gpus_per_node"], gf.SPECS[family]["nvlink_domain_gpus"],
                 gf.SPECS[family]["host_arch"]) == (4, 72, "aarch64")
         assert gf.SPECS[family]["nvlink_domain_gpus"] // gf.SPECS[family]["gpus_per_node"] == 18
+
+
+def test_families_of_one_capability_share_one_toolkit_floor():
+    """The preflight's floor is per compute capability (what the GPUs report), so two families of one capability with
+    two floors would make one of them wrong; the floors rise with the capability (a newer arch never needs less)."""
+    for family, spec in gf.SPECS.items():
+        assert gf.MIN_CUDA_BY_ARCH[spec["arch"]] == spec["min_cuda"], family
+    ordered = sorted(gf.MIN_CUDA_BY_ARCH.items(), key=lambda item: tuple(int(p) for p in item[0].split(".")))
+    floors = [tuple(int(p) for p in floor.split(".")) for dummy, floor in ordered]
+    assert floors == sorted(floors)
+    assert (gf.MIN_CUDA_BY_ARCH["10.3"], gf.MIN_CUDA_BY_ARCH["10.0"]) == ("12.9", "12.8")
 
 
 def test_every_family_has_a_gate_in_every_scope_or_a_reason_for_none():

@@ -139,6 +139,19 @@ def test_a100_roce_node(module_runner, no_nvidia_smi, tree):
     assert facts["gpus"][0]["name"] == "NVIDIA A100-SXM4-80GB"
 
 
+def test_b300_connectx8_node(module_runner, no_nvidia_smi, tree):
+    """A B300 (PCI 0x3182) is arch 10.3, not the B200's 10.0, from the PCI id alone (no nvidia-smi); its ConnectX-8
+    rails pair with the GPUs as CX-7 rails do (PIX, one per GPU), the DOWN front-end NIC last."""
+    facts = mapping_of(module_runner, tree("b300_cx8"))
+    assert facts["gpu_count"] == 8
+    assert facts["cuda_arch_list"] == "10.3"
+    assert facts["deepep_hca_mapping"] == MLX5_MAPPING
+    gpu0 = facts["gpus"][0]
+    assert gpu0["name"] == "NVIDIA B300 SXM6 AC" and gpu0["compute_capability"] == "10.3"
+    assert (gpu0["nics"][0]["name"], gpu0["nics"][0]["distance"]) == ("mlx5_0", "PIX")
+    assert gpu0["nics"][-1]["name"] == "mlx5_8" and gpu0["nics"][-1]["active"] is False
+
+
 def test_node_without_nics(module_runner, no_nvidia_smi, tree):
     facts = mapping_of(module_runner, tree("h200_nvlink"))
     assert facts["gpu_count"] == 2

@@ -111,8 +111,16 @@ CASES = {
                              "for B200)."),
     "PREFLIGHT_CUDA_ARCH": ({"expect__cuda_arch": ["9.0"]},
                             "GPU compute capability 10.0 does not match the profile (9.0). Fix: put the host in the "
-                            "group of its GPU profile (b200_*, h100, h200, a100), or correct that profile's "
+                            "group of its GPU profile (b200_*, b300, h100, h200, a100), or correct that profile's "
                             "gpufleet_gpu_family, from which the expected capability derives."),
+    # A B300 node (10.3) on a profile of CUDA 12.8: refused before the toolkit phase, naming the floor.
+    "PREFLIGHT_CUDA_TOO_OLD_FOR_GPU": (
+        {"gpufleet_gpus": {"gpus": [{"name": "NVIDIA B300 SXM6 AC", "compute_capability": "10.3"}] * 8},
+         "expect__cuda_arch": ["10.3"], "expect__cuda_version": "12.8", "expect__cuda_by_play": True,
+         "cuda": {"version": "", "release": ""}},
+        "CUDA 12.8 cannot compile for compute capability 10.3 (NVIDIA B300 SXM6 AC; its first toolkit is CUDA 12.9): "
+        "NVSHMEM's and DeepEP's builds would fail with \"Unsupported gpu architecture\". Fix: set cuda_toolkit_version "
+        "to 12.9 or newer in the node's profile."),
     "PREFLIGHT_CUDA_TO_INSTALL": ({"cuda": {"version": "", "release": ""}, "expect__cuda_by_play": True},
                                   "CUDA 13.0: absent at /usr/local/cuda-13.0; the cuda_toolkit phase installs it."),
     "PREFLIGHT_CUDA_MISSING": ({"cuda": {"version": "12.9", "release": "12.9"}},
@@ -378,3 +386,33 @@ def test_a_header_with_the_symbol_is_quiet_for_every_version(version):
 @pytest.mark.parametrize("version", SINCE_345)
 def test_not_required_at_all_stays_quiet(version):
     assert judge(dict(mlx5dv_doc(version, False, False), expect=dict(HEALTHY["expect"], require_mlx5dv=False))) == []
+
+
+B300 = {"gpufleet_gpus": {"gpus": [{"name": "NVIDIA B300 SXM6 AC", "compute_capability": "10.3"}] * 8},
+        "expect__cuda_arch": ["10.3"]}
+
+
+@pytest.mark.parametrize("profile_cuda, installed, fires", [
+    ("12.9", "", False),     # the first toolkit with sm_103
+    ("13.0", "", False),
+    ("12.8", "13.0", True),  # the profile's toolkit is the one the builds use, not the one found
+    ("", "12.8", True),      # a profile without cuda_toolkit_version: the toolkit found is judged
+    ("", "", False),         # nothing to judge against: the CUDA rules say what is missing
+])
+def test_b300_toolkit_floor_judges_the_toolkit_the_builds_use(profile_cuda, installed, fires):
+    found = [f for f in judge(doc(cuda={"version": installed, "release": installed}, expect__cuda_version=profile_cuda,
+                                  expect__cuda_by_play=True, **B300))
+             if f["id"] == "PREFLIGHT_CUDA_TOO_OLD_FOR_GPU"]
+    assert bool(found) is fires, found
+
+
+def test_toolkit_floor_takes_the_profiles_arch_before_the_gpus_are_read():
+    """No GPU listed (nvidia-smi not there yet): the profile's family (expect.cuda_arch) carries the floor; an arch the
+    collection has no floor for is not judged."""
+    no_gpus = {"gpufleet_gpus": {"gpus": []}}
+    fired = [f for f in judge(doc(expect__cuda_arch=["10.3"], expect__cuda_version="12.8", **no_gpus))
+             if f["id"] == "PREFLIGHT_CUDA_TOO_OLD_FOR_GPU"]
+    assert len(fired) == 1 and "compute capability 10.3 (the profile's GPUs;" in fired[0]["message"]
+    unknown = [f for f in judge(doc(expect__cuda_arch=["12.0"], expect__cuda_version="12.8", **no_gpus))
+               if f["id"] == "PREFLIGHT_CUDA_TOO_OLD_FOR_GPU"]
+    assert unknown == []

@@ -241,3 +241,13 @@ def test_fixture_compile_deep_gemm_rejects_unknown_arguments(tmp_path):
 def test_model_configs_are_valid_json():
     for cfg in MODELS.glob("*/config.json"):
         assert isinstance(json.loads(cfg.read_text()), dict)
+
+
+@pytest.mark.parametrize("arch, fires", [("10.0", True), ("10.3", True), ("9.0;10.3", True), ("9.0", False),
+                                         ("12.0", False)])
+def test_blackwell_scale_rule_covers_every_sm100_family(arch, fires):
+    """B300 and GB300 (10.3) run DeepGEMM's SM100 kernels as B200 does: the rule was written for '10.0' alone and
+    stayed quiet on them."""
+    found = "SGLANG_BLACKWELL_FP8_SCALE" in ids(mutate(GOOD, {"gpufleet_model.scale_fmt": None,
+                                                              "gpufleet_gpus.cuda_arch_list": arch}))
+    assert found is fires

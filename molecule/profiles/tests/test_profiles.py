@@ -44,6 +44,7 @@ NODES = {
     "h100-cluster-1": ("h100", "h100_ib", "h100_cluster"),
     "h200-nvlink-1": ("h200", "h200_nvlink", "h200_nvlink"),
     "a100-cluster-1": ("a100", "a100_roce", "a100_cluster"),
+    "b300-cluster-1": ("b300", "b300_cx8", "b300_cluster"),
 }
 GROUPS = [spec[2] for spec in NODES.values()]
 # A child profile (its group below its parent's in the inventories) -> the parent whose settings it inherits.
@@ -172,6 +173,41 @@ def test_table():
     table = "\n".join(lines) + "\n"
     (EPHEMERAL / "profiles.md").write_text(table)
     print(table)
+
+
+# The B300 with ConnectX-8 (issue 51): a platform of its own on the profile object, never the default gate.
+B300 = "b300-cluster-1"
+
+
+def test_the_b300_runs_sm103_under_its_own_provisional_gate(verify, audit):
+    """The B300 node's DeepEP is built for 10.3 (what its GPUs report), its intranode run is judged by the b300 gate (the
+    B200's figures, marked provisional with the reason), not the loose default's 100 GB/s; the audit reads the CX-8
+    rails at 800 Gb/s on InfiniBand, as the profile declares."""
+    hardware = fakehw.load_profile("b300_cx8")
+    assert hardware["gpu_model"]["compute_capability"] == "10.3"
+    key = dict((k["name"], k["value"]) for k in audit["nodes"][B300]["key_facts"])
+    assert key["GPUs"] == "8 x sm 10.3" and key["NICs"] == "8/9 active, mlx5 infiniband", key
+    built = audit["nodes"][B300]["facts"]["gpufleet_deepep"]["built_against"]["arch_list"]
+    assert str(built).replace("a", "") in ("10.3", "['10.3']"), built
+    row = next(r for r in verify["rows"] if r["host"] == B300 and r["stage"] == "intranode")
+    assert row["status"] == "pass", row
+    assert row["thresholds"]["dispatch_bf16_nvl_gbps"] == 380, row["thresholds"]
+    assert row.get("gate_provisional", "").startswith("b300: "), row
+    rdma = fleetsim("exec", B300, "--", "sh", "-c", "cat /sys/class/infiniband/mlx5_0/ports/1/rate "
+                    "/sys/class/infiniband/mlx5_0/ports/1/link_layer /sys/class/infiniband/mlx5_0/hca_type")
+    assert rdma.stdout.split("\n")[:3] == ["800 Gb/sec (4X XDR)", "InfiniBand", "MT4131"], rdma.stdout
+
+
+def test_a_b300_profile_on_a_toolkit_without_sm103_is_refused_before_anything_installs():
+    """CUDA 12.8 has sm_100 but not sm_103: the preflight refuses the B300 node naming the floor (12.9), before the
+    cuda_toolkit phase; the node's toolkit link is unchanged."""
+    before = fleetsim("exec", B300, "--", "readlink", "/usr/local/cuda").stdout
+    run = playbook("site.yml", "-l", "b300_cluster", "--tags", "preflight", "-e", "cuda_toolkit_version=12.8",
+                   log="b300-cuda128-")
+    assert run.returncode != 0, run.stdout[-3000:]
+    assert ("CUDA 12.8 cannot compile for compute capability 10.3 (NVIDIA B300 SXM6 AC; its first toolkit is CUDA "
+            "12.9)") in run.stdout, run.stdout[-3000:]
+    assert fleetsim("exec", B300, "--", "readlink", "/usr/local/cuda").stdout == before
 
 
 # The stack of late 2026 (b200_late2026 on b200-next-1): what it runs, then the refusals (last: they change the node).

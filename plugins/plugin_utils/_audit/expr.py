@@ -31,6 +31,10 @@ The jmespath functions of the audit, besides the standard ones, that rule condit
     the list without repeated values, first occurrence kept (``[]`` when missing).
 ``difference(a, b)``
     the values of list ``a`` that are not in list ``b``, in order (``[]`` when ``a`` is missing).
+``cuda_floor(archs)``
+    the first CUDA release whose nvcc compiles for every arch of ``archs`` (a list or string as ``arch_list``
+    takes it), from the GPU profile object (``_gpu_families.MIN_CUDA_BY_ARCH``: ``10.3`` -> ``12.9``); null when
+    the list is missing or names no capability the collection knows.
 """
 
 from __future__ import annotations
@@ -43,6 +47,7 @@ from ansible_collections.gpufleet.deepep.plugins.module_utils._versions import (
     VersionError,
     compare_versions,
 )
+from ansible_collections.gpufleet.deepep.plugins.plugin_utils._gpu_families import MIN_CUDA_BY_ARCH
 
 try:
     import jmespath
@@ -57,7 +62,7 @@ except ImportError:  # pragma: no cover - exercised only without jmespath
     JMESPATH_IMPORT_ERROR = traceback.format_exc()
 
 __all__ = ["HAS_JMESPATH", "JMESPATH_IMPORT_ERROR", "AuditError", "parse_version", "version_cmp",
-           "normalize_arch_list", "arch_covers", "without_prefix", "int_mod", "int_div", "unique", "difference",
+           "normalize_arch_list", "arch_covers", "cuda_floor", "without_prefix", "int_mod", "int_div", "unique", "difference",
            "compile_expression", "search", "truthy"]
 
 _VERSION_RE = re.compile(r"(\d+(?:\.\d+)*)")
@@ -148,6 +153,19 @@ def arch_covers(built, needed):
     if have is None or want is None:
         return None
     return set(want).issubset(have)
+
+
+def cuda_floor(archs):
+    """The first CUDA release that compiles for every arch of ``archs`` (the highest floor among them), or None when
+    the list is missing or names no capability of ``MIN_CUDA_BY_ARCH`` (an unknown arch has no floor to hold)."""
+    floors = [MIN_CUDA_BY_ARCH[arch] for arch in normalize_arch_list(archs) or [] if arch in MIN_CUDA_BY_ARCH]
+    if not floors:
+        return None
+    best = floors[0]
+    for floor in floors[1:]:
+        if version_cmp(floor, best) == 1:
+            best = floor
+    return best
 
 
 def _to_int(value):
@@ -245,6 +263,10 @@ if HAS_JMESPATH:
         @_jp_functions.signature({"types": []}, {"types": []})
         def _func_difference(self, left, right):
             return difference(left, right)
+
+        @_jp_functions.signature({"types": []})
+        def _func_cuda_floor(self, archs):
+            return cuda_floor(archs)
 
     _OPTIONS = jmespath.Options(custom_functions=_AuditFunctions())
 else:  # pragma: no cover

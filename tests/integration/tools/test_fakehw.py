@@ -33,11 +33,11 @@ def smi(hw_json: Path, *args: str) -> subprocess.CompletedProcess:
 # --------------------------------------------------------------------------- profiles
 
 
-def test_list_profiles_has_the_four_node_types():
-    assert {"gcp_b200", "h100_ib", "h200_nvlink", "a100_roce"} <= set(fakehw.list_profiles())
+def test_list_profiles_has_the_node_types():
+    assert {"gcp_b200", "h100_ib", "h200_nvlink", "a100_roce", "b300_cx8"} <= set(fakehw.list_profiles())
 
 
-@pytest.mark.parametrize("name", ["gcp_b200", "h100_ib", "h200_nvlink", "a100_roce"])
+@pytest.mark.parametrize("name", ["gcp_b200", "h100_ib", "h200_nvlink", "a100_roce", "b300_cx8"])
 def test_every_profile_loads_and_renders(name, tmp_path):
     prof = fakehw.load_profile(name)
     assert prof["name"] == name
@@ -60,6 +60,24 @@ def test_profile_facts_match_the_issue():
     assert h200["nics"] == [] and h200["nvidia_peermem"]["loads"] is False
     assert fakehw.load_profile("h100_ib")["gpu_model"]["compute_capability"] == "9.0"
     assert fakehw.load_profile("a100_roce")["gpu_model"]["compute_capability"] == "8.0"
+
+
+def test_the_b300_node_shows_sm103_and_connectx8_at_the_real_paths(tmp_path):
+    """What the collection reads to tell a B300 + CX-8 node from a B200 one: the GPU's PCI id (0x3182, the B300 SXM6 AC
+    of module_utils/_pci.py), the NIC's (0x1023, ConnectX-8) and its hca_type, XDR rate and InfiniBand link layer."""
+    prof = fakehw.load_profile("b300_cx8")
+    assert fakehw.gpu_family(prof) == "b300" and prof["gpu_model"]["compute_capability"] == "10.3"
+    summary = fakehw.render_sysfs(prof, tmp_path / "sys")
+    assert len(summary["gpus"]) == 8
+    gpu = tmp_path / "sys" / "bus" / "pci" / "devices" / prof["gpus"][0]["bdf"]
+    assert read(gpu / "device").strip() == "0x3182"
+    rails = sorted(p.name for p in (tmp_path / "sys" / "class" / "infiniband").iterdir())
+    assert rails[:8] == ["mlx5_%d" % i for i in range(8)]
+    rail = tmp_path / "sys" / "class" / "infiniband" / "mlx5_0"
+    assert read(rail / "hca_type").strip() == "MT4131"
+    assert read(rail / "device" / "device").strip() == "0x1023"
+    assert read(rail / "ports" / "1" / "rate").strip() == "800 Gb/sec (4X XDR)"
+    assert read(rail / "ports" / "1" / "link_layer").strip() == "InfiniBand"
 
 
 def test_unknown_profile_names_the_choices():
@@ -346,7 +364,7 @@ def test_smi_b200_topo_with_nics_after_doca(tmp_path):
 # --------------------------------------------------------------------------- the driver's libcuda
 
 
-@pytest.mark.parametrize("name", ["gcp_b200", "h100_ib", "h200_nvlink", "a100_roce"])
+@pytest.mark.parametrize("name", ["gcp_b200", "h100_ib", "h200_nvlink", "a100_roce", "b300_cx8"])
 def test_fake_libcuda_is_laid_out_as_a_driver_install_does(tmp_path, name):
     ctypes = pytest.importorskip("ctypes")
     prof = fakehw.load_profile(name)
