@@ -696,7 +696,7 @@ FILTER_BAD = [
     (transport_filter.transport_gate, ("",), {"policy": {"allow_networks": [""]}},
      "allow_networks entries must be non-empty strings; got ''"),
     (transport_filter.transport_gate, ("",), {"policy": {"allow_gin": ["CPU"]}},
-     "allow_gin entry 'CPU' is not one of GDAKI, PROXY, GPI, none"),
+     "allow_gin entry 'CPU' is not one of GDAKI, EFA_GDA, PROXY, GPI, none"),
     (transport_filter.transport_gate, ("",), {"policy": {"require_ibgda": "yes"}},
      "require_ibgda must be true or false; got 'yes' (str)"),
     (transport_filter.transport_gate, ("",), {"policy": {"allow_cpu_fallback": 1}},

@@ -29,6 +29,17 @@ def role_defaults() -> dict:
     return yaml.safe_load((ROLE / "defaults" / "main.yml").read_text(encoding="utf-8"))
 
 
+def fabric_settings(variables: dict) -> dict:
+    """The two defaults the fabric decides, as the role's filter (gpufleet.deepep.fabric) gives them for the fabric of
+    ``variables`` (a Templar of this process does not load the collection's filters by name)."""
+    from ansible_collections.gpufleet.deepep.plugins.filter.fabric import fabric
+
+    name = variables.get("env_script_fabric", variables.get("gpufleet_fabric", ""))
+    name = "" if name is None or "{{" in str(name) else name
+    return {"env_script_fabric_ibgda": fabric(name, "ibgda", default=True),
+            "env_script_fabric_env": fabric(name, "env", default=[])}
+
+
 def render(text: str, variables: dict):
     from ansible.parsing.dataloader import DataLoader
     from ansible.template import Templar, trust_as_template
@@ -80,6 +91,7 @@ def render_script(tmp_path: Path, facts: dict, nvshmem_built: bool = True, gdrco
     variables["ansible_facts"] = facts
     # What the role's probe (files/probe.py) finds for <nvshmem>/lib/libnvshmem_host.so.3 and <gdrcopy>/lib.
     variables["env_script_installed"] = {"nvshmem_built": nvshmem_built, "gdrcopy_built": gdrcopy_built}
+    variables.update((k, v) for k, v in fabric_settings(variables).items() if k not in overrides)
     # Role defaults refer to other roles' variables and facts with default(): resolve them like Ansible would.
     for name, value in list(variables.items()):
         if name.startswith("env_script_") and name not in overrides and isinstance(value, str) and "{{" in value:

@@ -118,8 +118,8 @@ def test_the_sites_policies_are_merged_over_the_backends_and_the_record_says_whi
     # the profile's fabric: named in the basis, an unknown one refused before the run
     on_roce = j.policy(_spec(stage="internode", transport_policies={}, fabric="roce"), "v1")
     assert on_roce["fabric"] == "roce" and on_roce["policy"]["allow_networks"] == ["IB"]
-    with pytest.raises(j.JudgeError, match="judge.transport_policies: fabric 'efa' is not one the collection knows"):
-        j.check(_spec(stage="internode", transport_policies={}, fabric="efa"), "v1", "internode")
+    with pytest.raises(j.JudgeError, match="judge.transport_policies: fabric 'ib' is not one the collection knows"):
+        j.check(_spec(stage="internode", transport_policies={}, fabric="ib"), "v1", "internode")
 
 
 def test_the_internode_record_keeps_where_it_was_measured():

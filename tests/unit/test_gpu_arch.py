@@ -369,3 +369,33 @@ def test_the_example_profiles_declare_the_fabric_of_their_nics():
         assert (fabric is None) == intranode_only, name
         assert fabric is None or fabric in FABRICS, name
     assert declared["h100"][0] == "infiniband" and declared["b200_gcp_cuda129"][0] == "roce"
+
+
+# ------------------------------------------------------------------------------------------ the fabric filter
+def test_the_fabric_filter_reads_the_profile_objects_fabrics():
+    from ansible_collections.gpufleet.deepep.plugins.filter import fabric as ff
+    from ansible_collections.gpufleet.deepep.plugins.plugin_utils._fabrics import FABRICS
+
+    assert ff.fabric("efa", "kernel_module") == "efa" and ff.fabric("roce", "kernel_module") == "mlx5_core"
+    assert ff.fabric("efa", "mlx5dv") is False and ff.fabric("infiniband", "mlx5dv") is True
+    names = [name for name, dummy, dummy2 in ff.fabric("efa", "env")]
+    assert names == ["NCCL_GIN_TYPE", "NCCL_SYM_GIN_KERNELS_ENABLE", "FI_PROVIDER"]
+    assert ff.fabric("", "env", default=[]) == [] and ff.fabric(None, "mlx5dv", default=True) is True
+    # a copy: a caller cannot change the table
+    ff.fabric("efa", "env").clear()
+    assert FABRICS["efa"]["env"]
+    for every in FABRICS.values():
+        assert set(ff.SETTINGS) <= set(every)
+
+
+@pytest.mark.parametrize("name, setting, word", [
+    ("ib", "env", "fabric 'ib' is not one the collection knows; expected one of efa, infiniband, roce"),
+    ("efa", "speed", "setting 'speed' is not one of"),
+    ("", "env", "no fabric declared (gpufleet_fabric is empty) and no default given for 'env'"),
+    (["efa"], "env", "is a list, not a fabric name"),
+])
+def test_the_fabric_filter_refuses_naming_the_value(name, setting, word):
+    from ansible_collections.gpufleet.deepep.plugins.filter import fabric as ff
+
+    with pytest.raises(AnsibleFilterError, match=re.escape(word)):
+        ff.fabric(name, setting)

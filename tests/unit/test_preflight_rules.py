@@ -121,6 +121,19 @@ CASES = {
         "CUDA 12.8 cannot compile for compute capability 10.3 (NVIDIA B300 SXM6 AC; its first toolkit is CUDA 12.9): "
         "NVSHMEM's and DeepEP's builds would fail with \"Unsupported gpu architecture\". Fix: set cuda_toolkit_version "
         "to 12.9 or newer in the node's profile."),
+    # A V1 profile across EFA nodes: refused naming the reason (NVSHMEM's IBGDA is mlx5-only).
+    "PREFLIGHT_FABRIC_REFUSES_BACKEND": (
+        {"expect__fabric": "efa", "expect__deepep_internode": True, "expect__deepep_v2": False},
+        "DeepEP V1 across nodes is refused on the fabric efa: DeepEP V1 runs across nodes over NVSHMEM's IBGDA, which "
+        "drives mlx5 NICs only (DeepEP #759: \"mlx5dv_open_device(...) -> FAIL (not an mlx5 device)\"; #369); run "
+        "DeepEP V2 over NCCL GIN (EFA-GDA, NCCL >= 2.31.2) on EFA. Fix: set deepep_generation: v2 with the NCCL its "
+        "GIN needs (nccl_enabled, nccl_version), or deepep_internode: false for NVLink only."),
+    # V2 across EFA nodes on NCCL 2.30.7: EFA-GDA arrived in 2.31.2.
+    "PREFLIGHT_FABRIC_NCCL_OLD": (
+        {"expect__fabric": "efa", "expect__deepep_internode": True, "expect__deepep_v2": True,
+         "expect__nccl_version": "2.30.7"},
+        "NCCL 2.30.7 has no GIN on the fabric efa (its GIN needs NCCL 2.31.2 or newer; DeepEP V2 asserts \"NCCL GIN is "
+        "unavailable\" without it). Fix: set nccl_enabled: true and nccl_version: 2.31.2 or newer."),
     "PREFLIGHT_CUDA_TO_INSTALL": ({"cuda": {"version": "", "release": ""}, "expect__cuda_by_play": True},
                                   "CUDA 13.0: absent at /usr/local/cuda-13.0; the cuda_toolkit phase installs it."),
     "PREFLIGHT_CUDA_MISSING": ({"cuda": {"version": "12.9", "release": "12.9"}},
@@ -416,3 +429,19 @@ def test_toolkit_floor_takes_the_profiles_arch_before_the_gpus_are_read():
     unknown = [f for f in judge(doc(expect__cuda_arch=["12.0"], expect__cuda_version="12.8", **no_gpus))
                if f["id"] == "PREFLIGHT_CUDA_TOO_OLD_FOR_GPU"]
     assert unknown == []
+
+
+@pytest.mark.parametrize("changes, fired", [
+    ({"fabric": "efa", "deepep_internode": True, "deepep_v2": True, "nccl_version": "2.31.2"}, []),
+    ({"fabric": "efa", "deepep_internode": True, "deepep_v2": True, "nccl_version": "2.32.3"}, []),
+    ({"fabric": "efa", "deepep_internode": True, "deepep_v2": True, "nccl_version": ""},
+     ["PREFLIGHT_FABRIC_NCCL_OLD"]),                                # torch's own NCCL, not pinned: not known to have it
+    ({"fabric": "efa", "deepep_internode": False, "deepep_v2": False}, []),       # V1 on NVLink only: runs
+    ({"fabric": "roce", "deepep_internode": True, "deepep_v2": False}, []),      # mlx5: V1 with IBGDA
+    ({"fabric": "infiniband", "deepep_internode": True, "deepep_v2": True, "nccl_version": "2.30.7"}, []),
+    ({"fabric": "", "deepep_internode": True, "deepep_v2": False}, []),          # none declared: nothing to hold
+])
+def test_the_fabric_decides_what_runs_across_nodes(changes, fired):
+    found = [f["id"] for f in judge(doc(**dict(("expect__" + k, v) for k, v in changes.items())))
+             if f["id"].startswith("PREFLIGHT_FABRIC_")]
+    assert found == fired

@@ -296,6 +296,15 @@ NCCL_CASES = [
     ("gin-proxy-2.30.4", GIN_PROXY_2304, {"gin": "PROXY", "gin_plugin": "GIN_IB_PROXY"}),
     ("gin-worst-wins", GIN_GDAKI_2307 + [NCCL + "GIN/Plugin: Failed to initialize any GIN plugin"], {"gin": "none"}),
     ("gin-gpi", [NCCL + "GIN/Plugin: Assigned plugin MY_GIN type 4 to comm"], {"gin": "GPI"}),
+    # EFA (NCCL 2.31.2 + aws-ofi-nccl >= 1.21.0): the lines aws-ofi-nccl's doc/gin-getting-started.md and its
+    # nccl_ofi_net.cpp print, and NCCL's "Assigned plugin" format with the GDA plugin's name (Libfabric_GDAKI).
+    ("gin-efa-gda", [NCCL + "NCCL_GIN_TYPE set by environment to 5.",
+                     NCCL + "NET/OFI Selected provider is efa, fabric is efa-direct (found 16 nics)",
+                     NCCL + "Using network Libfabric",
+                     NCCL + "GIN/Plugin: Assigned plugin Libfabric_GDAKI type 5 to comm",
+                     NCCL + "NET/OFI gin GDAKI: createContext done (nranks=16 rank=0 nSignals=64 nCounters=64 "
+                            "nContexts=4 num_rails=2 effective_rails=2)"],
+     {"network": "Libfabric", "gin": "EFA_GDA", "gin_plugin": "Libfabric_GDAKI"}),
     ("net-plugin", NET_PLUGIN, {"network": "Libfabric", "plugins": {"net": {"loaded": ["Libfabric"]}}}),
     ("mixed-networks", [NCCL + "Using network IB", NCCL + "Using network Socket"],
      {"network": None, "networks": ["IB", "Socket"]}),
@@ -512,7 +521,7 @@ BAD_POLICIES = [
      "policy allow_paths entry 'nvlink' is not one of p2p, shm, net, net_gdrdma"),
     ("allow_transports", {"allow_transports": ["rdma"]}, "policy allow_transports entry 'rdma' is not one of p2p, "
                                                          "ibgda, ibrc, ucx, ibdevx, libfabric"),
-    ("allow_gin", {"allow_gin": ["gdaki", "CPU"]}, "policy allow_gin entry 'CPU' is not one of GDAKI, PROXY, GPI, none"),
+    ("allow_gin", {"allow_gin": ["gdaki", "CPU"]}, "policy allow_gin entry 'CPU' is not one of GDAKI, EFA_GDA, PROXY, GPI, none"),
     ("allow_networks-type", {"allow_networks": {"IB": 1}}, "policy allow_networks must be a list of names; got {'IB': 1}"),
     ("allow_networks-entry", {"allow_networks": ["IB", ""]}, "policy allow_networks entries must be non-empty strings; "
                                                              "got ''"),
@@ -544,8 +553,8 @@ def test_policy_normalizes_case_and_defaults():
     assert check_policy({"allow_gin": ["gdaki"], "allow_paths": ["P2P"]}) == {
         "allow_paths": ["p2p"], "allow_transports": None, "allow_networks": None, "allow_gin": ["GDAKI"],
         "require_ibgda": False, "allow_cpu_fallback": False, "require_nccl_match": False}
-    assert set(GIN_TYPES) == {"GDAKI", "PROXY", "GPI", "none"} and set(PATH_CLASSES) == {"p2p", "shm", "net",
-                                                                                         "net_gdrdma"}
+    assert set(GIN_TYPES) == {"GDAKI", "EFA_GDA", "PROXY", "GPI", "none"}
+    assert set(PATH_CLASSES) == {"p2p", "shm", "net", "net_gdrdma"}
 
 
 # ----------------------------------------------------------------------------------------------------- the filters

@@ -113,11 +113,28 @@ def test_the_profiles_fabric_gives_the_networks_across_nodes_and_nothing_within_
     assert mine["policy"]["allow_networks"] == ["IB", "Socket"]
 
 
+def test_on_efa_v2_is_held_to_libfabric_and_efa_gda_and_v1_is_refused_with_the_reason():
+    """EFA: NCCL's network is aws-ofi-nccl's Libfabric and V2's GPU-initiated GIN is EFA-GDA (type 5), never the CPU
+    proxy; DeepEP V1 needs NVSHMEM's mlx5-only IBGDA and is refused naming the sources; one node is NVLink as
+    anywhere."""
+    got = backends.transport_policy("v2", "internode", {}, "p5en", fabric="efa")
+    assert got["policy"]["allow_networks"] == ["Libfabric"] and got["policy"]["allow_gin"] == ["EFA_GDA"]
+    assert got["policy"]["allow_cpu_fallback"] is False
+    assert "allow_networks" not in backends.transport_policy("v2", "intranode", {}, "p5en", fabric="efa")["policy"]
+    with pytest.raises(backends.BackendError, match=r"DeepEP V1 cannot run internode on the fabric AWS EFA \(Elastic "
+                                                    r"Fabric Adapter\): DeepEP V1 runs across nodes over NVSHMEM's "
+                                                    r"IBGDA, which drives mlx5 NICs only \(DeepEP #759"):
+        backends.transport_policy("v1", "internode", {}, "p5en", fabric="efa")
+    # one node needs no NIC: V1 intranode on an EFA node is NVLink only and runs
+    assert backends.transport_policy("v1", "intranode", {}, "p5en", fabric="efa")["policy"]["allow_paths"] == ["p2p"]
+
+
 def test_a_backend_that_needs_what_the_fabric_lacks_is_refused_by_name(monkeypatch):
     from ansible_collections.gpufleet.deepep.plugins.plugin_utils import _fabrics
 
     monkeypatch.setitem(_fabrics.FABRICS, "nogpu", {"title": "A fabric without GPU-driven NICs", "rdma_transport": "x",
-                                                    "nccl_networks": ["Libfabric"], "ibgda": False, "gin": ["PROXY"]})
+                                                    "nccl_networks": ["Libfabric"], "ibgda": False, "gin": ["PROXY"],
+                                                    "gin_gpu": "GDAKI", "refuses": {}})
     with pytest.raises(backends.BackendError, match="DeepEP V1 runs internode over NVSHMEM IBGDA, which the fabric A "
                                                     "fabric without GPU-driven NICs does not have"):
         backends.transport_policy("v1", "internode", {}, "x", fabric="nogpu")
@@ -125,7 +142,7 @@ def test_a_backend_that_needs_what_the_fabric_lacks_is_refused_by_name(monkeypat
         backends.transport_policy("v2", "internode", {}, "x", fabric="nogpu")
     monkeypatch.delitem(_fabrics.FABRICS, "nogpu")
     with pytest.raises(_fabrics.FabricError, match="fabric 'ib' is not one the collection knows; expected one of "
-                                                   "infiniband, roce"):
+                                                   "efa, infiniband, roce"):
         backends.transport_policy("v1", "internode", {}, "x", fabric="ib")
 
 

@@ -35,6 +35,11 @@ The jmespath functions of the audit, besides the standard ones, that rule condit
     the first CUDA release whose nvcc compiles for every arch of ``archs`` (a list or string as ``arch_list``
     takes it), from the GPU profile object (``_gpu_families.MIN_CUDA_BY_ARCH``: ``10.3`` -> ``12.9``); null when
     the list is missing or names no capability the collection knows.
+``fabric_refusal(fabric, backend)``
+    why ``backend`` (``deepep_v1``, ``deepep_v2``, ``nccl_ep``) cannot run across nodes on ``fabric`` (the profile
+    object's ``_fabrics.FABRICS``: DeepEP V1 on ``efa``); null where it can, or no or an unknown fabric is given.
+``fabric_nccl_floor(fabric)``
+    the first NCCL whose GIN runs on ``fabric`` (``2.31.2`` on ``efa``); null for none, or no or an unknown fabric.
 """
 
 from __future__ import annotations
@@ -47,6 +52,7 @@ from ansible_collections.gpufleet.deepep.plugins.module_utils._versions import (
     VersionError,
     compare_versions,
 )
+from ansible_collections.gpufleet.deepep.plugins.plugin_utils._fabrics import FABRICS
 from ansible_collections.gpufleet.deepep.plugins.plugin_utils._gpu_families import MIN_CUDA_BY_ARCH
 
 try:
@@ -62,7 +68,8 @@ except ImportError:  # pragma: no cover - exercised only without jmespath
     JMESPATH_IMPORT_ERROR = traceback.format_exc()
 
 __all__ = ["HAS_JMESPATH", "JMESPATH_IMPORT_ERROR", "AuditError", "parse_version", "version_cmp",
-           "normalize_arch_list", "arch_covers", "cuda_floor", "without_prefix", "int_mod", "int_div", "unique", "difference",
+           "normalize_arch_list", "arch_covers", "cuda_floor", "fabric_refusal", "fabric_nccl_floor", "without_prefix",
+           "int_mod", "int_div", "unique", "difference",
            "compile_expression", "search", "truthy"]
 
 _VERSION_RE = re.compile(r"(\d+(?:\.\d+)*)")
@@ -168,6 +175,18 @@ def cuda_floor(archs):
     return best
 
 
+def fabric_refusal(fabric, backend):
+    """Why ``backend`` cannot run across nodes on ``fabric``, or None (no fabric, an unknown one, or one it runs on)."""
+    entry = FABRICS.get(fabric) if isinstance(fabric, str) else None
+    return (entry.get("refuses") or {}).get(backend) if entry and isinstance(backend, str) else None
+
+
+def fabric_nccl_floor(fabric):
+    """The first NCCL whose GIN runs on ``fabric``, or None (no fabric, an unknown one, or no floor)."""
+    entry = FABRICS.get(fabric) if isinstance(fabric, str) else None
+    return entry.get("nccl_min") if entry else None
+
+
 def _to_int(value):
     if isinstance(value, bool):
         return None
@@ -267,6 +286,14 @@ if HAS_JMESPATH:
         @_jp_functions.signature({"types": []})
         def _func_cuda_floor(self, archs):
             return cuda_floor(archs)
+
+        @_jp_functions.signature({"types": []}, {"types": []})
+        def _func_fabric_refusal(self, fabric, backend):
+            return fabric_refusal(fabric, backend)
+
+        @_jp_functions.signature({"types": []})
+        def _func_fabric_nccl_floor(self, fabric):
+            return fabric_nccl_floor(fabric)
 
     _OPTIONS = jmespath.Options(custom_functions=_AuditFunctions())
 else:  # pragma: no cover

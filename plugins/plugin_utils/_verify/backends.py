@@ -273,14 +273,21 @@ def _on_fabric(descriptor, scope, policy, name):
     if "allow_networks" not in policy:
         return policy
     fab = fabric_of(name)
+    why = fab["refuses"].get(descriptor["name"])
+    if why:
+        raise BackendError("%s cannot run %s on the fabric %s: %s" % (descriptor["title"], scope, fab["title"], why))
     if policy.get("require_ibgda") and not fab["ibgda"]:
         raise BackendError("%s runs %s over NVSHMEM IBGDA, which the fabric %s does not have; expected a backend whose "
                            "policy the fabric meets" % (descriptor["title"], scope, fab["title"]))
-    if policy.get("allow_gin") and not set(policy["allow_gin"]) & set(fab["gin"]):
-        raise BackendError("%s runs %s over NCCL GIN %s, which the fabric %s does not have (it has %s)"
-                           % (descriptor["title"], scope, "/".join(policy["allow_gin"]), fab["title"],
-                              "/".join(fab["gin"]) or "none"))
-    return dict(policy, allow_networks=list(fab["nccl_networks"]))
+    out = dict(policy, allow_networks=list(fab["nccl_networks"]))
+    if policy.get("allow_gin"):
+        # A descriptor's GDAKI is GIN driven by the GPU: on this fabric, the GPU-initiated type it has.
+        out["allow_gin"] = list(dict.fromkeys(fab["gin_gpu"] if gin == "GDAKI" else gin for gin in policy["allow_gin"]))
+        if not set(out["allow_gin"]) & set(fab["gin"]):
+            raise BackendError("%s runs %s over NCCL GIN %s, which the fabric %s does not have (it has %s)"
+                               % (descriptor["title"], scope, "/".join(policy["allow_gin"]), fab["title"],
+                                  "/".join(fab["gin"]) or "none"))
+    return out
 
 
 def transport_policy(name, scope, overrides=None, profile=None, family=None, fabric=None):

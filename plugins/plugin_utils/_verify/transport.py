@@ -34,10 +34,11 @@ IBGDA_STATES = ("initialized", "failed", "disabled")
 NIC_HANDLERS = ("gpu", "cpu", "cpu_host_memory", "auto")
 TRANSPORT_STATES = ("initialized", "skipped", "disabled", "unavailable", "failed")   # best to worst
 NVSHMEM_TRANSPORTS = ("p2p", "ibgda", "ibrc", "ucx", "ibdevx", "libfabric")
-GIN_TYPES = ("GDAKI", "PROXY", "GPI", "none")
+GIN_TYPES = ("GDAKI", "EFA_GDA", "PROXY", "GPI", "none")
 PATH_CLASSES = ("p2p", "shm", "net", "net_gdrdma")
-_GIN_TYPE_NUMBERS = {2: "PROXY", 3: "GDAKI", 4: "GPI"}
-_GIN_RANK = {"GDAKI": 0, "GPI": 1, "PROXY": 2, "none": 3}              # worst wins across comms and ranks
+# NCCL's ncclGinType_t (include/nccl_device/core.h; 5 from NCCL 2.31.2: the EFA GDA backend contributed by AWS).
+_GIN_TYPE_NUMBERS = {2: "PROXY", 3: "GDAKI", 4: "GPI", 5: "EFA_GDA"}
+_GIN_RANK = {"GDAKI": 0, "EFA_GDA": 0, "GPI": 1, "PROXY": 2, "none": 3}              # worst wins across comms and ranks
 _HANDLER_RANK = {"gpu": 0, "cpu": 1, "cpu_host_memory": 2}
 _MAX_LINES = 20
 
