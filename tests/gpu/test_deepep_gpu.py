@@ -41,6 +41,11 @@ def intranode_figures(parsed: dict) -> dict:
 
 @pytest.fixture(scope="module")
 def v1_built(deepep_v1_src, results_dir, gpu_python):
+    # The first build is proven from a node without DeepEP, whatever an earlier run on this machine installed (a second
+    # suite run on a still-held machine found run 1's build of the same key installed and rightly built nothing).
+    removed = subprocess.run([gpu_python, "-m", "pip", "uninstall", "--yes", "deep_ep"], capture_output=True,
+                             text=True, timeout=300, check=False)
+    assert removed.returncode == 0, removed.stdout[-2000:] + removed.stderr[-2000:]
     first = run_stage("build", results_dir, gpu_python, {"deepep_src": str(deepep_v1_src), "gpu_build_round": 1},
                       label="build-1")
     assert first.returncode == 0, tail(first)
