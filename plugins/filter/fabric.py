@@ -21,7 +21,7 @@ from ansible_collections.gpufleet.deepep.plugins.plugin_utils._filter_guard impo
 
 _NO_DEFAULT = object()
 SETTINGS = ("title", "rdma_transport", "nccl_networks", "ibgda", "gin", "gin_gpu", "kernel_module", "mlx5dv", "nccl_min",
-            "env", "refuses")
+            "env", "refuses", "stack_min")
 
 
 def fabric(name, setting, default=_NO_DEFAULT):

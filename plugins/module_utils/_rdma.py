@@ -10,6 +10,9 @@ file, a directory without ``ports/``) is left out of ``devices`` and listed in `
 entries that resolve to one device directory are one device (the second is skipped, naming the first). A port
 rate that is not sysfs's ``<N> Gb/sec (...)`` is reported as unknown (``rate_gbps`` null). ``warnings`` says each
 of these in a sentence, for the modules to warn with.
+
+AWS EFA devices (kernel driver ``efa``) are RDMA devices whose port link layer the kernel shows as ``Unknown``;
+rdma-core's udev rename names them ``rdmap<bus>s<slot>``. They have no LID, no RoCE GID types and no net device.
 """
 
 from __future__ import annotations
@@ -30,6 +33,9 @@ import ipaddress
 from ansible_collections.gpufleet.deepep.plugins.module_utils._pci import bdf_sort_key, real_pci_path
 
 ROCE_V2 = "RoCE v2"
+# The kernel driver of AWS EFA devices and the link layer the kernel shows for their ports.
+EFA_DRIVER = "efa"
+EFA_LINK_LAYER = "Unknown"
 ZERO_GID = "0000:0000:0000:0000:0000:0000:0000:0000"
 # The kernel's rate file: "%d%s Gb/sec (%dX%s)" ("400 Gb/sec (4X NDR)", "2.5 Gb/sec (1X SDR)").
 _RATE_RE = re.compile(r"^([0-9]{1,6}(?:\.[0-9]{1,3})?)\s*Gb/sec(?:\s*\([^()]*\))?$")
@@ -61,18 +67,21 @@ def natural_key(name):
 
 
 def naming_scheme(name):
-    """'mlx5' (mlx5_<n>), 'rocep' (rocep<bus>s<slot>...), 'ibp' (ibp<bus>s<slot>...) or 'other'."""
+    """'mlx5' (mlx5_<n>), 'rocep' (rocep<bus>s<slot>...), 'ibp' (ibp<bus>s<slot>...), 'rdmap' (rdmap<bus>s<slot>...,
+    rdma-core's name for a device whose link layer is neither InfiniBand nor Ethernet: AWS EFA) or 'other'."""
     if re.fullmatch(r"mlx5_\d+", name):
         return "mlx5"
     if re.match(r"^roce[Pp]", name):
         return "rocep"
     if re.match(r"^ib[Pp]\d", name):
         return "ibp"
+    if re.match(r"^rdma(?:P\d+)?p\d+s\d+", name):
+        return "rdmap"
     return "other"
 
 
 def hca_prefix(names):
-    """The prefix NVSHMEM_HCA_PREFIX takes for these device names: 'mlx5', 'rocep', ... or None.
+    """The prefix NVSHMEM_HCA_PREFIX takes for these device names: 'mlx5', 'rocep', 'rdmap', ... or None.
 
     One naming scheme for all: its prefix. Otherwise the longest common prefix with trailing digits and
     '_' removed, or None when there is none.
@@ -323,6 +332,8 @@ def read_device(sysfs_root, name, use_netaddr=None):
     pci_path = real_pci_path(sysfs_root, pci_link) if os.path.exists(pci_link) else None
     pci_address = pci_path[-1] if pci_path else None
     numa = _int_or_none(_read(os.path.join(pci_link, "numa_node")))
+    driver_link = os.path.join(pci_link, "driver")
+    driver = os.path.basename(os.path.realpath(driver_link)) if os.path.exists(driver_link) else None
     netdevs = sorted(_listdir(os.path.join(pci_link, "net")))
     if not netdevs and not os.path.exists(pci_link):
         # A software RDMA device (soft-RoCE rxe, siw) has no PCI device: the kernel names its net device in
@@ -346,6 +357,7 @@ def read_device(sysfs_root, name, use_netaddr=None):
         "board_id": _read(os.path.join(dev_dir, "board_id")),
         "hca_type": _read(os.path.join(dev_dir, "hca_type")),
         "node_type": _read(os.path.join(dev_dir, "node_type")),
+        "driver": driver,
         "ports": ports,
         "active": any(p["active"] for p in ports),
     }
@@ -353,15 +365,23 @@ def read_device(sysfs_root, name, use_netaddr=None):
 
 def collect_rdma(sysfs_root, use_netaddr=None):
     """The gpufleet_rdma facts: devices, active_devices, hca_prefix, transport, recommended_gid_index, skipped
-    (entries that are not devices, with the reason) and warnings (a sentence per skipped entry or garbled rate)."""
+    (entries that are not devices, with the reason) and warnings (a sentence per skipped entry or garbled rate).
+
+    ``transport``: ``efa`` when the ACTIVE EFA ports (driver efa, link layer Unknown) outnumber both the InfiniBand
+    and the Ethernet ones; otherwise ``infiniband`` or ``roce``, the more frequent (InfiniBand on a tie); ``none``
+    without an ACTIVE port."""
     names, skipped = list_device_entries(sysfs_root)
     devices = [read_device(sysfs_root, n, use_netaddr=use_netaddr) for n in names]
     active = [d for d in devices if d["active"]]
     layers = [p["link_layer"] for d in active for p in d["ports"] if p["active"]]
     n_ib = sum(1 for ll in layers if ll == "InfiniBand")
     n_eth = sum(1 for ll in layers if ll == "Ethernet")
+    n_efa = sum(1 for d in active for p in d["ports"]
+                if p["active"] and d.get("driver") == EFA_DRIVER and p["link_layer"] == EFA_LINK_LAYER)
     if not layers:
         transport = "none"
+    elif n_efa > n_ib and n_efa > n_eth:
+        transport = "efa"
     elif n_ib >= n_eth:
         transport = "infiniband"
     else:

@@ -6,16 +6,19 @@ from __future__ import annotations
 
 DOCUMENTATION = r"""
 module: rdma_devices
-short_description: Gather the RDMA (InfiniBand and RoCE) devices of a node from sysfs
+short_description: Gather the RDMA (InfiniBand, RoCE and AWS EFA) devices of a node from sysfs
 version_added: 0.1.0
 author: gpufleet.deepep maintainers (@gpufleet)
 description:
   - Reads every entry of C(/sys/class/infiniband), following the symlinks as sysfs does, and
     returns the devices as facts under C(ansible_facts.gpufleet_rdma), without changing anything.
   - For each device, its name and naming scheme (C(mlx5_*) after DOCA-OFED or MLNX_OFED, C(rocep*) of the
-    inbox driver, ...), PCI address and NUMA node, network interfaces, firmware and board ids, and for each
-    port its state, physical state, link layer, rate in Gb/s, LID, GID table (types, network devices,
-    IPv4-mapped addresses), the index of its RoCE v2 IPv4 GID, and counters.
+    inbox driver, C(rdmap*) of AWS EFA, ...), PCI address, kernel driver and NUMA node, network interfaces,
+    firmware and board ids, and for each port its state, physical state, link layer, rate in Gb/s, LID, GID
+    table (types, network devices, IPv4-mapped addresses), the index of its RoCE v2 IPv4 GID, and counters.
+  - AWS EFA devices (kernel driver C(efa)) are read as the kernel shows them, named C(rdmap<bus>s<slot>) by
+    rdma-core's udev rename, with port link layer C(Unknown), no LID, one GID without a RoCE type and no network
+    interface.
   - Summarises what NVSHMEM and DeepEP need, from the devices with an ACTIVE port only, so that a down
     front-end NIC never counts. RV(ansible_facts.gpufleet_rdma.hca_prefix) (for C(NVSHMEM_HCA_PREFIX)),
     RV(ansible_facts.gpufleet_rdma.transport) and RV(ansible_facts.gpufleet_rdma.recommended_gid_index)
@@ -84,6 +87,7 @@ ansible_facts:
               board_id: GOO0000000002
               hca_type: MT4129
               node_type: "1: CA"
+              driver: mlx5_core
               active: true
               ports:
                 - port: 1
@@ -117,7 +121,7 @@ ansible_facts:
             naming:
               description: >-
                 Naming scheme of the name: C(mlx5) (C(mlx5_<n>)), C(rocep) (C(rocep<bus>s<slot>), inbox
-                driver), C(ibp) (C(ibp<bus>s<slot>)) or C(other).
+                driver), C(ibp) (C(ibp<bus>s<slot>)), C(rdmap) (C(rdmap<bus>s<slot>), AWS EFA) or C(other).
               type: str
               sample: rocep
             pci_address:
@@ -159,9 +163,16 @@ ansible_facts:
               type: str
               sample: MT4129
             node_type:
-              description: Node type as sysfs shows it.
+              description: >-
+                Node type as sysfs shows it (C(1: CA); C(7: unspecified) for EFA).
               type: str
               sample: "1: CA"
+            driver:
+              description: >-
+                Kernel driver of the PCI function (the name of the directory its C(device/driver) link resolves to:
+                C(mlx5_core), C(efa), ...); null when the device has no bound PCI driver.
+              type: str
+              sample: mlx5_core
             active:
               description: Whether any port of the device is ACTIVE.
               type: bool
@@ -196,7 +207,7 @@ ansible_facts:
                   type: bool
                   sample: true
                 link_layer:
-                  description: C(InfiniBand) or C(Ethernet) (RoCE).
+                  description: C(InfiniBand), C(Ethernet) (RoCE) or C(Unknown) (AWS EFA) as sysfs shows it.
                   type: str
                   sample: InfiniBand
                 rate:
@@ -208,11 +219,11 @@ ansible_facts:
                   type: float
                   sample: 400
                 lid:
-                  description: Port LID on InfiniBand; null on Ethernet.
+                  description: Port LID on InfiniBand; null on Ethernet and EFA.
                   type: int
                   sample: 4
                 sm_lid:
-                  description: Subnet manager LID on InfiniBand; null on Ethernet.
+                  description: Subnet manager LID on InfiniBand; null on Ethernet and EFA.
                   type: int
                   sample: 1
                 gids:
@@ -274,7 +285,7 @@ ansible_facts:
         hca_prefix:
           description:
             - The prefix of the ACTIVE device names, for C(NVSHMEM_HCA_PREFIX)
-              (C(mlx5), C(rocep), C(ibp), or the common prefix of other names); null when no device is
+              (C(mlx5), C(rocep), C(ibp), C(rdmap), or the common prefix of other names); null when no device is
               active or the names share no prefix.
           returned: always
           type: str
@@ -283,13 +294,16 @@ ansible_facts:
           description:
             - C(infiniband) or C(roce) from the link layer of the ACTIVE ports (the more frequent one;
               InfiniBand on a tie), C(none) without an ACTIVE port.
+            - C(efa) when the ACTIVE AWS EFA ports (driver C(efa), link layer C(Unknown)) outnumber both the
+              InfiniBand and the Ethernet ones.
           returned: always
           type: str
+          choices: [infiniband, roce, efa, none]
           sample: roce
         recommended_gid_index:
           description:
             - For RoCE, the RoCE v2 IPv4 GID index when it is the same on every ACTIVE RoCE port (for
-              C(NVSHMEM_IB_GID_INDEX)); null on InfiniBand, without RDMA devices, or when the ports differ.
+              C(NVSHMEM_IB_GID_INDEX)); null on InfiniBand and EFA, without RDMA devices, or when the ports differ.
           returned: always
           type: int
           sample: 3

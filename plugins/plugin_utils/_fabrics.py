@@ -21,7 +21,8 @@ GDAKI on mlx5, EFA-GDA on EFA); ``kernel_module``, the NIC driver the preflight 
 and GIN need rdma-core's mlx5 direct verbs; ``nccl_min``, the first NCCL whose GIN runs on it (None: any the
 backends accept); ``env``, the variables the env script exports for it (``[name, value, why]``); ``refuses``, the
 backends that cannot run across nodes on it, each with the reason (refused by the preflight before anything builds,
-and by the verify roles before a test runs).
+and by the verify roles before a test runs); ``stack_min``, the floors of the fabric's own software (EFA: the EFA
+installer, libfabric, aws-ofi-nccl, the efa kernel module; the efa role installs and holds them).
 
 EFA (AWS P5/P5en/P6): the RDMA devices are ``rdmap<bus>s<slot>``, driver ``efa``, port link layer ``Unknown``
 (the kernel's IB_LINK_LAYER_UNSPECIFIED). NCCL reaches them through the aws-ofi-nccl plugin, which NCCL names
@@ -43,7 +44,7 @@ from ansible_collections.gpufleet.deepep.plugins.plugin_utils._thresholds import
 __all__ = ["FABRICS", "FabricError", "fabric", "refusal", "nccl_floor"]
 
 _MLX5 = {"nccl_networks": ["IB"], "ibgda": True, "gin": ["GDAKI", "PROXY"], "gin_gpu": "GDAKI",
-         "kernel_module": "mlx5_core", "mlx5dv": True, "nccl_min": None, "env": [], "refuses": {}}
+         "kernel_module": "mlx5_core", "mlx5dv": True, "nccl_min": None, "env": [], "refuses": {}, "stack_min": {}}
 _V1_NEEDS_IBGDA = ("DeepEP V1 runs across nodes over NVSHMEM's IBGDA, which drives mlx5 NICs only (DeepEP #759: "
                    "\"mlx5dv_open_device(...) -> FAIL (not an mlx5 device)\"; #369); run DeepEP V2 over NCCL GIN "
                    "(EFA-GDA, NCCL >= 2.31.2) on EFA")
@@ -67,6 +68,10 @@ FABRICS = {
             ["FI_PROVIDER", "efa", "EFA: libfabric's EFA provider for aws-ofi-nccl"],
         ],
         "refuses": {"deepep_v1": _V1_NEEDS_IBGDA},
+        # aws-ofi-nccl #1369 (maintainer): EFA installer 1.50.0 "provides all required versions of Libfabric,
+        # rdma-core, efa driver, and aws-ofi-nccl plugin", efa.ko >= 3.3.0; aws-ofi-nccl v1.21.0's release notes: GIN
+        # on EFA, with libfabric 2.6.0+ for EFA-GDA.
+        "stack_min": {"efa_installer": "1.50.0", "libfabric": "2.6.0", "aws_ofi_nccl": "1.21.0", "efa_kmod": "3.3.0"},
     },
 }
 

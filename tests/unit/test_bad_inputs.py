@@ -735,7 +735,7 @@ FILTER_BAD = [
     (transport_filter.transport_policy, ({}, "x", "v1"), {"scope": "engram"},
      "DeepEP V1 has no engram test (scope='engram'); expected one of internode, intranode, low_latency_internode"),
     (transport_filter.transport_verdict, ("",), {"policy": {"allow_gin": "GDAKI"}},
-     "transport_verdict: policy allow_gin must be a list of GDAKI/PROXY/GPI/none; got 'GDAKI'"),
+     "transport_verdict: policy allow_gin must be a list of GDAKI/EFA_GDA/PROXY/GPI/none; got 'GDAKI'"),
     (transport_filter.transport_verdict, (7,), {}, "output must be a string, a list of lines or a command result"),
 ] + [
     # nvshmem_rdma_needs / mlx5dv_verdict: an NVSHMEM version of another form names the value and the form expected

@@ -352,7 +352,10 @@ def test_fleetsim_hardware_declares_the_fabric_its_nics_run(name):
         return
     assert declared in FABRICS, name
     layer = profile["nic_model"]["link_layer"]
-    assert FABRICS[declared]["rdma_transport"] == {"InfiniBand": "infiniband", "Ethernet": "roce"}[layer], name
+    assert FABRICS[declared]["rdma_transport"] == {"InfiniBand": "infiniband", "Ethernet": "roce",
+                                                   "Unknown": "efa"}[layer], name
+    if layer == "Unknown":
+        assert profile["nic_model"]["driver"] == FABRICS[declared]["kernel_module"] == "efa", name
 
 
 def test_the_example_profiles_declare_the_fabric_of_their_nics():

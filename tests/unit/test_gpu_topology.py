@@ -152,6 +152,40 @@ def test_b300_connectx8_node(module_runner, no_nvidia_smi, tree):
     assert gpu0["nics"][-1]["name"] == "mlx5_8" and gpu0["nics"][-1]["active"] is False
 
 
+def test_aws_p5en_h200_node(module_runner, no_nvidia_smi, tree):
+    """An AWS p5en node: each H200 has two EFA devices (rdmap<bus>s<slot>) under its PCIe switch; its nearest NIC is
+    one of them (PIX), the lower PCI address first, so that every GPU gets an EFA device of its own."""
+    prof = fakehw.load_profile("aws_p5en_h200")
+    facts = mapping_of(module_runner, tree("aws_p5en_h200"))
+    assert facts["gpu_count"] == 8
+    assert facts["cuda_arch_list"] == "9.0"
+    switch_of = {}
+    for grp in prof["topology"]:
+        for dev_id in grp["devices"]:
+            switch_of[dev_id] = grp["host_bridge"]
+    by_bdf = {d["bdf"]: d["id"] for d in prof["gpus"] + prof["nics"]}
+    names = fakehw.rdma_device_names(prof)
+    for gpu in facts["gpus"]:
+        gpu_switch = switch_of[by_bdf[gpu["pci_address"]]]
+        pix = [nic_id for nic_id, bridge in switch_of.items() if bridge == gpu_switch and nic_id.startswith("efa")]
+        assert len(pix) == 2
+        hca = gpu["hca"]
+        assert hca["distance"] == "PIX" and hca["port"] == 1
+        assert hca["name"].startswith("rdmap") and hca["name"] == names[by_bdf[hca["pci_address"]]]
+        assert by_bdf[hca["pci_address"]] in pix
+        assert [(n["name"], n["distance"]) for n in gpu["nics"][:2]] == sorted(
+            (names[nic_id], "PIX") for nic_id in pix)
+        assert all(n["distance"] != "PIX" for n in gpu["nics"][2:])
+        assert len(gpu["nics"]) == 16
+    assert len({g["hca"]["name"] for g in facts["gpus"]}) == 8
+    assert facts["deepep_hca_mapping"] == (
+        "0:rdmap20s0:1,1:rdmap36s0:1,2:rdmap52s0:1,3:rdmap68s0:1,"
+        "4:rdmap148s0:1,5:rdmap164s0:1,6:rdmap180s0:1,7:rdmap196s0:1")
+    gpu0 = facts["gpus"][0]
+    assert gpu0["name"] == "NVIDIA H200" and gpu0["pci_address"] == "0000:13:00.0"
+    assert gpu0["hca"] == {"name": "rdmap20s0", "port": 1, "pci_address": "0000:14:00.0", "distance": "PIX"}
+
+
 def test_node_without_nics(module_runner, no_nvidia_smi, tree):
     facts = mapping_of(module_runner, tree("h200_nvlink"))
     assert facts["gpu_count"] == 2

@@ -120,6 +120,72 @@ def test_no_rdma_devices(tmp_path, tree):
     assert _rdma.collect_rdma(str(tmp_path / "bare")) == empty
 
 
+def test_aws_p5en_h200_devices(tree):
+    """An AWS p5en node: 16 EFA devices (driver efa, link layer Unknown) named rdmap<bus>s<slot>, transport efa."""
+    facts = _rdma.collect_rdma(str(tree("aws_p5en_h200")))
+    assert len(facts["devices"]) == 16 and len(facts["active_devices"]) == 16
+    assert facts["transport"] == "efa"
+    assert facts["hca_prefix"] == "rdmap"
+    assert facts["recommended_gid_index"] is None
+    assert facts["skipped"] == [] and facts["warnings"] == []
+    assert all(d["driver"] == "efa" for d in facts["devices"])
+    assert all(d["naming"] == "rdmap" for d in facts["devices"])
+    assert [d["name"] for d in facts["devices"]][:4] == ["rdmap20s0", "rdmap21s0", "rdmap36s0", "rdmap37s0"]
+    dev = facts["devices"][0]
+    assert dev["pci_address"] == "0000:14:00.0" and dev["numa_node"] == 0 and dev["netdevs"] == []
+    assert dev["hca_type"] == "" and dev["node_type"] == "7: unspecified"
+    assert dev["pci_path"] == ["pci0000:10", "0000:10:00.0", "0000:11:00.0", "0000:12:01.0", "0000:14:00.0"]
+    port = dev["ports"][0]
+    assert port["link_layer"] == "Unknown" and port["active"] is True
+    assert port["rate"] == "200 Gb/sec (4X HDR)" and port["rate_gbps"] == 200
+    assert port["lid"] is None and port["sm_lid"] is None
+    assert len(port["gids"]) == 1
+    gid = port["gids"][0]
+    assert gid["index"] == 0 and gid["link_local"] is True and gid["type"] is None and gid["ndev"] is None
+    assert port["roce_v2_ipv4_gid_index"] is None and port["ipv4_addresses"] == []
+    assert len({d["ports"][0]["gids"][0]["gid"] for d in facts["devices"]}) == 16
+
+
+@pytest.mark.parametrize("profile, transport, driver", [
+    ("gcp_b200", "roce", "mlx5_core"), ("h100_ib", "infiniband", "mlx5_core"), ("a100_roce", "roce", "mlx5_core"),
+    ("b300_cx8", "infiniband", "mlx5_core"), ("h200_nvlink", "none", None)])
+def test_the_other_profiles_keep_their_transport(tree, profile, transport, driver):
+    facts = _rdma.collect_rdma(str(tree(profile)))
+    assert facts["transport"] == transport
+    assert {d["driver"] for d in facts["devices"]} == ({driver} if driver else set())
+
+
+def test_efa_transport_needs_active_efa_ports(tmp_path):
+    """Only ACTIVE ports count; with every EFA port DOWN there is no transport. One ACTIVE EFA port still is efa."""
+    prof = fakehw.load_profile("aws_p5en_h200")
+    down = {nic["id"]: "DOWN" for nic in prof["nics"] if nic["rdma"]}
+    facts = _rdma.collect_rdma(str(render(tmp_path, prof, port_states=down)))
+    assert facts["transport"] == "none" and facts["active_devices"] == [] and facts["hca_prefix"] is None
+    del down["efa5"]
+    facts = _rdma.collect_rdma(str(render(tmp_path, prof, name="sys2", port_states=down)))
+    assert facts["transport"] == "efa" and facts["active_devices"] == ["rdmap53s0"]
+
+
+def test_an_unknown_link_layer_without_the_efa_driver_is_not_efa(tmp_path):
+    """The efa transport needs both the efa driver and the Unknown link layer: without a bound driver the ports count
+    as neither InfiniBand nor Ethernet, and the transport is what it was before EFA was known."""
+    root = render(tmp_path, "aws_p5en_h200")
+    for dev in (root / "class" / "infiniband").iterdir():
+        (dev / "device" / "driver").unlink()
+    facts = _rdma.collect_rdma(str(root))
+    assert all(d["driver"] is None for d in facts["devices"])
+    assert facts["transport"] == "infiniband"
+
+
+def test_module_reports_efa(module_runner, tree):
+    result = module_runner(rdma_devices, {"sysfs_root": str(tree("aws_p5en_h200"))})
+    assert not result.failed, result.get("msg")
+    facts = result["ansible_facts"]["gpufleet_rdma"]
+    assert facts["transport"] == "efa" and facts["hca_prefix"] == "rdmap"
+    assert facts["devices"][0]["driver"] == "efa"
+    assert not result.get("warnings")
+
+
 def test_gid_index_differs_between_ports_gives_none(tmp_path):
     root = render(tmp_path, nic_naming="mlx5")
     types = root / "class/infiniband/mlx5_5/ports/1/gid_attrs/types"
@@ -159,6 +225,8 @@ def test_mixed_names_have_no_common_prefix(tmp_path):
         (["ibp24s0", "ibp41s0"], "ibp"),
         (["bnxt_re0", "bnxt_re1"], "bnxt_re"),
         (["irdma0"], "irdma"),
+        (["rdmap16s27", "rdmap32s27"], "rdmap"),
+        (["rdmap20s0"], "rdmap"),
         (["mlx5_0", "rocep145s0"], None),
         ([], None),
     ],
@@ -178,6 +246,9 @@ def test_natural_order_and_parsers():
     assert _rdma.naming_scheme("mlx5_12") == "mlx5"
     assert _rdma.naming_scheme("roceP2p3s0f1") == "rocep"
     assert _rdma.naming_scheme("efa_0") == "other"
+    assert _rdma.naming_scheme("rdmap16s27") == "rdmap"
+    assert _rdma.naming_scheme("rdmaP1p16s27f1") == "rdmap"
+    assert _rdma.naming_scheme("rdma0") == "other"
 
 
 GIDS = [

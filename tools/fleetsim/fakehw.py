@@ -52,14 +52,22 @@ API
                                     hw_counters/*}
         <nic bdf>/net/<ifname>/{address,operstate,carrier,mtu,type,ifindex}   (Ethernet NICs only)
 
+    An AWS EFA NIC (``driver: efa``, ``link_layer: Unknown``) is rendered as the ``efa`` kernel driver shows
+    it: PCI function with the profile's ids (Amazon 0x1d0f, 0xefa0..0xefa3) bound to ``efa``, no netdev
+    (no ``net/``), ``node_type`` ``7: unspecified``, port link layer ``Unknown``, ``lid`` 0x0 (``lid_mask_count``
+    1, ``cap_mask`` 0x00000000), one GID (index 0, an fe80 address derived from the node and NIC) and no
+    ``gid_attrs`` entries.
+
     Rendering again into the same ``dest_root`` (another naming or port states) replaces the RDMA
     devices of the previous render. All links are relative, so the tree works where it lies and when
     ``dest_root/{class,bus,devices}`` is overlaid onto a node's ``/sys/{class,bus,devices}``.
     ``class/net`` is not written (a node's own network namespace owns it).
 
-    ``nic_naming``: ``"as-profile"`` (the profile's ``rdma.naming``), ``"rocep"`` (names from the PCI
-    address as the inbox driver names RoCE devices: ``rocep145s0``; InfiniBand ports get ``ibp145s0``)
-    or ``"mlx5"`` (``mlx5_0``, ``mlx5_1``, ... in PCI address order, as DOCA-OFED/MLNX_OFED name them).
+    ``nic_naming``: ``"as-profile"`` (the profile's ``rdma.naming``), ``"rocep"`` or ``"rdmap"`` (names
+    from the PCI address as rdma-core's udev rename (``rdma_rename``, NAME_PCI) gives them, the prefix
+    from the port's link layer: RoCE ``rocep145s0``, InfiniBand ``ibp145s0``, EFA (link layer
+    ``Unknown``) ``rdmap16s27``; bus and slot in decimal) or ``"mlx5"`` (``mlx5_0``, ``mlx5_1``, ... in PCI
+    address order, as DOCA-OFED/MLNX_OFED name them).
     ``port_states``: ``{key: state}`` with key a NIC id from the profile, a PCI address or a device
     name under any naming (so a key survives the DOCA rename), state one of ``ACTIVE``, ``DOWN``,
     ``INIT``, ``ARMED`` (``"1: DOWN"`` also accepted); overrides the profile's per-NIC ``state``. ``node_index``: makes MACs, GUIDs, IPv4 addresses, GIDs,
@@ -126,7 +134,12 @@ HERE = Path(__file__).resolve().parent
 PROFILES_DIR = HERE / "profiles"
 FAKE_NVIDIA_SMI = HERE / "fake_nvidia_smi.py"
 
-NIC_NAMINGS = ("as-profile", "rocep", "mlx5")
+NIC_NAMINGS = ("as-profile", "rocep", "rdmap", "mlx5")
+# The schemes rdma.naming takes: PCI-address names (rocep/ibp/rdmap, the prefix from the link layer) or mlx5_<n>.
+PROFILE_NAMINGS = ("rocep", "rdmap", "mlx5")
+# The port link layers a NIC declares; Unknown (what the kernel shows for an EFA port) only with driver efa.
+LINK_LAYERS = ("Ethernet", "InfiniBand", "Unknown")
+EFA_DRIVER = "efa"
 PORT_STATES = {
     "DOWN": ("1: DOWN", "3: Disabled"),
     "INIT": ("2: INIT", "5: LinkUp"),
@@ -196,12 +209,15 @@ def gpu_family(profile) -> str:
 
 
 def fabric(profile):
-    """The scale-out fabric of the profile's RDMA NICs (``gpufleet_fabric``): ``infiniband`` or ``roce`` from the link
-    layer of its NIC model, None for a profile without RDMA NICs. Read from the hardware rather than the collection's
-    fabric table; a unit test holds the two to each other for every shipped profile."""
+    """The scale-out fabric of the profile's RDMA NICs (``gpufleet_fabric``): ``infiniband``, ``roce`` or ``efa`` from
+    the link layer of its NIC model (``Unknown``, with driver ``efa``: AWS EFA), None for a profile without RDMA NICs.
+    Read from the hardware rather than the collection's fabric table; a unit test holds the two to each other for
+    every shipped profile."""
     if not profile.get("nics") or not profile.get("nic_model"):
         return None
     layer = str(profile["nic_model"].get("link_layer", ""))
+    if layer == "Unknown":
+        return "efa" if profile["nic_model"].get("driver") == EFA_DRIVER else None
     return {"InfiniBand": "infiniband", "Ethernet": "roce"}.get(layer)
 
 
@@ -316,8 +332,8 @@ def validate_profile(data: dict) -> dict:
     nic_model = prof.setdefault("nic_model", {})
     rdma = prof.setdefault("rdma", {})
     naming = rdma.setdefault("naming", "mlx5")
-    if naming not in ("rocep", "mlx5"):
-        raise _err(pname, "rdma.naming", f"{naming!r} is not a naming scheme (expected rocep or mlx5)")
+    if naming not in PROFILE_NAMINGS:
+        raise _err(pname, "rdma.naming", f"{naming!r} is not a naming scheme (expected rocep, rdmap or mlx5)")
     rdma["doca_ofed_renames_to_mlx5"] = bool(rdma.get("doca_ofed_renames_to_mlx5", False))
     order = rdma.setdefault("roce_gid_order", ["link_local_v1", "link_local_v2", "ipv4_v1", "ipv4_v2"])
     for tok in order:
@@ -359,8 +375,21 @@ def validate_profile(data: dict) -> dict:
                                              f"{where}.subsystem_device_id")
         nic.setdefault("driver", "mlx5_core")
         ll = nic.setdefault("link_layer", "Ethernet")
-        if ll not in ("Ethernet", "InfiniBand"):
-            raise _err(pname, f"{where}.link_layer", f"{ll!r} is not a link layer (expected Ethernet or InfiniBand)")
+        if ll not in LINK_LAYERS:
+            raise _err(pname, f"{where}.link_layer",
+                       f"{ll!r} is not a link layer (expected Ethernet, InfiniBand, or Unknown with driver efa)")
+        if ll == "Unknown" and nic["driver"] != EFA_DRIVER:
+            raise _err(pname, f"{where}.link_layer",
+                       f"{ll!r} is the link layer of an EFA port only, not of driver {nic['driver']!r} "
+                       f"(expected Ethernet or InfiniBand, or driver: efa with link_layer: Unknown)")
+        if nic["driver"] == EFA_DRIVER and ll != "Unknown":
+            raise _err(pname, f"{where}.link_layer",
+                       f"{ll!r} is not the link layer of an EFA NIC (expected Unknown with driver efa)")
+        if nic["driver"] == EFA_DRIVER and nic.get("netdev"):
+            raise _err(pname, f"{where}.netdev",
+                       f"{nic['netdev']!r}: an EFA NIC has no network interface (expected no netdev)")
+        if nic.get("mtu") is not None:
+            nic["mtu"] = _as_int(nic["mtu"], pname, f"{where}.mtu")
         state = str(nic.setdefault("state", "ACTIVE")).upper()
         if state not in PORT_STATES:
             raise _err(pname, f"{where}.state", f"{state!r} is not a port state (expected {', '.join(PORT_STATES)})")
@@ -585,9 +614,11 @@ def _link(link: Path, target: Path) -> None:
 
 
 def _rocep_name(bdf: str, link_layer: str) -> str:
+    """rdma_rename's NAME_PCI name: <prefix>[P<domain>]p<bus>s<slot>[f<function>], numbers in decimal, the prefix
+    from the port's link layer (roce: Ethernet, ib: InfiniBand, rdma: anything else, e.g. EFA's Unknown)."""
     dom, bus, devfn = bdf.split(":")
     slot, fn = devfn.split(".")
-    prefix = "roce" if link_layer == "Ethernet" else "ib"
+    prefix = {"Ethernet": "roce", "InfiniBand": "ib"}.get(link_layer, "rdma")
     name = prefix
     if int(dom, 16):
         name += f"P{int(dom, 16)}"
@@ -824,7 +855,7 @@ def _render_nic(prof, root, dpath, nic, name, state, node_index, ifindex):
         up = state == "ACTIVE"
         _write(ndir / "operstate", "up\n" if up else "down\n")
         _write(ndir / "carrier", "1\n" if up else "0\n")
-        _write(ndir / "mtu", f"{prof['rdma']['mtu'] if nic['rdma'] else 1460}\n")
+        _write(ndir / "mtu", f"{nic.get('mtu') or (prof['rdma']['mtu'] if nic['rdma'] else 1460)}\n")
         _write(ndir / "type", "1\n")
         _write(ndir / "ifindex", f"{ifindex}\n")
         _link(ndir / "device", dpath)
@@ -842,7 +873,9 @@ def _render_nic(prof, root, dpath, nic, name, state, node_index, ifindex):
     _write(ib / "board_id", f"{nic['board_id']}\n")
     _write(ib / "hca_type", f"{nic['hca_type']}\n")
     _write(ib / "hw_rev", "0x0\n")
-    _write(ib / "node_type", "1: CA\n")
+    efa = nic["driver"] == EFA_DRIVER
+    # The efa driver registers its device as RDMA_NODE_UNSPECIFIED (7); sysfs shows "7: unspecified".
+    _write(ib / "node_type", "7: unspecified\n" if efa else "1: CA\n")
     _write(ib / "node_desc", f"{prof['name']}-node{node_index} {name}\n")
     port = ib / "ports" / "1"
     st, phys = PORT_STATES[state]
@@ -850,7 +883,11 @@ def _render_nic(prof, root, dpath, nic, name, state, node_index, ifindex):
     _write(port / "phys_state", f"{phys}\n")
     _write(port / "link_layer", f"{nic['link_layer']}\n")
     _write(port / "rate", f"{nic['rate']}\n")
-    _write(port / "cap_mask", "0x00010000\n" if nic["link_layer"] == "Ethernet" else "0xa751e848\n")
+    if efa:
+        cap_mask = "0x00000000"  # efa_query_port sets no port capability flags
+    else:
+        cap_mask = "0x00010000" if nic["link_layer"] == "Ethernet" else "0xa751e848"
+    _write(port / "cap_mask", f"{cap_mask}\n")
     if nic["link_layer"] == "InfiniBand":
         lid = prof["rdma"]["lid_base"] + node_index * 64 + nic["rail"]
         _write(port / "lid", f"0x{lid:x}\n")
@@ -860,11 +897,14 @@ def _render_nic(prof, root, dpath, nic, name, state, node_index, ifindex):
     else:
         _write(port / "lid", "0x0\n")
         _write(port / "sm_lid", "0x0\n")
-        _write(port / "lid_mask_count", "0\n")
+        _write(port / "lid_mask_count", "1\n" if efa else "0\n")  # efa_query_port: lmc = 1
         _write(port / "sm_sl", "0\n")
     table = [ZERO_GID] * prof["rdma"]["gid_table_len"]
     types = {}
-    if nic["link_layer"] == "InfiniBand":
+    if efa:
+        # One GID (gid_tbl_len 1): the device's address; no RoCE GID types, no net devices.
+        table = [_mac_link_local_gid(mac)]
+    elif nic["link_layer"] == "InfiniBand":
         port_guid = _guid(prof, nic, node_index, salt=1)
         table[0] = "fe80:0000:0000:0000:" + port_guid
         types[0] = "IB/RoCE v1"

@@ -34,10 +34,10 @@ def smi(hw_json: Path, *args: str) -> subprocess.CompletedProcess:
 
 
 def test_list_profiles_has_the_node_types():
-    assert {"gcp_b200", "h100_ib", "h200_nvlink", "a100_roce", "b300_cx8"} <= set(fakehw.list_profiles())
+    assert {"gcp_b200", "h100_ib", "h200_nvlink", "a100_roce", "b300_cx8", "aws_p5en_h200"} <= set(fakehw.list_profiles())
 
 
-@pytest.mark.parametrize("name", ["gcp_b200", "h100_ib", "h200_nvlink", "a100_roce", "b300_cx8"])
+@pytest.mark.parametrize("name", ["gcp_b200", "h100_ib", "h200_nvlink", "a100_roce", "b300_cx8", "aws_p5en_h200"])
 def test_every_profile_loads_and_renders(name, tmp_path):
     prof = fakehw.load_profile(name)
     assert prof["name"] == name
@@ -80,6 +80,115 @@ def test_the_b300_node_shows_sm103_and_connectx8_at_the_real_paths(tmp_path):
     assert read(rail / "ports" / "1" / "link_layer").strip() == "InfiniBand"
 
 
+def test_the_p5en_node_shows_efa_devices_at_the_real_paths(tmp_path):
+    """What the collection reads on an AWS EFA node: the PCI function's Amazon ids (0x1d0f:0xefa2) bound to the efa
+    driver, an RDMA device named rdmap<bus>s<slot> (decimal) whose port link layer is Unknown, no LID, one GID and
+    no net device."""
+    prof = fakehw.load_profile("aws_p5en_h200")
+    assert fakehw.gpu_family(prof) == "h200" and fakehw.fabric(prof) == "efa"
+    assert prof["rdma"]["naming"] == "rdmap" and prof["rdma"]["doca_ofed_renames_to_mlx5"] is False
+    assert prof["nvidia_peermem"]["loads"] is True and prof["driver"]["version"] == "580.95.05"
+    root = tmp_path / "sys"
+    summary = fakehw.render_sysfs(prof, root)
+    assert len(summary["gpus"]) == 8
+    ib = root / "class" / "infiniband"
+    names = sorted(p.name for p in ib.iterdir())
+    assert len(names) == 16 and all(n.startswith("rdmap") for n in names)
+    efa0 = [n for n in prof["nics"] if n["id"] == "efa0"][0]
+    bus, slot = int(efa0["bdf"][5:7], 16), int(efa0["bdf"][8:10], 16)
+    name = "rdmap%ds%d" % (bus, slot)
+    assert efa0["bdf"] == "0000:14:00.0" and name == "rdmap20s0"
+    dev = ib / name
+    real = Path(os.path.realpath(dev))
+    assert real.parent.name == "infiniband" and real.parent.parent.name == efa0["bdf"]
+    pci = dev / "device"
+    assert read(pci / "vendor") == "0x1d0f" and read(pci / "device") == "0xefa2"
+    assert read(pci / "class") == "0x020000"
+    assert os.path.basename(os.readlink(pci / "driver")) == "efa"
+    assert os.path.realpath(root / "bus/pci/drivers/efa" / efa0["bdf"]) == os.path.realpath(pci)
+    assert not (pci / "net").exists()
+    assert read(dev / "node_type") == "7: unspecified" and read(dev / "hca_type") == ""
+    port = dev / "ports" / "1"
+    assert read(port / "link_layer") == "Unknown"
+    assert read(port / "rate") == "200 Gb/sec (4X HDR)"
+    assert read(port / "state") == "4: ACTIVE" and read(port / "phys_state") == "5: LinkUp"
+    assert read(port / "lid") == "0x0"
+    assert sorted(os.listdir(port / "gids")) == ["0"]
+    assert read(port / "gids" / "0").startswith("fe80:0000:0000:0000:")
+    assert os.listdir(port / "gid_attrs" / "types") == [] and os.listdir(port / "gid_attrs" / "ndevs") == []
+    assert read(port / "counters" / "port_xmit_data") == "0"
+    info = summary["rdma_devices"][name]
+    assert info["netdev"] is None and info["link_layer"] == "Unknown" and info["mac"] is None
+    # two EFA devices per GPU, under its PCIe switch
+    assert fakehw.pcie_distance(prof, prof["gpus"][0]["bdf"], efa0["bdf"]) == "PIX"
+    assert fakehw.pcie_distance(prof, prof["gpus"][0]["bdf"], "0000:15:00.0") == "PIX"
+    # the ENA front end: a PCI function with a netdev, no RDMA device
+    ena = root / "bus/pci/devices/0000:00:05.0"
+    assert read(ena / "vendor") == "0x1d0f" and read(ena / "device") == "0xec20"
+    assert os.path.basename(os.readlink(ena / "driver")) == "ena"
+    assert read(ena / "net" / "ens32" / "mtu") == "9001" and not (ena / "infiniband").exists()
+    lsmod = fakehw.render_lsmod(prof)
+    assert any(line.split()[0] == "efa" for line in lsmod.splitlines()[1:]) and "mlx5" not in lsmod
+    # GIDs and GUIDs differ per node
+    fakehw.render_sysfs(prof, tmp_path / "b", node_index=1)
+    assert read(tmp_path / "b/class/infiniband" / name / "ports/1/gids/0") != read(port / "gids" / "0")
+
+
+def test_rdmap_names_take_bus_and_slot_in_decimal():
+    """rdma-core's PCI name of an EFA device: an EFA function at 10:1b.0 (as on P4d) is rdmap16s27."""
+    prof = copy.deepcopy(fakehw.load_profile("aws_p5en_h200"))
+    for grp in prof["topology"]:
+        if "efa1" in grp["devices"]:
+            grp["devices"].remove("efa1")
+    prof["nics"][1]["bdf"] = "0000:60:1b.0"
+    prof["topology"].append({"host_bridge": "0000:60", "numa_node": 0, "devices": ["efa1"]})
+    prof = fakehw.validate_profile(prof)
+    names = fakehw.rdma_device_names(prof)
+    assert names["efa0"] == "rdmap20s0" and names["efa1"] == "rdmap96s27"
+    assert fakehw.rdma_device_names(prof, "rdmap") == names == fakehw.rdma_device_names(prof, "rocep")
+    # the same naming gives RoCE and InfiniBand ports their own prefixes
+    assert fakehw.rdma_device_names(fakehw.load_profile("gcp_b200"), "rdmap")["nic0"] == "rocep145s0"
+
+
+@pytest.mark.parametrize(
+    "edit, message",
+    [
+        (lambda p: p["nics"][0].update(link_layer="Unknown"),
+         r"nics\[0\]\.link_layer: 'Unknown' is the link layer of an EFA port only, not of driver 'mlx5_core' "
+         r"\(expected Ethernet or InfiniBand, or driver: efa with link_layer: Unknown\)"),
+        (lambda p: p["nics"][0].update(link_layer="Unknown", driver="ena"),
+         r"nics\[0\]\.link_layer: 'Unknown' is the link layer of an EFA port only, not of driver 'ena'"),
+        (lambda p: p["nics"][0].update(link_layer="unknown"),
+         r"nics\[0\]\.link_layer: 'unknown' is not a link layer \(expected Ethernet, InfiniBand, or Unknown with "
+         r"driver efa\)"),
+        (lambda p: p["nics"][0].update(driver="efa"),
+         r"nics\[0\]\.link_layer: 'Ethernet' is not the link layer of an EFA NIC \(expected Unknown with driver efa\)"),
+    ],
+)
+def test_unknown_link_layer_only_with_the_efa_driver(edit, message):
+    bad = copy.deepcopy(fakehw.load_profile("gcp_b200"))
+    edit(bad)
+    with pytest.raises(fakehw.ProfileError, match=message):
+        fakehw.validate_profile(bad)
+
+
+def test_the_loader_refuses_an_unknown_link_layer_without_the_efa_driver(tmp_path):
+    text = (fakehw.PROFILES_DIR / "aws_p5en_h200.yml").read_text()
+    assert text.count("  driver: efa\n") == 1
+    path = tmp_path / "p5en_mlx5.yml"
+    path.write_text(text.replace("  driver: efa\n", "  driver: mlx5_core\n"))
+    with pytest.raises(fakehw.ProfileError, match=r"profile aws_p5en_h200: nics\[0\]\.link_layer: 'Unknown' is the link "
+                                                  r"layer of an EFA port only, not of driver 'mlx5_core'"):
+        fakehw.load_profile(str(path))
+
+
+def test_an_efa_nic_has_no_netdev():
+    bad = copy.deepcopy(fakehw.load_profile("aws_p5en_h200"))
+    bad["nics"][3]["netdev"] = "eth3"
+    with pytest.raises(fakehw.ProfileError, match=r"nics\[3\]\.netdev: 'eth3': an EFA NIC has no network interface"):
+        fakehw.validate_profile(bad)
+
+
 def test_unknown_profile_names_the_choices():
     with pytest.raises(fakehw.ProfileError, match=r"'nope' not found.*gcp_b200"):
         fakehw.load_profile("nope")
@@ -96,7 +205,7 @@ def test_unknown_profile_names_the_choices():
         (lambda p: p["nics"][0].update(state="UPISH"), r"nics\[0\]\.state: 'UPISH' is not a port state"),
         (lambda p: p["nics"][0].update(link_layer="Ether"), r"'Ether' is not a link layer"),
         (lambda p: p["nics"][0].pop("netdev"), r"nics\[0\]\.netdev: an Ethernet NIC needs a netdev"),
-        (lambda p: p["rdma"].update(naming="eth"), r"rdma\.naming: 'eth' is not a naming scheme"),
+        (lambda p: p["rdma"].update(naming="eth"), r"rdma\.naming: 'eth' is not a naming scheme \(expected rocep, rdmap"),
         (lambda p: p["topology"][1].update(numa_node=7), r"topology\[1\]\.numa_node: 7 is not a NUMA node"),
         (lambda p: p["driver"].update(version="latest"), r"driver\.version: 'latest'"),
     ],
