@@ -293,6 +293,12 @@ options:
         applicable.
     type: bool
     default: true
+  deepep_v2_gin_mlx5:
+    description:
+      - For V(deepep_v2), whether NCCL's GIN drives mlx5 NICs on this node (InfiniBand, RoCE). V(false) (AWS EFA,
+        whose GIN runs through the aws-ofi-nccl plugin) makes the libmlx5 check not applicable.
+    type: bool
+    default: true
   timeout:
     description:
       - Seconds each Python probe (metadata, import, the SGLang probe) and C(ip -j addr show) (V(serve_node)) may
@@ -1020,6 +1026,7 @@ def build_module():
             deepep_v2_tree=dict(type="path"),
             deepep_v2_nic_name=dict(type="str"),
             deepep_v2_over_rdma=dict(type="bool", default=True),
+            deepep_v2_gin_mlx5=dict(type="bool", default=True),
             deepep_v2_across_nodes=dict(type="bool", default=True),
             timeout=dict(type="int", default=60),
         ),

@@ -305,6 +305,9 @@ CASES = [
     ("libmlx5", {}, "pass", "MLX5_1.25 too (Data Direct)", None),
     ("libmlx5", {"libmlx5__error": "libmlx5.so.1 not found"}, "fail", "not found", "DOCA-OFED"),
     ("libmlx5", {"libmlx5__required": False, "over_rdma": False}, "not_applicable", "NVLink only", None),
+    # AWS EFA: GIN runs through aws-ofi-nccl, no mlx5 NIC, so no libmlx5 is wanted (the efa phase checks the plugin).
+    ("libmlx5", {"libmlx5__error": "libmlx5.so.1 not found", "gin_mlx5": False}, "not_applicable", "aws-ofi-nccl",
+     None),
     ("dev_infiniband", {"dev_infiniband__present": False}, "fail", "NCCL GIN is unavailable", "--device"),
     ("dev_infiniband", {"dev_infiniband__present": False, "over_rdma": False}, "not_applicable", "NVLink", None),
     ("nccl_cumem", {"cumem_disabled": [{"where": "/etc/environment", "value": "0"}]}, "fail", "symmetric memory",

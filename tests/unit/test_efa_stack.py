@@ -69,10 +69,14 @@ def node(tmp_path, listing=UBUNTU_1_50, libfabric="2.6.0amzn1.0", provider=True,
     if ofi:
         (amazon / "ofi-nccl" / "lib").mkdir(parents=True)
         (amazon / "ofi-nccl" / "lib" / "libnccl-net-ofi.so").write_text("x")
+    (root / "proc").mkdir()
+    modules = "ib_uverbs 200704 1 efa, Live 0x0\nib_core 552960 2 efa,ib_uverbs, Live 0x0\n"
     if loaded:
+        modules = "efa 143360 0 - Live 0x0\n" + modules
         (root / "sys" / "module" / "efa").mkdir(parents=True)
         if kmod:
             (root / "sys" / "module" / "efa" / "version").write_text(kmod + "\n")
+    (root / "proc" / "modules").write_text(modules)
     return root
 
 
@@ -115,7 +119,8 @@ def test_an_unknown_module_version_is_not_judged(tmp_path):
 def installer(tmp_path, root):
     """An installer tarball whose efa_installer.sh lays out the node under ``root``; (path, sha256)."""
     script = ("#!/bin/bash\nset -e\n[ \"$1\" = -y ] || exit 3\nR=%s\nmkdir -p $R/opt/amazon/efa/bin "
-              "$R/opt/amazon/ofi-nccl/lib $R/sys/module/efa\nprintf '%%s' '%s' > $R/opt/amazon/efa_installed_packages\n"
+              "$R/opt/amazon/ofi-nccl/lib $R/sys/module/efa $R/proc\necho 'efa 143360 0 - Live 0x0' > $R/proc/modules\n"
+              "printf '%%s' '%s' > $R/opt/amazon/efa_installed_packages\n"
               "printf '#!/bin/sh\\ncase \"$1\" in --version) echo libfabric: 2.6.0amzn1.0;; -p) exit 0;; esac\\n' "
               "> $R/opt/amazon/efa/bin/fi_info\nchmod 755 $R/opt/amazon/efa/bin/fi_info\n"
               "echo x > $R/opt/amazon/ofi-nccl/lib/libnccl-net-ofi.so\necho 3.3.0 > $R/sys/module/efa/version\n"
@@ -131,7 +136,8 @@ def installer(tmp_path, root):
 
 def test_present_installs_from_the_checked_tarball_then_changes_nothing(tmp_path):
     root = tmp_path / "root"
-    root.mkdir()
+    (root / "proc").mkdir(parents=True)
+    (root / "proc" / "modules").write_text("ib_core 552960 0 - Live 0x0\n")   # no efa yet
     path, digest = installer(tmp_path, root)
     args = {"root": str(root), "state": "present", "installer": str(path), "checksum": "sha256:" + digest,
             "floors": FLOORS, "staging_dir": str(tmp_path)}
@@ -157,7 +163,8 @@ def test_present_installs_from_the_checked_tarball_then_changes_nothing(tmp_path
 ])
 def test_bad_input_is_refused_naming_it_and_nothing_runs(tmp_path, args, word):
     root = tmp_path / "root"
-    root.mkdir()
+    (root / "proc").mkdir(parents=True)
+    (root / "proc" / "modules").write_text("ib_core 552960 0 - Live 0x0\n")   # no efa yet
     path, digest = installer(tmp_path, root)
     full = dict({"root": str(root), "state": "present", "installer": str(path), "checksum": "sha256:" + digest,
                  "floors": FLOORS, "staging_dir": str(tmp_path)}, **args)

@@ -12,8 +12,9 @@ What is read (each path under ``root``):
   ``efa`` provider is there (``fi_info -p efa``, exit status 0).
 - the aws-ofi-nccl plugin NCCL loads (``/opt/amazon/ofi-nccl/lib/libnccl-net-ofi.so``; its version from the package
   list: ``libnccl-ofi`` / ``aws-ofi-nccl``).
-- the ``efa`` kernel module: loaded (``/sys/module/efa``, or listed in ``/proc/modules``) and its version
-  (``/sys/module/efa/version``; unknown where the file is not there, and then not judged).
+- the ``efa`` kernel module: loaded or built in (the collection's kernel-module reader, ``_node/kmods``:
+  ``/proc/modules``, else ``lsmod``) and its version (``/sys/module/efa/version``; unknown where the file is not
+  there, and then not judged).
 
 Floors (the fabric's ``stack_min`` in plugin_utils/_fabrics.py, passed in): what NCCL's GIN over EFA (EFA-GDA) needs.
 Standard library only; runs on the managed node.
@@ -23,6 +24,8 @@ from __future__ import annotations
 
 import os
 import re
+
+from ansible_collections.gpufleet.deepep.plugins.module_utils._node.kmods import read_kernel_modules
 
 __all__ = ["EfaError", "INSTALLED_PACKAGES", "FI_INFO", "OFI_NCCL_LIB", "EFA_MODULE", "parse_installed_packages",
            "parse_fi_info_version", "numeric", "read_efa", "checks", "CHECKS"]
@@ -82,7 +85,8 @@ def _read(path):
 
 
 def read_efa(root, run):
-    """The facts (``gpufleet_efa``) of the node under ``root``; ``run(argv)`` -> (rc, out, err) runs its programs."""
+    """The facts (``gpufleet_efa``) of the node under ``root``; ``run(argv, timeout=None, env=None)`` -> (rc, out, err)
+    runs its programs."""
     def under(path):
         return os.path.join(root, path.lstrip("/"))
 
@@ -98,7 +102,7 @@ def read_efa(root, run):
     ofi = next((parsed["packages"][name] for name in _OFI_NCCL_NAMES if name in parsed["packages"]), None)
     module_dir = under(EFA_MODULE)
     kmod = (_read(os.path.join(module_dir, "version")) or "").strip() or None
-    listed = any(line.split()[:1] == ["efa"] for line in (_read(under("/proc/modules")) or "").splitlines())
+    listed = read_kernel_modules(root, run, names=("efa",))["present"]["efa"]
     return {
         "installed": listing is not None,
         "installer_version": parsed["installer"],
@@ -106,7 +110,7 @@ def read_efa(root, run):
         "libfabric_version": libfabric,
         "efa_provider": provider,
         "aws_ofi_nccl": {"library": OFI_NCCL_LIB if os.path.isfile(under(OFI_NCCL_LIB)) else None, "version": ofi},
-        "efa_module": {"loaded": os.path.isdir(module_dir) or listed, "version": kmod},
+        "efa_module": {"loaded": bool(listed), "version": kmod},
     }
 
 

@@ -111,6 +111,7 @@ GATHER_DEFAULTS = (
     ("deepep_v2_nic_name", None),
     ("deepep_v2_over_rdma", True),
     ("deepep_v2_across_nodes", True),
+    ("deepep_v2_gin_mlx5", True),
 )
 GATHER_FIELDS = tuple(name for name, default in GATHER_DEFAULTS)
 # The options of one pass over the node: ``GatherOptions(python=..., timeout=...)``, the others their defaults.
@@ -303,7 +304,7 @@ def _deepep_v2_facts(ctx):
         tree=opts.deepep_v2_tree or deepep.get("location"),
         nccl_built=(deepep.get("built_against") or {}).get("nccl"), nccl_loaded=nccl.get("loaded_version"),
         ldcache=ldcache, environ=os.environ, nic_name=opts.deepep_v2_nic_name, over_rdma=opts.deepep_v2_over_rdma,
-        across_nodes=opts.deepep_v2_across_nodes)
+        across_nodes=opts.deepep_v2_across_nodes, gin_mlx5=opts.deepep_v2_gin_mlx5)
 
 
 def _nccl_ep_facts(ctx):
@@ -350,7 +351,8 @@ GATHER_SETS = (
               ("python_probe", "nvidia_smi"), _linkage_facts),
     GatherSet("deepep_v2", "gpufleet_deepep_v2", ("root", "sysfs_root", "cuda_home", "python", "env_script",
                                                   "nvidia_smi", "timeout", "deepep_v2_tree", "deepep_v2_nic_name",
-                                                  "deepep_v2_over_rdma", "deepep_v2_across_nodes"),
+                                                  "deepep_v2_over_rdma", "deepep_v2_across_nodes",
+                                                  "deepep_v2_gin_mlx5"),
               ("nvcc_ldconfig", "rdma", "python_probe", "nvidia_smi"), _deepep_v2_facts),
     GatherSet("nccl_ep", "gpufleet_nccl_ep", ("root", "python", "env_script", "timeout"), ("python_probe",),
               _nccl_ep_facts),

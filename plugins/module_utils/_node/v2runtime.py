@@ -179,7 +179,7 @@ def cumem_disabled(sources):
 
 def gather_deepep_v2(root="/", cuda=None, cuda_home="/usr/local/cuda", rdma=None, gpus=None, env_exports=None,
                      env_script="/opt/deepep/unified-env.sh", tree=None, nccl_built=None, nccl_loaded=None,
-                     ldcache=None, environ=None, nic_name=None, over_rdma=True, across_nodes=True):
+                     ldcache=None, environ=None, nic_name=None, over_rdma=True, across_nodes=True, gin_mlx5=True):
     """The ``gpufleet_deepep_v2`` facts and their ``checks``.
 
     ``cuda``: the stack's CUDA facts (``{release, version, nvcc_present, error}``, nvcc run once with a timeout by
@@ -188,7 +188,8 @@ def gather_deepep_v2(root="/", cuda=None, cuda_home="/usr/local/cuda", rdma=None
     built against and the one the torch environment loads; ``environ``: this process's environment;
     ``nic_name``: the EP_NIC_NAME the play will set (else the env script's, else V2's default mlx5_0);
     ``over_rdma``/``across_nodes``: whether V2 runs over RDMA / across nodes here (the checks that only matter
-    there are not applicable otherwise)."""
+    there are not applicable otherwise); ``gin_mlx5``: whether NCCL's GIN drives mlx5 NICs here (false on AWS EFA,
+    whose GIN runs through aws-ofi-nccl: the libmlx5 check is not applicable)."""
     cuda = cuda or {}
     env_exports = env_exports or {}
     devices = [d for d in (rdma or {}).get("devices") or [] if isinstance(d, dict)]
@@ -225,6 +226,7 @@ def gather_deepep_v2(root="/", cuda=None, cuda_home="/usr/local/cuda", rdma=None
         "nccl": {"built": nccl_built, "loaded": nccl_loaded},
         "over_rdma": bool(over_rdma),
         "across_nodes": bool(across_nodes),
+        "gin_mlx5": bool(gin_mlx5),
     }
     facts["checks"] = v2_checks(facts)
     facts["failed"] = [c["check"] for c in facts["checks"] if c["status"] == "fail"]
@@ -344,6 +346,9 @@ def _nic(f):
 def _libmlx5(f):
     if not f["over_rdma"]:
         return _not_rdma("libmlx5")
+    if not f.get("gin_mlx5", True):
+        return _check("libmlx5", "not_applicable", None, "NCCL's GIN does not drive mlx5 NICs here (AWS EFA: it runs "
+                      "through the aws-ofi-nccl plugin, which the efa phase checks)")
     lib = f["libmlx5"]
     fix = ("install DOCA-OFED (doca_ofed phase) or an rdma-core of version 35 or newer, whose libmlx5 defines %s and "
            "%s" % (MLX5_REQUIRED, MLX5_GDAKI))
