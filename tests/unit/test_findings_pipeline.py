@@ -41,7 +41,7 @@ def preflight_settings(host):
     names = ("min_gpus", "driver_min_version", "cuda_arch", "cuda_version", "cuda_home", "cuda_by_play", "pip_by_play",
              "python", "require_rdma", "min_active_rdma", "required_modules", "optional_modules", "require_mlx5dv",
              "mlx5dv_by_play", "mlx5dv_header", "mlx5dv_symbol", "nvshmem_version", "libcuda_dirs", "deepep_v2",
-             "deepep_internode", "fabric", "nccl_version")
+             "deepep_internode", "fabric", "nccl_version", "gpu_family", "host_arch")
     return dict(((name, expect[name]) for name in names), deepep_v2_nic_name="auto", env_script_by_play=True,
                 deepep_commit="", nvshmem_source=True)
 

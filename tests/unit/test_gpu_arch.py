@@ -402,3 +402,36 @@ def test_the_fabric_filter_refuses_naming_the_value(name, setting, word):
 
     with pytest.raises(AnsibleFilterError, match=re.escape(word)):
         ff.fabric(name, setting)
+
+
+
+# ------------------------------------------------------------------------------------------ the host_arch filter
+@pytest.mark.parametrize("arch, cuda, doca, multiarch, deb", [
+    ("x86_64", "x86_64", "x86_64", "x86_64-linux-gnu", "amd64"),
+    ("aarch64", "sbsa", "arm64-sbsa", "aarch64-linux-gnu", "arm64"),
+    ("arm64", "sbsa", "arm64-sbsa", "aarch64-linux-gnu", "arm64"),
+])
+def test_the_host_arch_filter_names_each_cpus_artifacts(arch, cuda, doca, multiarch, deb):
+    from ansible_collections.gpufleet.deepep.plugins.filter.host_arch import host_arch
+
+    got = [host_arch(arch, s) for s in ("cuda_repo", "doca_repo", "multiarch", "deb")]
+    assert got == [cuda, doca, multiarch, deb]
+
+
+def test_every_familys_hosts_have_their_artifacts_named():
+    from ansible_collections.gpufleet.deepep.plugins.plugin_utils._host_arch import HOST_ARCHES
+
+    assert {spec["host_arch"] for spec in gf.SPECS.values()} <= set(HOST_ARCHES)
+
+
+@pytest.mark.parametrize("arch, setting, word", [
+    ("riscv64", "deb", "host architecture 'riscv64' is not one the collection knows; expected one of aarch64, x86_64"),
+    ("x86_64", "rpm", "setting 'rpm' is not one of cuda_repo, doca_repo, multiarch, deb"),
+    (None, "deb", "host architecture None is not one the collection knows"),
+])
+def test_the_host_arch_filter_refuses_naming_the_value(arch, setting, word):
+    from ansible_collections.gpufleet.deepep.plugins.filter.host_arch import host_arch
+
+    with pytest.raises(AnsibleFilterError, match=re.escape(word)):
+        host_arch(arch, setting)
+

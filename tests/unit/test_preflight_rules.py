@@ -134,6 +134,11 @@ CASES = {
          "expect__nccl_version": "2.30.7"},
         "NCCL 2.30.7 has no GIN on the fabric efa (its GIN needs NCCL 2.31.2 or newer; DeepEP V2 asserts \"NCCL GIN is "
         "unavailable\" without it). Fix: set nccl_enabled: true and nccl_version: 2.31.2 or newer."),
+    # A GB200 NVL72 profile (Grace hosts) on an x86_64 HGX node: same compute capability, another platform.
+    "PREFLIGHT_HOST_ARCH": (
+        {"expect__gpu_family": "gb200", "expect__host_arch": "x86_64"},
+        "The profile's GPU family gb200 runs on aarch64 hosts; this node is x86_64. Fix: put the host in the group of "
+        "its platform's profile (an HGX node is not a GB200/GB300 NVL72 tray), or correct gpufleet_gpu_family."),
     "PREFLIGHT_CUDA_TO_INSTALL": ({"cuda": {"version": "", "release": ""}, "expect__cuda_by_play": True},
                                   "CUDA 13.0: absent at /usr/local/cuda-13.0; the cuda_toolkit phase installs it."),
     "PREFLIGHT_CUDA_MISSING": ({"cuda": {"version": "12.9", "release": "12.9"}},
@@ -445,3 +450,14 @@ def test_the_fabric_decides_what_runs_across_nodes(changes, fired):
     found = [f["id"] for f in judge(doc(**dict(("expect__" + k, v) for k, v in changes.items())))
              if f["id"].startswith("PREFLIGHT_FABRIC_")]
     assert found == fired
+
+
+
+@pytest.mark.parametrize("family, arch, fires", [
+    ("gb200", "aarch64", False), ("gb300", "arm64", False),      # Grace, as the kernel or dpkg names it
+    ("b200", "x86_64", False), ("b300", "aarch64", True),        # an HGX family on an Arm node
+    ("gb300", "x86_64", True), ("", "x86_64", False), ("b200", "", False), ("b200", "riscv64", True),
+])
+def test_the_family_decides_the_hosts_cpu(family, arch, fires):
+    found = [f for f in judge(doc(expect__gpu_family=family, expect__host_arch=arch)) if f["id"] == "PREFLIGHT_HOST_ARCH"]
+    assert bool(found) is fires, found

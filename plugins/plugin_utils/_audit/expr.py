@@ -40,6 +40,11 @@ The jmespath functions of the audit, besides the standard ones, that rule condit
     object's ``_fabrics.FABRICS``: DeepEP V1 on ``efa``); null where it can, or no or an unknown fabric is given.
 ``fabric_nccl_floor(fabric)``
     the first NCCL whose GIN runs on ``fabric`` (``2.31.2`` on ``efa``); null for none, or no or an unknown fabric.
+``family_host_arch(family)``
+    the CPU architecture of the hosts of GPU ``family`` (``_gpu_families.SPECS``: ``aarch64`` for ``gb200``/``gb300``,
+    ``x86_64`` for the HGX families); null for no or an unknown family.
+``host_arch_name(arch)``
+    ``arch`` as the collection names it (``aarch64`` for ``arm64``, ``x86_64`` for ``amd64``); null when unknown.
 """
 
 from __future__ import annotations
@@ -53,7 +58,8 @@ from ansible_collections.gpufleet.deepep.plugins.module_utils._versions import (
     compare_versions,
 )
 from ansible_collections.gpufleet.deepep.plugins.plugin_utils._fabrics import FABRICS
-from ansible_collections.gpufleet.deepep.plugins.plugin_utils._gpu_families import MIN_CUDA_BY_ARCH
+from ansible_collections.gpufleet.deepep.plugins.plugin_utils._gpu_families import MIN_CUDA_BY_ARCH, SPECS
+from ansible_collections.gpufleet.deepep.plugins.plugin_utils._host_arch import HostArchError, normalize
 
 try:
     import jmespath
@@ -68,7 +74,8 @@ except ImportError:  # pragma: no cover - exercised only without jmespath
     JMESPATH_IMPORT_ERROR = traceback.format_exc()
 
 __all__ = ["HAS_JMESPATH", "JMESPATH_IMPORT_ERROR", "AuditError", "parse_version", "version_cmp",
-           "normalize_arch_list", "arch_covers", "cuda_floor", "fabric_refusal", "fabric_nccl_floor", "without_prefix",
+           "normalize_arch_list", "arch_covers", "cuda_floor", "fabric_refusal", "fabric_nccl_floor", "family_host_arch",
+           "host_arch_name", "without_prefix",
            "int_mod", "int_div", "unique", "difference",
            "compile_expression", "search", "truthy"]
 
@@ -187,6 +194,20 @@ def fabric_nccl_floor(fabric):
     return entry.get("nccl_min") if entry else None
 
 
+def family_host_arch(family):
+    """The CPU architecture of GPU ``family``'s hosts, or None (no family, or an unknown one)."""
+    spec = SPECS.get(family) if isinstance(family, str) else None
+    return spec["host_arch"] if spec else None
+
+
+def host_arch_name(arch):
+    """``arch`` as the collection names it, or None when it is not one it knows."""
+    try:
+        return normalize(arch)
+    except HostArchError:
+        return None
+
+
 def _to_int(value):
     if isinstance(value, bool):
         return None
@@ -294,6 +315,14 @@ if HAS_JMESPATH:
         @_jp_functions.signature({"types": []})
         def _func_fabric_nccl_floor(self, fabric):
             return fabric_nccl_floor(fabric)
+
+        @_jp_functions.signature({"types": []})
+        def _func_family_host_arch(self, family):
+            return family_host_arch(family)
+
+        @_jp_functions.signature({"types": []})
+        def _func_host_arch_name(self, arch):
+            return host_arch_name(arch)
 
     _OPTIONS = jmespath.Options(custom_functions=_AuditFunctions())
 else:  # pragma: no cover

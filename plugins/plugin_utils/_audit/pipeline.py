@@ -97,7 +97,8 @@ PREFLIGHT_SETTINGS = ("min_gpus", "driver_min_version", "cuda_arch", "cuda_versi
                       "pip_by_play", "python", "require_rdma", "min_active_rdma", "required_modules",
                       "optional_modules", "require_mlx5dv", "mlx5dv_by_play", "mlx5dv_header", "mlx5dv_symbol",
                       "nvshmem_version", "libcuda_dirs", "deepep_v2", "deepep_v2_nic_name", "env_script_by_play",
-                      "deepep_commit", "nvshmem_source", "deepep_internode", "fabric", "nccl_version")
+                      "deepep_commit", "nvshmem_source", "deepep_internode", "fabric", "nccl_version",
+                      "gpu_family", "host_arch")
 SGLANG_SETTINGS = ("stage", "server", "transfer_engine", "mooncake_dmabuf", "use_bundled_deepep")
 
 
@@ -193,6 +194,8 @@ def preflight_document(node, host, settings):
             "deepep_internode": _bool(s["deepep_internode"]),
             "fabric": _str(s["fabric"]),
             "nccl_version": _str(s["nccl_version"]),
+            "gpu_family": _str(s["gpu_family"]),
+            "host_arch": _str(s["host_arch"]),
             "rdma_stack_by_play": mlx5dv_by_play,
             "env_script_sets_nic_name": s["deepep_v2_nic_name"] == "auto" and _bool(s["env_script_by_play"]),
         },
