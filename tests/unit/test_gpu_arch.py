@@ -404,7 +404,6 @@ def test_the_fabric_filter_refuses_naming_the_value(name, setting, word):
         ff.fabric(name, setting)
 
 
-
 # ------------------------------------------------------------------------------------------ the host_arch filter
 @pytest.mark.parametrize("arch, cuda, doca, multiarch, deb", [
     ("x86_64", "x86_64", "x86_64", "x86_64-linux-gnu", "amd64"),
@@ -434,4 +433,3 @@ def test_the_host_arch_filter_refuses_naming_the_value(arch, setting, word):
 
     with pytest.raises(AnsibleFilterError, match=re.escape(word)):
         host_arch(arch, setting)
-

@@ -452,7 +452,6 @@ def test_the_fabric_decides_what_runs_across_nodes(changes, fired):
     assert found == fired
 
 
-
 @pytest.mark.parametrize("family, arch, fires", [
     ("gb200", "aarch64", False), ("gb300", "arm64", False),      # Grace, as the kernel or dpkg names it
     ("b200", "x86_64", False), ("b300", "aarch64", True),        # an HGX family on an Arm node

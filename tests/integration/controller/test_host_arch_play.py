@@ -22,9 +22,9 @@ def rendered(tmp_path, architecture):
     tasks = [{"name": "Variables of %s" % path, "ansible.builtin.include_vars": str(REPO / "roles" / path)}
              for path in ("cuda_toolkit/defaults/main.yml", "cuda_toolkit/vars/main.yml", "doca_ofed/defaults/main.yml",
                           "preflight/defaults/main.yml")]
-    tasks += [{"name": "The node", "ansible.builtin.set_fact": {"ansible_facts": {
-                   "architecture": architecture, "distribution": "Ubuntu", "distribution_version": "24.04",
-                   "distribution_major_version": "24"}}},
+    node = {"architecture": architecture, "distribution": "Ubuntu", "distribution_version": "24.04",
+            "distribution_major_version": "24"}
+    tasks += [{"name": "The node", "ansible.builtin.set_fact": {"ansible_facts": node}},
               {"name": "Render", "ansible.builtin.set_fact": {"got": {
                   "cuda": "{{ cuda_toolkit_apt_repo_url }}", "doca": "{{ doca_ofed_apt_repo_url }}",
                   "libcuda": "{{ preflight_libcuda_dirs }}"}},
