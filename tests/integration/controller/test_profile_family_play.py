@@ -68,6 +68,7 @@ def _profile_of_host(inventory, host):
 def test_every_example_host_derives_the_arch_and_gate_its_profile_spelt_before(tmp_path):
     proc, derived = derive(tmp_path, [REPO / "inventories" / "example"])
     assert proc.returncode == 0, proc.stdout[-4000:]
+
     def hosts(node):
         node = node or {}
         return set(node.get("hosts") or {}) | set().union(*[hosts(sub) for sub in (node.get("children") or {}).values()])
