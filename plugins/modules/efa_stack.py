@@ -109,7 +109,6 @@ commands:
   sample: [["/var/tmp/gpufleet-efa-x/aws-efa-installer/efa_installer.sh", "-y"]]
 """
 
-import hashlib
 import os
 import re
 import shutil
@@ -120,6 +119,7 @@ from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.common.text.converters import to_native
 
 from ansible_collections.gpufleet.deepep.plugins.module_utils._comm.efa import EfaError, checks, numeric, read_efa
+from ansible_collections.gpufleet.deepep.plugins.module_utils._fileio import file_sha256
 from ansible_collections.gpufleet.deepep.plugins.module_utils._guard import guarded
 from ansible_collections.gpufleet.deepep.plugins.module_utils._runner import CommandLog, StepFailed
 
@@ -178,12 +178,9 @@ class EfaStack(object):
                           "(sha256:<64 hex digits>) or set allow_unverified: true (not for production)" % path)
             return
         want = _SHA256_RE.match(p["checksum"].strip()).group(1).lower()
-        digest = hashlib.sha256()
-        with open(path, "rb") as handle:
-            for block in iter(lambda: handle.read(1 << 20), b""):
-                digest.update(block)
-        if digest.hexdigest() != want:
-            self.fail("installer %s has sha256 %s, expected %s: nothing was run" % (path, digest.hexdigest(), want))
+        found = file_sha256(path)
+        if found != want:
+            self.fail("installer %s has sha256 %s, expected %s: nothing was run" % (path, found, want))
 
     def install(self):
         stage = tempfile.mkdtemp(prefix="gpufleet-efa-", dir=self.p["staging_dir"])

@@ -25,6 +25,7 @@ from __future__ import annotations
 import os
 import re
 
+from ansible_collections.gpufleet.deepep.plugins.module_utils._fileio import read_text
 from ansible_collections.gpufleet.deepep.plugins.module_utils._node.kmods import read_kernel_modules
 
 __all__ = ["EfaError", "INSTALLED_PACKAGES", "FI_INFO", "OFI_NCCL_LIB", "EFA_MODULE", "parse_installed_packages",
@@ -76,21 +77,13 @@ def numeric(version):
     return tuple(int(part) for part in found.group(1).split(".")) if found else None
 
 
-def _read(path):
-    try:
-        with open(path, "r", encoding="utf-8", errors="replace") as handle:
-            return handle.read()
-    except (IOError, OSError):
-        return None
-
-
 def read_efa(root, run):
     """The facts (``gpufleet_efa``) of the node under ``root``; ``run(argv, timeout=None, env=None)`` -> (rc, out, err)
     runs its programs."""
     def under(path):
         return os.path.join(root, path.lstrip("/"))
 
-    listing = _read(under(INSTALLED_PACKAGES))
+    listing = read_text(under(INSTALLED_PACKAGES))
     parsed = parse_installed_packages(listing) if listing is not None else {"installer": None, "packages": {}}
     fi_info = under(FI_INFO)
     libfabric = provider = None
@@ -101,7 +94,7 @@ def read_efa(root, run):
         provider = rc == 0
     ofi = next((parsed["packages"][name] for name in _OFI_NCCL_NAMES if name in parsed["packages"]), None)
     module_dir = under(EFA_MODULE)
-    kmod = (_read(os.path.join(module_dir, "version")) or "").strip() or None
+    kmod = (read_text(os.path.join(module_dir, "version")) or "").strip() or None
     listed = read_kernel_modules(root, run, names=("efa",))["present"]["efa"]
     return {
         "installed": listing is not None,
