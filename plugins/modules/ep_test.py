@@ -78,13 +78,14 @@ options:
     choices: [deepep_v1, deepep_v2, nccl_ep, v1, v2]
   scope:
     description:
-      - What the test covers (C(intranode), C(internode), C(low_latency_intranode) and C(low_latency_internode), the
+      - What the test covers (C(intranode), C(internode), C(scaleup) - the trays of one NVLink domain that spans
+        hosts, GB200/GB300 NVL72, over multi-node NVLink - C(low_latency_intranode) and C(low_latency_internode), the
         decode kernels on one node and across nodes; DeepEP V2's other tests C(engram), C(pp), C(agrs) and
         C(barrier)); with O(backend), it picks the test when
         O(script) is unset, the backend's arguments and environment for it, and its transport policy. A backend without
         a test for the scope is refused by name.
     type: str
-    choices: [intranode, internode, low_latency_intranode, low_latency_internode, engram, pp, agrs, barrier]
+    choices: [intranode, internode, scaleup, low_latency_intranode, low_latency_internode, engram, pp, agrs, barrier]
   num_processes:
     description: The test's C(--num-processes) (local ranks; a positive whole number).
     type: int
@@ -147,7 +148,7 @@ options:
             exits 0 with every rank's figures and its correctness stage passed, and its figures are recorded.
         type: str
         required: true
-        choices: [agrs, barrier, connectivity, engram, internode, intranode, low_latency_internode, low_latency_intranode, pp, sweep]
+        choices: [agrs, barrier, connectivity, engram, internode, intranode, low_latency_internode, low_latency_intranode, pp, scaleup, sweep]
       test:
         description: The test's name in the record and for the parser (C(tests/test_intranode.py), C(tests/elastic/test_ep.py)), the test run when unset.
         type: str

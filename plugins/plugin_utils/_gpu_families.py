@@ -27,7 +27,7 @@ from ansible_collections.gpufleet.deepep.plugins.module_utils._arch import torch
 
 __all__ = ["SPECS", "FAMILIES", "MIN_CUDA_BY_ARCH", "GATES", "BACKEND_GATES", "BACKEND_UNGATED", "BACKEND_UNMEASURED", "UNGATED",
            "UNGATED_BY_SCOPE", "SCOPES", "profile_tokens", "family_of", "compute_capability", "torch_arch",
-           "cmake_arch", "gate_table", "token_key", "ungated_reason"]
+           "cmake_arch", "gate_table", "token_key", "ungated_reason", "spans_hosts"]
 
 # Family -> hardware. ``arch``: CUDA compute capability, PyTorch's notation. Sources: a100, a800 8.0; h100, h800,
 #   h200 9.0; b200, gb200 10.0; b300, gb300 10.3: the PCI device table of module_utils/_pci.py (GPU_DEVICE_IDS; a unit
@@ -65,9 +65,10 @@ FAMILIES = dict((name, spec["arch"]) for name, spec in SPECS.items())
 # families of one capability to one floor), the view the preflight's rule reads (expression function cuda_floor).
 MIN_CUDA_BY_ARCH = dict((spec["arch"], spec["min_cuda"]) for spec in SPECS.values())
 
-# intranode: DeepEP's normal kernels over NVLink; internode: across nodes over RDMA; low_latency_intranode /
+# intranode: DeepEP's normal kernels over NVLink; internode: across nodes over RDMA; scaleup: the normal kernels
+# across the trays of one NVLink domain that spans hosts (GB200/GB300 NVL72), over NVLink; low_latency_intranode /
 # low_latency_internode: the low-latency (decode) kernels on one node (NVLink) and across nodes (RDMA).
-SCOPES = ("intranode", "internode", "low_latency_intranode", "low_latency_internode")
+SCOPES = ("intranode", "internode", "scaleup", "low_latency_intranode", "low_latency_internode")
 
 # Gates (GB/s, minimum; null: not gated) per scope and family, in the shape of a verify role's thresholds table.
 # Each gate is about 0.85-0.88 of the slowest figure of its source, so a healthy node passes and one running well under
@@ -145,6 +146,22 @@ GATES = {
                  "source": "a loose gate (A100 nodes carry 200 Gb/s NICs as a rule)",
                  "provisional": "no A100 internode run measured here and no published DeepEP figure"},
     },
+}
+
+# Across the trays of one NVL72 domain: DeepEP V2's elastic test with every rank a scale-up peer (multi-node NVLink,
+# no NIC), judged on the NVLink figures as one HGX node is. Nobody measured it here (no NVL72 was lent), and the
+# figures published for V2 are one 8-GPU node's (DeepEP README SM100 EP8 NVLink; #630: B200 726 / 740, B300 732 /
+# 741 GB/s dispatch / combine), so the B200 gate is a floor, provisional, until a domain run is measured.
+_NVL72_SCALEUP_WHY = ("no NVL72 domain run measured here or published; the NVLink switch trays give every GPU of the "
+                      "domain the NVLink 5 bandwidth an HGX B200 GPU has to its 7 peers, so the B200 one-node gate is "
+                      "a floor until one is")
+_NOT_SPANNING = ("its NVLink domain is the GPUs of one node (an HGX board): it has no scale-up domain across hosts; "
+                 "verify runs intranode on each node and internode between them")
+GATES["scaleup"] = {
+    "default": {"dispatch_bf16_nvl_gbps": 100, "dispatch_fp8_nvl_gbps": None, "combine_nvl_gbps": 100,
+                "source": "a loose gate for a profile that asks for it (profile 'default'), no family's"},
+    "gb200": dict(_B200_NVL, source="the B200 gate", provisional=_NVL72_SCALEUP_WHY),
+    "gb300": dict(_B200_NVL, source="the B200 gate", provisional=_NVL72_SCALEUP_WHY),
 }
 
 # Low latency (DeepEP's decode kernels: tests/test_low_latency.py, 128 tokens per rank, hidden 7168, top-8, 288
@@ -281,6 +298,8 @@ _NO_LL_SM80 = ("DeepEP's low-latency kernels run on SM90 (Hopper) or newer: an A
 _NO_LL_FIGURE = ("its NVLink is capped at 400 GB/s and neither a run here nor DeepEP publishes a low-latency figure "
                  "on one node")
 UNGATED_BY_SCOPE = {
+    "scaleup": dict((name, _NOT_SPANNING) for name, spec in SPECS.items()
+                    if spec["nvlink_domain_gpus"] <= spec["gpus_per_node"]),
     "low_latency_intranode": {"a100": _NO_LL_SM80, "h800": _NO_LL_FIGURE},
     "low_latency_internode": {"a100": _NO_LL_SM80},
 }
@@ -338,6 +357,13 @@ def family_of(profile):
     """The GPU family the profile name carries as a token (``gcp_b300`` -> ``b300``, ``gb200_nvl72`` -> ``gb200``),
     the first one when it carries several; None when it names none (``mycluster``, ``default``)."""
     return next((token for token in profile_tokens(profile) if token in FAMILIES), None)
+
+
+def spans_hosts(family):
+    """Whether ``family``'s NVLink domain spans hosts (GB200/GB300 NVL72: 72 GPUs, 4 per tray), so verify has a
+    scale-up domain scope and the nodes need the fabric state and IMEX; False for a family it does not know."""
+    spec = SPECS.get(family)
+    return bool(spec) and spec["nvlink_domain_gpus"] > spec["gpus_per_node"]
 
 
 def compute_capability(family):

@@ -703,6 +703,8 @@ FILTER_BAD = [
      "allow_cpu_fallback must be true or false; got 1 (int)"),
     (transport_filter.transport_gate, ("",), {"policy": {"require_nccl_match": "no"}},
      "require_nccl_match must be true or false; got 'no' (str)"),
+    (transport_filter.transport_gate, ("",), {"policy": {"require_mnnvl": "no"}},
+     "require_mnnvl must be true or false; got 'no' (str)"),
     (transport_filter.transport_gate, ({"nvshmem": [], "nccl": {}, "deepep": {}},), {},
      "truth must be the mapping transport_truth returns"),
 ] + [
@@ -711,7 +713,7 @@ FILTER_BAD = [
      "transport policy 'b200': policy %s" % key)
     for key, bad in (("allow_paths", ["nvlink"]), ("allow_transports", "p2p"), ("allow_networks", [""]),
                      ("allow_gin", ["CPU"]), ("require_ibgda", "yes"), ("allow_cpu_fallback", 1),
-                     ("require_nccl_match", "no"))
+                     ("require_nccl_match", "no"), ("require_mnnvl", "yes"))
 ] + [
     (transport_filter.transport_policy, ({"default": {"by_backend": {"v2": {key: bad}}}}, "x", "v1"), {},
      "transport policy 'default' by_backend['v2']: policy %s" % key)

@@ -111,7 +111,7 @@ def test_every_gate_says_where_it_comes_from_and_what_it_rests_on(scope):
     def right_metric(key):
         if scope.startswith("low_latency"):
             return key.startswith("ll_")
-        return key.endswith(("nvl" if scope == "intranode" else "rdma") + "_gbps")
+        return key.endswith(("nvl" if scope in ("intranode", "scaleup") else "rdma") + "_gbps")
 
     for family, entry in gf.GATES[scope].items():
         assert isinstance(entry.get("source"), str) and entry["source"], (scope, family)
@@ -171,5 +171,5 @@ def test_gate_table_is_a_copy():
     table["b200"]["combine_nvl_gbps"] = 1
     table["x"] = {}
     assert gf.GATES["intranode"]["b200"]["combine_nvl_gbps"] == 300 and "x" not in gf.GATES["intranode"]
-    with pytest.raises(ValueError, match="scope 'low_latency' has no gates; expected one of intranode, internode, low_latency_intranode"):
+    with pytest.raises(ValueError, match="scope 'low_latency' has no gates; expected one of intranode, internode, scaleup, low_latency_intranode"):
         gf.gate_table("low_latency")

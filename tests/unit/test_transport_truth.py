@@ -25,6 +25,7 @@ from ansible_collections.gpufleet.deepep.plugins.plugin_utils._verify.transport_
     POLICY_KEYS,
     check_policy,
     transport_gate,
+    truth_brief,
 )
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "captured"
@@ -367,6 +368,8 @@ FINDING_CASES = [
     ([NCCL + "Failed to initialize NET plugin IB"], "nccl_net_plugin_failed"),
     ([NCCL + "NET/IB : No device found."], "nccl_no_ib_device"),
     ([NCCL + "GIN/Plugin: Failed to initialize any GIN plugin"], "nccl_gin_none"),
+    ([NCCL_WARN + "MNNVL (cliqueSize 8) is available but not working on this system. Check the IMEX channel "
+      "configuration (/dev/nvidia-caps-imex-channels). Set NCCL_MNNVL_ENABLE=0 to ignore this issue."], "mnnvl_imex"),
 ]
 
 
@@ -514,6 +517,7 @@ BAD_POLICIES = [
     ("not-a-mapping", ["p2p"], "policy must be a mapping"),
     ("string-policy", "intranode_only", "got a str ('intranode_only')"),
     ("require_ibgda", {"require_ibgda": "yes"}, "policy require_ibgda must be true or false; got 'yes' (str)"),
+    ("require_mnnvl", {"require_mnnvl": 1}, "policy require_mnnvl must be true or false; got 1 (int)"),
     ("allow_cpu_fallback", {"allow_cpu_fallback": 1}, "policy allow_cpu_fallback must be true or false; got 1 (int)"),
     ("require_nccl_match", {"require_nccl_match": "no"}, "policy require_nccl_match must be true or false; got 'no'"),
     ("allow_paths-str", {"allow_paths": "p2p"}, "policy allow_paths must be a list of p2p/shm/net/net_gdrdma; got 'p2p'"),
@@ -552,7 +556,7 @@ def test_bad_truth_is_refused_naming_it(truth):
 def test_policy_normalizes_case_and_defaults():
     assert check_policy({"allow_gin": ["gdaki"], "allow_paths": ["P2P"]}) == {
         "allow_paths": ["p2p"], "allow_transports": None, "allow_networks": None, "allow_gin": ["GDAKI"],
-        "require_ibgda": False, "allow_cpu_fallback": False, "require_nccl_match": False}
+        "require_ibgda": False, "allow_cpu_fallback": False, "require_nccl_match": False, "require_mnnvl": False}
     assert set(GIN_TYPES) == {"GDAKI", "EFA_GDA", "PROXY", "GPI", "none"}
     assert set(PATH_CLASSES) == {"p2p", "shm", "net", "net_gdrdma"}
 
@@ -588,3 +592,38 @@ def test_sidecar_docs_match_signature_and_return(name):
     documented = _documented(docs["RETURN"]["_value"]["contains"])
     # every key returned is documented, at every level the documentation describes
     assert _returned(value, documented) == documented
+
+
+# ------------------------------------------------------------------------------------- multi-node NVLink (NVL72)
+# NCCL's lines across two GB200 trays of one NVLink domain (src/mnnvl.cc; formats in docs/nvl72-facts.md).
+MNNVL_UP = [NCCL + "MNNVL busId 0x9001000 fabric UUID 6a130f54faaa4b8f.847f-be44ab70f917 cliqueId 0x7ffe state 3 "
+                   "healthMask 0x0",
+            NCCL + "MNNVL 1 cliqueId 7ffe cliqueSize 8 cliqueRank 0 nvlDomainSize 8",
+            NCCL + "Channel 00/0 : 3[3] -> 4[0] via P2P/MNNVL",
+            "tray-2:77:77 [0] NCCL INFO MNNVL 1 cliqueId 7ffe cliqueSize 8 cliqueRank 4 nvlDomainSize 8"]
+
+
+def test_mnnvl_up_is_read_and_passes_the_scale_up_policy():
+    truth = transport_truth(text(MNNVL_UP))
+    assert truth["nccl"]["mnnvl"] is True and truth["nccl"]["mnnvl_clique_size"] == 8
+    assert truth["nccl"]["path_classes"] == ["p2p"]
+    verdict = transport_gate(truth, {"allow_paths": ["p2p"], "require_mnnvl": True})
+    assert verdict["passed"], verdict
+    assert "MNNVL clique of 8" in truth_brief(truth)
+
+
+def test_mnnvl_down_or_broken_fails_naming_the_imex_channel():
+    broken = MNNVL_UP[:1] + [NCCL_WARN + "MNNVL (cliqueSize 8) is available but not working on this system. Check the "
+                                         "IMEX channel configuration (/dev/nvidia-caps-imex-channels)."]
+    verdict = transport_gate(transport_truth(text(broken)), {"require_mnnvl": True})
+    assert not verdict["passed"] and "did not bring up multi-node NVLink" in verdict["reasons"][0]
+    assert [c["kind"] for c in verdict["causes"]] == ["mnnvl_imex"]
+    one_rank_off = [MNNVL_UP[1], "tray-2:77:77 [0] NCCL INFO MNNVL 0 cliqueId 0 cliqueSize 1 cliqueRank 0 nvlDomainSize 1"]
+    assert transport_truth(text(one_rank_off))["nccl"]["mnnvl"] is False
+
+
+def test_mnnvl_not_said_is_unknown_not_passed():
+    verdict = transport_gate(transport_truth(text([NCCL + "Channel 00/0 : 0[0] -> 1[1] via P2P/CUMEM"])),
+                             {"require_mnnvl": True})
+    assert not verdict["passed"] and verdict["unknown"][0].startswith("nccl.mnnvl:")
+    assert transport_truth(text(IBGDA_GPU))["nccl"]["mnnvl"] is None

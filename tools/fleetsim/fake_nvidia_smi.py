@@ -14,6 +14,7 @@ Answers:
   nvidia-smi topo -m | --matrix
   nvidia-smi nvlink -s | --status [-i IDS]
   nvidia-smi --version
+  nvidia-smi -q [-i IDS]                      the GPUs' names, bus ids and Fabric sections
 
 Not executable in the repository: fakehw.install_fake_nvidia_smi() installs it with a
 #!/usr/bin/python3 line.
@@ -27,6 +28,9 @@ import sys
 import time
 
 DEFAULT_JSON = "/etc/fleetsim/hardware.json"
+# A node's fault knob over its GPUs' fabric state (JSON of Fabric keys, e.g. {"state": "In Progress"}): what a tray
+# shows while the NVLink switch trays have not registered it, or after a failure (Status "Insufficient Resources").
+FABRIC_FAULT = "/etc/fleetsim/gpu-fabric.json"
 RC_INVALID = 2
 RC_NO_DRIVER = 9
 
@@ -119,6 +123,8 @@ def _fields(data, gpu):
         "clocks.max.sm": ("MHz", "1980 MHz", "1980"),
         "clocks.sm": ("MHz", "1980 MHz", "1980"),
         "fan.speed": ("%", "[N/A]", "[N/A]"),
+        "fabric.state": (None, _fabric(gpu)["state"], _fabric(gpu)["state"]),
+        "fabric.status": (None, _fabric(gpu)["status"], _fabric(gpu)["status"]),
     }
     aliases = {
         "gpu_name": "name", "gpu_serial": "serial", "gpu_uuid": "uuid", "gpu_bus_id": "pci.bus_id",
@@ -127,6 +133,46 @@ def _fields(data, gpu):
         "temperature.gpu.tlimit": "temperature.gpu", "clocks.current.sm": "clocks.sm",
     }
     return table, aliases
+
+
+def _fabric(gpu):
+    """The GPU's Fabric section: the hardware's, with the node's fault knob over it."""
+    fabric = dict(gpu.get("fabric") or {})
+    try:
+        with open(FABRIC_FAULT, encoding="utf-8") as handle:
+            fabric.update((str(k), str(v)) for k, v in json.load(handle).items())
+    except (OSError, ValueError, AttributeError):
+        pass
+    return fabric
+
+
+def full_query(data, ids):
+    """nvidia-smi -q, the parts the collection reads: the header, each GPU's name, bus id and Fabric section."""
+    gpus = _select(data, ids)
+    if gpus is None:
+        return 6
+    drv = data["driver"]
+    out = ["", "==============NVSMI LOG==============", "",
+           "Timestamp                                 : %s" % time.strftime("%a %b %d %H:%M:%S %Y"),
+           "Driver Version                            : %s" % drv["version"],
+           "CUDA Version                              : %s" % drv["cuda_version"], "",
+           "Attached GPUs                             : %d" % len(data["gpus"])]
+    for gpu in gpus:
+        fab = _fabric(gpu)
+        out += ["GPU %s" % gpu["pci_bus_id"],
+                "    Product Name                          : %s" % gpu["name"],
+                "    GPU UUID                              : %s" % gpu["uuid"],
+                "    Fabric",
+                "        State                             : %s" % fab.get("state", "N/A"),
+                "        Status                            : %s" % fab.get("status", "N/A"),
+                "        CliqueId                          : %s" % fab.get("clique_id", "N/A"),
+                "        ClusterUUID                       : %s" % fab.get("cluster_uuid", "N/A"),
+                "        Health"]
+        if fab.get("health", "N/A") != "N/A":
+            out.append("            Summary                       : %s" % fab["health"])
+        out += ["            Bandwidth                     : %s" % fab.get("bandwidth", "N/A"), ""]
+    sys.stdout.write("\n".join(out) + "\n")
+    return 0
 
 
 def _load():
@@ -302,6 +348,13 @@ def main(argv=None):
         return list_gpus(data)
     if args == ["--version"]:
         return version(data)
+    if args and args[0] in ("-q", "--query"):
+        rest = args[1:]
+        ids = _opt(rest, ["-i", "--id"])
+        if rest:
+            sys.stdout.write(INVALID_ARGS)
+            return RC_INVALID
+        return full_query(data, ids)
     query = _opt(args, ["--query-gpu"])
     if query is not None:
         fmt = _opt(args, ["--format"])

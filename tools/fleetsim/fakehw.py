@@ -544,8 +544,44 @@ def validate_profile(data: dict) -> dict:
     peer.setdefault("error", "modprobe: ERROR: could not insert 'nvidia_peermem': Invalid argument")
     peer["size"] = _as_int(peer.get("size", 16384), pname, "nvidia_peermem.size")
 
+    prof["gpu_fabric"] = _gpu_fabric(prof.get("gpu_fabric"), pname)
+    prof["host_arch"] = str(prof.get("host_arch", "x86_64"))
+    if prof["host_arch"] not in HOST_ARCHS:
+        raise _err(pname, "host_arch", f"{prof['host_arch']!r}: expected one of {', '.join(HOST_ARCHS)}")
+
     prof["_numa"] = {k: v["cpus"] for k, v in numa_ids.items()}
     return prof
+
+
+# The CPU a node says it has (uname's machine). x86_64: the host's own. aarch64: a Grace host (GB200/GB300 NVL72
+# trays) - an x86 stand-in whose uname(2) answers aarch64 to every program of the node (a preloaded library), so
+# what the collection chooses by architecture (Ansible's architecture fact, the CUDA and DOCA repositories, the
+# multiarch library directory, pip's platform tag) is chosen as on Grace, while its binaries stay the host's.
+HOST_ARCHS = ("x86_64", "aarch64")
+# The multiarch directory of each (the distributions' place for the driver's libraries).
+HOST_MULTIARCH = {"x86_64": "x86_64-linux-gnu", "aarch64": "aarch64-linux-gnu"}
+
+# What nvidia-smi -q prints in a GPU's Fabric section: N/A on a GPU outside any NVLink fabric (PCIe, a board whose
+# NVSwitches the node's Fabric Manager owns prints Completed / Success with a zero ClusterUUID; not simulated).
+NO_FABRIC = {"state": "N/A", "status": "N/A", "clique_id": "N/A", "cluster_uuid": "N/A", "health": "N/A",
+             "bandwidth": "N/A"}
+FABRIC_STATES = ("N/A", "Not Supported", "Not Started", "In Progress", "Completed")
+
+
+def _gpu_fabric(entry, pname):
+    """The profile's gpu_fabric (a GB200/GB300 tray's GPUs registered with the NVLink switch trays of their rack):
+    state, status, clique_id, cluster_uuid, health, bandwidth; NO_FABRIC when absent."""
+    if entry is None:
+        return dict(NO_FABRIC)
+    if not isinstance(entry, dict):
+        raise _err(pname, "gpu_fabric", f"{entry!r}: expected a mapping (state, status, clique_id, cluster_uuid)")
+    out = dict(NO_FABRIC, **{k: str(v) for k, v in entry.items()})
+    unknown = sorted(set(out) - set(NO_FABRIC))
+    if unknown:
+        raise _err(pname, "gpu_fabric", f"unknown key(s) {', '.join(unknown)}: expected {', '.join(NO_FABRIC)}")
+    if out["state"] not in FABRIC_STATES:
+        raise _err(pname, "gpu_fabric.state", f"{out['state']!r}: expected one of {', '.join(FABRIC_STATES)}")
+    return out
 
 
 # --------------------------------------------------------------------------- helpers
@@ -1110,7 +1146,7 @@ def hardware_data(profile, *, nic_naming="as-profile", port_states=None, node_in
             "persistence_mode": "Enabled",
             "numa_node": numa, "cpu_affinity": prof["_numa"][numa],
             "nvlink": {"links": model["nvlink"]["links"], "link_gbps": model["nvlink"]["link_gbps"]},
-            "pcie": model["pcie_link"],
+            "pcie": model["pcie_link"], "fabric": dict(prof["gpu_fabric"]),
         })
     nics = []
     for nic in sorted((n for n in prof["nics"] if n["rdma"]), key=lambda n: n["bdf"]):
@@ -1217,15 +1253,88 @@ def build_fake_libcuda(cache_dir, cuda_version: str) -> Path:
     return out
 
 
+UNAME_SHIM_C = """/* fleetsim: uname(2) as a host of another CPU answers it (the node's machine). */
+#define _GNU_SOURCE
+#include <string.h>
+#include <sys/syscall.h>
+#include <sys/utsname.h>
+#include <unistd.h>
+int uname(struct utsname *buf) {
+    int rc = (int)syscall(SYS_uname, buf);
+    if (rc == 0) { strncpy(buf->machine, "%s", sizeof(buf->machine) - 1); buf->machine[sizeof(buf->machine) - 1] = 0; }
+    return rc;
+}
+"""
+UNAME_SHIM = "usr/lib/fleetsim/libfleetsim-uname.so"
+
+
+def _compile_shared(cache_dir, name, source, what) -> Path:
+    """Compile ``source`` (C) once into cache_dir/name as a shared library (atomically); return its path."""
+    cache_dir = Path(cache_dir)
+    out = cache_dir / name
+    if out.is_file():
+        return out
+    cache_dir.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=cache_dir) as tmp:
+        src = Path(tmp) / "src.c"
+        src.write_text(source, encoding="utf-8")
+        built = Path(tmp) / "lib.so"
+        try:
+            subprocess.run(["gcc", "-shared", "-fPIC", "-O1", "-o", str(built), str(src)], capture_output=True,
+                           text=True, timeout=120, check=True)
+        except FileNotFoundError as exc:
+            raise ProfileError(f"{what} needs gcc (apt-get install build-essential)") from exc
+        except subprocess.CalledProcessError as exc:
+            raise ProfileError(f"building {what} failed: {exc.stderr.strip()[-400:]}") from exc
+        except subprocess.TimeoutExpired as exc:
+            raise ProfileError(f"building {what} took over 120 s") from exc
+        os.replace(str(built), str(out))
+    return out
+
+
+def install_host_arch(root, profile, cache_dir) -> list[str]:
+    """Make the node under root (its overlay upper dir) answer its profile's host_arch: for aarch64, the uname shim
+    and /etc/ld.so.preload naming it; for the host's own CPU, neither. Returns the paths written, relative to root."""
+    prof = validate_profile(profile)
+    root = Path(root)
+    preload = root / "etc/ld.so.preload"
+    shim = root / UNAME_SHIM
+    if prof["host_arch"] == "x86_64":
+        for path in (preload, shim):
+            if path.is_file():
+                path.unlink()
+        return []
+    lib = _compile_shared(cache_dir, f"libfleetsim-uname-{prof['host_arch']}.so",
+                          UNAME_SHIM_C % prof["host_arch"], "the simulated host's uname")
+    shim.parent.mkdir(parents=True, exist_ok=True)
+    tmp = shim.with_name(shim.name + ".fleetsim-tmp")
+    shutil.copyfile(lib, tmp)
+    tmp.chmod(0o644)
+    os.replace(str(tmp), str(shim))
+    preload.parent.mkdir(parents=True, exist_ok=True)
+    preload.write_text("/" + UNAME_SHIM + "\n", encoding="utf-8")
+    return [UNAME_SHIM, "etc/ld.so.preload"]
+
+
 def install_fake_libcuda(root, profile, cache_dir) -> list[str]:
-    """Put the driver's libcuda under root (a node's /usr layer parent) as a driver install does.
+    """Put the driver's libcuda under root (a node's /usr layer parent) as a driver install does: in the host's
+    multiarch directory, and where the profile's host_arch is another CPU, in that one's too (what a node of it
+    shows; the library itself is the host's).
 
     Returns the paths installed, relative to root. Existing links and files of the same names are replaced.
     """
     prof = validate_profile(profile)
+    installed = _install_libcuda_in(root, prof, cache_dir, multiarch_libdir())
+    other = "usr/lib/" + HOST_MULTIARCH[prof["host_arch"]]
+    if other != multiarch_libdir():
+        installed += _install_libcuda_in(root, prof, cache_dir, other)
+    return installed
+
+
+def _install_libcuda_in(root, prof, cache_dir, where) -> list[str]:
     drv = prof["driver"]
     lib = build_fake_libcuda(cache_dir, drv["cuda_version"])
-    libdir = Path(root) / multiarch_libdir()
+    libdir = Path(root) / where
     libdir.mkdir(parents=True, exist_ok=True)
     real = f"libcuda.so.{drv['version']}"
     entries = [(real, None), ("libcuda.so.1", real)]

@@ -126,6 +126,8 @@ def build(dest: Path, fixtures: Path = FIXTURES, wheels: bool = True, quiet: boo
         ok = True
     build_fixture_wheels(fixtures / "wheels", dest / "wheels", quiet)
     build_stand_in_wheels(dest / "wheels", dest / "wheels-standin", quiet)
+    for house in (dest / "wheels", dest / "wheels-standin"):
+        add_arch_aliases(house, quiet)
     if ok:
         stamp.write_text(digest + "\n")
     return dest
@@ -499,6 +501,25 @@ def build_fixture_wheels(trees: Path, out: Path, quiet: bool = False) -> list[Pa
     return built
 
 
+# The CPU of a Grace host (GB200/GB300 NVL72 trays): its nodes' pip asks for aarch64 wheels (fakehw host_arch).
+ALIAS_ARCH = "aarch64"
+
+
+def add_arch_aliases(house: Path, quiet: bool = False) -> list[Path]:
+    """Give every x86_64 wheel of ``house`` an alias named for aarch64 (the same file, hard-linked: the same sha256,
+    so a hash-locked install takes either): what an aarch64 node of the simulated fleet installs. The binaries
+    inside stay x86 stand-ins, as every fixture's; what the collection must choose by the node's CPU is the wheel's
+    platform tag. Returns the aliases made."""
+    made = []
+    for wheel in sorted(house.glob("*_x86_64.whl")):
+        stem, platform = wheel.name[:-len(".whl")].rsplit("-", 1)
+        alias = house / ("%s-%s.whl" % (stem, platform.replace("x86_64", ALIAS_ARCH)))
+        _link_or_copy(wheel, alias)
+        made.append(alias)
+    say(quiet, f"{house.name}: {len(made)} aarch64 aliases")
+    return made
+
+
 # ------------------------------------------------------------------------------- stand-in torch
 
 STAND_IN_LOCAL = "standin"
@@ -529,6 +550,8 @@ def build_stand_in_wheels(wheels: Path, out: Path, quiet: bool = False) -> list[
     out.mkdir(parents=True, exist_ok=True)
     made, wanted = [], set()
     for wheel in sorted(wheels.glob("*.whl")):
+        if wheel.name.endswith("_%s.whl" % ALIAS_ARCH):
+            continue  # an alias (add_arch_aliases): made again for the stand-ins
         if wheel.name.startswith("torch-"):
             made.append(stand_in_torch(wheel, out))
             wanted.add(made[-1].name)

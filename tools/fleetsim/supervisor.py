@@ -110,7 +110,9 @@ class Supervisor:
         upper = self.paths.upper
         install_tools(upper, NODE_TOOLS_INSTALLED)
         fakehw.install_fake_nvidia_smi(upper / "usr/bin/nvidia-smi")
-        fakehw.install_fake_libcuda(upper, fakehw.load_profile(self.cfg["profile"]), self.fleet.dir / "cache")
+        profile = fakehw.load_profile(self.cfg["profile"])
+        fakehw.install_fake_libcuda(upper, profile, self.fleet.dir / "cache")
+        fakehw.install_host_arch(upper, profile, self.fleet.dir / "cache")
 
     def clean_work_dirs(self):
         """Empty the overlays' work dirs (node off): a volatile overlay refuses a used one."""

@@ -14,13 +14,15 @@ Backends: DeepEP V1, DeepEP V2 and NCCL EP (whose test is the collection's launc
 verify launcher, high throughput for ``intranode``/``internode`` and low latency for the ``low_latency_*`` scopes).
 
 Scopes: ``intranode`` (the GPUs of one node over NVLink), ``internode`` (every node of a group at once, also the
-sweep's pairs), ``low_latency_intranode`` and ``low_latency_internode`` (the decode kernels on one node over NVLink,
-and across the nodes of a group over RDMA). A backend lists only the scopes it has a test for; asking another is
-refused by name. A scope's ``ranks`` lists the process counts its test's kernels exist for (DeepEP's intranode
-kernels: 2, 4 and 8, ``SWITCH_RANKS`` in csrc/kernels/intranode.cu); on another count the run is skipped with that
-reason (``skip_reason``), never started to crash; ``divides`` (NCCL EP's benchmark: 256 experts) the count must
-divide. The trees the descriptors follow: DeepEP V1 (its ``legacy`` branch,
-567632d), DeepEP V2 (dd758ca, ``tests/elastic/``: test_ep.py covers one node and many).
+sweep's pairs), ``scaleup`` (every tray of one NVLink domain that spans hosts at once, GB200/GB300 NVL72: the
+one-node test run across the trays, over multi-node NVLink and no NIC), ``low_latency_intranode`` and
+``low_latency_internode`` (the decode kernels on one node over NVLink, and across the nodes of a group over RDMA). A
+backend lists only the scopes it has a test for; asking another is refused by name. A scope's ``ranks`` lists the
+process counts its test's kernels exist for (DeepEP's intranode kernels: 2, 4 and 8, ``SWITCH_RANKS`` in
+csrc/kernels/intranode.cu); on another count the run is skipped with that reason (``skip_reason``), never started to
+crash; ``divides`` (NCCL EP's benchmark: 256 experts) the count must divide. The trees the descriptors follow:
+DeepEP V1 (its ``legacy`` branch, 567632d), DeepEP V2 (dd758ca, ``tests/elastic/``: test_ep.py covers one node and
+many).
 
 Transport policies (keys of ``transport_gate.check_policy``). Intranode: the GPUs talk over NVLink only (NCCL
 channels P2P, NVSHMEM P2P), no CPU fallback. Across nodes (IB or RoCE NICs, NCCL's ``IB`` network either way): V1
@@ -43,7 +45,8 @@ __all__ = ["BACKENDS", "ALIASES", "SCOPES", "BackendError", "backend", "resolve"
 
 # The last four: DeepEP V2's other tests (tests/elastic/, experimental in the V2 release): Engram (0 SM, over RDMA),
 # PP (0 SM send/recv, over RDMA), CP's all-gather/reduce-scatter (agrs, copy engine over NVLink), the barrier.
-SCOPES = ("intranode", "internode", "low_latency_intranode", "low_latency_internode", "engram", "pp", "agrs", "barrier")
+SCOPES = ("intranode", "internode", "scaleup", "low_latency_intranode", "low_latency_internode", "engram", "pp", "agrs",
+          "barrier")
 
 _NVLINK_ONLY = {"allow_paths": ["p2p"], "allow_transports": ["p2p"], "allow_cpu_fallback": False}
 _RDMA = {"allow_networks": ["IB"], "allow_paths": ["p2p", "shm", "net_gdrdma"], "allow_cpu_fallback": False}
@@ -52,6 +55,9 @@ _IBGDA = dict(_RDMA, require_ibgda=True)
 # NICs (DeepEP asks NVSHMEM for it), and a CPU-proxied path is refused as everywhere.
 _LL_ONE_NODE = dict(_NVLINK_ONLY, allow_transports=["p2p", "ibgda"])
 _INTRANODE_RANKS = [2, 4, 8]
+# Across the trays of one NVLink domain (GB200/GB300 NVL72): NCCL's multi-node NVLink (MNNVL, its channels P2P), no
+# network path, no CPU-proxied path. DeepEP V2's scale-up team is NCCL's LSA team, which MNNVL makes the domain.
+_MNNVL = dict(_NVLINK_ONLY, require_mnnvl=True)
 # V2's other tests on one node: no CPU-proxied path; where they need RDMA the NIC decides, not NVLink.
 _NO_PROXY = {"allow_cpu_fallback": False}
 # What the lent 1 x H200 (no NIC, GIN off, V2 dd758ca, NCCL 2.30.7) showed: the barrier ran (1.402 us); the
@@ -88,6 +94,8 @@ BACKENDS = {
         "scopes": {
             "intranode": {"test": "tests/test_intranode.py", "transport": _NVLINK_ONLY, "ranks": _INTRANODE_RANKS},
             "internode": {"test": "tests/test_internode.py", "transport": _IBGDA},
+            # No scaleup: V1's normal kernels do not span the trays of an NVL72 domain (DeepEP #579, open: "currently
+            # not public"); asking it is refused by name.
             "low_latency_intranode": {"test": "tests/test_low_latency.py", "transport": _LL_ONE_NODE},
             "low_latency_internode": {"test": "tests/test_low_latency.py", "transport": _IBGDA},
         },
@@ -103,6 +111,11 @@ BACKENDS = {
                           "env": {"EP_DISABLE_GIN": "1"}, "transport": dict(_NVLINK_ONLY, require_nccl_match=True)},
             "internode": {"test": "tests/elastic/test_ep.py",
                           "transport": dict(_RDMA, allow_gin=["GDAKI"], require_nccl_match=True)},
+            # The trays of one NVLink domain: the elastic test across hosts with GIN off and no hybrid kernels, so
+            # every rank is a scale-up peer (NCCL's LSA team over MNNVL) and nothing goes through a NIC.
+            "scaleup": {"test": "tests/elastic/test_ep.py", "args": ["--allow-hybrid-mode", "0"],
+                        "env": {"EP_DISABLE_GIN": "1", "NCCL_MNNVL_ENABLE": "1"},
+                        "transport": dict(_MNNVL, require_nccl_match=True)},
             # V2 keeps V1's low-latency kernels behind its legacy buffer (over NVSHMEM, as V1).
             "low_latency_intranode": {"test": "tests/legacy/test_low_latency.py", "transport": _LL_ONE_NODE},
             "low_latency_internode": {"test": "tests/legacy/test_low_latency.py", "transport": _IBGDA},

@@ -38,6 +38,7 @@ __all__ = ["JUDGE_SPEC", "STAGES", "JudgeError", "check", "policy", "judge", "no
 STAGES = {
     "intranode": "intranode test",
     "internode": "internode test",
+    "scaleup": "scale-up domain test",
     "sweep": "sweep pair test",
     "low_latency_intranode": "low-latency test",
     "low_latency_internode": "low-latency test",
@@ -49,7 +50,7 @@ STAGES = {
 }
 
 # The scope of the collection's gates (the profile object's, _gpu_families.GATES) each gated stage is held against.
-GATE_SCOPES = {"intranode": "intranode", "internode": "internode", "sweep": "internode",
+GATE_SCOPES = {"intranode": "intranode", "internode": "internode", "scaleup": "scaleup", "sweep": "internode",
                "low_latency_intranode": "low_latency_intranode", "low_latency_internode": "low_latency_internode",
                "engram": None, "pp": None, "agrs": None, "barrier": None}
 # The gate of a stage without one (GATE_SCOPES None): the run's exit, completeness and correctness alone.

@@ -93,6 +93,10 @@ _NCCL_CHANNEL_RE = re.compile(
     r"NCCL INFO Channel \d+(?:/\d+)? : \d+\[\d+\] -> \d+\[\d+\](?: \[(?:send|receive)\])? via "
     r"(P2P/direct pointer|P2P/indirect|\S+)")
 _NCCL_SYMMETRIC_RE = re.compile(r"Symmetric memory is not supported\.")
+# Multi-node NVLink (NCCL 2.25.2+, src/mnnvl.cc): "MNNVL 1 cliqueId 7ffe cliqueSize 8 cliqueRank 0 nvlDomainSize 8"
+# where NCCL brought it up across hosts; its refusal names the IMEX channel.
+_NCCL_MNNVL_RE = re.compile(r"NCCL INFO MNNVL ([01]) cliqueId \S+ cliqueSize (\d+)")
+_NCCL_MNNVL_BROKEN_RE = re.compile(r"MNNVL \(cliqueSize \d+\) is available but not working on this system[^\n]*")
 # DeepEP (EP_BUFFER_DEBUG=1, asserts)
 _EP_NCCL_RE = re.compile(r"DeepEP initialized with NCCL version: " + _NUM_VERSION + r" \(loaded library\)")
 _EP_QPS_RE = re.compile(r"EP NCCL device communicator has (\d+) allocated QPs")
@@ -132,6 +136,7 @@ _FINDINGS = (
                                            r"backend not found|User requested GIN[^\n]*)")),
     ("nccl", "mlx5_old", re.compile(r"dlvsym failed on mlx5dv_\w+ - [^\n]*version MLX5_1\.\d+")),
     ("nccl", "nccl_symmetric", _NCCL_SYMMETRIC_RE),
+    ("nccl", "mnnvl_imex", _NCCL_MNNVL_BROKEN_RE),
     ("nccl", "nccl_version_guard", re.compile(r"NCCL library is (?:too old|not backwards compatible)[^\n]*")),
     ("deepep", "deepep_gin_unavailable", re.compile(r"NCCL GIN is unavailable\.")),
     ("deepep", "deepep_nccl_mismatch", re.compile(r"Prior to NCCL 2\.31, NCCL compile-time and runtime versions must be "
@@ -169,6 +174,8 @@ CAUSES = {
     "nccl_gin_failed": "NCCL refused GIN (see the NCCL WARN line)",
     "mlx5_old": "libmlx5 lacks the MLX5_1.25 symbols: rdma-core/MLNX_OFED older than NCCL's GIN expects (DeepEP #628)",
     "nccl_symmetric": "NCCL symmetric memory unsupported (NCCL_CUMEM_ENABLE=0, or no GIN across nodes)",
+    "mnnvl_imex": "multi-node NVLink found but not usable: the IMEX channel (/dev/nvidia-caps-imex-channels, "
+                  "NVreg_CreateImexChannel0=1) is missing or the nvidia-imex service is not READY (role imex)",
     "nccl_version_guard": "NCCL runtime older than, or incompatible with, the version the application was built with",
     "deepep_gin_unavailable": "DeepEP found no NCCL GIN (ginType NONE): network configuration or allow_hybrid_mode",
     "deepep_nccl_mismatch": "DeepEP built against another NCCL than the one loaded (rebuild DeepEP or re-pin NCCL)",
@@ -325,6 +332,7 @@ def _nccl(text):
     raw_paths = [_normal_path(m.group(1)) for m in _NCCL_CHANNEL_RE.finditer(text)]
     paths = sorted(set(raw_paths))
     net_paths = [p for p in paths if path_class(p) in ("net", "net_gdrdma")]
+    cliques = [(m.group(1) == "1", int(m.group(2))) for m in _NCCL_MNNVL_RE.finditer(text)]
     ib_devices = []
     for m in _NCCL_IB_USING_RE.finditer(text):
         ib_devices = _distinct(ib_devices + _NCCL_IB_DEV_RE.findall(m.group(1)))
@@ -342,6 +350,11 @@ def _nccl(text):
         "gdrdma": (all(path_class(p) == "net_gdrdma" for p in net_paths)) if net_paths else None,
         "plugins": plugins,
         "symmetric_memory": False if _NCCL_SYMMETRIC_RE.search(text) else None,
+        # Multi-node NVLink: True where every rank's line says NCCL brought it up, False where one says not (or NCCL
+        # refused it), None where the output does not say; the smallest clique a rank reported.
+        "mnnvl": (False if _NCCL_MNNVL_BROKEN_RE.search(text) or not all(up for up, dummy in cliques) else True)
+        if cliques or _NCCL_MNNVL_BROKEN_RE.search(text) else None,
+        "mnnvl_clique_size": min(size for dummy, size in cliques) if cliques else None,
     }
 
 

@@ -39,6 +39,7 @@ _CHECK_CAUSES = {
     "transports": ("no_ib_device", "nic_name", "peermem_missing", "transport_missing", "p2p_disabled"),
     "paths": ("nccl_gdr_disabled", "nccl_no_ib_device", "peermem_missing", "nccl_net_plugin_failed", "p2p_disabled"),
     "networks": ("nccl_no_ib_device", "nccl_net_plugin_failed", "mlx5_old"),
+    "mnnvl": ("mnnvl_imex",),
     "gin": ("nccl_gin_peermem", "nccl_gin_none", "nccl_gin_failed", "mlx5_old", "nccl_no_ib_device",
             "nccl_symmetric", "deepep_gin_unavailable"),
 }
@@ -58,10 +59,11 @@ POLICY_KEYS = {
     "require_ibgda": ("bool", None),
     "allow_cpu_fallback": ("bool", None),
     "require_nccl_match": ("bool", None),
+    "require_mnnvl": ("bool", None),
 }
 _POLICY_FORM = ("a mapping with some of allow_paths (list of %s), allow_transports (list of %s), allow_networks "
                 "(list of NCCL network names such as IB, Socket or a plugin name), allow_gin (list of %s), "
-                "require_ibgda (bool), allow_cpu_fallback (bool), require_nccl_match (bool)"
+                "require_ibgda (bool), allow_cpu_fallback (bool), require_nccl_match (bool), require_mnnvl (bool)"
                 % ("/".join(PATH_CLASSES), "/".join(NVSHMEM_TRANSPORTS), "/".join(GIN_TYPES)))
 
 
@@ -177,6 +179,13 @@ def transport_gate(truth, policy=None):
             failed_checks.append("gin")
         elif gin not in policy["allow_gin"]:
             fail("gin", "NCCL GIN is %s; the profile allows %s" % (gin, ", ".join(policy["allow_gin"])))
+    if policy["require_mnnvl"]:
+        if nccl.get("mnnvl") is None:
+            unknown.append("nccl.mnnvl: no 'MNNVL ... cliqueSize' line (run with NCCL_DEBUG=INFO "
+                           "NCCL_DEBUG_SUBSYS=INIT,NET across the hosts of one NVLink domain)")
+            failed_checks.append("mnnvl")
+        elif not nccl["mnnvl"]:
+            fail("mnnvl", "NCCL did not bring up multi-node NVLink (MNNVL) across the domain; the profile requires it")
     if policy["require_nccl_match"]:
         loaded, seen = deepep.get("nccl_version"), nccl.get("version")
         if loaded is None:
@@ -222,6 +231,8 @@ def truth_brief(truth):
             text += " GIN %s" % nccl["gin"]
         if nccl.get("path_classes"):
             text += " paths %s" % "+".join(nccl["path_classes"])
+        if nccl.get("mnnvl") is not None:
+            text += " MNNVL %s" % ("clique of %s" % nccl["mnnvl_clique_size"] if nccl["mnnvl"] else "down")
         parts.append(text)
     if ep.get("nccl_version") or ep.get("qps") is not None:
         parts.append("DeepEP on NCCL %s%s" % (ep.get("nccl_version") or "?",

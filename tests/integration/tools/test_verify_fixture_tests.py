@@ -278,3 +278,75 @@ def test_the_hopper_gate_fails_a_node_at_half_its_nvlink_speed(trees, tmp_path):
     parsed = parse_output(run([trees["v1"] / "test_intranode.py", "--num-processes", "2"], env).stdout,
                           test="intranode")
     assert not gate(parsed, role_gates("h100_ib"))["passed"]
+
+
+# ----------------------------------------------------------------------------- a GB200 NVL72 domain across trays
+def tray(tmp_path, name, fabric=None):
+    """A GB200 tray of the simulated rack: the fake nvidia-smi over the gb200_nvl72 hardware (its GPUs' fabric state,
+    ``fabric`` over it), the V2 fixture's deep_ep stand-in."""
+    from tools.fleetsim import fakehw
+    root = tmp_path / name
+    root.mkdir()
+    env = node(root)
+    profile = fakehw.load_profile("gb200_nvl72")
+    profile["gpu_fabric"].update(fabric or {})
+    fakehw.write_hw_json(profile, root / "hardware.json")
+    smi = root / "bin" / "nvidia-smi"
+    smi.write_text("#!/bin/sh\nexec %s %s \"$@\"\n" % (sys.executable, REPO / "tools/fleetsim/fake_nvidia_smi.py"))
+    smi.chmod(0o755)
+    return dict(env, FLEETSIM_HW_JSON=str(root / "hardware.json"), EP_DISABLE_GIN="1", NCCL_MNNVL_ENABLE="1",
+                NCCL_DEBUG="INFO", EP_BUFFER_DEBUG="1", EP_NCCL_ROOT_DIR=str(root / "no-nccl"))
+
+
+def across_trays(trees, envs):
+    port = free_port()
+    procs = [subprocess.Popen([sys.executable, str(trees["v2"] / "elastic" / "test_ep.py"), "--num-processes", "4",
+                               "--allow-hybrid-mode", "0", "--num-tokens", "2048", "--hidden", "7168",
+                               "--num-experts", "256"],
+                              env=dict(env, WORLD_SIZE=str(len(envs)), RANK=str(rank), MASTER_ADDR="127.0.0.1",
+                                       MASTER_PORT=str(port), FLEETSIM_RENDEZVOUS_TIMEOUT="60"),
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, universal_newlines=True)
+             for rank, env in enumerate(envs)]
+    outs = [p.communicate() for p in procs]
+    return [(p.returncode,) + out for p, out in zip(procs, outs)]
+
+
+def scaleup_record(rc, out, err):
+    from ansible_collections.gpufleet.deepep.plugins.plugin_utils._verify.judge import judge
+    spec = {"stage": "scaleup", "test": None, "thresholds": {}, "table_name": "verify_internode_scaleup_thresholds",
+            "profile": "gb200_nvl72", "family": "gb200", "gpus": None, "transport_policy": None,
+            "transport_policies": {}, "fabric": "infiniband", "record": {}}
+    return judge(spec, out + err, rc, False, 900, "tests/elastic/test_ep.py", host="tray", backend="v2",
+                 scope="scaleup")
+
+
+def test_trays_of_one_nvlink_domain_run_v2_over_multi_node_nvlink_and_pass_the_scale_up_gate(trees, tmp_path):
+    """Two GB200 trays of one rack (same ClusterUUID and clique): V2's elastic test across them is one scale-up
+    domain of 8 ranks (SU figures, no scale-out, no NIC traffic), NCCL's MNNVL lines say so, and the collection's
+    judge passes it against the gb200 scale-up gate (provisional) with the transport held to MNNVL."""
+    runs = across_trays(trees, [tray(tmp_path, "tray-1"), tray(tmp_path, "tray-2")])
+    for rc, out, err in runs:
+        assert rc == 0, err[-2000:]
+        assert " > Ranks: 1 x 8" in out and "MNNVL 1 cliqueId" in out and "via P2P/MNNVL" in out
+        record = scaleup_record(rc, out, err)
+        assert record["gate"]["passed"], record["gate"]
+        assert record["parsed"]["dispatch"]["bf16"]["rdma_gbps"] is None
+        assert record["parsed"]["dispatch"]["bf16"]["nvl_gbps"] > 380 and record["parsed"]["combine"]["nvl_gbps"] > 300
+        transport = record["transport"]
+        assert transport["gate"]["passed"] and transport["truth"]["nccl"]["mnnvl"] is True, transport
+        assert "MNNVL clique of 8" in transport["brief"] and transport["basis"]["scope"] == "scaleup"
+        assert "provisional" in record["gate_basis"] or record["thresholds"].get("provisional"), record
+    assert not (tmp_path / "tray-1" / "spool").exists() and not (tmp_path / "tray-2" / "spool").exists()
+
+
+@pytest.mark.parametrize("fabric", [{"state": "In Progress"}, {"status": "Insufficient Resources"},
+                                    {"cluster_uuid": "00000000-0000-0000-0000-000000000000"},
+                                    {"cluster_uuid": "0b1d2c3e-0000-4000-8000-000000000001"}])
+def test_a_tray_outside_the_domain_fails_the_scale_up_run_naming_multi_node_nvlink(trees, tmp_path, fabric):
+    """A tray whose GPUs are not registered with the rack's fabric (or belong to another rack): NCCL refuses
+    NCCL_MNNVL_ENABLE=1 on every rank, the run fails and the judge says so."""
+    runs = across_trays(trees, [tray(tmp_path, "tray-1"), tray(tmp_path, "tray-2", fabric)])
+    for rc, out, err in runs:
+        assert rc == 1 and "MNNVL is not supported on this system" in err
+        record = scaleup_record(rc, out, err)
+        assert not record["gate"]["passed"]
