@@ -80,12 +80,19 @@ options:
         of O(python) as M(gpufleet.deepep.nccl_ep_env) reads it (the same code, from the Python probe V(stack)
         shares) - its version, library, the NCCL it requires and the one installed, its dependencies, the env
         script's JIT cache, and its checks.
+      - V(gpu_fabric) is RV(ansible_facts.gpufleet_gpu_fabric), each GPU's NVLink fabric state as C(nvidia-smi -q)
+        prints it (its C(Fabric) section) and whether the GPU is ready for multi-node NVLink (a GB200/GB300 NVL72
+        tray). C(nvidia-smi -q) reads every GPU's every section, so it is slow on a big node; it runs only for this
+        set, bounded by O(timeout).
+      - V(imex) is RV(ansible_facts.gpufleet_imex), NVIDIA IMEX on the node - its config and nodes config, the
+        channel device, the C(NVreg_CreateImexChannel0) option (of O(modprobe_dirs) and of the driver at
+        O(params_path)), C(systemctl is-active nvidia-imex) and C(nvidia-imex-ctl -q).
       - A set that cannot be gathered is left out and named in RV(gather_errors); the others are still returned.
     type: list
     elements: str
-    choices: [stack, nvidia, rdma, gpus, bundled_nvshmem, sglang, serve_node, linkage, deepep_v2, nccl_ep, modules,
-              paths, cuda_toolkit, imports, symbols, initramfs, torch, hca_mapping, packages, gdrdrv, jit_cache, model,
-              nccl]
+    choices: [stack, nvidia, rdma, gpus, bundled_nvshmem, sglang, serve_node, linkage, deepep_v2, nccl_ep, gpu_fabric,
+              imex, modules, paths, cuda_toolkit, imports, symbols, initramfs, torch, hca_mapping, packages, gdrdrv,
+              jit_cache, model, nccl]
     default: [stack]
   paths:
     description:
@@ -142,7 +149,7 @@ options:
     elements: str
     default: []
   params_path:
-    description: The live driver parameters read for V(nvidia).
+    description: The live driver parameters read for V(nvidia) and V(imex).
     type: path
     default: /proc/driver/nvidia/params
   version_path:
@@ -150,13 +157,13 @@ options:
     type: path
     default: /proc/driver/nvidia/version
   modprobe_dirs:
-    description: The modprobe configuration directories read for V(nvidia), in kmod's search order.
+    description: The modprobe configuration directories read for V(nvidia) and V(imex), in kmod's search order.
     type: list
     elements: path
     default: [/etc/modprobe.d, /run/modprobe.d, /usr/local/lib/modprobe.d, /usr/lib/modprobe.d, /lib/modprobe.d]
   nvidia_smi:
     description:
-      - The nvidia-smi run for V(gpus) and V(linkage); by default it is searched in E(PATH) and the sbin
+      - The nvidia-smi run for V(gpus), V(linkage) and V(gpu_fabric); by default it is searched in E(PATH) and the sbin
         directories.
     type: path
   cuda_home:
@@ -301,8 +308,8 @@ options:
     default: true
   timeout:
     description:
-      - Seconds each Python probe (metadata, import, the SGLang probe) and C(ip -j addr show) (V(serve_node)) may
-        take before it counts as failed.
+      - Seconds each Python probe (metadata, import, the SGLang probe), C(ip -j addr show) (V(serve_node)),
+        C(nvidia-smi -q) (V(gpu_fabric)) and the IMEX commands (V(imex)) may take before it counts as failed.
     type: int
     default: 60
 notes:
@@ -458,6 +465,73 @@ ansible_facts:
         failed: [nccl]
         unknown: []
         warnings: []
+    gpufleet_gpu_fabric:
+      description:
+        - With V(gpu_fabric) in O(gather), each GPU's NVLink fabric state from C(nvidia-smi -q) (O(nvidia_smi), else
+          C(nvidia-smi) from PATH). C(error) says why nothing was read (nvidia-smi missing, failed, timed out or
+          printing no GPU block); null otherwise. C(driver_version), C(cuda_version) and C(attached_gpus) are its
+          header's.
+        - C(gpus) - one entry per GPU block - C(bus_id), C(product_name), C(state) (C(Completed), C(In Progress),
+          C(Not Started), C(N/A), C(Not Supported); null without a Fabric section), C(status) (C(Success),
+          C(Insufficient Resources), ...), C(clique_id) (an integer, null for N/A), C(cluster_uuid) (null for N/A
+          and for the all-zero UUID, which means no multi-node domain), C(health_summary), C(bandwidth), C(ready)
+          (State Completed, Status Success and a non-zero ClusterUUID, NCCL's own rule for multi-node NVLink) and
+          C(why) (why not ready; null when ready).
+        - C(all_ready) (every GPU ready, and at least one), C(cluster_uuids) and C(clique_ids) (the distinct values,
+          sorted), C(supported) (a GPU reports a fabric state other than N/A or Not Supported) and C(not_ready) (the
+          bus ids of the GPUs not ready).
+      returned: when O(gather) holds V(gpu_fabric)
+      type: dict
+      sample:
+        nvidia_smi: /usr/bin/nvidia-smi
+        error: null
+        driver_version: 570.133.20
+        cuda_version: "12.8"
+        attached_gpus: 4
+        gpus:
+          - {bus_id: "00000008:01:00.0", product_name: NVIDIA GB200, state: Completed, status: Success,
+             clique_id: 32766, cluster_uuid: 6a130f54-faaa-4b8f-847f-be44ab70f917, health_summary: Healthy,
+             bandwidth: Full, ready: true, why: null}
+        all_ready: true
+        cluster_uuids: [6a130f54-faaa-4b8f-847f-be44ab70f917]
+        clique_ids: [32766]
+        supported: true
+        not_ready: []
+    gpufleet_imex:
+      description:
+        - With V(imex) in O(gather), NVIDIA IMEX on the node (read only).
+        - C(installed) - the C(nvidia-imex) binary is there (C(binary) its path).
+        - C(config) - C(/etc/nvidia-imex/config.cfg) - C(path), C(present), C(values) (every C(KEY=VALUE)),
+          C(unparsed) (lines that are not one), C(server_port), C(cmd_port), C(cmd_enabled) and C(node_config_file)
+          (its C(IMEX_NODE_CONFIG_FILE), else C(/etc/nvidia-imex/nodes_config.cfg)).
+        - C(nodes_config) - C(path), C(present), C(entries) (each line's first word) and C(addresses) (those that
+          are IP addresses).
+        - C(channel) - C(/dev/nvidia-caps-imex-channels/channel0) - C(path), C(present), C(char_device),
+          C(registered) (C(nvidia-caps-imex-channels) is among the character devices of C(/proc/devices)) and
+          C(major).
+        - C(channel0_option) - C(NVreg_CreateImexChannel0) - C(configured) (in the modprobe files of O(modprobe_dirs),
+          null when unset), C(source) (the file), C(live) (the loaded driver's, from O(params_path)) and C(set)
+          (configured to 1, so the driver makes the channel at every load).
+        - C(service) - C(state) as C(systemctl is-active nvidia-imex) prints it, C(active), C(error).
+        - C(ctl) - C(path) of C(nvidia-imex-ctl), C(state) as C(nvidia-imex-ctl -q) prints it (C(READY),
+          C(INITIALIZING), C(WAITING_FOR_PEERS), C(WAITING_FOR_RECOVERY), C(UNAVAILABLE)), C(ready), C(error).
+      returned: when O(gather) holds V(imex)
+      type: dict
+      sample:
+        installed: true
+        binary: /usr/bin/nvidia-imex
+        config: {path: /etc/nvidia-imex/config.cfg, present: true,
+                 values: {SERVER_PORT: "50000", IMEX_CMD_PORT: "50005", IMEX_CMD_ENABLED: "1",
+                          IMEX_NODE_CONFIG_FILE: /etc/nvidia-imex/nodes_config.cfg},
+                 unparsed: [], server_port: 50000, cmd_port: 50005, cmd_enabled: true,
+                 node_config_file: /etc/nvidia-imex/nodes_config.cfg}
+        nodes_config: {path: /etc/nvidia-imex/nodes_config.cfg, present: true, entries: [172.31.48.81, 172.31.48.82],
+                       addresses: [172.31.48.81, 172.31.48.82]}
+        channel: {path: /dev/nvidia-caps-imex-channels/channel0, present: true, char_device: true, registered: true,
+                  major: 507}
+        channel0_option: {configured: 1, source: /etc/modprobe.d/nvidia-imex.conf, live: 1, set: true}
+        service: {state: active, active: true, error: null}
+        ctl: {path: /usr/bin/nvidia-imex-ctl, state: READY, ready: true, error: null}
     gpufleet_rdma:
       description: With V(rdma) in O(gather), the facts of M(gpufleet.deepep.rdma_devices).
       returned: when O(gather) holds V(rdma)

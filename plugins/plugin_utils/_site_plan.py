@@ -32,7 +32,7 @@ __all__ = ["PHASES", "PREFIXES", "PHASE_TAGS", "LANES", "SitePlanError", "conten
 # the roles in this order, so a new order would re-key every converged node once. A new phase goes at the end.
 # tests/unit/test_phase_list.py holds this list and site.yml to each other.
 PHASES = ("preflight", "cuda_toolkit", "doca_ofed", "nvidia_peermapping", "gdrcopy", "pytorch", "nvshmem", "deepep",
-          "nccl", "env_script", "nccl_ep", "efa")
+          "nccl", "env_script", "nccl_ep", "efa", "imex")
 # The variables of every phase (the settings key covers each variable with one of these prefixes), and the play's.
 PREFIXES = ("gpufleet",) + PHASES
 # The tags of the phases: a run that skips one of them (or always) is not a full run.

@@ -310,7 +310,8 @@ def role_expect(variables):
     tasks = yaml.safe_load((REPO / "roles" / "audit" / "tasks" / "main.yml").read_text())
     (task,) = [t for t in tasks if t.get("name") == "Note what the node's profile expects"]
     role_vars = yaml.safe_load((REPO / "roles" / "audit" / "vars" / "main.yml").read_text())
-    defaults = {"audit_expected_hca_prefix": "", "audit_expected_fabric": "", "audit_profile": "",
+    defaults = {"audit_expected_hca_prefix": "", "audit_expected_fabric": "", "audit_expected_gpu_family": "",
+                "audit_profile": "",
                 "audit_expected_deepep_v2": False, "audit_expected_nccl_ep": False, "audit_expected_nccl_pin": "",
                 "audit_sglang": False, "audit_sglang_expect": {}, "audit_expect_extra": {}}
     templar = Templar(loader=DataLoader(), variables=trusted(dict(defaults, **role_vars, **task["vars"], **variables)))
@@ -338,6 +339,9 @@ def test_the_role_names_the_profile_variables_a_node_without_a_profile_lacks():
     expect = role_expect(dict(h200, audit_profile="h200"))
     assert expect["profile"] == "h200" and expect["intranode_only"] is True
     assert expect["unset"] == ["deepep_generation", "audit_expected_hca_prefix"]
+    # The profile's GPU family (the NVL72_* rules judge where it spans hosts); null when none is declared.
+    assert role_expect({})["gpu_family"] is None
+    assert role_expect({"audit_expected_gpu_family": "gb200"})["gpu_family"] == "gb200"
 
 
 def test_captured_no_profile_node_is_not_fully_judged():

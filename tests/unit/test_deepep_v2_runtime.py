@@ -308,8 +308,10 @@ CASES = [
     # AWS EFA: GIN runs through aws-ofi-nccl, no mlx5 NIC, so no libmlx5 is wanted (the efa phase checks the plugin).
     ("libmlx5", {"libmlx5__error": "libmlx5.so.1 not found", "gin_mlx5": False}, "not_applicable", "aws-ofi-nccl",
      None),
-    ("dev_infiniband", {"dev_infiniband__present": False}, "fail", "NCCL GIN is unavailable", "--device"),
-    ("dev_infiniband", {"dev_infiniband__present": False, "over_rdma": False}, "not_applicable", "NVLink", None),
+    ("dev_infiniband", {"dev_infiniband__present": False, "dev_infiniband__uverbs": []}, "fail", "NCCL GIN is unavailable", "--device"),
+    # The directory with no verbs device in it (no RDMA device of the node has one): no GIN either.
+    ("dev_infiniband", {"dev_infiniband__uverbs": []}, "fail", "has no uverbs device", "ib_uverbs"),
+    ("dev_infiniband", {"dev_infiniband__present": False, "dev_infiniband__uverbs": [], "over_rdma": False}, "not_applicable", "NVLink", None),
     ("nccl_cumem", {"cumem_disabled": [{"where": "/etc/environment", "value": "0"}]}, "fail", "symmetric memory",
      "/etc/environment"),
     ("nccl_build_runtime", {"nccl__built": "2.30.7", "nccl__loaded": "2.28.9"}, "fail",
@@ -348,7 +350,7 @@ def test_the_gin_failures_quote_v2_s_own_assert():
     """The reason quotes what V2 prints (csrc/kernels/backend/nccl.cu:87 at dd758ca), so an operator finds it."""
     source = (TREE / "nccl_dd758ca.cu").read_text()
     assert '"NCCL GIN is unavailable.' in source
-    for check, changes in (("dev_infiniband", {"dev_infiniband__present": False}),
+    for check, changes in (("dev_infiniband", {"dev_infiniband__present": False, "dev_infiniband__uverbs": []}),
                            ("libmlx5", {"libmlx5__required": False, "libmlx5__optional": False})):
         reason = decided(base_facts(**changes), check)["reason"]
         assert "NCCL GIN is unavailable" in reason
@@ -562,10 +564,12 @@ def test_warnings_are_one_rule_at_warning_severity(context):
     ("nvcc", {"nvcc__present": False}, {"cuda_by_play": False, "cuda_version": "12.9"}, True),
     ("cuobjdump", {"cuobjdump__present": False, "nvcc__present": False},
      {"cuda_by_play": True, "cuda_version": "13.0"}, False),
-    ("cuobjdump", {"cuobjdump__present": False}, {"cuda_by_play": True, "cuda_version": "13.0"}, True),
+    # nvcc there without cuobjdump (a partial toolkit): the play's cuda_toolkit phase installs the whole toolkit
+    ("cuobjdump", {"cuobjdump__present": False}, {"cuda_by_play": True, "cuda_version": "13.0"}, False),
+    ("cuobjdump", {"cuobjdump__present": False}, {"cuda_by_play": False, "cuda_version": "13.0"}, True),
     ("ibstat", {"ibstat__present": False}, {"rdma_stack_by_play": True}, False),
     ("libmlx5", {"libmlx5__required": False}, {"rdma_stack_by_play": True}, False),
-    ("dev_infiniband", {"dev_infiniband__present": False}, {"rdma_stack_by_play": True}, False),
+    ("dev_infiniband", {"dev_infiniband__present": False, "dev_infiniband__uverbs": []}, {"rdma_stack_by_play": True}, False),
     ("ibstat", {"ibstat__present": False}, {"rdma_stack_by_play": False}, True),
     ("nic_name", {"nic__active": False, "nic__source": "default"}, {"env_script_sets_nic_name": True}, False),
     ("nic_name", {"nic__active": False, "nic__source": "env_script"}, {"env_script_sets_nic_name": True}, True),

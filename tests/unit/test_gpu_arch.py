@@ -37,6 +37,7 @@ INVENTORIES = ("example", "fleetsim")
 # nvshmem_cuda_arch, deepep_arch_list), and the family it declares now; a profile added since (b300, h200_p5en) with what
 # it derives: sm_103 is its own arch, never the B200's 10.0.
 BEFORE = {"b300": ("b300", ["10.3"], "103", "10.3"), "h200_p5en": ("h200", ["9.0"], "90", "9.0"),
+          "gb200_nvl72": ("gb200", ["10.0"], "100", "10.0"),
           "b200_cuda13": ("b200", ["10.0"], "100", "10.0"), "b200_gcp_cuda129": ("b200", ["10.0"], "100", "10.0"),
           "h100": ("h100", ["9.0"], "90", "9.0"), "h200": ("h200", ["9.0"], "90", "9.0"),
           "a100": ("a100", ["8.0"], "80", "8.0")}
@@ -145,7 +146,7 @@ def test_no_role_default_reads_a_simulator_variable():
         assert "fleetsim_profile" not in path.read_text(), path
 
 
-@pytest.mark.parametrize("role, choices", [("verify_intranode", 6), ("verify_internode", 3)])
+@pytest.mark.parametrize("role, choices", [("verify_intranode", 6), ("verify_internode", 4)])
 def test_the_verify_roles_read_the_declared_family(role, choices):
     defaults = _defaults(role)
     assert defaults[role + "_gpu_family"] == "{{ gpufleet_gpu_family | default('') }}"
@@ -157,7 +158,7 @@ def test_the_verify_roles_read_the_declared_family(role, choices):
     # stage's), and the judge of every run (ep_test's judge option; the roles choose no gate in Jinja any more)
     text = "\n".join(path.read_text() for path in sorted((REPO / "roles" / role / "tasks").glob("*.yml")))
     assert text.count('family: "{{ %s_gpu_family }}"' % role) == choices, text
-    assert text.count("form: profile") == 2, text
+    assert text.count("form: profile") == (3 if role == "verify_internode" else 2), text
     assert text.count("gpufleet.deepep.ep_test:") == len(re.findall(r"^    judge:", text, re.M)) >= 1
     calls = re.findall(r"gpufleet\.deepep\.verify_thresholds\(([^)]*)\)", text)
     assert all("family=%s_gpu_family" % role in call for call in calls), calls

@@ -67,7 +67,7 @@ def test_an_unknown_set_is_refused_naming_it_and_the_expected_ones():
     with pytest.raises(GatherError) as info:
         _gather_sets.gather_node(["stack", "gpu", "rmda"], runner=lambda argv, timeout=None, env=None: (1, "", ""))
     assert str(info.value) == ("gather: unknown gpu, rmda; expected some of stack, nvidia, rdma, gpus, "
-                               "bundled_nvshmem, sglang, serve_node, linkage, deepep_v2, nccl_ep")
+                               "bundled_nvshmem, sglang, serve_node, linkage, deepep_v2, nccl_ep, gpu_fabric, imex")
     # The module refuses it before reading anything, naming every choice.
     result = run_module(node_stack, {"gather": ["stack", "rmda"]})
     assert result.failed

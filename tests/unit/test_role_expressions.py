@@ -112,8 +112,10 @@ OLD_AUDIT_SERVING = """{{ inventory_hostname in (groups[sglang_serve_prefill_gro
 OLD_AUDIT_ROUTER_URL = """{{ ('http://127.0.0.1:%d' % ((sglang_serve_router | default({})).port | default(30080) | int))
    if inventory_hostname in groups[sglang_serve_router_group | default('sglang_router')] | default([]) else '' }}"""
 # With expect.fabric (the profile's gpufleet_fabric), added after the split as one more key of the same form.
+# gpu_family added deliberately (the NVL72_* rules judge where the profile's family spans hosts).
 OLD_AUDIT_EXPECT = """{{ {'hca_prefix': audit_expected_hca_prefix if audit_expected_hca_prefix | length > 0 else none,
     'fabric': audit_expected_fabric if audit_expected_fabric | length > 0 else none,
+    'gpu_family': audit_expected_gpu_family if audit_expected_gpu_family | length > 0 else none,
     'profile': audit_profile if audit_profile | length > 0 else none,
     'intranode_only': gpufleet_intranode_only | default(false) | bool,
     'deepep_v2': audit_expected_deepep_v2 | bool,
@@ -168,6 +170,7 @@ def test_audit_expect():
                          gpufleet_profile=[MISSING, "", "h200"],
                          gpufleet_intranode_only=[MISSING, True, "no"],
                          gpufleet_fabric=[MISSING, "roce"],
+                         gpufleet_gpu_family=[MISSING, "", "gb200"],
                          deepep_generation=[MISSING, "v2", "auto"],
                          nccl_enabled=[MISSING, True, False],
                          nccl_version=[MISSING, "2.32.3"],

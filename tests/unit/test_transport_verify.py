@@ -274,7 +274,7 @@ def test_fixture_refuses_an_unknown_fault_naming_the_expected_words():
     run = fixture_lines("slow", 2)
     assert run.returncode == 2 and run.stdout == ""
     assert ("bad transport fault 'slow' (expected one of cpu_fallback, cpu_fallback_host, socket, ibgda_failed, "
-            "nvlink_off, nccl_mismatch)") in run.stderr
+            "nvlink_off, nccl_mismatch, mnnvl_imex)") in run.stderr
 
 
 # ---------------------------------------------------------------------------------------------------- the summary

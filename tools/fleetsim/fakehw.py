@@ -1103,9 +1103,9 @@ def render_nvidia_proc(profile, dest_dir, *, nvidia_options=None) -> dict:
     _write(dest / "params", "".join(f"{n}: {v}\n" for n, v in params))
     drv = prof["driver"]
     if drv["kernel_module"] == "open":
-        nvrm = f"NVRM version: NVIDIA UNIX Open Kernel Module for x86_64  {drv['version']}  {drv['build']}  "
+        nvrm = f"NVRM version: NVIDIA UNIX Open Kernel Module for {prof['host_arch']}  {drv['version']}  {drv['build']}  "
     else:
-        nvrm = f"NVRM version: NVIDIA UNIX x86_64 Kernel Module  {drv['version']}  {drv['build']}  "
+        nvrm = f"NVRM version: NVIDIA UNIX {prof['host_arch']} Kernel Module  {drv['version']}  {drv['build']}  "
     _write(dest / "version", f"{nvrm}\nGCC version:  {drv['gcc_version']} \n")
     return {"loaded": True, "warnings": warnings, "params": shown}
 

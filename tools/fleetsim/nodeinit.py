@@ -19,6 +19,7 @@ import glob
 import json
 import os
 import shutil
+import stat
 import signal
 import socket
 import subprocess
@@ -134,6 +135,55 @@ def start_zygote(console_fd: int, python: str = "/usr/bin/python3") -> subproces
                             close_fds=True, cwd="/")
 
 
+# The verbs character devices (ib_uverbs' misc class, major 231, minors from 192) of the node's RDMA devices, in a
+# /dev/infiniband of the node's own: the host's /dev is shared by every node (no device of its own otherwise), so an
+# empty directory is made there once as the mount point and each node mounts a tmpfs of its own over it.
+UVERBS_MAJOR, UVERBS_MINOR_BASE = 231, 192
+
+
+def render_dev_infiniband(devices):
+    """/dev/infiniband/uverbs<N> for each of the node's RDMA devices (none: the directory stays empty)."""
+    os.makedirs("/dev/infiniband", exist_ok=True)
+    mount("-t", "tmpfs", "-o", "size=64k,mode=755", "fsim-infiniband", "/dev/infiniband")
+    for index, dummy in enumerate(devices):
+        os.mknod("/dev/infiniband/uverbs%d" % index, 0o666 | stat.S_IFCHR,
+                 os.makedev(UVERBS_MAJOR, UVERBS_MINOR_BASE + index))
+
+
+# The IMEX channel (GB200/GB300 NVL72): the driver registers the nvidia-caps-imex-channels character device and, with
+# NVreg_CreateImexChannel0=1, makes channel 0 at load (open-gpu-kernel-modules). The node's /proc/devices says so
+# (procfs is the host's: a file of the node's own is bound over it) and its /dev/nvidia-caps-imex-channels holds it.
+IMEX_MAJOR, IMEX_DEVICES = 509, "nvidia-caps-imex-channels"
+
+
+def imex_channel_asked(params_path):
+    """Whether the driver's parameters (the node's rendered /proc/driver/nvidia/params) say CreateImexChannel0: 1."""
+    try:
+        with open(params_path, encoding="utf-8") as fh:
+            return any(line.split(":", 1)[1].strip() == "1" for line in fh if line.startswith("CreateImexChannel0:"))
+    except OSError:
+        return False
+
+
+def render_imex_channel(made):
+    """/proc/devices with the IMEX channels' device where the driver is loaded; channel0 where ``made``."""
+    try:
+        with open("/proc/devices", encoding="utf-8") as fh:
+            text = fh.read()
+    except OSError:
+        return
+    if made and IMEX_DEVICES not in text:
+        text = text.replace("\n\nBlock devices:", "\n%3d %s\n\nBlock devices:" % (IMEX_MAJOR, IMEX_DEVICES), 1)
+    with open("/run/fleetsim/proc-devices", "w", encoding="utf-8") as fh:
+        fh.write(text)
+    mount("--bind", "/run/fleetsim/proc-devices", "/proc/devices")
+    ro_remount("/proc/devices")
+    os.makedirs("/dev/nvidia-caps-imex-channels", exist_ok=True)
+    mount("-t", "tmpfs", "-o", "size=64k,mode=755", "fsim-imex", "/dev/nvidia-caps-imex-channels")
+    if made:
+        os.mknod("/dev/nvidia-caps-imex-channels/channel0", 0o666 | stat.S_IFCHR, os.makedev(IMEX_MAJOR, 0))
+
+
 def setup(paths: NodePaths, cfg: dict) -> dict:
     """Everything of a boot up to (not including) sshd. Returns the boot record."""
     mount("--make-rprivate", "/")
@@ -176,6 +226,8 @@ def setup(paths: NodePaths, cfg: dict) -> dict:
             os.chmod(f"/proc/driver/nvidia/{item.name}", 0o444)
     mount("-o", "remount,ro", "/proc/driver")
 
+    render_dev_infiniband(sorted(rendered["rdma_devices"]))
+
     boot_id = str(uuid.uuid4())
     paths.boot_id.write_text(boot_id + "\n", encoding="utf-8")
     mount("--bind", str(paths.boot_id), "/proc/sys/kernel/random/boot_id")
@@ -198,6 +250,7 @@ def setup(paths: NodePaths, cfg: dict) -> dict:
         with open("/run/fleetsim/numa_balancing", "w", encoding="utf-8") as fh:
             fh.write("%d\n" % int(faults.get("numa_balancing", 0)))
         mount("--bind", "/run/fleetsim/numa_balancing", "/proc/sys/kernel/numa_balancing")
+    render_imex_channel(rendered["nvidia_loaded"] and imex_channel_asked(paths.proc / "params"))
     mount("--bind", str(paths.tmp), "/tmp")
     os.chmod("/tmp", 0o1777)
     mount("--bind", str(paths.root_home), "/root")

@@ -53,6 +53,8 @@ from ansible_collections.gpufleet.deepep.plugins.module_utils._node.stack import
     gather_stack,
 )
 from ansible_collections.gpufleet.deepep.plugins.module_utils._node.v2runtime import gather_deepep_v2
+from ansible_collections.gpufleet.deepep.plugins.module_utils._nvidia.fabric import gather_fabric, smi_q_argv
+from ansible_collections.gpufleet.deepep.plugins.module_utils._nvidia.imex import gather_imex, imex_calls
 from ansible_collections.gpufleet.deepep.plugins.module_utils._nvidia.modprobe import DEFAULT_MODPROBE_DIRS
 from ansible_collections.gpufleet.deepep.plugins.module_utils._nvidia.params import (
     DEFAULT_PARAMS_PATH,
@@ -177,6 +179,14 @@ def _smi_calls(ctx):
     return []
 
 
+def _smi_q_calls(ctx):
+    return [(smi_q_argv(ctx.smi), ctx.options.timeout)] if ctx.smi is not None else []
+
+
+def _imex_calls(ctx):
+    return imex_calls(ctx.options.root, ctx.options.timeout)
+
+
 def _read_rdma(ctx):
     """``ctx.rdma``, or why the RDMA devices could not be read in ``ctx.rdma_error``."""
     try:
@@ -194,7 +204,9 @@ def _read_python(ctx):
 
 # What a set may need of the pass, each done once however many sets need it: ``calls(ctx)``, the commands started
 # together before any set is read (in this order), and ``read(ctx)``, a read shared by the sets, done (in this
-# order) after the commands started and before the first set is read. ``nvidia_smi`` also resolves ``ctx.smi``.
+# order) after the commands started and before the first set is read. ``nvidia_smi`` and ``nvidia_smi_q`` (the whole
+# ``nvidia-smi -q``, the GPUs' fabric state: slow on a big node, so only for the set that needs it) also resolve
+# ``ctx.smi``.
 Need = namedtuple("Need", ["name", "calls", "read"])
 NEEDS = (
     Need("sglang_probe", _sglang_calls, None),
@@ -204,7 +216,10 @@ NEEDS = (
     Need("python_probe", _python_probe_calls, _read_python),
     Need("ip_addr", _ip_addr_calls, None),
     Need("nvidia_smi", _smi_calls, None),
+    Need("nvidia_smi_q", _smi_q_calls, None),
+    Need("imex_probes", _imex_calls, None),
 )
+_SMI_NEEDS = ("nvidia_smi", "nvidia_smi_q")
 
 
 # --- the sets' readers ----------------------------------------------------------------------------------------
@@ -318,6 +333,20 @@ def _nccl_ep_facts(ctx):
                         gpus=caps)
 
 
+def _gpu_fabric_facts(ctx):
+    """``gpufleet_gpu_fabric``: the GPUs' NVLink fabric state from ``nvidia-smi -q`` (``_nvidia/fabric``); a missing
+    or failing nvidia-smi is its ``error``, not this set's."""
+    return gather_fabric(ctx.smi, ctx.prefetch, ctx.options.timeout)
+
+
+def _imex_facts(ctx):
+    """``gpufleet_imex``: IMEX on the node (``_nvidia/imex``): its config, nodes config, channel device, the
+    NVreg_CreateImexChannel0 option, the service and ``nvidia-imex-ctl -q``."""
+    opts = ctx.options
+    return gather_imex(opts.root, ctx.prefetch, opts.timeout, params_path=opts.params_path,
+                       modprobe_dirs=opts.modprobe_dirs)
+
+
 # --- the registry ---------------------------------------------------------------------------------------------
 
 # One facts set: ``name`` (node_stack's gather choice), ``fact`` (its facts name), ``options`` (the fields of
@@ -356,6 +385,9 @@ GATHER_SETS = (
               ("nvcc_ldconfig", "rdma", "python_probe", "nvidia_smi"), _deepep_v2_facts),
     GatherSet("nccl_ep", "gpufleet_nccl_ep", ("root", "python", "env_script", "timeout"), ("python_probe",),
               _nccl_ep_facts),
+    GatherSet("gpu_fabric", "gpufleet_gpu_fabric", ("nvidia_smi", "timeout"), ("nvidia_smi_q",), _gpu_fabric_facts),
+    GatherSet("imex", "gpufleet_imex", ("root", "params_path", "modprobe_dirs", "timeout"), ("imex_probes",),
+              _imex_facts),
 )
 _BY_NAME = dict((entry.name, entry) for entry in GATHER_SETS)
 # What gather_node can read, by name (node_stack's gather choices): the default set first, then the others in the
@@ -383,7 +415,7 @@ def _wanted(gather, ctx, errors):
             errors[entry.fact] = why
         else:
             wanted.append(entry)
-    if any("nvidia_smi" in entry.needs for entry in wanted) and _smi_usable(ctx.options.nvidia_smi):
+    if any(need in entry.needs for entry in wanted for need in _SMI_NEEDS) and _smi_usable(ctx.options.nvidia_smi):
         nvidia_smi = ctx.options.nvidia_smi
         ctx.smi = nvidia_smi if nvidia_smi is not None else find_executable("nvidia-smi")
     return wanted
@@ -434,6 +466,11 @@ def gather_node(gather=("stack",), options=None, runner=subprocess_runner):
     gpufleet.deepep.nccl_ep_env reads it: its version, library, the NCCL it requires and the one installed, its
     dependencies, the env script's JIT cache and its kernels, and its checks (CUDA 13, the NCCL version, the
     dependencies, the GPUs' arch when ``gpus`` is gathered too). It reuses the Python probe.
+
+    ``gpu_fabric``: ``gpufleet_gpu_fabric``, each GPU's NVLink fabric state (``nvidia-smi -q``'s Fabric section: State,
+    Status, CliqueId, ClusterUUID, Health) and whether it is ready for multi-node NVLink (GB200/GB300 NVL72 trays).
+    ``imex``: ``gpufleet_imex``, NVIDIA IMEX on the node (config, nodes config, channel device, the
+    NVreg_CreateImexChannel0 option, ``systemctl is-active nvidia-imex``, ``nvidia-imex-ctl -q``).
 
     ``serve_node``: ``gpufleet_serve_node``, what serving's preflight (gpufleet.deepep.serve_plan's ``nodes``) needs
     of an engine node - its interfaces (``ip -j addr show``, started with the others), the values of the env scripts

@@ -374,10 +374,11 @@ def _libmlx5(f):
 def _dev_ib(f):
     if not f["over_rdma"]:
         return _not_rdma("dev_infiniband")
-    if f["dev_infiniband"]["present"]:
+    if f["dev_infiniband"]["uverbs"]:
         return _check("dev_infiniband", "pass", f["dev_infiniband"]["uverbs"], "/dev/infiniband is there")
-    return _check("dev_infiniband", "fail", None, "/dev/infiniband is missing: no verbs device, so NCCL has no GIN "
-                  "and V2 asserts \"NCCL GIN is unavailable\"",
+    return _check("dev_infiniband", "fail", f["dev_infiniband"]["uverbs"] if f["dev_infiniband"]["present"] else None,
+                  "/dev/infiniband %s: no verbs device, so NCCL has no GIN and V2 asserts \"NCCL GIN is unavailable\""
+                  % ("has no uverbs device" if f["dev_infiniband"]["present"] else "is missing"),
                   "load ib_uverbs and mlx5_ib (doca_ofed phase); in a container pass --device /dev/infiniband")
 
 

@@ -16,7 +16,7 @@ __all__ = ["DOCUMENT_FACTS", "NOT_GATHERED", "deepep_rc_layout", "loaded_nvshmem
 
 # Facts of the node_stack result that go into the facts document as they are.
 DOCUMENT_FACTS = ("gpufleet_nvidia", "gpufleet_rdma", "gpufleet_gpus", "gpufleet_bundled_nvshmem", "gpufleet_stack",
-                  "gpufleet_linkage", "gpufleet_deepep_v2", "gpufleet_nccl_ep")
+                  "gpufleet_linkage", "gpufleet_deepep_v2", "gpufleet_nccl_ep", "gpufleet_gpu_fabric", "gpufleet_imex")
 NOT_GATHERED = "the play failed on this node before its facts were gathered"
 _SITE_DIRS = ("/site-packages/", "/dist-packages/")
 

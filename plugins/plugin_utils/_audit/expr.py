@@ -43,6 +43,10 @@ The jmespath functions of the audit, besides the standard ones, that rule condit
 ``family_host_arch(family)``
     the CPU architecture of the hosts of GPU ``family`` (``_gpu_families.SPECS``: ``aarch64`` for ``gb200``/``gb300``,
     ``x86_64`` for the HGX families); null for no or an unknown family.
+``family_spans_hosts(family)``
+    whether the NVLink domain of GPU ``family`` spans hosts (``_gpu_families.SPECS``: ``nvlink_domain_gpus`` above
+    ``gpus_per_node``: ``gb200``/``gb300`` NVL72 trays, 4 GPUs each in a 72-GPU domain); false for the HGX families;
+    null for no or an unknown family. The multi-node NVLink rules (fabric state, IMEX) judge only where it is true.
 ``host_arch_name(arch)``
     ``arch`` as the collection names it (``aarch64`` for ``arm64``, ``x86_64`` for ``amd64``); null when unknown.
 """
@@ -75,7 +79,7 @@ except ImportError:  # pragma: no cover - exercised only without jmespath
 
 __all__ = ["HAS_JMESPATH", "JMESPATH_IMPORT_ERROR", "AuditError", "parse_version", "version_cmp",
            "normalize_arch_list", "arch_covers", "cuda_floor", "fabric_refusal", "fabric_nccl_floor", "family_host_arch",
-           "host_arch_name", "without_prefix",
+           "family_spans_hosts", "host_arch_name", "without_prefix",
            "int_mod", "int_div", "unique", "difference",
            "compile_expression", "search", "truthy"]
 
@@ -200,6 +204,13 @@ def family_host_arch(family):
     return spec["host_arch"] if spec else None
 
 
+def family_spans_hosts(family):
+    """Whether GPU ``family``'s NVLink domain spans hosts (more GPUs in the domain than on one node), or None (no
+    family, or an unknown one)."""
+    spec = SPECS.get(family) if isinstance(family, str) else None
+    return spec["nvlink_domain_gpus"] > spec["gpus_per_node"] if spec else None
+
+
 def host_arch_name(arch):
     """``arch`` as the collection names it, or None when it is not one it knows."""
     try:
@@ -319,6 +330,10 @@ if HAS_JMESPATH:
         @_jp_functions.signature({"types": []})
         def _func_family_host_arch(self, family):
             return family_host_arch(family)
+
+        @_jp_functions.signature({"types": []})
+        def _func_family_spans_hosts(self, family):
+            return family_spans_hosts(family)
 
         @_jp_functions.signature({"types": []})
         def _func_host_arch_name(self, arch):

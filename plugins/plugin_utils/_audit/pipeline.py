@@ -162,6 +162,8 @@ def preflight_document(node, host, settings):
         "gpufleet_rdma": facts.get("gpufleet_rdma", {}),
         "gpufleet_gpus": facts.get("gpufleet_gpus", {}),
         "gpufleet_deepep_v2": facts.get("gpufleet_deepep_v2"),
+        "gpufleet_gpu_fabric": facts.get("gpufleet_gpu_fabric"),
+        "gpufleet_imex": facts.get("gpufleet_imex"),
         "modules": facts["gpufleet_modules"],
         "cuda": cuda,
         "pip_ok": (facts["gpufleet_imports"].get("modules") or {}).get("pip"),
