@@ -11,8 +11,8 @@ of the example profile h200_p5en (inventories/fleetsim wires it), over SSH with 
 - the env script exports the fabric's variables (NCCL_GIN_TYPE=5, NCCL_SYM_GIN_KERNELS_ENABLE=0, FI_PROVIDER=efa) and
   an ACTIVE EFA device as EP_NIC_NAME, and none of NVSHMEM's IBGDA variables.
 
-What the simulation cannot show: DeepEP V2's run across EFA nodes (the nodes share the host's /dev, so there is no
-/dev/infiniband for V2's runtime checks, and the preflight of a full converge stops there)."""
+Not shown here: DeepEP V2's run across EFA nodes (a full converge of the profile; fleetsim nodes now have a
+/dev/infiniband of their own, which V2's runtime checks read)."""
 
 from __future__ import annotations
 

@@ -338,18 +338,21 @@ def test_deepep_jit_report():
 
 # doca_ofed -----------------------------------------------------------------------------------------------------------
 
+# Deliberately changed (issue 51): DOCA-OFED is also installed for DeepEP V2's GIN across nodes, and the note says why.
 OLD_DOCA_OFED_HEADER_NOTE = """{{ doca_ofed_mlx5dv_header }} lacks {{ doca_ofed_mlx5dv_symbol }}, not needed: {{ doca_ofed_mlx5dv_rule }}.
-{{ 'DOCA-OFED is installed for the device names.' if doca_ofed_needed else 'No DOCA-OFED for it.' }}"""
+{{ 'DOCA-OFED is installed for the device names.' if doca_ofed_rename_needed
+   else ('DOCA-OFED is installed for DeepEP V2 across nodes (NCCL GIN: libmlx5 MLX5_1.19, ibstat).'
+         if doca_ofed_needed else 'No DOCA-OFED for it.') }}"""
 
 
 def test_doca_ofed_header_note():
     say = task("doca_ofed", "main.yml", "Say why rdma-core's header needs no DOCA-OFED")
     new_vars = role_vars("doca_ofed", say)
-    cases = combinations(doca_ofed_needed=[True, False, "True"],
+    cases = combinations(doca_ofed_needed=[True, False, "True"], doca_ofed_rename_needed=[True, False],
                          doca_ofed_mlx5dv_rule=["NVSHMEM 3.4.5 defines it itself", ""],
                          doca_ofed_mlx5dv_symbol=[DEFAULT, "OTHER_SYMBOL"])
     assert assert_same(folded(OLD_DOCA_OFED_HEADER_NOTE), say["ansible.builtin.debug"]["msg"], new_vars, new_vars,
-                       cases) == 12
+                       cases) == 24
 
 
 # sglang: the lock file's body, from copy's content to the role's template -----------------------------------------------

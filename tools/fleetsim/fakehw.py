@@ -1316,6 +1316,30 @@ def install_host_arch(root, profile, cache_dir) -> list[str]:
     return [UNAME_SHIM, "etc/ld.so.preload"]
 
 
+def complete_host_toolkits(root, host_root="/") -> list[str]:
+    """A node sees the host's CUDA toolkits (/usr/local/cuda-X.Y through its /usr overlay) as if preinstalled; where
+    one has nvcc but not the cuobjdump every full toolkit has (DeepEP V2's JIT runs it), put the toolkit fixture's
+    cuobjdump stand-in beside it in the node's layer under root. Returns the paths written, relative to root."""
+    written = []
+    for nvcc in sorted(Path(host_root, "usr/local").glob("cuda-*/bin/nvcc")):
+        version = nvcc.parent.parent.name[len("cuda-"):]
+        if (nvcc.parent / "cuobjdump").exists():
+            continue
+        fixture = (HERE / "fixtures" / "debs" / f"cuda-toolkit-{version.replace('.', '-')}" / "usr/local"
+                   / f"cuda-{version}" / "bin" / "cuobjdump")
+        if not fixture.is_file():
+            continue
+        rel = Path("usr/local") / f"cuda-{version}" / "bin" / "cuobjdump"
+        dest = Path(root) / rel
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        tmp = dest.with_name(dest.name + ".fleetsim-tmp")
+        shutil.copyfile(fixture, tmp)
+        tmp.chmod(0o755)
+        os.replace(str(tmp), str(dest))
+        written.append(str(rel))
+    return written
+
+
 def install_fake_libcuda(root, profile, cache_dir) -> list[str]:
     """Put the driver's libcuda under root (a node's /usr layer parent) as a driver install does: in the host's
     multiarch directory, and where the profile's host_arch is another CPU, in that one's too (what a node of it

@@ -135,6 +135,23 @@ def build(dest: Path, fixtures: Path = FIXTURES, wheels: bool = True, quiet: boo
 
 # ---------------------------------------------------------------------------------------------- apt
 
+def staged_package(pkg: Path, dest: Path) -> Path:
+    """A copy of the package root ``pkg`` at ``dest``, with its build step run on it where it has one: the
+    executable ``<pkg>.build`` beside the root (what a fixture compiles instead of committing a binary, such as the
+    DOCA-OFED fixture's libmlx5), given the staged root; files keep the fixed mtime."""
+    shutil.copytree(pkg, dest, symlinks=True)
+    step = pkg.parent / (pkg.name + ".build")
+    if step.is_file():
+        proc = subprocess.run([sys.executable, str(step), str(dest)], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                              text=True, timeout=300, check=False)
+        if proc.returncode != 0:
+            raise RuntimeError(f"{step.name} failed: {proc.stdout.strip()[-1000:]}")
+        for path in [dest] + list(dest.rglob("*")):
+            if not path.is_symlink():
+                os.utime(path, (FIXED_MTIME, FIXED_MTIME))
+    return dest
+
+
 def build_apt(debs: Path, out: Path, quiet: bool = False) -> list[Path]:
     """Build every package root under ``debs`` and index them as a flat apt repository in ``out``."""
     if out.exists():
@@ -143,8 +160,10 @@ def build_apt(debs: Path, out: Path, quiet: bool = False) -> list[Path]:
     built = []
     env = dict(os.environ, SOURCE_DATE_EPOCH=str(FIXED_MTIME))
     for pkg in sorted(p for p in debs.glob("*") if (p / "DEBIAN" / "control").is_file()) if debs.is_dir() else []:
-        proc = subprocess.run(["dpkg-deb", "--root-owner-group", "-Zgzip", "-b", str(pkg), str(out)],
-                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, check=False)
+        with tempfile.TemporaryDirectory(prefix="fleetsim-deb-") as tmp:
+            root = staged_package(pkg, Path(tmp) / pkg.name)
+            proc = subprocess.run(["dpkg-deb", "--root-owner-group", "-Zgzip", "-b", str(root), str(out)],
+                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, check=False)
         if proc.returncode != 0:
             raise RuntimeError(f"dpkg-deb -b {pkg} failed: {proc.stderr.strip()}")
         built.append(pkg)

@@ -113,6 +113,7 @@ class Supervisor:
         profile = fakehw.load_profile(self.cfg["profile"])
         fakehw.install_fake_libcuda(upper, profile, self.fleet.dir / "cache")
         fakehw.install_host_arch(upper, profile, self.fleet.dir / "cache")
+        fakehw.complete_host_toolkits(upper)
 
     def clean_work_dirs(self):
         """Empty the overlays' work dirs (node off): a volatile overlay refuses a used one."""

@@ -31,10 +31,11 @@ EXPECTED = {
     "b200-cluster-3": {"DEEPEP_TORCH_ABI", "DEEPEP_IMPORT_FAILS", "NVSHMEM_LIBMLX5_OLD"},
     "b200-cluster-4": {"NIC_PORT_DOWN"},                              # a DOWN NIC port
 }
-# The group runs DeepEP V2 (audit_expected_deepep_v2): each node lacks one piece of V2's runtime (prepare.yml) and
-# no node has /dev/infiniband (the harness shares the host's /dev); the V2 tree cannot be read (the installed build is
-# a V1 fixture), so the SM100 check (B200, CUDA 12.9) and the GIN barrier check are warnings on every node.
-V2_EVERYWHERE = {"DEEPEP_V2_DEV_INFINIBAND", "DEEPEP_V2_CHECK_WARN"}
+# The group runs DeepEP V2 (audit_expected_deepep_v2): each node lacks one piece of V2's runtime (prepare.yml); every
+# node has its own /dev/infiniband with a verbs device per RDMA device (fleetsim), so no node lacks that; the V2 tree
+# cannot be read (the installed build is a V1 fixture), so the SM100 check (B200, CUDA 12.9) and the GIN barrier check
+# are warnings on every node.
+V2_EVERYWHERE = {"DEEPEP_V2_CHECK_WARN"}
 EXPECTED_V2 = {
     "b200-cluster-1": V2_EVERYWHERE | {"DEEPEP_V2_IBSTAT"},         # no ibstat (infiniband-diags)
     "b200-cluster-2": V2_EVERYWHERE | {"DEEPEP_V2_NIC_NAME"},       # EP_NIC_NAME=mlx5_0 (V2's default), rocep* NICs

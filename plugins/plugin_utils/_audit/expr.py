@@ -62,7 +62,7 @@ from ansible_collections.gpufleet.deepep.plugins.module_utils._versions import (
     compare_versions,
 )
 from ansible_collections.gpufleet.deepep.plugins.plugin_utils._fabrics import FABRICS
-from ansible_collections.gpufleet.deepep.plugins.plugin_utils._gpu_families import MIN_CUDA_BY_ARCH, SPECS
+from ansible_collections.gpufleet.deepep.plugins.plugin_utils._gpu_families import MIN_CUDA_BY_ARCH, SPECS, spans_hosts
 from ansible_collections.gpufleet.deepep.plugins.plugin_utils._host_arch import HostArchError, normalize
 
 try:
@@ -207,8 +207,7 @@ def family_host_arch(family):
 def family_spans_hosts(family):
     """Whether GPU ``family``'s NVLink domain spans hosts (more GPUs in the domain than on one node), or None (no
     family, or an unknown one)."""
-    spec = SPECS.get(family) if isinstance(family, str) else None
-    return spec["nvlink_domain_gpus"] > spec["gpus_per_node"] if spec else None
+    return spans_hosts(family) if isinstance(family, str) and family in SPECS else None
 
 
 def host_arch_name(arch):
