@@ -321,6 +321,9 @@ def _not_rdma(name):
 def _ibstat(f):
     if not f["over_rdma"]:
         return _not_rdma("ibstat")
+    if not f.get("gin_mlx5", True):
+        return _check("ibstat", "not_applicable", f["ibstat"]["path"], "ibstat does not read EFA devices (AWS EFA): V2 "
+                      "gets no NIC rate from it there and runs with an explicit --num-sms")
     if f["ibstat"]["present"]:
         return _check("ibstat", "pass", f["ibstat"]["path"], "ibstat is at %s" % f["ibstat"]["path"])
     return _check("ibstat", "fail", None, "ibstat not found: V2 reads EP_NIC_NAME's rate and type through it and "

@@ -350,3 +350,76 @@ def test_a_tray_outside_the_domain_fails_the_scale_up_run_naming_multi_node_nvli
         assert rc == 1 and "MNNVL is not supported on this system" in err
         record = scaleup_record(rc, out, err)
         assert not record["gate"]["passed"]
+
+
+# ------------------------------------------------------------------------------- DeepEP V2 across AWS EFA nodes
+def efa_node(tmp_path, name, gin_type="5"):
+    """An AWS p5en node of the simulated fleet: the aws_p5en_h200 hardware's sysfs (16 EFA devices, driver efa) and
+    fake nvidia-smi, the V2 fixture's deep_ep stand-in, the env script's EFA settings (NCCL_GIN_TYPE)."""
+    from tools.fleetsim import fakehw
+    root = tmp_path / name
+    root.mkdir()
+    env = node(root)
+    profile = fakehw.load_profile("aws_p5en_h200")
+    fakehw.render_sysfs(profile, root / "efa-sys")
+    fakehw.write_hw_json(profile, root / "hardware.json")
+    smi = root / "bin" / "nvidia-smi"
+    smi.write_text("#!/bin/sh\nexec %s %s \"$@\"\n" % (sys.executable, REPO / "tools/fleetsim/fake_nvidia_smi.py"))
+    smi.chmod(0o755)
+    env = dict(env, FLEETSIM_SYSFS_ROOT=str(root / "efa-sys"), FLEETSIM_HW_JSON=str(root / "hardware.json"),
+               NCCL_DEBUG="INFO", EP_BUFFER_DEBUG="1", EP_NCCL_ROOT_DIR=str(root / "no-nccl"), FI_PROVIDER="efa",
+               NCCL_SYM_GIN_KERNELS_ENABLE="0")
+    if gin_type:
+        env["NCCL_GIN_TYPE"] = gin_type
+    return env
+
+
+def across_efa(trees, envs):
+    port = free_port()
+    procs = [subprocess.Popen([sys.executable, str(trees["v2"] / "elastic" / "test_ep.py"), "--num-processes", "8",
+                               "--num-tokens", "2048", "--hidden", "7168", "--num-experts", "256", "--num-sms", "24"],
+                              env=dict(env, WORLD_SIZE=str(len(envs)), RANK=str(rank), MASTER_ADDR="127.0.0.1",
+                                       MASTER_PORT=str(port), FLEETSIM_RENDEZVOUS_TIMEOUT="60"),
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, universal_newlines=True)
+             for rank, env in enumerate(envs)]
+    outs = [p.communicate() for p in procs]
+    return [(p.returncode,) + out for p, out in zip(procs, outs)]
+
+
+def efa_record(rc, out, err):
+    from ansible_collections.gpufleet.deepep.plugins.plugin_utils._verify.judge import judge
+    spec = {"stage": "internode", "test": None, "thresholds": {}, "table_name": "verify_internode_thresholds",
+            "profile": "h200_p5en", "family": "h200", "gpus": None, "transport_policy": None,
+            "transport_policies": {}, "fabric": "efa", "record": {}}
+    return judge(spec, out + err, rc, False, 900, "tests/elastic/test_ep.py", host="p5en", backend="v2",
+                 scope="internode")
+
+
+def test_v2_across_efa_nodes_runs_over_libfabric_with_gin_as_efa_gda(trees, tmp_path):
+    """Two p5en nodes: V2's elastic test across them goes over aws-ofi-nccl's Libfabric network with GIN type 5
+    (EFA-GDA, NCCL_GIN_TYPE=5 as the env script sets it), its traffic on the EFA devices; the collection's judge
+    passes it on the h200 internode gate held to the efa fabric's policy."""
+    runs = across_efa(trees, [efa_node(tmp_path, "p5en-1"), efa_node(tmp_path, "p5en-2")])
+    for rc, out, err in runs:
+        assert rc == 0, err[-2000:]
+        assert "Using network Libfabric" in out and "type 5 to comm" in out and "NET/Libfabric/0/GDRDMA" in out
+        record = efa_record(rc, out, err)
+        transport = record["transport"]
+        assert record["gate"]["passed"], record["gate"]
+        assert transport["gate"]["passed"], transport
+        assert transport["truth"]["nccl"]["networks"] == ["Libfabric"] and transport["truth"]["nccl"]["gin"] == "EFA_GDA"
+        assert transport["policy"]["allow_networks"] == ["Libfabric"] and transport["policy"]["allow_gin"] == ["EFA_GDA"]
+        assert record["parsed"]["dispatch"]["bf16"]["rdma_gbps"] > 0
+    sent = (tmp_path / "p5en-1" / "spool").read_text().split()[0::2]
+    assert sent and all(name.startswith("rdmap") for name in sent), sent
+
+
+def test_v2_across_efa_nodes_on_the_cpu_proxy_fails_naming_the_gin(trees, tmp_path):
+    """Without NCCL_GIN_TYPE=5 NCCL 2.31+ runs GIN through the CPU proxy on EFA: the run completes, and the transport
+    gate fails it naming the GIN the efa fabric's policy wants."""
+    runs = across_efa(trees, [efa_node(tmp_path, "p5en-1", gin_type=None), efa_node(tmp_path, "p5en-2", gin_type=None)])
+    for rc, out, err in runs:
+        assert rc == 0, err[-2000:]
+        record = efa_record(rc, out, err)
+        assert not record["transport"]["gate"]["passed"]
+        assert "NCCL GIN is PROXY; the profile allows EFA_GDA" in record["transport"]["gate"]["reasons"], record["transport"]
