@@ -498,7 +498,9 @@ def test_the_audit_document_carries_both_sets():
 
 def test_the_roles_read_the_sets_only_where_the_family_spans_hosts():
     audit = (REPO / "roles" / "audit" / "tasks" / "main.yml").read_text()
-    assert "(['gpu_fabric', 'imex'] if audit_expected_gpu_family | gpufleet.deepep.nvlink_spans_hosts else [])" in audit
+    assert "(['gpu_fabric', 'imex'] if audit_nvlink_fabric | bool else [])" in audit
+    audit_defaults = yaml.safe_load((REPO / "roles" / "audit" / "defaults" / "main.yml").read_text())
+    assert audit_defaults["audit_nvlink_fabric"] == "{{ audit_expected_gpu_family | gpufleet.deepep.nvlink_spans_hosts }}"
     assert "gpu_family: \"{{ audit_expected_gpu_family" in audit
     preflight = (REPO / "roles" / "preflight" / "tasks" / "main.yml").read_text()
     assert "(['gpu_fabric'] if preflight_nvlink_fabric | bool else [])" in preflight

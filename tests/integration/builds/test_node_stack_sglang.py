@@ -199,7 +199,8 @@ def test_the_gather_expression_of_the_audit_role():
 
     options = [t for t in _audit_tasks() if "gpufleet.deepep.node_stack" in t][0]["gpufleet.deepep.node_stack"]
     base = ["stack", "nvidia", "rdma", "gpus", "bundled_nvshmem", "linkage", "deepep_v2", "nccl_ep"]
-    for audit_sglang, expected in ((True, base + ["sglang"]), (False, base)):
-        templar = Templar(loader=DataLoader(), variables={"audit_sglang": audit_sglang})
+    for audit_sglang, fabric, expected in ((True, False, base + ["sglang"]), (False, False, base),
+                                           (False, True, base + ["gpu_fabric", "imex"])):
+        templar = Templar(loader=DataLoader(), variables={"audit_sglang": audit_sglang, "audit_nvlink_fabric": fabric})
         assert templar.template(trust_as_template(options["gather"])) == expected
-    assert set(_gather_sets.GATHERABLE) >= set(expected + ["sglang"])
+    assert set(_gather_sets.GATHERABLE) >= set(base + ["sglang", "gpu_fabric", "imex"])
