@@ -178,6 +178,15 @@ def _ansible(zygote: dict, interpreter: str, module: str, args: str = "", pipeli
     return proc.returncode, result
 
 
+def _without_atime(result):
+    """A module result without stat's atime: the first read of a file whose atime is a day old moves it (relatime), so
+    the two runs of one stat may see two atimes."""
+    rc, data = result
+    if isinstance(data, dict) and isinstance(data.get("stat"), dict):
+        data = dict(data, stat=dict((k, v) for k, v in data["stat"].items() if k != "atime"))
+    return rc, data
+
+
 @pytest.mark.parametrize("pipelining", [True, False], ids=["stdin", "file"])
 @pytest.mark.parametrize("module,args", [
     ("ansible.builtin.ping", "data=pong2"),
@@ -188,7 +197,7 @@ def _ansible(zygote: dict, interpreter: str, module: str, args: str = "", pipeli
 ])
 def test_module_runs_match_python3(zygote, module, args, pipelining):
     served = _ansible(zygote, zygote["client"], module, args, pipelining)
-    assert served == _ansible(zygote, PYTHON, module, args, pipelining)
+    assert _without_atime(served) == _without_atime(_ansible(zygote, PYTHON, module, args, pipelining))
     assert served[0] == (2 if args == "false" else 0)  # ansible's return code for a failed task
     if args == "false":
         assert (served[1]["rc"], served[1]["msg"]) == (1, "non-zero return code")
