@@ -989,8 +989,8 @@ class DeepepBuild(object):
             if probe.get("deep_ep_dir") else None
         ext = _ext_path(probe)
         stamp = self.installed_stamp
-        self.ext_matches = bool(stamp and ext and os.path.isfile(ext)
-                                and stamp.get("extension_sha256") == file_sha256(ext))
+        self.ext_present = bool(ext and os.path.isfile(ext))
+        self.ext_matches = bool(stamp and self.ext_present and stamp.get("extension_sha256") == file_sha256(ext))
         self.installed_key = (stamp or {}).get("key")
         if self.p["import_check"] == "changed" and self.ext_matches and self.installed_key == self.key:
             self.current_import = {"ok": None, "error": None, "skipped": (
@@ -1077,6 +1077,9 @@ class DeepepBuild(object):
             why = "key changed: installed %s, wanted %s" % (str(installed_key)[:8], short_key(self.key))
             if self.result.get("abi_mismatch"):
                 why += " (torch changed: ABI mismatch)"
+        elif not self.ext_matches and not getattr(self, "ext_present", True):
+            # pip uninstall removes what its RECORD lists and leaves the stamp this module wrote beside it
+            why = "the extension the stamp records is not installed (DeepEP removed outside this module)"
         elif not self.ext_matches:
             why = "installed extension differs from the recorded build"
         else:

@@ -173,6 +173,11 @@ def test_v1_build_install_rerun_and_torch_change(module_runner, tmp_path, nvshme
     assert drifted["ansible_facts"]["gpufleet_deepep"]["import_skipped"] is None
     assert module_runner(deepep_build, args)["installed"]
     assert "not imported again" in module_runner(deepep_build, args)["reason"]
+    # what pip uninstall leaves (the files of its RECORD gone, the stamp this module wrote kept): named as such
+    ext.unlink()
+    removed = module_runner(deepep_build, args, check_mode=True)
+    assert removed["changed"] and "the extension the stamp records is not installed" in removed["reason"]
+    assert module_runner(deepep_build, args)["installed"]
 
     # torch changes under DeepEP: the import breaks (ABI), the key changes, one rebuild fixes it.
     venv.set_torch("2.12.0+cu130")
