@@ -281,6 +281,15 @@ def test_the_hopper_gate_fails_a_node_at_half_its_nvlink_speed(trees, tmp_path):
 
 
 # ----------------------------------------------------------------------------- a GB200 NVL72 domain across trays
+def fake_smi(root, profile):
+    """The fleet's fake nvidia-smi on the node's PATH (root/bin), answering from the profile's hardware JSON."""
+    from tools.fleetsim import fakehw
+    fakehw.write_hw_json(profile, root / "hardware.json")
+    smi = root / "bin" / "nvidia-smi"
+    smi.write_text("#!/bin/sh\nexec %s %s \"$@\"\n" % (sys.executable, REPO / "tools/fleetsim/fake_nvidia_smi.py"))
+    smi.chmod(0o755)
+
+
 def tray(tmp_path, name, fabric=None):
     """A GB200 tray of the simulated rack: the fake nvidia-smi over the gb200_nvl72 hardware (its GPUs' fabric state,
     ``fabric`` over it), the V2 fixture's deep_ep stand-in."""
@@ -290,19 +299,16 @@ def tray(tmp_path, name, fabric=None):
     env = node(root)
     profile = fakehw.load_profile("gb200_nvl72")
     profile["gpu_fabric"].update(fabric or {})
-    fakehw.write_hw_json(profile, root / "hardware.json")
-    smi = root / "bin" / "nvidia-smi"
-    smi.write_text("#!/bin/sh\nexec %s %s \"$@\"\n" % (sys.executable, REPO / "tools/fleetsim/fake_nvidia_smi.py"))
-    smi.chmod(0o755)
+    fake_smi(root, profile)
     return dict(env, FLEETSIM_HW_JSON=str(root / "hardware.json"), EP_DISABLE_GIN="1", NCCL_MNNVL_ENABLE="1",
                 NCCL_DEBUG="INFO", EP_BUFFER_DEBUG="1", EP_NCCL_ROOT_DIR=str(root / "no-nccl"))
 
 
-def across_trays(trees, envs):
+def v2_across(trees, envs, *args):
+    """V2's elastic test on every node of ``envs`` at once (one rendezvous); [(rc, stdout, stderr)] per node."""
     port = free_port()
-    procs = [subprocess.Popen([sys.executable, str(trees["v2"] / "elastic" / "test_ep.py"), "--num-processes", "4",
-                               "--allow-hybrid-mode", "0", "--num-tokens", "2048", "--hidden", "7168",
-                               "--num-experts", "256"],
+    procs = [subprocess.Popen([sys.executable, str(trees["v2"] / "elastic" / "test_ep.py"), "--num-tokens", "2048",
+                               "--hidden", "7168", "--num-experts", "256"] + list(args),
                               env=dict(env, WORLD_SIZE=str(len(envs)), RANK=str(rank), MASTER_ADDR="127.0.0.1",
                                        MASTER_PORT=str(port), FLEETSIM_RENDEZVOUS_TIMEOUT="60"),
                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, universal_newlines=True)
@@ -311,13 +317,21 @@ def across_trays(trees, envs):
     return [(p.returncode,) + out for p, out in zip(procs, outs)]
 
 
-def scaleup_record(rc, out, err):
+def across_trays(trees, envs):
+    return v2_across(trees, envs, "--num-processes", "4", "--allow-hybrid-mode", "0")
+
+
+def v2_record(rc, out, err, stage, profile, family, fabric):
+    """The collection's judge of one node's V2 run in ``stage`` (the scope of that name), with the profile's gates."""
     from ansible_collections.gpufleet.deepep.plugins.plugin_utils._verify.judge import judge
-    spec = {"stage": "scaleup", "test": None, "thresholds": {}, "table_name": "verify_internode_scaleup_thresholds",
-            "profile": "gb200_nvl72", "family": "gb200", "gpus": None, "transport_policy": None,
-            "transport_policies": {}, "fabric": "infiniband", "record": {}}
-    return judge(spec, out + err, rc, False, 900, "tests/elastic/test_ep.py", host="tray", backend="v2",
-                 scope="scaleup")
+    spec = {"stage": stage, "test": None, "thresholds": {}, "table_name": "verify_internode_%s_thresholds" % stage,
+            "profile": profile, "family": family, "gpus": None, "transport_policy": None,
+            "transport_policies": {}, "fabric": fabric, "record": {}}
+    return judge(spec, out + err, rc, False, 900, "tests/elastic/test_ep.py", host=profile, backend="v2", scope=stage)
+
+
+def scaleup_record(rc, out, err):
+    return v2_record(rc, out, err, "scaleup", "gb200_nvl72", "gb200", "infiniband")
 
 
 def test_trays_of_one_nvlink_domain_run_v2_over_multi_node_nvlink_and_pass_the_scale_up_gate(trees, tmp_path):
@@ -362,10 +376,7 @@ def efa_node(tmp_path, name, gin_type="5"):
     env = node(root)
     profile = fakehw.load_profile("aws_p5en_h200")
     fakehw.render_sysfs(profile, root / "efa-sys")
-    fakehw.write_hw_json(profile, root / "hardware.json")
-    smi = root / "bin" / "nvidia-smi"
-    smi.write_text("#!/bin/sh\nexec %s %s \"$@\"\n" % (sys.executable, REPO / "tools/fleetsim/fake_nvidia_smi.py"))
-    smi.chmod(0o755)
+    fake_smi(root, profile)
     env = dict(env, FLEETSIM_SYSFS_ROOT=str(root / "efa-sys"), FLEETSIM_HW_JSON=str(root / "hardware.json"),
                NCCL_DEBUG="INFO", EP_BUFFER_DEBUG="1", EP_NCCL_ROOT_DIR=str(root / "no-nccl"), FI_PROVIDER="efa",
                NCCL_SYM_GIN_KERNELS_ENABLE="0")
@@ -375,24 +386,11 @@ def efa_node(tmp_path, name, gin_type="5"):
 
 
 def across_efa(trees, envs):
-    port = free_port()
-    procs = [subprocess.Popen([sys.executable, str(trees["v2"] / "elastic" / "test_ep.py"), "--num-processes", "8",
-                               "--num-tokens", "2048", "--hidden", "7168", "--num-experts", "256", "--num-sms", "24"],
-                              env=dict(env, WORLD_SIZE=str(len(envs)), RANK=str(rank), MASTER_ADDR="127.0.0.1",
-                                       MASTER_PORT=str(port), FLEETSIM_RENDEZVOUS_TIMEOUT="60"),
-                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, universal_newlines=True)
-             for rank, env in enumerate(envs)]
-    outs = [p.communicate() for p in procs]
-    return [(p.returncode,) + out for p, out in zip(procs, outs)]
+    return v2_across(trees, envs, "--num-processes", "8", "--num-sms", "24")
 
 
 def efa_record(rc, out, err):
-    from ansible_collections.gpufleet.deepep.plugins.plugin_utils._verify.judge import judge
-    spec = {"stage": "internode", "test": None, "thresholds": {}, "table_name": "verify_internode_thresholds",
-            "profile": "h200_p5en", "family": "h200", "gpus": None, "transport_policy": None,
-            "transport_policies": {}, "fabric": "efa", "record": {}}
-    return judge(spec, out + err, rc, False, 900, "tests/elastic/test_ep.py", host="p5en", backend="v2",
-                 scope="internode")
+    return v2_record(rc, out, err, "internode", "h200_p5en", "h200", "efa")
 
 
 def test_v2_across_efa_nodes_runs_over_libfabric_with_gin_as_efa_gda(trees, tmp_path):
