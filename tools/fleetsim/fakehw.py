@@ -1230,27 +1230,9 @@ def multiarch_libdir() -> str:
 
 def build_fake_libcuda(cache_dir, cuda_version: str) -> Path:
     """Compile the fake libcuda for a CUDA version once into cache_dir (atomically); return its path."""
-    cache_dir = Path(cache_dir)
     version = libcuda_driver_version(cuda_version)
-    out = cache_dir / f"libcuda-{version}.so"
-    if out.is_file():
-        return out
-    cache_dir.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory(dir=cache_dir) as tmp:
-        src = Path(tmp) / "libcuda.c"
-        src.write_text(LIBCUDA_C % version, encoding="utf-8")
-        built = Path(tmp) / "libcuda.so"
-        try:
-            subprocess.run(["gcc", "-shared", "-fPIC", "-O1", "-Wl,-soname,libcuda.so.1", "-o", str(built),
-                            str(src)], capture_output=True, text=True, timeout=120, check=True)
-        except FileNotFoundError as exc:
-            raise ProfileError("the simulated driver's libcuda needs gcc (apt-get install build-essential)") from exc
-        except subprocess.CalledProcessError as exc:
-            raise ProfileError(f"building the simulated libcuda failed: {exc.stderr.strip()[-400:]}") from exc
-        except subprocess.TimeoutExpired as exc:
-            raise ProfileError("building the simulated libcuda took over 120 s") from exc
-        os.replace(str(built), str(out))
-    return out
+    return _compile_shared(cache_dir, f"libcuda-{version}.so", LIBCUDA_C % version, "the simulated driver's libcuda",
+                           ["-Wl,-soname,libcuda.so.1"])
 
 
 UNAME_SHIM_C = """/* fleetsim: uname(2) as a host of another CPU answers it (the node's machine). */
@@ -1268,8 +1250,9 @@ int uname(struct utsname *buf) {
 UNAME_SHIM = "usr/lib/fleetsim/libfleetsim-uname.so"
 
 
-def _compile_shared(cache_dir, name, source, what) -> Path:
-    """Compile ``source`` (C) once into cache_dir/name as a shared library (atomically); return its path."""
+def _compile_shared(cache_dir, name, source, what, flags=()) -> Path:
+    """Compile ``source`` (C) once into cache_dir/name as a shared library (atomically, with the linker ``flags``);
+    return its path. ProfileError names ``what`` when gcc is missing, fails or takes over 120 s."""
     cache_dir = Path(cache_dir)
     out = cache_dir / name
     if out.is_file():
@@ -1280,8 +1263,8 @@ def _compile_shared(cache_dir, name, source, what) -> Path:
         src.write_text(source, encoding="utf-8")
         built = Path(tmp) / "lib.so"
         try:
-            subprocess.run(["gcc", "-shared", "-fPIC", "-O1", "-o", str(built), str(src)], capture_output=True,
-                           text=True, timeout=120, check=True)
+            subprocess.run(["gcc", "-shared", "-fPIC", "-O1"] + list(flags) + ["-o", str(built), str(src)],
+                           capture_output=True, text=True, timeout=120, check=True)
         except FileNotFoundError as exc:
             raise ProfileError(f"{what} needs gcc (apt-get install build-essential)") from exc
         except subprocess.CalledProcessError as exc:
