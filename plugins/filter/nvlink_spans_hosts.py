@@ -2,8 +2,8 @@
 # GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
 
 """Filter ``gpufleet.deepep.nvlink_spans_hosts``: whether a GPU family's NVLink domain spans hosts (GB200/GB300 NVL72
-trays), from the GPU profile object (``plugin_utils/_gpu_families.py``, through the audit's expression function
-``family_spans_hosts``, so the roles and the rules decide alike).
+trays), from the GPU profile object (``plugin_utils/_gpu_families.spans_hosts``, which the audit's expression function
+``family_spans_hosts`` reads too, so the roles and the rules decide alike).
 
 Documentation: ``nvlink_spans_hosts.yml`` beside this file (``ansible-doc -t filter gpufleet.deepep.nvlink_spans_hosts``).
 """
@@ -12,9 +12,8 @@ from __future__ import annotations
 
 from ansible.errors import AnsibleFilterError
 
-from ansible_collections.gpufleet.deepep.plugins.plugin_utils._audit.expr import family_spans_hosts
 from ansible_collections.gpufleet.deepep.plugins.plugin_utils._filter_guard import guard_filters
-from ansible_collections.gpufleet.deepep.plugins.plugin_utils._gpu_families import SPECS
+from ansible_collections.gpufleet.deepep.plugins.plugin_utils._gpu_families import SPECS, spans_hosts
 
 
 def nvlink_spans_hosts(family):
@@ -26,7 +25,7 @@ def nvlink_spans_hosts(family):
         raise AnsibleFilterError("nvlink_spans_hosts: GPU family %r is not one of %s (gpufleet_gpu_family names the "
                                  "profile's family; leave it empty to declare none)"
                                  % (family, ", ".join(sorted(SPECS))))
-    return bool(family_spans_hosts(family))
+    return spans_hosts(family)
 
 
 class FilterModule:
