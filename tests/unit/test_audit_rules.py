@@ -13,8 +13,10 @@ import yaml
 from unit_helpers import FIXTURES, REPO
 
 from ansible_collections.gpufleet.deepep.plugins.module_utils._node.probes import gather_rdma_core
-from ansible_collections.gpufleet.deepep.plugins.module_utils._rdma import parse_rate_gbps
+from ansible_collections.gpufleet.deepep.plugins.module_utils._rdma import collect_rdma, parse_rate_gbps
 from ansible_collections.gpufleet.deepep.plugins.plugin_utils._audit.engine import evaluate_rules, validate_rules
+from ansible_collections.gpufleet.deepep.plugins.plugin_utils._audit.expr import fabric_offers
+from ansible_collections.gpufleet.deepep.plugins.plugin_utils._fabrics import FABRICS
 
 CATALOGUE = yaml.safe_load((REPO / "roles" / "audit" / "files" / "rules.yml").read_text())
 HEALTHY = json.loads((FIXTURES / "audit" / "healthy_node.json").read_text())
@@ -605,3 +607,64 @@ def test_the_fabrics_the_rule_compares_are_the_profile_objects():
     from ansible_collections.gpufleet.deepep.plugins.plugin_utils._fabrics import FABRICS
 
     assert all(entry["rdma_transport"] == name for name, entry in FABRICS.items())
+
+
+# EFA (AWS P5en/P6): DeepEP V2 over NCCL GIN (EFA-GDA), no NVSHMEM IBGDA, no mlx5 direct verbs. The env script there
+# exports the fabric's variables and none of NVSHMEM's IBGDA ones nor DeepEP V1's HCA mapping (env_script role,
+# test_env_script_fabric_play.py); the EFA installer's rdma-core has no mlx5 API header. The rules about those stand
+# down on the efa fabric and hold where the same node is declared on an mlx5 fabric.
+FABRIC_RULES = {"ibgda": {"DEEPEP_NVSHMEM_NO_IBGDA", "NIC_HANDLER_CPU_NO_GDRDRV", "HCA_MAPPING_MISSING",
+                          "REMOTE_TRANSPORT_NOT_IBGDA"},
+                "mlx5dv": {"RDMA_CORE_NO_MLX5DV", "NVSHMEM_LIBMLX5_OLD"}}
+
+
+def efa_node(tree, fabric):
+    """The healthy node as a p5en: the RDMA reader's facts of the fleetsim p5en tree (16 EFA devices, transport efa),
+    the env script the env_script role writes on EFA, the EFA installer's rdma-core, profile fabric ``fabric``."""
+    rdma = collect_rdma(str(tree("aws_p5en_h200")))
+    exports = {name: value for name, value, _why in FABRICS["efa"]["env"]}
+    exports.update({"NVSHMEM_HOME": "/opt/deepep/nvshmem", "EP_NIC_NAME": rdma["active_devices"][0]})
+    return mutate(HEALTHY, {
+        "gpufleet_rdma": rdma, "expect.fabric": fabric, "expect.hca_prefix": None,
+        "gpufleet_stack.env_script.exports": exports,
+        "gpufleet_stack.rdma_core": {"rdma_core_version": "58.amzn0-1", "mlx5_header": None,
+                                     "mlx5_header_present": False, "mlx5dv_ok": False, "mlx5dv_symbols": {},
+                                     "libmlx5": {"path": None, "newest": None, "required": "MLX5_1.8",
+                                                 "required_ok": False}},
+        "gpufleet_deepep.nvshmem_build.ibgda": False,
+    })
+
+
+def test_efa_node_is_clean_on_its_fabric(tree):
+    """A p5en node as the collection leaves it: no finding on the efa fabric."""
+    assert ids(efa_node(tree, "efa")) == []
+
+
+def test_efa_node_declared_on_an_mlx5_fabric_fires_the_ibgda_and_mlx5_rules(tree):
+    """The same node under a profile that declares InfiniBand: the fabric mismatch and every IBGDA and mlx5 rule that
+    stood down on EFA (so the stand-down is the fabric's, not the facts')."""
+    found = set(ids(efa_node(tree, "infiniband")))
+    assert found == {"FABRIC_NOT_AS_DECLARED"} | FABRIC_RULES["ibgda"] - {"NIC_HANDLER_CPU_NO_GDRDRV"} \
+        | FABRIC_RULES["mlx5dv"] - {"NVSHMEM_LIBMLX5_OLD"}
+
+
+@pytest.mark.parametrize("what", sorted(FABRIC_RULES))
+def test_fabric_rules_name_the_fabric_key(what):
+    """Each rule that stands down on a fabric without IBGDA or mlx5 direct verbs says so in its condition, and the key
+    is a yes/no of every fabric the collection knows (a new fabric must say)."""
+    by_id = {r["id"]: r for r in CATALOGUE["rules"]}
+    for rule_id in FABRIC_RULES[what]:
+        assert "fabric_offers(expect.fabric, '%s')" % what in by_id[rule_id]["condition"], rule_id
+    assert {name: fabric_offers(name, what) for name in FABRICS} == {
+        name: name != "efa" for name in FABRICS}
+    assert fabric_offers(None, what) is None and fabric_offers("omnipath", what) is None
+    assert fabric_offers("efa", "title") is None
+
+
+@pytest.mark.parametrize("rule_id", sorted(FABRIC_RULES["ibgda"] | FABRIC_RULES["mlx5dv"]))
+def test_fabric_rules_stand_down_on_efa_only(rule_id):
+    """The firing case of each rule still fires with no fabric declared or an mlx5 one, and is quiet on efa."""
+    for fabric, fires in ((None, True), ("roce", True), ("infiniband", True), ("efa", False)):
+        changes = dict(CASES[rule_id][0], **{"expect.fabric": fabric})
+        found = ids(mutate(HEALTHY, changes))
+        assert (rule_id in found) is fires, (rule_id, fabric, found)

@@ -40,6 +40,12 @@ The jmespath functions of the audit, besides the standard ones, that rule condit
     object's ``_fabrics.FABRICS``: DeepEP V1 on ``efa``); null where it can, or no or an unknown fabric is given.
 ``fabric_nccl_floor(fabric)``
     the first NCCL whose GIN runs on ``fabric`` (``2.31.2`` on ``efa``); null for none, or no or an unknown fabric.
+``fabric_offers(fabric, what)``
+    whether ``fabric`` offers ``what`` (the profile object's boolean keys of ``_fabrics.FABRICS``: ``ibgda``, NVSHMEM's
+    GPU-initiated transport; ``mlx5dv``, rdma-core's mlx5 direct verbs): false on ``efa`` for both, true on
+    ``infiniband``/``roce``; null for no or an unknown fabric, or a key that is not a yes/no of the entry. The rules
+    about NVSHMEM IBGDA and mlx5 (the env script's IBGDA exports, the GPU-NIC mapping, libmlx5) hold where it is not
+    false, as the env_script role exports them.
 ``family_host_arch(family)``
     the CPU architecture of the hosts of GPU ``family`` (``_gpu_families.SPECS``: ``aarch64`` for ``gb200``/``gb300``,
     ``x86_64`` for the HGX families); null for no or an unknown family.
@@ -78,7 +84,8 @@ except ImportError:  # pragma: no cover - exercised only without jmespath
     JMESPATH_IMPORT_ERROR = traceback.format_exc()
 
 __all__ = ["HAS_JMESPATH", "JMESPATH_IMPORT_ERROR", "AuditError", "parse_version", "version_cmp",
-           "normalize_arch_list", "arch_covers", "cuda_floor", "fabric_refusal", "fabric_nccl_floor", "family_host_arch",
+           "normalize_arch_list", "arch_covers", "cuda_floor", "fabric_refusal", "fabric_nccl_floor", "fabric_offers",
+           "family_host_arch",
            "family_spans_hosts", "host_arch_name", "without_prefix",
            "int_mod", "int_div", "unique", "difference",
            "compile_expression", "search", "truthy"]
@@ -196,6 +203,14 @@ def fabric_nccl_floor(fabric):
     """The first NCCL whose GIN runs on ``fabric``, or None (no fabric, an unknown one, or no floor)."""
     entry = FABRICS.get(fabric) if isinstance(fabric, str) else None
     return entry.get("nccl_min") if entry else None
+
+
+def fabric_offers(fabric, what):
+    """Whether ``fabric`` offers ``what`` (a yes/no key of its ``_fabrics.FABRICS`` entry), or None (no fabric, an
+    unknown one, or a key that is not a yes/no of the entry)."""
+    entry = FABRICS.get(fabric) if isinstance(fabric, str) else None
+    value = entry.get(what) if entry and isinstance(what, str) else None
+    return value if isinstance(value, bool) else None
 
 
 def family_host_arch(family):
@@ -325,6 +340,10 @@ if HAS_JMESPATH:
         @_jp_functions.signature({"types": []})
         def _func_fabric_nccl_floor(self, fabric):
             return fabric_nccl_floor(fabric)
+
+        @_jp_functions.signature({"types": []}, {"types": []})
+        def _func_fabric_offers(self, fabric, what):
+            return fabric_offers(fabric, what)
 
         @_jp_functions.signature({"types": []})
         def _func_family_host_arch(self, family):
