@@ -81,6 +81,14 @@ CASES = {
         # it declares the fabric its ports run
         {"expect.fabric": "roce"},
     ),
+    "FABRIC_ENV_MISSING": (
+        # an EFA profile whose env script has none of the fabric's variables (EFA-GDA off: GIN over the CPU proxy)
+        {"expect.fabric": "efa"},
+        # the env script exports them as the env_script role writes them
+        {"expect.fabric": "efa", "gpufleet_stack.env_script.exports.NCCL_GIN_TYPE": "5",
+         "gpufleet_stack.env_script.exports.NCCL_SYM_GIN_KERNELS_ENABLE": "0",
+         "gpufleet_stack.env_script.exports.FI_PROVIDER": "efa"},
+    ),
     "RDMA_RAIL_SLOW": (
         {"gpufleet_rdma.devices": rails("mlx5_5"), "gpufleet_gpus.hca_mapping": GPU_NICS},
         # the slower NIC is not a GPU's (a front-end RDMA NIC at its own speed)
@@ -668,3 +676,15 @@ def test_fabric_rules_stand_down_on_efa_only(rule_id):
         changes = dict(CASES[rule_id][0], **{"expect.fabric": fabric})
         found = ids(mutate(HEALTHY, changes))
         assert (rule_id in found) is fires, (rule_id, fabric, found)
+
+
+def test_efa_node_without_efa_gda_is_named(tree):
+    """The p5en node whose env script lost NCCL_GIN_TYPE (NCCL 2.31 then runs GIN over its CPU proxy on EFA): one
+    critical finding naming the variable and its value."""
+    doc = efa_node(tree, "efa")
+    del doc["gpufleet_stack"]["env_script"]["exports"]["NCCL_GIN_TYPE"]
+    found = evaluate_rules(doc, CATALOGUE)
+    assert [(f["id"], f["severity"]) for f in found] == [("FABRIC_ENV_MISSING", "critical")]
+    assert "does not export NCCL_GIN_TYPE=5, which the fabric efa needs" in found[0]["message"]
+    doc["gpufleet_stack"]["env_script"]["exports"]["NCCL_GIN_TYPE"] = "3"
+    assert ids(doc) == ["FABRIC_ENV_MISSING"]

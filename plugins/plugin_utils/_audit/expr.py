@@ -40,6 +40,10 @@ The jmespath functions of the audit, besides the standard ones, that rule condit
     object's ``_fabrics.FABRICS``: DeepEP V1 on ``efa``); null where it can, or no or an unknown fabric is given.
 ``fabric_nccl_floor(fabric)``
     the first NCCL whose GIN runs on ``fabric`` (``2.31.2`` on ``efa``); null for none, or no or an unknown fabric.
+``fabric_env_gaps(fabric, exports)``
+    the variables of ``fabric``'s entry (``_fabrics.FABRICS[...]["env"]``: ``NCCL_GIN_TYPE=5`` on ``efa``) that the
+    mapping ``exports`` (the env script's) does not set to their value, each as ``NAME=value`` (what it should be);
+    ``[]`` for no or an unknown fabric, or a fabric without variables.
 ``fabric_offers(fabric, what)``
     whether ``fabric`` offers ``what`` (the profile object's boolean keys of ``_fabrics.FABRICS``: ``ibgda``, NVSHMEM's
     GPU-initiated transport; ``mlx5dv``, rdma-core's mlx5 direct verbs): false on ``efa`` for both, true on
@@ -84,7 +88,7 @@ except ImportError:  # pragma: no cover - exercised only without jmespath
     JMESPATH_IMPORT_ERROR = traceback.format_exc()
 
 __all__ = ["HAS_JMESPATH", "JMESPATH_IMPORT_ERROR", "AuditError", "parse_version", "version_cmp",
-           "normalize_arch_list", "arch_covers", "cuda_floor", "fabric_refusal", "fabric_nccl_floor", "fabric_offers",
+           "normalize_arch_list", "arch_covers", "cuda_floor", "fabric_refusal", "fabric_nccl_floor", "fabric_env_gaps", "fabric_offers",
            "family_host_arch",
            "family_spans_hosts", "host_arch_name", "without_prefix",
            "int_mod", "int_div", "unique", "difference",
@@ -203,6 +207,15 @@ def fabric_nccl_floor(fabric):
     """The first NCCL whose GIN runs on ``fabric``, or None (no fabric, an unknown one, or no floor)."""
     entry = FABRICS.get(fabric) if isinstance(fabric, str) else None
     return entry.get("nccl_min") if entry else None
+
+
+def fabric_env_gaps(fabric, exports):
+    """``NAME=value`` for each of ``fabric``'s variables that ``exports`` does not set to its value ([] for no fabric,
+    an unknown one, or one without variables)."""
+    entry = FABRICS.get(fabric) if isinstance(fabric, str) else None
+    exports = exports if isinstance(exports, dict) else {}
+    return ["%s=%s" % (name, value) for name, value, _why in (entry or {}).get("env", ())
+            if str(exports.get(name)) != value]
 
 
 def fabric_offers(fabric, what):
@@ -340,6 +353,10 @@ if HAS_JMESPATH:
         @_jp_functions.signature({"types": []})
         def _func_fabric_nccl_floor(self, fabric):
             return fabric_nccl_floor(fabric)
+
+        @_jp_functions.signature({"types": []}, {"types": []})
+        def _func_fabric_env_gaps(self, fabric, exports):
+            return fabric_env_gaps(fabric, exports)
 
         @_jp_functions.signature({"types": []}, {"types": []})
         def _func_fabric_offers(self, fabric, what):
