@@ -89,6 +89,23 @@ CASES = {
          "gpufleet_stack.env_script.exports.NCCL_SYM_GIN_KERNELS_ENABLE": "0",
          "gpufleet_stack.env_script.exports.FI_PROVIDER": "efa"},
     ),
+    "GIN_NCCL_COMPANION_QPS": (
+        # DeepEP V2 across RoCE nodes on the fixture's NCCL 2.27.3: GIN builds companion QPs per context and peer
+        {"gpufleet_deepep.generation": "v2"},
+        # NCCL 2.30.7 (fb435094: no companion QPs without counters)
+        {"gpufleet_deepep.generation": "v2", "gpufleet_stack.nccl.loaded_version": "2.30.7"},
+    ),
+    "GIN_EP_NIC_NOT_CX8": (
+        # ConnectX-8 rails, but EP_NIC_NAME unset: V2 reads mlx5_0, here a ConnectX-7 (MT4129)
+        dict({"gpufleet_deepep.generation": "v2", "gpufleet_rdma.devices.0.hca_type": "MT4129"},
+             **{"gpufleet_rdma.devices.%d.%s" % (i, key): value for i in range(8)
+                for key, value in (("hca_type", "MT4131"), ("active", True)) if (i, key) != (0, "hca_type")}),
+        # the env script names a ConnectX-8 rail
+        dict({"gpufleet_deepep.generation": "v2", "gpufleet_rdma.devices.0.hca_type": "MT4129",
+              "gpufleet_stack.env_script.exports.EP_NIC_NAME": "mlx5_1"},
+             **{"gpufleet_rdma.devices.%d.%s" % (i, key): value for i in range(8)
+                for key, value in (("hca_type", "MT4131"), ("active", True)) if (i, key) != (0, "hca_type")}),
+    ),
     "RDMA_RAIL_SLOW": (
         {"gpufleet_rdma.devices": rails("mlx5_5"), "gpufleet_gpus.hca_mapping": GPU_NICS},
         # the slower NIC is not a GPU's (a front-end RDMA NIC at its own speed)
@@ -688,3 +705,24 @@ def test_efa_node_without_efa_gda_is_named(tree):
     assert "does not export NCCL_GIN_TYPE=5, which the fabric efa needs" in found[0]["message"]
     doc["gpufleet_stack"]["env_script"]["exports"]["NCCL_GIN_TYPE"] = "3"
     assert ids(doc) == ["FABRIC_ENV_MISSING"]
+
+
+def test_gin_rules_judge_deepep_v2_nodes_only():
+    """The GIN QP rules are DeepEP V2's (backends): a V1 node on the same NCCL and NICs has neither."""
+    for rule_id in ("GIN_NCCL_COMPANION_QPS", "GIN_EP_NIC_NOT_CX8"):
+        changes = dict(CASES[rule_id][0], **{"gpufleet_deepep.generation": "v1"})
+        assert rule_id not in ids(mutate(HEALTHY, changes))
+
+
+def test_a_cx8_node_whose_ep_nic_is_a_cx8_rail_has_no_qp_finding():
+    """EP_NIC_NAME unset and mlx5_0 a ConnectX-8 rail (V2's default reads it): quiet; on EFA or NVLink only: quiet."""
+    changes = {"gpufleet_deepep.generation": "v2", "gpufleet_stack.nccl.loaded_version": "2.32.3"}
+    changes.update({"gpufleet_rdma.devices.%d.hca_type" % i: "MT4131" for i in range(8)})
+    assert "GIN_EP_NIC_NOT_CX8" not in ids(mutate(HEALTHY, changes))
+    found = evaluate_rules(mutate(HEALTHY, CASES["GIN_EP_NIC_NOT_CX8"][0]), CATALOGUE)
+    nic = [f for f in found if f["id"] == "GIN_EP_NIC_NOT_CX8"]
+    assert len(nic) == 1 and "reads mlx5_0 (MT4129)" in nic[0]["message"], nic
+    qps = dict(CASES["GIN_NCCL_COMPANION_QPS"][0], **{"expect.fabric": "efa"})
+    assert "GIN_NCCL_COMPANION_QPS" not in ids(mutate(HEALTHY, qps))
+    qps = dict(CASES["GIN_NCCL_COMPANION_QPS"][0], **{"expect.intranode_only": True})
+    assert "GIN_NCCL_COMPANION_QPS" not in ids(mutate(HEALTHY, qps))

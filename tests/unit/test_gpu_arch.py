@@ -35,9 +35,9 @@ DERIVED = {"preflight_expected_cuda_arch": ("preflight", "torch", True),
 INVENTORIES = ("example", "fleetsim")
 # What each profile's group_vars spelt before it declared its family (preflight_expected_cuda_arch,
 # nvshmem_cuda_arch, deepep_arch_list), and the family it declares now; a profile added since (b300, h200_p5en) with what
-# it derives: sm_103 is its own arch, never the B200's 10.0.
+# it derives: sm_103 is its own arch, never the B200's 10.0 (b300, gb300_nvl72).
 BEFORE = {"b300": ("b300", ["10.3"], "103", "10.3"), "h200_p5en": ("h200", ["9.0"], "90", "9.0"),
-          "gb200_nvl72": ("gb200", ["10.0"], "100", "10.0"),
+          "gb200_nvl72": ("gb200", ["10.0"], "100", "10.0"), "gb300_nvl72": ("gb300", ["10.3"], "103", "10.3"),
           "b200_cuda13": ("b200", ["10.0"], "100", "10.0"), "b200_gcp_cuda129": ("b200", ["10.0"], "100", "10.0"),
           "h100": ("h100", ["9.0"], "90", "9.0"), "h200": ("h200", ["9.0"], "90", "9.0"),
           "a100": ("a100", ["8.0"], "80", "8.0")}
