@@ -146,7 +146,8 @@ def test_audit_is_clean(audit, node):
 
 def test_an_env_script_without_efa_gda_is_named_and_fails_across_nodes(host):
     """One node's env script loses NCCL_GIN_TYPE=5: the audit names the variable (FABRIC_ENV_MISSING, the other node
-    clean), and the V2 run across the nodes fails its transport gate (NCCL 2.31 runs GIN over the CPU proxy on EFA)."""
+    clean), and that node's part of the V2 run across the nodes fails its transport gate: its ranks' GIN is the CPU
+    proxy (NCCL 2.31's default on EFA), not EFA-GDA."""
     node = host.backend.get_hostname()
     if node != NODES[-1]:
         pytest.skip("the fault is put on one node")
@@ -159,9 +160,9 @@ def test_an_env_script_without_efa_gda_is_named_and_fails_across_nodes(host):
         assert "NCCL_GIN_TYPE=5" in found[0]["message"], found[0]
         assert report["nodes"][NODES[0]]["findings"] == []
         run, summary = verify_run(EPHEMERAL / "verify-gin", "--tags", "internode", "-e", "gpufleet_verify_fail=false")
-        rows = [r for r in summary["rows"] if r["stage"] == "internode"]
-        assert rows and not any(r["passed"] for r in rows), rows
-        assert any("EFA_GDA" in json.dumps(r["transport"]) and not r["transport"]["passed"] for r in rows), rows
+        (row,) = [r for r in summary["rows"] if r["stage"] == "internode" and r["host"] == node]
+        assert not row["passed"] and not row["transport"]["passed"], row
+        assert "GIN PROXY" in row["transport"]["brief"], row["transport"]
     finally:
         host.run_expect([0], "mv %s.orig %s" % (ENV_SCRIPT, ENV_SCRIPT))
 
