@@ -176,9 +176,12 @@ options:
         type: str
       fabric:
         description:
-          - The scale-out fabric the profile declares (C(gpufleet_fabric), C(infiniband) or C(roce)); with
+          - The scale-out fabric the profile declares (C(gpufleet_fabric), C(infiniband), C(roce) or C(efa)); with
             O(judge.transport_policies), a run across nodes is held to the NCCL networks the fabric has, and a backend
             whose policy needs what the fabric lacks is refused before the test starts. Empty or unset, none.
+          - With O(backend) and O(scope), the arguments the fabric's entry gives that backend's test of the scope go
+            before O(args) (DeepEP V2 across C(efa) nodes gets C(--num-sms 64), since V2 sizes its SM count from
+            C(ibstat)'s rate, which EFA devices have not, and divides by it across nodes).
         type: str
       gpus:
         description: How many GPUs took part, which picks the entry's C(by_gpus) gate measured for that count.

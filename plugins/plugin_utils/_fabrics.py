@@ -21,7 +21,8 @@ GDAKI on mlx5, EFA-GDA on EFA); ``kernel_module``, the NIC driver the preflight 
 and GIN need rdma-core's mlx5 direct verbs; ``nccl_min``, the first NCCL whose GIN runs on it (None: any the
 backends accept); ``env``, the variables the env script exports for it (``[name, value, why]``); ``refuses``, the
 backends that cannot run across nodes on it, each with the reason (refused by the preflight before anything builds,
-and by the verify roles before a test runs); ``stack_min``, the floors of the fabric's own software (EFA: the EFA
+and by the verify roles before a test runs); ``test_args``, the arguments a backend's test of a scope needs on it
+(backend -> scope -> argv, put before the caller's own: EFA's ``--num-sms`` for DeepEP V2); ``stack_min``, the floors of the fabric's own software (EFA: the EFA
 installer, libfabric, aws-ofi-nccl, the efa kernel module; the efa role installs and holds them).
 
 EFA (AWS P5/P5en/P6): the RDMA devices are ``rdmap<bus>s<slot>``, driver ``efa``, port link layer ``Unknown``
@@ -41,10 +42,11 @@ from __future__ import annotations
 
 from ansible_collections.gpufleet.deepep.plugins.plugin_utils._thresholds import VerifyInputError
 
-__all__ = ["FABRICS", "FabricError", "fabric", "refusal", "nccl_floor"]
+__all__ = ["FABRICS", "FabricError", "fabric", "refusal", "nccl_floor", "test_args"]
 
 _MLX5 = {"nccl_networks": ["IB"], "ibgda": True, "gin": ["GDAKI", "PROXY"], "gin_gpu": "GDAKI",
-         "kernel_module": "mlx5_core", "mlx5dv": True, "nccl_min": None, "env": [], "refuses": {}, "stack_min": {}}
+         "kernel_module": "mlx5_core", "mlx5dv": True, "nccl_min": None, "env": [], "refuses": {}, "stack_min": {},
+         "test_args": {}}
 _V1_NEEDS_IBGDA = ("DeepEP V1 runs across nodes over NVSHMEM's IBGDA, which drives mlx5 NICs only (DeepEP #759: "
                    "\"mlx5dv_open_device(...) -> FAIL (not an mlx5 device)\"; #369); run DeepEP V2 over NCCL GIN "
                    "(EFA-GDA, NCCL >= 2.31.2) on EFA")
@@ -68,6 +70,12 @@ FABRICS = {
             ["FI_PROVIDER", "efa", "EFA: libfabric's EFA provider for aws-ofi-nccl"],
         ],
         "refuses": {"deepep_v1": _V1_NEEDS_IBGDA},
+        # DeepEP V2 sizes its SM count from the NIC's rate, which it reads from ibstat for EP_NIC_NAME (dd758ca
+        # deep_ep/utils/envs.py get_rdma_gbs: 0 where ibstat has no such device, as on EFA); across nodes
+        # get_theoretical_num_sms then divides by it (deep_ep/buffers/elastic.py: rdma_traffic / rdma_gbs) and the
+        # test dies of "float division by zero". An explicit count skips it (tests/elastic/test_ep.py: --num-sms):
+        # 64, V2's own floor when it does not overlap with compute (max(num_sms, 64)).
+        "test_args": {"deepep_v2": {"internode": ["--num-sms", "64"]}},
         # aws-ofi-nccl #1369 (maintainer): EFA installer 1.50.0 "provides all required versions of Libfabric,
         # rdma-core, efa driver, and aws-ofi-nccl plugin", efa.ko >= 3.3.0; aws-ofi-nccl v1.21.0's release notes: GIN
         # on EFA, with libfabric 2.6.0+ for EFA-GDA.
@@ -102,3 +110,11 @@ def nccl_floor(name):
     if not name:
         return None
     return fabric(name)["nccl_min"]
+
+
+def test_args(name, backend, scope):
+    """The arguments ``backend``'s test of ``scope`` needs on fabric ``name`` (``["--num-sms", "64"]`` for DeepEP V2
+    across EFA nodes), [] for none or no fabric. FabricError names an unknown fabric."""
+    if not name:
+        return []
+    return list(fabric(name)["test_args"].get(backend, {}).get(scope, []))

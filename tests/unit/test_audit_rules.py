@@ -90,8 +90,8 @@ CASES = {
          "gpufleet_stack.env_script.exports.FI_PROVIDER": "efa"},
     ),
     "GIN_NCCL_COMPANION_QPS": (
-        # DeepEP V2 across RoCE nodes on the fixture's NCCL 2.27.3: GIN builds companion QPs per context and peer
-        {"gpufleet_deepep.generation": "v2"},
+        # DeepEP V2 across RoCE nodes on NCCL 2.30.4 (V2's floor): GIN builds companion QPs per context and peer
+        {"gpufleet_deepep.generation": "v2", "gpufleet_stack.nccl.loaded_version": "2.30.4"},
         # NCCL 2.30.7 (fb435094: no companion QPs without counters)
         {"gpufleet_deepep.generation": "v2", "gpufleet_stack.nccl.loaded_version": "2.30.7"},
     ),
@@ -726,3 +726,6 @@ def test_a_cx8_node_whose_ep_nic_is_a_cx8_rail_has_no_qp_finding():
     assert "GIN_NCCL_COMPANION_QPS" not in ids(mutate(HEALTHY, qps))
     qps = dict(CASES["GIN_NCCL_COMPANION_QPS"][0], **{"expect.intranode_only": True})
     assert "GIN_NCCL_COMPANION_QPS" not in ids(mutate(HEALTHY, qps))
+    # below V2's floor the finding is DEEPEP_V2_NCCL_OLD's, not this one's
+    old = set(ids(mutate(HEALTHY, {"gpufleet_deepep.generation": "v2"})))
+    assert "DEEPEP_V2_NCCL_OLD" in old and "GIN_NCCL_COMPANION_QPS" not in old

@@ -90,6 +90,25 @@ def test_the_backend_gives_its_arguments_and_environment_for_the_scope_and_the_c
     assert launch.validate(_params(args=["--x"]))["args"] == ["--x"]
 
 
+def test_the_fabric_gives_its_arguments_before_the_callers():
+    """DeepEP V2 across EFA nodes gets --num-sms 64 (V2 sizes its SM count from ibstat's rate, which EFA devices have
+    not); on an mlx5 fabric, on one node, for V1 and with no fabric, nothing; a caller's --num-sms comes later and wins;
+    an unknown fabric is refused by name."""
+    def args_of(backend, scope, fabric, args=()):
+        judge = {"fabric": fabric} if fabric is not None else None
+        return launch.validate(_params(script=None, backend=backend, scope=scope, args=list(args), env={},
+                                       judge=judge))["args"]
+
+    assert args_of("v2", "internode", "efa", ["--num-tokens", "2048"]) == ["--num-sms", "64", "--num-tokens", "2048"]
+    assert args_of("deepep_v2", "internode", "efa", ["--num-sms", "32"])[-2:] == ["--num-sms", "32"]
+    assert args_of("v2", "intranode", "efa") == ["--allow-hybrid-mode", "0"]
+    for fabric in ("roce", "infiniband", "", None):
+        assert args_of("v2", "internode", fabric) == [], fabric
+    assert args_of("nccl_ep", "internode", "efa") == ["--algorithm", "ht"]
+    with pytest.raises(launch.LaunchError, match=re.escape("fabric 'omnipath' is not one the collection knows")):
+        args_of("v2", "internode", "omnipath")
+
+
 def test_the_start_refuses_a_test_that_is_not_on_the_node(tmp_path):
     launcher = tmp_path / "run.sh"
     launcher.write_text("#!/bin/sh\nexit 0\n")

@@ -16,6 +16,7 @@ from __future__ import annotations
 import re
 import shlex
 
+from ansible_collections.gpufleet.deepep.plugins.plugin_utils import _fabrics
 from ansible_collections.gpufleet.deepep.plugins.plugin_utils._verify import backends
 from ansible_collections.gpufleet.deepep.plugins.plugin_utils._verify.judge import JUDGE_SPEC
 
@@ -98,6 +99,12 @@ def validate(params):
         # On a node without an RDMA NIC, the arguments and environment the backend's test runs with there (V2: GIN
         # off, no hybrid kernels).
         own_args = run["args"] + (run["args_without_rdma"] if params.get("rdma") is False else [])
+        # What the profile's fabric needs of the test (DeepEP V2 across EFA nodes: an explicit --num-sms).
+        try:
+            own_args += _fabrics.test_args((params.get("judge") or {}).get("fabric"),
+                                           backends.backend(params["backend"])["name"], params["scope"])
+        except _fabrics.FabricError as exc:
+            raise LaunchError(str(exc))
         own_env = dict(run["env"], **(run["env_without_rdma"] if params.get("rdma") is False else {}))
         params["args"] = own_args + list(params["args"])
         params["env"] = dict(own_env, **params["env"])

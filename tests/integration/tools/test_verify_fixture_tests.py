@@ -423,3 +423,19 @@ def test_v2_across_efa_nodes_on_the_cpu_proxy_fails_naming_the_gin(trees, tmp_pa
         record = efa_record(rc, out, err)
         assert not record["transport"]["gate"]["passed"]
         assert "NCCL GIN is PROXY; the profile allows EFA_GDA" in record["transport"]["gate"]["reasons"], record["transport"]
+
+
+def test_v2_across_efa_nodes_without_an_sm_count_dies_as_deepep_does(trees, tmp_path):
+    """V2 sizes its SM count from ibstat's rate of EP_NIC_NAME, which EFA has not: across nodes without --num-sms the
+    elastic test dies of a division by zero (deep_ep/buffers/elastic.py get_theoretical_num_sms), on every node; the
+    argument the efa fabric gives the test (plugins/plugin_utils/_fabrics.py test_args) runs it."""
+    from ansible_collections.gpufleet.deepep.plugins.plugin_utils import _fabrics
+    envs = [efa_node(tmp_path, "p5en-1"), efa_node(tmp_path, "p5en-2")]
+    for rc, out, err in v2_across(trees, envs, "--num-processes", "8"):
+        assert rc == 1 and "ZeroDivisionError: float division by zero" in err, (rc, err[-2000:])
+        assert "Failed to get RDMA connection speed" in out
+        assert not efa_record(rc, out, err)["gate"]["passed"]
+    args = _fabrics.test_args("efa", "deepep_v2", "internode")
+    assert args == ["--num-sms", "64"]
+    for rc, out, err in v2_across(trees, envs, "--num-processes", "8", *args):
+        assert rc == 0 and " > #SM: 64," in out, err[-2000:]
