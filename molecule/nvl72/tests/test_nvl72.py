@@ -1,14 +1,15 @@
 # Copyright: (c) 2026, gpufleet.deepep contributors
 # GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
-"""Verifier of the nvl72 scenario: two GB200 trays of one simulated NVL72 rack (fleetsim gb200_nvl72), converged with
-the example profile gb200_nvl72. The trays are Grace (aarch64) hosts to every program on them; IMEX runs READY with
-both trays in its nodes config and the driver's channel; DeepEP V2 verifies across the two trays as one scale-up
-domain (multi-node NVLink, the gb200 scale-up gate, provisional) and on each tray; the audit is clean. Faults, last
-(each put back): a tray whose GPUs left the rack's fabric fails the preflight and the audit by rule and the domain's
-verify; a stopped IMEX service is an audit finding; DeepEP V1 is refused for the scale-up domain by name.
+"""Verifier of the nvl72 scenario: two simulated NVL72 racks of two trays each, a GB200 rack (fleetsim gb200_nvl72,
+example profile gb200_nvl72) and a GB300 rack (gb300_nvl72, example profile gb300_nvl72). The trays are Grace
+(aarch64) hosts to every program on them; IMEX runs READY with its rack's trays in its nodes config and the driver's
+channel; DeepEP V2, built for the tray's arch, verifies across each rack's trays as one scale-up domain (multi-node
+NVLink, the family's scale-up gate, provisional) and on each tray; the audit is clean. Faults, last (each put back):
+a tray whose GPUs left the rack's fabric fails the preflight and the audit by rule and its domain's verify (the other
+rack untouched); a stopped IMEX service is an audit finding; DeepEP V1 is refused for the scale-up domain by name.
 
-Expected values come from the fleetsim hardware profile and the example profile, never from what the converge
-reported. Simulated, not measured: no NVL72 rack was lent.
+Expected values come from the fleetsim hardware profiles, the example profiles and the profile object, never from what
+the converge reported. Simulated, not measured: no NVL72 rack was lent.
 """
 
 from __future__ import annotations
@@ -29,16 +30,24 @@ REPO = SCENARIO.parents[1]
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 fakehw = importlib.import_module("tools.fleetsim.fakehw")
+if str(REPO / ".collections") not in sys.path:
+    sys.path.insert(0, str(REPO / ".collections"))
+families = importlib.import_module("ansible_collections.gpufleet.deepep.plugins.plugin_utils._gpu_families")
 EPHEMERAL = Path(os.environ["MOLECULE_EPHEMERAL_DIRECTORY"])
 INVENTORY = str(Path(os.environ["MOLECULE_INVENTORY_FILE"]).parent)
-GROUP = "nvl72_rack1"
-TRAYS = ["nvl72-rack1-1", "nvl72-rack1-2"]
-HARDWARE = fakehw.load_profile("gb200_nvl72")
-PROFILE = yaml.safe_load((REPO / "inventories" / "example" / "group_vars" / "gb200_nvl72.yml").read_text())
+# domain group -> (its trays, fleetsim hardware profile, example profile): molecule.yml's platforms.
+RACKS = {"nvl72_rack1": (["nvl72-rack1-1", "nvl72-rack1-2"], "gb200_nvl72", "gb200_nvl72"),
+         "gb300_rack1": (["gb300-rack1-1", "gb300-rack1-2"], "gb300_nvl72", "gb300_nvl72")}
+RACK_OF = {tray: group for group, (trays, _hw, _profile) in RACKS.items() for tray in trays}
+GROUPS = sorted(RACKS)
+TRAYS = [tray for group in GROUPS for tray in RACKS[group][0]]
+HARDWARE = {group: fakehw.load_profile(hw) for group, (_trays, hw, _profile) in RACKS.items()}
+PROFILE = {group: yaml.safe_load((REPO / "inventories" / "example" / "group_vars" / ("%s.yml" % name)).read_text())
+           for group, (_trays, _hw, name) in RACKS.items()}
 PLAY_TIMEOUT = 1200
 FABRIC_KNOB = "/etc/fleetsim/gpu-fabric.json"
 
-testinfra_hosts = testinfra.utils.ansible_runner.AnsibleRunner(os.environ["MOLECULE_INVENTORY_FILE"]).get_hosts(GROUP)
+testinfra_hosts = TRAYS
 
 
 def playbook(name, *extra, log=""):
@@ -51,15 +60,15 @@ def playbook(name, *extra, log=""):
     return run
 
 
-def verify_run(run_dir, *extra):
-    run = playbook("verify.yml", "-e", json.dumps({"gpufleet_verify_groups": [GROUP]}), "-e",
+def verify_run(run_dir, *extra, groups=GROUPS):
+    run = playbook("verify.yml", "-e", json.dumps({"gpufleet_verify_groups": list(groups)}), "-e",
                    "gpufleet_verify_run_dir=%s" % run_dir, *extra, log=Path(run_dir).name + "-")
     summary = Path(run_dir) / "summary.json"
     return run, (json.loads(summary.read_text()) if summary.is_file() else None)
 
 
 def audit_run(out_dir):
-    run = playbook("audit.yml", "-l", GROUP, "-e", "audit_output_dir=%s" % out_dir, "-e", "audit_fail_on=none",
+    run = playbook("audit.yml", "-l", ":".join(GROUPS), "-e", "audit_output_dir=%s" % out_dir, "-e", "audit_fail_on=none",
                    log=Path(out_dir).name + "-")
     assert run.returncode == 0, run.stdout[-4000:]
     return json.loads((Path(out_dir) / "fleet.json").read_text())
@@ -84,10 +93,11 @@ def test_the_trays_are_grace_hosts_to_their_programs(host):
     assert host.file("/usr/lib/aarch64-linux-gnu/libcuda.so.1").exists
 
 
-def test_imex_runs_ready_with_every_tray_of_the_domain(host):
+def test_imex_runs_ready_with_every_tray_of_its_rack(host):
     addresses = host.file("/etc/nvidia-imex/nodes_config.cfg").content_string.split()
     trays = testinfra.utils.ansible_runner.AnsibleRunner(os.environ["MOLECULE_INVENTORY_FILE"])
-    expected = sorted(trays.get_variables(name)["ansible_host"] for name in TRAYS)
+    rack = RACKS[RACK_OF[host.backend.get_hostname()]][0]
+    expected = sorted(trays.get_variables(name)["ansible_host"] for name in rack)
     assert sorted(addresses) == expected
     assert "IMEX_NODE_CONFIG_FILE=/etc/nvidia-imex/nodes_config.cfg" in host.file(
         "/etc/nvidia-imex/config.cfg").content_string
@@ -100,17 +110,23 @@ def test_imex_runs_ready_with_every_tray_of_the_domain(host):
 
 @pytest.mark.parametrize("tray", TRAYS)
 def test_the_domain_verifies_across_its_trays(verify, tray):
+    group = RACK_OF[tray]
+    family = PROFILE[group]["gpufleet_gpu_family"]
     rows = [r for r in verify["rows"] if r["host"] == tray and r["stage"] == "scaleup"]
     assert len(rows) == 1, verify["rows"]
     row = rows[0]
     assert row["passed"] and row["status"] == "pass", row
-    assert row["test"] == "tests/elastic/test_ep.py" and row["group"] == GROUP, row
-    # Every rank a scale-up peer over NVLink: NVLink figures over the gb200 gate, none over RDMA.
+    assert row["test"] == "tests/elastic/test_ep.py" and row["group"] == group, row
+    # Every rank a scale-up peer over NVLink: NVLink figures over the family's scale-up gate, none over RDMA.
+    gate = families.GATES["scaleup"][family]
     gates = row["thresholds"]
-    assert row["gbps"]["dispatch_bf16_nvl_gbps"] >= gates["dispatch_bf16_nvl_gbps"] == 380, row
+    assert gates["dispatch_bf16_nvl_gbps"] == gate["dispatch_bf16_nvl_gbps"], row
+    assert row["gbps"]["dispatch_bf16_nvl_gbps"] >= gates["dispatch_bf16_nvl_gbps"], row
     assert row["gbps"].get("dispatch_bf16_rdma_gbps") is None, row
-    assert "provisional" in json.dumps(row), row
-    assert "MNNVL clique of %d" % (2 * len(HARDWARE["gpus"])) in row["transport"]["brief"], row["transport"]
+    assert row.get("gate_provisional", "").startswith("%s: " % family), row
+    # The MNNVL clique is the rack's trays only: the other rack is another NVLink domain.
+    clique = len(RACKS[group][0]) * len(HARDWARE[group]["gpus"])
+    assert "MNNVL clique of %d" % clique in row["transport"]["brief"], row["transport"]
 
 
 @pytest.mark.parametrize("tray", TRAYS)
@@ -120,18 +136,25 @@ def test_each_tray_verifies_on_its_own_gpus(verify, tray):
 
 
 @pytest.mark.parametrize("tray", TRAYS)
-def test_audit_is_clean(audit, tray):
+def test_audit_is_clean_and_deepep_is_built_for_the_trays_arch(audit, tray):
     entry = audit["nodes"][tray]
+    group = RACK_OF[tray]
     assert entry["reachable"] is True and entry["facts"]["gather_errors"] == {}
     assert entry["findings"] == [], [(f["id"], f.get("evidence")) for f in entry["findings"]]
-    assert entry["facts"]["expect"]["gpu_family"] == PROFILE["gpufleet_gpu_family"] == "gb200"
+    assert entry["facts"]["expect"]["gpu_family"] == PROFILE[group]["gpufleet_gpu_family"]
+    # SM 10.3 on GB300 is its own arch (never the GB200's 10.0), from the family: what the GPUs report.
+    arch = HARDWARE[group]["gpu_model"]["compute_capability"]
+    assert families.compute_capability(PROFILE[group]["gpufleet_gpu_family"]) == arch
+    assert arch in json.dumps(entry["facts"]["gpufleet_gpus"]["cuda_arch_list"]), entry["facts"]["gpufleet_gpus"]
+    built = entry["facts"]["gpufleet_deepep"]["built_against"]["arch_list"]
+    assert arch in json.dumps(built) and "10.0" not in json.dumps(built) or arch == "10.0", built
 
 
 def test_a_tray_out_of_the_fabric_fails_preflight_audit_and_the_domain(host):
     """One tray's GPUs leave the rack's fabric (State In Progress): the preflight refuses it by rule, the audit finds
     it, and the scale-up run across the domain fails for both trays (NCCL refuses multi-node NVLink)."""
     tray = host.backend.get_hostname()
-    if tray != TRAYS[-1]:
+    if tray != RACKS["nvl72_rack1"][0][-1]:
         pytest.skip("the fault is put on one tray")
     host.run_expect([0], "printf '%%s' '{\"state\": \"In Progress\", \"status\": \"N/A\"}' > %s" % FABRIC_KNOB)
     try:
@@ -142,8 +165,9 @@ def test_a_tray_out_of_the_fabric_fails_preflight_audit_and_the_domain(host):
         report = audit_run(EPHEMERAL / "audit-fabric")
         ids = [f["id"] for f in report["nodes"][tray]["findings"]]
         assert "NVL72_FABRIC_NOT_READY" in ids, ids
-        assert report["nodes"][TRAYS[0]]["findings"] == []
-        run, summary = verify_run(EPHEMERAL / "verify-fabric", "--tags", "internode", "-e", "gpufleet_verify_fail=false")
+        assert [other for other in TRAYS if other != tray and report["nodes"][other]["findings"]] == []
+        run, summary = verify_run(EPHEMERAL / "verify-fabric", "--tags", "internode", "-e", "gpufleet_verify_fail=false",
+                                  groups=["nvl72_rack1"])
         rows = [r for r in summary["rows"] if r["stage"] == "scaleup"]
         assert len(rows) == 2 and not any(r["passed"] for r in rows), rows
     finally:
@@ -152,7 +176,7 @@ def test_a_tray_out_of_the_fabric_fails_preflight_audit_and_the_domain(host):
 
 def test_a_stopped_imex_service_is_an_audit_finding(host):
     tray = host.backend.get_hostname()
-    if tray != TRAYS[0]:
+    if tray != RACKS["gb300_rack1"][0][0]:
         pytest.skip("the fault is put on one tray")
     host.run_expect([0], "systemctl stop nvidia-imex")
     try:
@@ -164,6 +188,7 @@ def test_a_stopped_imex_service_is_an_audit_finding(host):
 
 
 def test_deepep_v1_is_refused_for_the_scale_up_domain_by_name():
-    run, dummy = verify_run(EPHEMERAL / "verify-v1", "--tags", "internode", "-e", "verify_internode_generation=v1")
+    run, dummy = verify_run(EPHEMERAL / "verify-v1", "--tags", "internode", "-e", "verify_internode_generation=v1",
+                            groups=["gb300_rack1"])
     assert run.returncode != 0
     assert "DeepEP V1 has no scaleup test" in run.stdout, run.stdout[-3000:]
