@@ -15,10 +15,8 @@ the converge reported. Simulated, not measured: no EFA node was lent (what the s
 from __future__ import annotations
 
 import importlib
-import json
 import os
 import re
-import subprocess
 import sys
 from pathlib import Path
 
@@ -31,7 +29,9 @@ REPO = SCENARIO.parents[1]
 for path in (REPO, REPO / ".collections"):
     if str(path) not in sys.path:
         sys.path.insert(0, str(path))
+sys.path.insert(0, str(REPO / "molecule" / "shared"))
 fakehw = importlib.import_module("tools.fleetsim.fakehw")
+fleet_checks = importlib.import_module("fleet_checks")
 families = importlib.import_module("ansible_collections.gpufleet.deepep.plugins.plugin_utils._gpu_families")
 fabrics = importlib.import_module("ansible_collections.gpufleet.deepep.plugins.plugin_utils._fabrics")
 EPHEMERAL = Path(os.environ["MOLECULE_EPHEMERAL_DIRECTORY"])
@@ -49,27 +49,15 @@ testinfra_hosts = testinfra.utils.ansible_runner.AnsibleRunner(os.environ["MOLEC
 
 
 def playbook(name, *extra, log=""):
-    env = dict(os.environ, ANSIBLE_CONFIG=str(REPO / "ansible.cfg"), ANSIBLE_NOCOLOR="1")
-    run = subprocess.run([str(Path(sys.executable).parent / "ansible-playbook"), "-i", INVENTORY,
-                          str(REPO / "playbooks" / name)] + list(extra),
-                         check=False, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                         universal_newlines=True, timeout=PLAY_TIMEOUT)
-    (EPHEMERAL / f"{log}{Path(name).stem}.log").write_text(run.stdout)
-    return run
+    return fleet_checks.playbook(REPO, INVENTORY, EPHEMERAL, name, *extra, log=log, timeout=PLAY_TIMEOUT)
 
 
 def verify_run(run_dir, *extra):
-    run = playbook("verify.yml", "-e", json.dumps({"gpufleet_verify_groups": [GROUP]}), "-e",
-                   "gpufleet_verify_run_dir=%s" % run_dir, *extra, log=Path(run_dir).name + "-")
-    summary = Path(run_dir) / "summary.json"
-    return run, (json.loads(summary.read_text()) if summary.is_file() else None)
+    return fleet_checks.verify_run(REPO, INVENTORY, run_dir, [GROUP], *extra)
 
 
 def audit_run(out_dir):
-    run = playbook("audit.yml", "-l", GROUP, "-e", "audit_output_dir=%s" % out_dir, "-e", "audit_fail_on=none",
-                   log=Path(out_dir).name + "-")
-    assert run.returncode == 0, run.stdout[-4000:]
-    return json.loads((Path(out_dir) / "fleet.json").read_text())
+    return fleet_checks.audit_run(REPO, INVENTORY, out_dir, GROUP)
 
 
 def exports_of(host):
@@ -151,8 +139,7 @@ def test_an_env_script_without_efa_gda_is_named_and_fails_across_nodes(host):
     node = host.backend.get_hostname()
     if node != NODES[-1]:
         pytest.skip("the fault is put on one node")
-    host.run_expect([0], "cp -p %s %s.orig && sed -i '/^export NCCL_GIN_TYPE=/d' %s" % (ENV_SCRIPT, ENV_SCRIPT,
-                                                                                       ENV_SCRIPT))
+    host.run_expect([0], "cp -p {0} {0}.orig && sed -i '/^export NCCL_GIN_TYPE=/d' {0}".format(ENV_SCRIPT))
     try:
         report = audit_run(EPHEMERAL / "audit-gin")
         found = report["nodes"][node]["findings"]
@@ -164,7 +151,7 @@ def test_an_env_script_without_efa_gda_is_named_and_fails_across_nodes(host):
         assert not row["passed"] and not row["transport"]["passed"], row
         assert "GIN PROXY" in row["transport"]["brief"], row["transport"]
     finally:
-        host.run_expect([0], "mv %s.orig %s" % (ENV_SCRIPT, ENV_SCRIPT))
+        host.run_expect([0], "mv {0}.orig {0}".format(ENV_SCRIPT))
 
 
 def test_deepep_v1_across_efa_nodes_is_refused_by_name():

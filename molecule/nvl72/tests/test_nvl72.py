@@ -17,7 +17,6 @@ from __future__ import annotations
 import importlib
 import json
 import os
-import subprocess
 import sys
 from pathlib import Path
 
@@ -29,7 +28,9 @@ SCENARIO = Path(__file__).resolve().parents[1]
 REPO = SCENARIO.parents[1]
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
+sys.path.insert(0, str(REPO / "molecule" / "shared"))
 fakehw = importlib.import_module("tools.fleetsim.fakehw")
+fleet_checks = importlib.import_module("fleet_checks")
 if str(REPO / ".collections") not in sys.path:
     sys.path.insert(0, str(REPO / ".collections"))
 families = importlib.import_module("ansible_collections.gpufleet.deepep.plugins.plugin_utils._gpu_families")
@@ -51,27 +52,15 @@ testinfra_hosts = TRAYS
 
 
 def playbook(name, *extra, log=""):
-    env = dict(os.environ, ANSIBLE_CONFIG=str(REPO / "ansible.cfg"), ANSIBLE_NOCOLOR="1")
-    run = subprocess.run([str(Path(sys.executable).parent / "ansible-playbook"), "-i", INVENTORY,
-                          str(REPO / "playbooks" / name)] + list(extra),
-                         check=False, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                         universal_newlines=True, timeout=PLAY_TIMEOUT)
-    (EPHEMERAL / f"{log}{Path(name).stem}.log").write_text(run.stdout)
-    return run
+    return fleet_checks.playbook(REPO, INVENTORY, EPHEMERAL, name, *extra, log=log, timeout=PLAY_TIMEOUT)
 
 
 def verify_run(run_dir, *extra, groups=GROUPS):
-    run = playbook("verify.yml", "-e", json.dumps({"gpufleet_verify_groups": list(groups)}), "-e",
-                   "gpufleet_verify_run_dir=%s" % run_dir, *extra, log=Path(run_dir).name + "-")
-    summary = Path(run_dir) / "summary.json"
-    return run, (json.loads(summary.read_text()) if summary.is_file() else None)
+    return fleet_checks.verify_run(REPO, INVENTORY, run_dir, list(groups), *extra)
 
 
 def audit_run(out_dir):
-    run = playbook("audit.yml", "-l", ":".join(GROUPS), "-e", "audit_output_dir=%s" % out_dir, "-e", "audit_fail_on=none",
-                   log=Path(out_dir).name + "-")
-    assert run.returncode == 0, run.stdout[-4000:]
-    return json.loads((Path(out_dir) / "fleet.json").read_text())
+    return fleet_checks.audit_run(REPO, INVENTORY, out_dir, ":".join(GROUPS))
 
 
 @pytest.fixture(scope="module")
