@@ -11,8 +11,8 @@ of the example profile h200_p5en (inventories/fleetsim wires it), over SSH with 
 - the env script exports the fabric's variables (NCCL_GIN_TYPE=5, NCCL_SYM_GIN_KERNELS_ENABLE=0, FI_PROVIDER=efa) and
   an ACTIVE EFA device as EP_NIC_NAME, and none of NVSHMEM's IBGDA variables.
 
-Not shown here: DeepEP V2's run across EFA nodes (a full converge of the profile; fleetsim nodes now have a
-/dev/infiniband of their own, which V2's runtime checks read)."""
+DeepEP V2's run across EFA nodes (the profile converged whole on two nodes, verified and audited) is the Molecule
+scenario efa's."""
 
 from __future__ import annotations
 
