@@ -22,8 +22,9 @@ def decided(tmp_path, inventory):
          "ansible.builtin.include_vars": str(REPO / "roles" / role / "defaults" / "main.yml")}
         for role in ("verify_intranode", "verify_internode")
     ] + [
-        {"name": "Decide", "ansible.builtin.set_fact": {"intra": "{{ verify_intranode_low_latency | bool }}",
-                                                         "inter": "{{ verify_internode_low_latency | bool }}"}},
+        {"name": "Decide", "ansible.builtin.set_fact": {
+            "intra": "{{ verify_intranode_low_latency | bool }}",
+            "inter": "{{ verify_internode_low_latency | bool }}"}},
         dump_task("dict(ansible_play_hosts | zip(ansible_play_hosts | map('extract', hostvars, 'intra') | zip("
                   "ansible_play_hosts | map('extract', hostvars, 'inter'))))", out),
     ]
