@@ -22,8 +22,9 @@ and GIN need rdma-core's mlx5 direct verbs; ``nccl_min``, the first NCCL whose G
 backends accept); ``env``, the variables the env script exports for it (``[name, value, why]``); ``refuses``, the
 backends that cannot run across nodes on it, each with the reason (refused by the preflight before anything builds,
 and by the verify roles before a test runs); ``test_args``, the arguments a backend's test of a scope needs on it
-(backend -> scope -> argv, put before the caller's own: EFA's ``--num-sms`` for DeepEP V2); ``stack_min``, the floors of the fabric's own software (EFA: the EFA
-installer, libfabric, aws-ofi-nccl, the efa kernel module; the efa role installs and holds them).
+(backend -> scope -> argv, put before the caller's own: EFA's ``--num-sms`` for DeepEP V2); ``stack_min``, the
+floors of the fabric's own software (EFA: the EFA installer, libfabric, aws-ofi-nccl, the efa kernel module; the efa
+role installs and holds them).
 
 EFA (AWS P5/P5en/P6): the RDMA devices are ``rdmap<bus>s<slot>``, driver ``efa``, port link layer ``Unknown``
 (the kernel's IB_LINK_LAYER_UNSPECIFIED). NCCL reaches them through the aws-ofi-nccl plugin, which NCCL names

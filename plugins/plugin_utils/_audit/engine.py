@@ -15,8 +15,8 @@ over one node's facts document::
 A rule fires when its ``condition`` evaluates to a true value in the jmespath sense (not null, not
 false, not an empty string/list/object). The conditions may use the audit's own jmespath functions besides the
 standard ones (``version_cmp``, ``arch_covers``, ``arch_list``, ``to_int``, ``mod``, ``int_div``,
-``without_prefix``, ``unique``, ``difference``, ``cuda_floor``, ``fabric_refusal``, ``fabric_nccl_floor``, ``fabric_env_gaps``, ``fabric_offers``): they
-and the jmespath evaluation are in
+``without_prefix``, ``unique``, ``difference``, ``cuda_floor``, ``fabric_refusal``, ``fabric_nccl_floor``,
+``fabric_env_gaps``, ``fabric_offers``): they and the jmespath evaluation are in
 ``expr``; one node's facts document, built from the registered node_stack result, is made in ``document``.
 
 One engine judges more than the audit: a rule's ``when`` names the contexts it applies in (``audit``, the

@@ -88,9 +88,8 @@ except ImportError:  # pragma: no cover - exercised only without jmespath
     JMESPATH_IMPORT_ERROR = traceback.format_exc()
 
 __all__ = ["HAS_JMESPATH", "JMESPATH_IMPORT_ERROR", "AuditError", "parse_version", "version_cmp",
-           "normalize_arch_list", "arch_covers", "cuda_floor", "fabric_refusal", "fabric_nccl_floor", "fabric_env_gaps", "fabric_offers",
-           "family_host_arch",
-           "family_spans_hosts", "host_arch_name", "without_prefix",
+           "normalize_arch_list", "arch_covers", "cuda_floor", "fabric_refusal", "fabric_nccl_floor", "fabric_env_gaps",
+           "fabric_offers", "family_host_arch", "family_spans_hosts", "host_arch_name", "without_prefix",
            "int_mod", "int_div", "unique", "difference",
            "compile_expression", "search", "truthy"]
 
@@ -197,22 +196,27 @@ def cuda_floor(archs):
     return best
 
 
+def _fabric_entry(fabric):
+    """``fabric``'s entry of the profile object, or None (no fabric, or one the collection does not know)."""
+    return FABRICS.get(fabric) if isinstance(fabric, str) else None
+
+
 def fabric_refusal(fabric, backend):
     """Why ``backend`` cannot run across nodes on ``fabric``, or None (no fabric, an unknown one, or one it runs on)."""
-    entry = FABRICS.get(fabric) if isinstance(fabric, str) else None
+    entry = _fabric_entry(fabric)
     return (entry.get("refuses") or {}).get(backend) if entry and isinstance(backend, str) else None
 
 
 def fabric_nccl_floor(fabric):
     """The first NCCL whose GIN runs on ``fabric``, or None (no fabric, an unknown one, or no floor)."""
-    entry = FABRICS.get(fabric) if isinstance(fabric, str) else None
+    entry = _fabric_entry(fabric)
     return entry.get("nccl_min") if entry else None
 
 
 def fabric_env_gaps(fabric, exports):
     """``NAME=value`` for each of ``fabric``'s variables that ``exports`` does not set to its value ([] for no fabric,
     an unknown one, or one without variables)."""
-    entry = FABRICS.get(fabric) if isinstance(fabric, str) else None
+    entry = _fabric_entry(fabric)
     exports = exports if isinstance(exports, dict) else {}
     return ["%s=%s" % (name, value) for name, value, _why in (entry or {}).get("env", ())
             if str(exports.get(name)) != value]
@@ -221,7 +225,7 @@ def fabric_env_gaps(fabric, exports):
 def fabric_offers(fabric, what):
     """Whether ``fabric`` offers ``what`` (a yes/no key of its ``_fabrics.FABRICS`` entry), or None (no fabric, an
     unknown one, or a key that is not a yes/no of the entry)."""
-    entry = FABRICS.get(fabric) if isinstance(fabric, str) else None
+    entry = _fabric_entry(fabric)
     value = entry.get(what) if entry and isinstance(what, str) else None
     return value if isinstance(value, bool) else None
 

@@ -34,7 +34,9 @@ merged over these per profile; the collection's are the strict ones every profil
 
 from __future__ import annotations
 
+from ansible_collections.gpufleet.deepep.plugins.plugin_utils._fabrics import FabricError
 from ansible_collections.gpufleet.deepep.plugins.plugin_utils._fabrics import fabric as fabric_of
+from ansible_collections.gpufleet.deepep.plugins.plugin_utils._fabrics import test_args as fabric_test_args
 from ansible_collections.gpufleet.deepep.plugins.plugin_utils._gpu_families import token_key
 from ansible_collections.gpufleet.deepep.plugins.plugin_utils._thresholds import VerifyInputError
 from ansible_collections.gpufleet.deepep.plugins.plugin_utils._verify.transport import TransportInputError
@@ -190,17 +192,23 @@ def resolve(name, gathered=None, v2_tests=False):
     return backend(name)
 
 
-def scope_of(name, scope):
+def scope_of(name, scope, fabric=None):
     """What ``name`` runs for ``scope``: ``{test, args, env, transport, args_without_rdma, env_without_rdma,
     beside_launcher}`` (args and env empty where it has none; ``beside_launcher``: the test ships with the collection
-    and lies beside the verify launcher, not in the backend's source tree);
-    BackendError for a scope it has no test for."""
+    and lies beside the verify launcher, not in the backend's source tree). On the profile's ``fabric``, ``args`` ends
+    with what the fabric's entry gives that test (``_fabrics.test_args``: DeepEP V2 across EFA nodes, ``--num-sms``).
+    BackendError for a scope it has no test for, or a fabric the collection does not know."""
     descriptor = backend(name)
     if scope not in descriptor["scopes"]:
         raise BackendError("%s has no %s test (scope=%r); expected one of %s, or a script of your own"
                            % (descriptor["title"], scope, scope, ", ".join(sorted(descriptor["scopes"]))))
     entry = descriptor["scopes"][scope]
-    return {"test": entry["test"], "args": list(entry.get("args") or []), "env": dict(entry.get("env") or {}),
+    try:
+        on_fabric = fabric_test_args(fabric, descriptor["name"], scope)
+    except FabricError as exc:
+        raise BackendError(str(exc))
+    return {"test": entry["test"], "args": list(entry.get("args") or []) + on_fabric,
+            "env": dict(entry.get("env") or {}),
             "transport": dict(entry["transport"]), "args_without_rdma": list(entry.get("args_without_rdma") or []),
             "env_without_rdma": dict(entry.get("env_without_rdma") or {}),
             "beside_launcher": bool(entry.get("beside_launcher"))}

@@ -16,7 +16,6 @@ from __future__ import annotations
 import re
 import shlex
 
-from ansible_collections.gpufleet.deepep.plugins.plugin_utils import _fabrics
 from ansible_collections.gpufleet.deepep.plugins.plugin_utils._verify import backends
 from ansible_collections.gpufleet.deepep.plugins.plugin_utils._verify.judge import JUDGE_SPEC
 
@@ -89,7 +88,10 @@ def validate(params):
         # The backend's test of the scope (unless a script of one's own is given), run with its arguments first and
         # its environment under the caller's: a later argument and a caller's variable win.
         try:
-            run = backends.scope_of(params["backend"], params["scope"])
+            # On the profile's fabric: with the arguments its entry gives the test (DeepEP V2 across EFA nodes,
+            # an explicit --num-sms).
+            run = backends.scope_of(params["backend"], params["scope"],
+                                    fabric=(params.get("judge") or {}).get("fabric"))
         except backends.BackendError as exc:
             raise LaunchError(str(exc))
         params["script"] = params["script"] or run["test"]
@@ -99,12 +101,6 @@ def validate(params):
         # On a node without an RDMA NIC, the arguments and environment the backend's test runs with there (V2: GIN
         # off, no hybrid kernels).
         own_args = run["args"] + (run["args_without_rdma"] if params.get("rdma") is False else [])
-        # What the profile's fabric needs of the test (DeepEP V2 across EFA nodes: an explicit --num-sms).
-        try:
-            own_args += _fabrics.test_args((params.get("judge") or {}).get("fabric"),
-                                           backends.backend(params["backend"])["name"], params["scope"])
-        except _fabrics.FabricError as exc:
-            raise LaunchError(str(exc))
         own_env = dict(run["env"], **(run["env_without_rdma"] if params.get("rdma") is False else {}))
         params["args"] = own_args + list(params["args"])
         params["env"] = dict(own_env, **params["env"])
