@@ -46,11 +46,22 @@ options:
             the entry to add to O(settings[].table_name), one that names none (C(mycluster)) asking to name it after
             its family or to set C(default); C(hca_mapping),
             C(auto), empty or C(gpu:hca:port,...) with each GPU once; C(gid_index), C(auto), empty or 0 to 255;
-            C(env), a mapping of shell variable names to one-line values.
+            C(env), a mapping of shell variable names to one-line values; C(release), a release C(N.N.N);
+            C(pip_release), a release C(N.N.N) optionally with C(.postN); C(path), an absolute path; C(url), an
+            http, https or file URL; C(names), a list of non-empty strings.
+          - C(source), a download the role will fetch, as a mapping with the key C(type); O(settings[].name) is the
+            role's variable prefix (C(cuda_toolkit), C(nvshmem)), named with its variables in a refusal. Type
+            C(tarball) (keys C(url), C(checksum)) needs the checksum or a C(file:) URL; type C(git) (keys C(repo),
+            C(ref), C(commit)) a commit, or a ref that is a full commit id; type C(apt) (keys C(repo_url),
+            C(keyring_url), C(keyring_checksum), C(trusted)) a key checksum where the key is fetched over the network,
+            and no C(trusted) repository over the network. Optional keys are C(allow_unverified) (true accepts it as
+            it is), C(title) (what the source is of, in the message), C(hint) (appended to the git fix), and with a
+            tarball C(repo) and C(ref) to offer the git fix too.
           - Whole numbers may be given as strings of digits (extra vars arrive as strings).
         type: str
         required: true
-        choices: [serial, percentage, count, positive, seconds, choice, profile, hca_mapping, gid_index, env]
+        choices: [serial, percentage, count, positive, seconds, choice, profile, hca_mapping, gid_index, env, release, pip_release,
+                  path, url, names, source]
       choices:
         description: The allowed values, with O(settings[].form=choice).
         type: list

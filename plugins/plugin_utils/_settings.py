@@ -1,8 +1,14 @@
 # Copyright: (c) 2026, gpufleet.deepep contributors
 # GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
 """Checks of play-level and role values (batch sizes, percentages, counts, timeouts, profiles, HCA mappings, GID
-indexes, environment variables) before any host runs: every value judged by its form, every refusal naming the
-variable, the value and the form expected. Pure logic, standard library only.
+indexes, environment variables, releases, paths, URLs, name lists, downloads) before any host runs: every value
+judged by its form, every refusal naming the variable, the value and the form expected. Pure logic, standard
+library only.
+
+A download (form ``source``) is judged in one place for every role that fetches one: a tarball needs its checksum
+or a local ``file:`` URL, a git source a pinned commit (the commit is the checksum of a git source; tags, branches
+and pull-request refs move), an APT repository a pinned key or a local one; ``<name>_allow_unverified`` accepts it
+as it is. The refusal names the role's own variables (``<name>_src_checksum``, ``<name>_apt_keyring_checksum``).
 """
 
 from __future__ import annotations
@@ -18,6 +24,11 @@ __all__ = ["ARGUMENT_SPEC", "FORMS", "SettingError", "check_setting", "check_set
 _DIGITS = re.compile(r"[0-9]+")
 _PERCENT = re.compile(r"([0-9]+(?:\.[0-9]+)?)%")
 _SHELL_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+_RELEASE = re.compile(r"[0-9]+\.[0-9]+\.[0-9]+")
+_PIP_RELEASE = re.compile(r"[0-9]+\.[0-9]+\.[0-9]+(\.post[0-9]+)?")
+_URL = re.compile(r"(https?|file)://.+", re.IGNORECASE)
+_REMOTE = re.compile(r"(https?|ftp)://", re.IGNORECASE)
+_COMMIT = re.compile(r"[0-9a-f]{40}")
 
 FORMS = {
     "serial": "a positive whole number of hosts, a percentage string such as '25%' (above 0, at most 100), or a "
@@ -33,6 +44,13 @@ FORMS = {
     "hca_mapping": "'auto', '' (none) or gpu:hca:port[,gpu:hca:port...] with each GPU once, e.g. 0:mlx5_0:1,1:mlx5_1:1",
     "gid_index": "'auto', '' (none) or a whole number from 0 to 255",
     "env": "a mapping of shell variable names (letters, digits, _; not starting with a digit) to one-line values",
+    "release": "a release N.N.N (2.30.7)",
+    "pip_release": "a release N.N.N, optionally with .postN (0.5.8, 0.5.8.post1)",
+    "path": "an absolute path",
+    "url": "an http, https or file URL",
+    "names": "a list of names (strings), possibly empty",
+    "source": "a download described as {type: tarball, url, checksum}, {type: git, repo, ref, commit} or {type: apt, "
+              "repo_url, keyring_url, keyring_checksum, trusted}, with allow_unverified, title and hint optional",
 }
 
 
@@ -72,6 +90,64 @@ def _serial_item(name, value):
             _fail(name, value, "serial", "a percentage above 0 and at most 100 is needed")
         return value
     return _number(name, value, "serial", 1)
+
+
+def _truthy(value):
+    return value is True or (isinstance(value, str) and value.strip().lower() in ("true", "yes", "on", "1")) or (
+        isinstance(value, int) and not isinstance(value, bool) and value == 1)
+
+
+def _text(value):
+    return "" if value is None else str(value)
+
+
+def _unverified(name, source):
+    """Why ``source`` (form ``source``) would be fetched with nothing to verify it, or '' when it is verified."""
+    kind, title = source["type"], _text(source.get("title")) or name
+    after = ", or set %s_allow_unverified: true to accept it unverified." % name
+    if kind == "apt":
+        repo, key = _text(source.get("repo_url")), _text(source.get("keyring_url"))
+        if _truthy(source.get("trusted")):
+            if not _REMOTE.match(repo):
+                return ""
+            why = "%s_apt_trusted marks %s [trusted=yes], a repository over the network." % (name, repo)
+        elif _REMOTE.match(key) and not _text(source.get("keyring_checksum")):
+            why = "The key %s is fetched over the network and %s_apt_keyring_checksum is empty." % (key, name)
+        else:
+            return ""
+        return ("%s Nothing would verify the packages: set %s_apt_keyring_checksum: sha256:<hex> (sha256sum of the "
+                "key file), or point the repository and key at a local file: mirror%s" % (why, name, after))
+    repo, ref = _text(source.get("repo")), _text(source.get("ref"))
+    git_fix = "%s_src_git_commit: <the full commit id you reviewed> (git ls-remote %s %s)%s" % (
+        name, repo, ref, _text(source.get("hint")))
+    if kind == "git":
+        if _text(source.get("commit")) or _COMMIT.fullmatch(ref):
+            return ""
+        return ("%s of %s is a moving ref and %s_src_git_commit is empty, so nothing would verify the %s source. Set "
+                "%s%s" % (ref, repo, name, title, git_fix, after))
+    url = _text(source.get("url"))
+    if _text(source.get("checksum")) or url.lower().startswith("file:"):
+        return ""
+    return ("%s_src_url %s is fetched over the network and %s_src_checksum is empty, so nothing would verify the %s "
+            "source. Set %s_src_checksum: sha256:<hex> (sha256sum of the tarball) or sha256:<URL of its .sha256 "
+            "file>%s, point %s_src_url at a local file: mirror%s"
+            % (name, url, name, title, name, (", or with a git source " + git_fix) if repo else "", name, after))
+
+
+def _source(name, value):
+    if not isinstance(value, dict) or value.get("type") not in ("tarball", "git", "apt"):
+        _fail(name, value, "source", "not a mapping whose type is tarball, git or apt")
+    if not _truthy(value.get("allow_unverified")):
+        why = _unverified(name, value)
+        if why:
+            raise SettingError(why)
+    return value
+
+
+def _matching(name, value, form, pattern):
+    if isinstance(value, bool) or not isinstance(value, (str, int, float)) or not pattern.fullmatch(str(value)):
+        _fail(name, value, form)
+    return str(value)
 
 
 def check_setting(name, value, form, choices=None, table=None, table_name=None, family=None, scope=None):
@@ -119,6 +195,18 @@ def check_setting(name, value, form, choices=None, table=None, table_name=None, 
         if value in ("auto", "", None):
             return value
         return _number(name, value, form, 0, 255)
+    if form in ("release", "pip_release", "url"):
+        return _matching(name, value, form, {"release": _RELEASE, "pip_release": _PIP_RELEASE, "url": _URL}[form])
+    if form == "path":
+        if not isinstance(value, str) or not value.startswith("/"):
+            _fail(name, value, form)
+        return value
+    if form == "names":
+        if not isinstance(value, list) or not all(isinstance(item, str) and item for item in value):
+            _fail(name, value, form)
+        return value
+    if form == "source":
+        return _source(name, value)
     # env
     if not isinstance(value, dict):
         _fail(name, value, form, "not a mapping")

@@ -105,6 +105,18 @@ BAD_SETTINGS = [
     ("env", ["X=1"], "not a mapping"), ("env", "X=1", "not a mapping"),
     # choice
     ("choice", "bogus", "not a known choice"),
+    # release / pip_release: efa_installer_version, nccl_ep_version, sglang_version
+    ("release", "2.30", "not of its form"), ("release", "v2.30.7", "not of its form"), ("release", 2.3, "not of its"),
+    ("release", "2.30.7\n", "not of its form"), ("release", "2.30.7.post1", "not of its form"),
+    ("release", True, "not of its form"), ("pip_release", "0.5.8rc1", "not of its form"),
+    ("pip_release", "0.5", "not of its form"), ("pip_release", None, "not of its form"),
+    # path, url, names
+    ("path", "var/cache", "not of its form"), ("path", "", "not of its form"), ("path", ["/a"], "not of its form"),
+    ("url", "ftp://mirror/x.tar.gz", "not of its form"), ("url", "/srv/x.tar.gz", "not of its form"),
+    ("url", "https://", "not of its form"), ("names", "b200_a", "not of its form"),
+    ("names", ["b200_a", ""], "not of its form"), ("names", [1], "not of its form"),
+    # source: a download's description
+    ("source", "https://x/y.tar.gz", "type is tarball, git or apt"), ("source", {"type": "zip"}, "type is tarball"),
 ]
 
 
@@ -167,7 +179,60 @@ GOOD_SETTINGS = [
     ("hca_mapping", "1:mlx5_1:1,0:mlx5_0:1", "1:mlx5_1:1,0:mlx5_0:1"), ("gid_index", "auto", "auto"),
     ("gid_index", "3", 3), ("gid_index", "", ""),
     ("env", {"HF_HOME": "/lssd/hf", "N": 3}, {"HF_HOME": "/lssd/hf", "N": 3}),
+    ("release", "2.30.7", "2.30.7"), ("pip_release", "0.5.8", "0.5.8"), ("pip_release", "0.5.8.post1", "0.5.8.post1"),
+    ("path", "/var/cache/gpufleet", "/var/cache/gpufleet"), ("url", "FILE:///srv/x.tar.gz", "FILE:///srv/x.tar.gz"),
+    ("url", "https://efa-installer.amazonaws.com/aws-efa-installer-1.50.0.tar.gz",
+     "https://efa-installer.amazonaws.com/aws-efa-installer-1.50.0.tar.gz"), ("names", [], []),
+    ("names", ["b200_a", "b200_b"], ["b200_a", "b200_b"]),
 ]
+
+
+# A download (form source): verified, local or explicitly accepted passes; anything else is refused naming the
+# role's own variables and the ways to fix it (the phase-role guard plays hold the roles' wiring of it).
+GIT = {"type": "git", "repo": "https://github.com/NVIDIA/nvshmem.git", "ref": "v3.4.5-0", "title": "NVSHMEM"}
+TARBALL = {"type": "tarball", "url": "https://mirror.example/nvshmem.tar.gz", "title": "NVSHMEM"}
+APT = {"type": "apt", "repo_url": "https://developer.download.nvidia.com/compute/cuda/repos/ubuntu2404/x86_64/",
+       "keyring_url": "https://developer.download.nvidia.com/compute/cuda/repos/ubuntu2404/x86_64/3bf863cc.pub"}
+SOURCES_PASS = [
+    dict(GIT, commit="1" * 40), dict(GIT, ref="a" * 40), dict(GIT, allow_unverified=True),
+    dict(GIT, allow_unverified="true"), dict(TARBALL, checksum="sha256:" + "d" * 64),
+    dict(TARBALL, url="file:///srv/n.tar.gz"), dict(TARBALL, url="FILE:///srv/n.tar.gz"),
+    dict(APT, keyring_checksum="sha256:" + "a" * 64), dict(APT, keyring_url="file:///srv/mirror/cuda.pub"),
+    dict(APT, repo_url="file:/srv/fleetsim-mirror/apt", trusted=True, keyring_url=""),
+    dict(APT, trusted="false", keyring_url=""), dict(APT, trusted=True, repo_url="https://x/", allow_unverified=True),
+]
+SOURCES_REFUSED = [
+    (GIT, ["v3.4.5-0 of https://github.com/NVIDIA/nvshmem.git is a moving ref", "nvshmem_src_git_commit is empty",
+           "nothing would verify the NVSHMEM source", "git ls-remote https://github.com/NVIDIA/nvshmem.git v3.4.5-0",
+           "nvshmem_allow_unverified: true"]),
+    (dict(GIT, ref="a" * 39), ["is a moving ref"]), (dict(GIT, allow_unverified=False), ["is a moving ref"]),
+    (TARBALL, ["nvshmem_src_url https://mirror.example/nvshmem.tar.gz is fetched over the network",
+               "nvshmem_src_checksum is empty", "sha256:<URL of its .sha256 file>", "local file: mirror",
+               "nvshmem_allow_unverified"]),
+    (dict(TARBALL, repo="https://github.com/NVIDIA/nvshmem.git", ref="v3.4.5-0", hint=" (the tag's commit)"),
+     ["or with a git source nvshmem_src_git_commit", "v3.4.5-0) (the tag's commit)"]),
+    (dict(TARBALL, url="ftp://mirror/x.tgz", checksum=""), ["ftp://mirror/x.tgz is fetched over the network"]),
+    (APT, ["The key https://developer.download.nvidia.com/compute/cuda/repos/ubuntu2404/x86_64/3bf863cc.pub is "
+           "fetched over the network and nvshmem_apt_keyring_checksum is empty", "Nothing would verify the packages"]),
+    (dict(APT, trusted="yes"), ["nvshmem_apt_trusted marks https://developer.download.nvidia.com", "[trusted=yes]"]),
+]
+
+
+@pytest.mark.parametrize("source", SOURCES_PASS)
+def test_a_verified_or_accepted_download_passes(module_runner, source):
+    result = module_runner(play_settings, {"settings": [{"name": "nvshmem", "value": source, "form": "source"}]})
+    assert not result.failed, result.get("msg")
+    assert result["settings"]["nvshmem"] == source
+
+
+@pytest.mark.parametrize("source,names", SOURCES_REFUSED)
+def test_an_unverified_download_is_refused_with_the_fix(module_runner, tmp_path, source, names):
+    before = snapshot(tmp_path)
+    result = module_runner(play_settings, {"settings": [{"name": "nvshmem", "value": source, "form": "source"}]})
+    assert result.failed and result["msg"].startswith("1 setting refused"), result
+    for name in names:
+        assert name in result["msg"], (name, result["msg"])
+    assert snapshot(tmp_path) == before
 
 
 @pytest.mark.parametrize("form,value,normal", GOOD_SETTINGS)
