@@ -14,11 +14,10 @@ export PYTHONDONTWRITEBYTECODE := 1
 # in .config/molecule/config.yml, the integration stages through TEST_CALLBACKS). Empty: every process builds its own.
 export GPUFLEET_ANSIBALLZ_CACHE ?= $(ROOT)/build/ansiballz-cache
 # And each playbook process loads the collection's filter, test and lookup plugins once, before its workers fork
-# (tools/callbacks/gpufleet_plugin_preload.py: a worker that templates one collection filter imports and compiles
-# every filter file and its plugin_utils, and the next task's worker again). Empty: every worker loads its own.
-export GPUFLEET_PRELOAD_COLLECTIONS ?= gpufleet.deepep
+# (the collection's callback plugin_preload, which ansible.cfg enables for every run: a worker that templates one
+# collection filter imports and compiles every filter file and its plugin_utils, and the next task's worker again).
 TEST_CALLBACKS := ANSIBLE_CALLBACK_PLUGINS=$(ROOT)/tools/callbacks \
-  ANSIBLE_CALLBACKS_ENABLED=gpufleet_ansiballz_cache,gpufleet_plugin_preload
+  ANSIBLE_CALLBACKS_ENABLED=gpufleet_ansiballz_cache,gpufleet.deepep.plugin_preload
 # The Molecule stage runs the scenarios of the simulated fleet. realvm (three real Debian guests under QEMU,
 # tools/vmfleet) is the stage after it, alone on the machine: beside the other scenarios its emulated guests and they
 # each ran 2-3x slower (make test 78 min); alone it takes 993-1,022 s on 2 cores, and its image (debootstrap, ~4 min)

@@ -12,8 +12,6 @@ documented in modules/audit_fleet_report.py, checked with validate_argument_spec
   result_var       the registered node_stack result of each host (default audit_r_node); its gpufleet_sglang
                    (gather: [..., sglang]) is the node's SGLang stack
   expect_var       each host's expectations (default audit_expect)
-  model_var        each host's registered model_config result (default audit_r_model)
-  serving_var      each host's registered serve_state result, where serving is audited (default audit_r_serving)
   groups           inventory groups for drift (default: the inventory's); skip_groups: never compared
   output_dir       a fixed run directory, or empty for <output_root>/<UTC timestamp>
   output_root      where timestamped run directories go; latest_link: point <output_root>/latest at the run
@@ -122,15 +120,11 @@ class ActionModule(ActionBase):
         hostvars = task_vars.get("hostvars") or {}
         result_var = args["result_var"] or "audit_r_node"
         expect_var = args["expect_var"] or "audit_expect"
-        model_var = args["model_var"] or "audit_r_model"
-        serving_var = args["serving_var"] or "audit_r_serving"
         documents = {}
         for host in hosts:
             documents[host] = node_document(host, _host_var(hostvars, host, "group_names"),
                                             _host_var(hostvars, host, result_var),
-                                            _host_var(hostvars, host, expect_var),
-                                            model=_host_var(hostvars, host, model_var),
-                                            serving=_host_var(hostvars, host, serving_var))
+                                            _host_var(hostvars, host, expect_var))
         groups = plain_data(args.get("groups") if args.get("groups") is not None else task_vars.get("groups"))
         for group, members in (groups or {}).items():
             if not isinstance(members, list) or not all(isinstance(m, str) for m in members):

@@ -60,23 +60,15 @@ options:
       - Where that call gathered V(sglang) (O(gpufleet.deepep.node_stack#module:gather)), as the audit role does on
         nodes the inventory gives SGLang, its C(gpufleet_sglang) becomes the facts document's C(gpufleet_sglang)
         (null where the environment has no sglang distribution; a failure to read it is named under
-        C(gather_errors)).
+        C(gather_errors)); where it gathered V(model) and V(serving) with
+        O(gpufleet.deepep.node_stack#module:role_set_errors=record), its C(gpufleet_model) and C(gpufleet_serving)
+        become the document's (judged by the C(SGLANG_*) and C(SERVING_*) rules), null where not gathered.
     type: str
     default: audit_r_node
   expect_var:
     description: The variable that holds each host's expectations (the facts document's C(expect)).
     type: str
     default: audit_expect
-  model_var:
-    description: The variable that holds each host's registered M(gpufleet.deepep.model_config) result (the facts
-      document's C(gpufleet_model)).
-    type: str
-    default: audit_r_model
-  serving_var:
-    description: The variable that holds each host's registered M(gpufleet.deepep.serve_state) result on nodes of the
-      serving groups (the facts document's C(gpufleet_serving), judged by the C(SERVING_*) rules).
-    type: str
-    default: audit_r_serving
   groups:
     description: Inventory groups (group to hosts) compared for drift; by default the inventory's.
     type: dict

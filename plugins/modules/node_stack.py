@@ -60,7 +60,11 @@ options:
       - V(serve_node) is RV(ansible_facts.gpufleet_serve_node), an engine node's facts for the serving plan.
       - V(model) is RV(ansible_facts.gpufleet_model), the model directory O(model_path) as
         M(gpufleet.deepep.model_config) reads it (the same code); a path or C(config.json) it cannot take fails
-        the module with that module's message.
+        the module with that module's message (or, with O(role_set_errors=record), is named in RV(gather_errors)).
+      - V(serving) is RV(ansible_facts.gpufleet_serving), the node's SGLang serving state as
+        M(gpufleet.deepep.serve_state) reads it (the same code) - the units C(gpufleet.deepep.sglang_serve) wrote
+        in O(serve_config_dir) under O(serve_prefix), their systemd state, and with O(serve_router_url) the router's
+        readiness and workers.
       - V(nccl) is RV(ansible_facts.gpufleet_nccl), the NCCL of the environment of O(python) (its pip package,
         C(nccl.h), C(libnccl.so.2), the pin record and whether the pin holds) as M(gpufleet.deepep.nccl_env) reads
         it (the same code), with that module's defaults - the constraints file is the one the pin record names (else
@@ -88,12 +92,25 @@ options:
         channel device, the C(NVreg_CreateImexChannel0) option (of O(modprobe_dirs) and of the driver at
         O(params_path)), C(systemctl is-active nvidia-imex) and C(nvidia-imex-ctl -q).
       - A set that cannot be gathered is left out and named in RV(gather_errors); the others are still returned.
+        The sets a role reads for itself (V(modules) to V(nccl) above, and V(serving)) fail the module instead,
+        unless O(role_set_errors=record).
     type: list
     elements: str
     choices: [stack, nvidia, rdma, gpus, bundled_nvshmem, sglang, serve_node, linkage, deepep_v2, nccl_ep, gpu_fabric,
               imex, modules, paths, cuda_toolkit, imports, symbols, initramfs, torch, hca_mapping, packages, gdrdrv,
-              jit_cache, model, nccl]
+              jit_cache, model, nccl, serving]
     default: [stack]
+  role_set_errors:
+    description:
+      - What a set a role reads for itself (V(modules), V(paths), V(cuda_toolkit), V(imports), V(symbols),
+        V(initramfs), V(torch), V(hca_mapping), V(packages), V(gdrdrv), V(jit_cache), V(model), V(nccl),
+        V(serving)) does when it cannot be read, or its options are not of their form.
+      - V(fail) fails the module with the reason (a role cannot decide without it). V(record) names it in
+        RV(gather_errors) and returns the other sets, as the stack sets do (the audit, which reports what it could
+        not read).
+    type: str
+    choices: [fail, record]
+    default: fail
   paths:
     description:
       - Absolute paths described under RV(ansible_facts.gpufleet_paths) with V(paths) in O(gather). A final
@@ -276,6 +293,29 @@ options:
         option of M(gpufleet.deepep.model_config).
     type: bool
     default: true
+  serve_config_dir:
+    description: For V(serving), where the serving units' environment files are (C(sglang_serve_config_dir)).
+    type: path
+    default: /etc/gpufleet/sglang-serve
+  serve_prefix:
+    description:
+      - For V(serving), the units' name prefix (C(sglang_serve_unit_prefix)), as the
+        O(gpufleet.deepep.serve_state#module:prefix) option of M(gpufleet.deepep.serve_state).
+    type: str
+    default: sglang
+  serve_router_url:
+    description:
+      - For V(serving), the router as the node reaches it (C(http://127.0.0.1:30080)); empty on engine nodes.
+        Credentials in the URL are refused, the password shown as C(***).
+    type: str
+    default: ""
+  serve_validate_certs:
+    description: For V(serving), check the certificate of an C(https) O(serve_router_url) and its host name.
+    type: bool
+    default: true
+  serve_ca_path:
+    description: For V(serving), a PEM file of the CA certificates that sign the router's certificate.
+    type: path
   deepep_v2_tree:
     description:
       - For V(deepep_v2), the DeepEP V2 tree whose headers are read for the CUDA 12.8 host-code workaround, the SM100
@@ -309,7 +349,9 @@ options:
   timeout:
     description:
       - Seconds each Python probe (metadata, import, the SGLang probe), C(ip -j addr show) (V(serve_node)),
-        C(nvidia-smi -q) (V(gpu_fabric)) and the IMEX commands (V(imex)) may take before it counts as failed.
+        C(nvidia-smi -q) (V(gpu_fabric)), the IMEX commands (V(imex)) and C(systemctl show) (V(serving)) may take
+        before it counts as failed; for V(serving) also the deadline of each HTTP exchange with the router, at most
+        30 seconds.
     type: int
     default: 60
 notes:
@@ -637,6 +679,13 @@ ansible_facts:
       type: dict
       sample: {path: /opt/models/deepseek-v3, hub_id: false, architecture: DeepseekV3ForCausalLM,
                num_attention_heads: 128, num_experts: 256, moe: true}
+    gpufleet_serving:
+      description:
+        - With V(serving) in O(gather), the node's serving state in the shape of M(gpufleet.deepep.serve_state)'s
+          RV(gpufleet.deepep.serve_state#module:ansible_facts.gpufleet_serving) (read by the same code).
+      returned: when O(gather) holds V(serving)
+      type: dict
+      sample: {config_dir: /etc/gpufleet/sglang-serve, prefix: sglang, units: [], router: null}
     gpufleet_nccl:
       description:
         - With V(nccl) in O(gather), the NCCL of the environment of O(python) in the shape of
@@ -956,7 +1005,9 @@ from ansible_collections.gpufleet.deepep.plugins.module_utils._node.role_facts i
     gather_symbols,
     gather_torch,
 )
+from ansible_collections.gpufleet.deepep.plugins.module_utils._http import url_secrets
 from ansible_collections.gpufleet.deepep.plugins.module_utils._serve.model import ModelError, read_model
+from ansible_collections.gpufleet.deepep.plugins.module_utils._serve.state import ServeStateInputError, serving_facts
 from ansible_collections.gpufleet.deepep.plugins.module_utils._serve.node import (
     DEFAULT_DG_CACHE_DIR as DEFAULT_SERVE_DG_CACHE_DIR,
 )
@@ -1018,6 +1069,16 @@ def _nccl(p):
     return facts
 
 
+def _serving(p):
+    """gpufleet_serving of the serve_* options (module_utils._serve.state, serve_state's reader)."""
+    try:
+        return serving_facts(p["serve_config_dir"], p["serve_prefix"], p["serve_router_url"], min(p["timeout"], 30),
+                             validate_certs=p["serve_validate_certs"], ca_path=p["serve_ca_path"],
+                             option_prefix="serve_")
+    except ServeStateInputError as exc:
+        raise PathsError(str(exc)) from None
+
+
 ROLE_READERS = {
     "modules": ("gpufleet_modules", lambda p: gather_modules(p["root"], subprocess_runner, p["module_names"],
                                                              timeout=p["timeout"])),
@@ -1039,6 +1100,7 @@ ROLE_READERS = {
     "jit_cache": ("gpufleet_deepep_jit", _jit_cache),
     "model": ("gpufleet_model", _model),
     "nccl": ("gpufleet_nccl", _nccl),
+    "serving": ("gpufleet_serving", _serving),
 }
 ROLE_SETS = tuple(ROLE_READERS)
 
@@ -1097,6 +1159,12 @@ def build_module():
             serve_dg_cache_dir=dict(type="path", default=DEFAULT_SERVE_DG_CACHE_DIR),
             model_path=dict(type="str"),
             model_offline=dict(type="bool", default=True),
+            serve_config_dir=dict(type="path", default="/etc/gpufleet/sglang-serve"),
+            serve_prefix=dict(type="str", default="sglang"),
+            serve_router_url=dict(type="str", default=""),
+            serve_validate_certs=dict(type="bool", default=True),
+            serve_ca_path=dict(type="path"),
+            role_set_errors=dict(type="str", choices=["fail", "record"], default="fail"),
             deepep_v2_tree=dict(type="path"),
             deepep_v2_nic_name=dict(type="str"),
             deepep_v2_over_rdma=dict(type="bool", default=True),
@@ -1111,6 +1179,7 @@ def build_module():
 def _main():
     module = build_module()
     params = dict(module.params, root=_ROOT, sysfs_root=_SYSFS_ROOT)
+    module.no_log_values.update(url_secrets(params["serve_router_url"]))  # a password in it: in no message
     if params["timeout"] < 1:
         module.fail_json(msg="timeout=%r: expected a positive number of seconds" % params["timeout"])
     nic = params["deepep_v2_nic_name"]
@@ -1122,20 +1191,25 @@ def _main():
                              % (params["root"],), gather_errors={}, gather_warnings={})
     facts, errors = {}, {}
     wanted = set(params["gather"])
-    try:
-        for name, (fact, read) in ROLE_READERS.items():
-            if name in wanted:
+    for name, (fact, read) in ROLE_READERS.items():
+        if name in wanted:
+            try:
                 facts[fact] = read(params)
-    except PathsError as exc:
-        module.fail_json(msg=str(exc), gather_errors={}, gather_warnings={})
+            except PathsError as exc:
+                if params["role_set_errors"] == "fail":
+                    module.fail_json(msg=str(exc), gather_errors={}, gather_warnings={})
+                errors[fact] = str(exc)
     stack_sets = [name for name in params["gather"] if name not in ROLE_SETS]
     if not stack_sets:
+        for name in sorted(errors):
+            module.warn("%s not gathered: %s" % (name, errors[name]))
         module.exit_json(changed=False, ansible_facts=facts, gather_errors=errors, gather_warnings={})
     try:
-        stack_facts, errors = gather_node(stack_sets, gather_options(params))
+        stack_facts, stack_errors = gather_node(stack_sets, gather_options(params))
     except GatherError as exc:
         module.fail_json(msg=str(exc), gather_errors={}, gather_warnings={})
     facts.update(stack_facts)
+    errors.update(stack_errors)
     for name in sorted(errors):
         module.warn("%s not gathered: %s" % (name, errors[name]))
     warnings = set_warnings(stack_facts, root=params["root"], sysfs_root=params["sysfs_root"],

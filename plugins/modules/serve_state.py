@@ -97,18 +97,11 @@ ansible_facts:
           type: dict
 """
 
-import functools
-import os
-
 from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.gpufleet.deepep.plugins.module_utils._guard import guarded
-from ansible_collections.gpufleet.deepep.plugins.module_utils._http import HttpInputError, check_url, url_secrets
-from ansible_collections.gpufleet.deepep.plugins.module_utils._runner import run_bounded
-from ansible_collections.gpufleet.deepep.plugins.module_utils._serve.state import (
-    SHOW_PROPERTIES, _get, gather, read_env_text
-)
-from ansible_collections.gpufleet.deepep.plugins.module_utils._serve.unitvalues import UnitValueError, check_prefix
+from ansible_collections.gpufleet.deepep.plugins.module_utils._http import url_secrets
+from ansible_collections.gpufleet.deepep.plugins.module_utils._serve.state import ServeStateInputError, serving_facts
 
 
 def _main():
@@ -122,25 +115,11 @@ def _main():
     ), supports_check_mode=True)
     p = module.params
     module.no_log_values.update(url_secrets(p["router_url"]))  # a password in it: in no message, nor invocation
-    if p["timeout"] < 1:
-        module.fail_json(msg="timeout %r: expected a whole number of seconds, 1 or more" % p["timeout"])
     try:
-        check_prefix(p["prefix"], "prefix")  # the rule sglang_serve's plan applies to the units it writes
-    except UnitValueError as exc:
+        facts = serving_facts(p["config_dir"], p["prefix"], p["router_url"], p["timeout"],
+                              validate_certs=p["validate_certs"], ca_path=p["ca_path"])
+    except ServeStateInputError as exc:
         module.fail_json(msg=str(exc))
-    if p["router_url"]:
-        try:
-            check_url(p["router_url"], "router_url")
-        except HttpInputError as exc:
-            module.fail_json(msg=str(exc))
-    if p["ca_path"] is not None and not os.path.isfile(p["ca_path"]):
-        module.fail_json(msg="ca_path %r: not a file; expected a PEM file of CA certificates" % p["ca_path"])
-
-    def show(unit):
-        return run_bounded(["systemctl", "show", unit, "--property=" + ",".join(SHOW_PROPERTIES)], p["timeout"])
-
-    get = functools.partial(_get, validate_certs=p["validate_certs"], ca_path=p["ca_path"])
-    facts = gather(p["config_dir"], p["prefix"], p["router_url"], show, read_env_text, p["timeout"], get=get)
     module.exit_json(changed=False, ansible_facts={"gpufleet_serving": facts})
 
 

@@ -252,23 +252,29 @@ def test_every_command_of_a_node_runs_in_the_prefetch(tmp_path):
 
 
 def test_document_takes_the_sglang_and_model_facts_where_the_audit_read_them():
+    """The audit's one node_stack call reads SGLang, the served model and the serving units (sets sglang, model and
+    serving, role_set_errors=record): the document takes them from its result."""
     node = {"changed": False, "gather_errors": {}, "ansible_facts": {"gpufleet_stack": {}}}
     sglang = {"versions": {"sglang": "0.5.8", "nccl": "2.28.3"}}
-    with_sglang = {"changed": False, "gather_errors": {}, "ansible_facts": {"gpufleet_stack": {}, "gpufleet_sglang": sglang}}
-    model = {"changed": False, "ansible_facts": {"gpufleet_model": {"architecture": "DeepseekV3ForCausalLM"}}}
-    doc = node_document("n1", [], with_sglang, {}, model=model)
+    model = {"architecture": "DeepseekV3ForCausalLM"}
+    with_sglang = {"changed": False, "gather_errors": {},
+                   "ansible_facts": {"gpufleet_stack": {}, "gpufleet_sglang": sglang, "gpufleet_model": model}}
+    doc = node_document("n1", [], with_sglang, {})
     assert doc["gpufleet_sglang"]["versions"]["nccl"] == "2.28.3"
-    assert doc["gpufleet_model"] == {"architecture": "DeepseekV3ForCausalLM"}
+    assert doc["gpufleet_model"] == {"architecture": "DeepseekV3ForCausalLM"} and doc["gpufleet_serving"] is None
     # Not read on this node (a node the inventory gives no SGLang): null, no gap reported.
-    skipped = node_document("n2", [], node, {}, model=None)
+    skipped = node_document("n2", [], node, {})
     assert skipped["gpufleet_sglang"] is None and skipped["gpufleet_model"] is None and skipped["gather_errors"] == {}
     # Read, but the environment has no sglang distribution: the SGLANG_* rules have nothing to judge.
     absent = {"changed": False, "gather_errors": {},
               "ansible_facts": {"gpufleet_stack": {}, "gpufleet_sglang": {"versions": {"sglang": None, "nccl": "2.27.5"}}}}
     assert node_document("n3", [], absent, {})["gpufleet_sglang"] is None
     # A failure is a gap of the facts (FACTS_INCOMPLETE), not a silent pass.
-    failed = node_document("n4", [], node, {}, model={"failed": True, "msg": "model_config: /m/config.json: not found"})
-    assert failed["gather_errors"] == {"gpufleet_model": "model_config: /m/config.json: not found"}
+    failed = dict(node, gather_errors={"gpufleet_model": "model_path '/m': /m/config.json: not found"})
+    doc = node_document("n4", [], failed, {})
+    assert doc["gather_errors"] == {"gpufleet_model": "model_path '/m': /m/config.json: not found"}
+    assert doc["gpufleet_model"] is None
     # An unreachable node keeps nothing of them.
-    gone = node_document("n5", [], {"unreachable": True, "msg": "refused"}, {}, model=model)
+    gone = node_document("n5", [], {"unreachable": True, "msg": "refused", "ansible_facts": with_sglang["ansible_facts"]},
+                         {})
     assert gone["gpufleet_sglang"] is None and gone["gpufleet_model"] is None

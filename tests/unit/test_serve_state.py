@@ -143,7 +143,7 @@ def test_a_router_that_does_not_answer_is_named(router):
 def _serving_doc(units, router_facts):
     result = {"ansible_facts": {"gpufleet_serving": {"config_dir": "/etc/x", "prefix": "sglang", "units": units,
                                                      "router": router_facts}}}
-    return node_document("n-1", ["sglang_decode"], {"ansible_facts": {}}, serving=result)
+    return node_document("n-1", ["sglang_decode"], result)
 
 
 def _ids(doc):
@@ -335,3 +335,53 @@ def test_a_ca_path_that_is_no_pem_file_is_named(tls_router, tmp_path):
     bad.write_text("not a certificate\n")
     with pytest.raises(_http.HttpInputError, match=r"ca_path '.*/ca\.pem': .*expected a PEM file of CA certificates"):
         _http.get(url, 5, ca_path=str(bad))
+
+
+# node_stack gather=[serving]: serve_state's facts in the audit's one call per node (the same reader), and what a
+# set that cannot be read does with role_set_errors fail (the default) and record (the audit's).
+def test_the_serving_set_is_what_serve_state_returns(tmp_path, router):
+    from unit_helpers import run_module
+    from ansible_collections.gpufleet.deepep.plugins.modules import node_stack, serve_state
+
+    server, url = router
+    server.RequestHandlerClass = type("R", (_Router,), {"readiness": 200, "workers": WORKERS})
+    config_dir = str(_config_dir(tmp_path))
+    alone = run_module(serve_state, {"config_dir": config_dir, "router_url": url, "timeout": 5})
+    merged = run_module(node_stack, {"gather": ["serving"], "serve_config_dir": config_dir, "serve_router_url": url,
+                                     "timeout": 5})
+    assert not alone.failed and not merged.failed, (alone, merged)
+    assert merged["ansible_facts"]["gpufleet_serving"] == alone["ansible_facts"]["gpufleet_serving"]
+    assert merged["ansible_facts"]["gpufleet_serving"]["router"]["ready"] is True
+    assert [u["unit"] for u in merged["ansible_facts"]["gpufleet_serving"]["units"]] == [
+        "sglang-decode0-rank0.service", "sglang-prefill0-rank1.service", "sglang-router.service"]
+
+
+@pytest.mark.parametrize("args,named", [
+    ({"serve_prefix": "../x"}, "serve_prefix"),
+    ({"serve_router_url": "ftp://127.0.0.1:1/"}, "serve_router_url"),
+    ({"serve_ca_path": "/nonexistent/ca.pem"}, "serve_ca_path '/nonexistent/ca.pem': not a file"),
+])
+def test_a_serving_set_it_cannot_read_fails_or_is_recorded(tmp_path, args, named):
+    from unit_helpers import run_module
+    from ansible_collections.gpufleet.deepep.plugins.modules import node_stack
+
+    model = str(REPO / "tests" / "fixtures" / "sglang" / "models" / "smollm2-135m")
+    base = dict(args, gather=["model", "serving"], model_path=model, serve_config_dir=str(tmp_path))
+    failed = run_module(node_stack, base)
+    assert failed.failed and named in failed["msg"], failed
+    recorded = run_module(node_stack, dict(base, role_set_errors="record"))
+    assert not recorded.failed, recorded
+    assert named in recorded["gather_errors"]["gpufleet_serving"]
+    assert set(recorded["ansible_facts"]) == {"gpufleet_model"}  # the other set is still read
+    assert any("gpufleet_serving not gathered" in str(w) for w in recorded["warnings"])
+
+
+def test_a_router_password_is_refused_and_never_shown(tmp_path):
+    from unit_helpers import run_module
+    from ansible_collections.gpufleet.deepep.plugins.modules import node_stack
+
+    result = run_module(node_stack, {"gather": ["serving"], "serve_config_dir": str(tmp_path),
+                                     "serve_router_url": "http://admin:s3cret@127.0.0.1:30080",
+                                     "role_set_errors": "record"})
+    assert not result.failed and "serve_router_url" in result["gather_errors"]["gpufleet_serving"]
+    assert "s3cret" not in json.dumps(result)

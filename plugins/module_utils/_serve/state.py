@@ -8,17 +8,24 @@ Python 3.8+ and ansible's own module_utils (this file runs on the managed nodes)
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import re
 
-from ansible_collections.gpufleet.deepep.plugins.module_utils._http import HttpError, get as http_get
+from ansible_collections.gpufleet.deepep.plugins.module_utils._http import (
+    HttpError, HttpInputError, check_url, get as http_get
+)
+from ansible_collections.gpufleet.deepep.plugins.module_utils._runner import run_bounded
 from ansible_collections.gpufleet.deepep.plugins.module_utils._serve.units import (
     ServeError, parse_env_file, parse_unit_name
 )
-from ansible_collections.gpufleet.deepep.plugins.module_utils._serve.unitvalues import UnitValueError, reply_bool
+from ansible_collections.gpufleet.deepep.plugins.module_utils._serve.unitvalues import (
+    UnitValueError, check_prefix, reply_bool
+)
 
-__all__ = ["ServeStateError", "NotJson", "parse_show", "read_env_text", "unit_facts", "router_facts", "gather"]
+__all__ = ["ServeStateError", "ServeStateInputError", "NotJson", "parse_show", "read_env_text", "unit_facts",
+           "router_facts", "gather", "serving_facts"]
 
 SHOW_PROPERTIES = ("LoadState", "ActiveState", "SubState", "MainPID", "NRestarts", "UnitFileState")
 MAX_ENV_FILE = 1024 * 1024  # bytes; a larger environment file is not one sglang_serve wrote
@@ -27,6 +34,10 @@ ENV_FORM = "expected the environment file sglang_serve writes (UTF-8 text, NAME=
 
 class ServeStateError(ValueError):
     """A file or an answer this module reads is not in the form it expects; the message names it."""
+
+
+class ServeStateInputError(ValueError):
+    """An option of the reading is not of its form; the message names the option, its value and the form."""
 
 
 def parse_show(text, unit):
@@ -206,3 +217,27 @@ def gather(config_dir, prefix, router_url, show, read_text, timeout, get=_get):
     units = unit_facts(config_dir, prefix, show, read_text)
     return {"config_dir": config_dir, "prefix": prefix, "units": units,
             "router": router_facts(router_url, timeout, get) if router_url else None}
+
+
+def serving_facts(config_dir, prefix, router_url, timeout, validate_certs=True, ca_path=None, option_prefix=""):
+    """The node's serving facts (``gpufleet_serving``) read with ``systemctl show`` and, with ``router_url``, the
+    router's answers, each bounded by ``timeout`` seconds: the reader of ``serve_state`` and of ``node_stack``'s
+    ``serving`` set. A bad option raises ServeStateInputError naming it (``option_prefix`` + its name)."""
+    if isinstance(timeout, bool) or not isinstance(timeout, int) or timeout < 1:
+        raise ServeStateInputError("%stimeout %r: expected a whole number of seconds, 1 or more"
+                                   % (option_prefix, timeout))
+    try:
+        check_prefix(prefix, option_prefix + "prefix")  # the rule sglang_serve's plan applies to the units it writes
+        if router_url:
+            check_url(router_url, option_prefix + "router_url")
+    except (UnitValueError, HttpInputError) as exc:
+        raise ServeStateInputError(str(exc)) from None
+    if ca_path is not None and not os.path.isfile(ca_path):
+        raise ServeStateInputError("%sca_path %r: not a file; expected a PEM file of CA certificates"
+                                   % (option_prefix, ca_path))
+
+    def show(unit):
+        return run_bounded(["systemctl", "show", unit, "--property=" + ",".join(SHOW_PROPERTIES)], timeout)
+
+    get = functools.partial(_get, validate_certs=validate_certs, ca_path=ca_path)
+    return gather(config_dir, prefix, router_url, show, read_env_text, timeout, get=get)

@@ -27,31 +27,15 @@ def _sglang_value(value):
     return value if ((value or {}).get("versions") or {}).get("sglang") else None
 
 
-def _registered_facts(name, result, doc):
-    """Put the registered result of a facts module the audit runs on some nodes only (``model_config``,
-    ``serve_state``; ``sglang_env`` where a play reads SGLang in its own task) into ``doc``.
-
-    Not run (None, skipped): the node has nothing of it to audit and the key stays null. Failed: the reason goes under
-    ``gather_errors``. ``gpufleet_sglang`` of an environment without the sglang distribution stays null too.
-    """
-    if not isinstance(result, dict) or not result or result.get("skipped"):
-        return
-    if result.get("failed") or result.get("unreachable"):
-        doc["gather_errors"][name] = result.get("msg") or "failed"
-        return
-    facts = result.get("ansible_facts") if isinstance(result.get("ansible_facts"), dict) else {}
-    value = facts.get(name)
-    doc[name] = value
-
-
-def node_document(host, groups, result, expect=None, model=None, serving=None):
+def node_document(host, groups, result, expect=None):
     """One node's facts document from the registered result of ``node_stack`` (``gather`` of every set).
 
     ``gpufleet_sglang``: the ``gpufleet_sglang`` facts of ``result`` where node_stack gathered ``sglang`` (the audit
     role does on nodes the inventory gives SGLang; a failure to read them is already under its ``gather_errors``),
-    null where it did not. ``model``: the registered result of ``model_config`` on a node the audit reads SGLang on
-    (``gpufleet_model``). ``serving``: the registered result of ``serve_state`` on a node of the serving groups
-    (``gpufleet_serving``). Each is null elsewhere.
+    null where it did not. ``gpufleet_model`` (the served model's ``config.json``, set ``model``, on a node the audit
+    reads SGLang on) and ``gpufleet_serving`` (the SGLang units and router, set ``serving``, on a node of the serving
+    groups) are read in the same call, with ``role_set_errors=record``: null where not gathered, a reason under
+    ``gather_errors`` where they could not be read.
 
     ``result`` None or empty: the node never got to the gathering task (reported as not reachable). An
     unreachable result gives ``reachable: false`` with the connection's message; a failed one keeps
@@ -73,17 +57,13 @@ def node_document(host, groups, result, expect=None, model=None, serving=None):
         if result.get("failed") or result.get("skipped"):
             errors["node_stack"] = result.get("msg") or ("skipped" if result.get("skipped") else "failed")
         doc["gather_errors"] = errors
-    for name in DOCUMENT_FACTS:
+    for name in DOCUMENT_FACTS + ("gpufleet_model", "gpufleet_serving"):
         doc[name] = facts.get(name) if doc["reachable"] else None
     stack = doc["gpufleet_stack"] if isinstance(doc["gpufleet_stack"], dict) else {}
     doc["gpufleet_nvshmem"] = stack.get("nvshmem")
     doc["gpufleet_deepep"] = stack.get("deepep")
     doc["gpufleet_deepep_rc_layout"] = deepep_rc_layout(doc) if doc["reachable"] else None
-    doc["gpufleet_sglang"] = doc["gpufleet_model"] = doc["gpufleet_serving"] = None
-    if doc["reachable"]:
-        doc["gpufleet_sglang"] = _sglang_value(facts.get("gpufleet_sglang"))
-        _registered_facts("gpufleet_model", model, doc)
-        _registered_facts("gpufleet_serving", serving, doc)
+    doc["gpufleet_sglang"] = _sglang_value(facts.get("gpufleet_sglang")) if doc["reachable"] else None
     return doc
 
 

@@ -33,8 +33,6 @@ ARGUMENT_SPEC = dict(
     hosts=dict(type="list", elements="str"),
     result_var=dict(type="str", default="audit_r_node"),
     expect_var=dict(type="str", default="audit_expect"),
-    model_var=dict(type="str", default="audit_r_model"),
-    serving_var=dict(type="str", default="audit_r_serving"),
     groups=dict(type="dict"),
     skip_groups=dict(type="list", elements="str", default=["all", "ungrouped"]),
     output_dir=dict(type="path"),

@@ -37,6 +37,13 @@ import re
 
 from ansible_collections.gpufleet.deepep.plugins.plugin_utils._verify.extras import KINDS as EXTRAS_KINDS
 from ansible_collections.gpufleet.deepep.plugins.plugin_utils._verify.extras import parse_extras
+from ansible_collections.gpufleet.deepep.plugins.plugin_utils._verify.testlog import (
+    LogInputError,
+    crashed,
+    error_lines,
+    fatal as fatal_signs,
+    log_text,
+)
 
 __all__ = ["BandwidthInputError", "parse_output", "TESTS", "ELASTIC_KINDS", "normalize_test"]
 
@@ -60,12 +67,10 @@ _ELASTIC_WORDS = {
 }
 
 
-class BandwidthInputError(ValueError):
-    """The input or an argument is not something this parser can read; the message names it."""
+# The input or an argument is not something this parser can read; the message names it (the log reader's error,
+# so a log that is no log is refused the same way here and by the transport truth).
+BandwidthInputError = LogInputError
 
-
-# ANSI CSI/OSC sequences; carriage returns become line breaks so progress-style rewrites stay apart.
-_ANSI_RE = re.compile(r"\x1b\[[0-?]*[ -/]*[@-~]|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)|\x1b[@-Z\\-_]")
 _NUM = r"(\d+(?:\.\d+)?)"
 
 _TESTING_RE = re.compile(r"\[testing\] Running with (BF16|FP8)\b")
@@ -95,41 +100,6 @@ _NEP_HT_RE = re.compile(r"^(Dispatch|Combine):\s+total=" + _NUM + r" us[^\n]*\n(
                         r"\s*send: total_bw=" + _NUM + r"\s+nvl_bw=" + _NUM + r"\s+rdma_bw=" + _NUM + r" GB/s",
                         re.MULTILINE)
 _NEP_VALIDATION_RE = re.compile(r"^Validation: (passed|FAILED)", re.MULTILINE)
-
-# Signs that a run did not end normally.
-_FATAL_RES = (
-    re.compile(r"Traceback \(most recent call last\)"),
-    re.compile(r"Fatal Python error"),
-    re.compile(r"Segmentation fault"),
-    re.compile(r"core dumped"),
-    re.compile(r"DeepEP error"),
-    re.compile(r"\btimeout \((?:dispatch|combine|notify|cached)[^)\n]*\)"),
-    re.compile(r"terminated with (?:signal|exit code)"),
-    re.compile(r"Process(?:Raised|Exited)Exception"),
-    re.compile(r"^\s*(?:Killed|Aborted)\b", re.MULTILINE),
-    re.compile(r"CUDA error:"),
-)
-# Lines worth reporting as the reason (exception lines, fatal signals, DeepEP's own errors).
-_ERROR_LINE_RE = re.compile(
-    r"^[^\n]*?((?:Fatal Python error:[^\n]*|Segmentation fault[^\n]*|"
-    r"(?:[A-Za-z_][\w.]*\.)?[A-Z]\w*(?:Error|Exception)(?::[^\n]*)?|"
-    r"DeepEP error:[^\n]*|CUDA error:[^\n]*|Killed|Aborted(?: \(core dumped\))?))[ \t]*$",
-    re.MULTILINE)
-_MAX_ERRORS = 20
-
-# A process that died of a signal, as the launchers report it: torch.multiprocessing.spawn
-# ("process 0 terminated with signal SIGSEGV"), Python's faulthandler ("Fatal Python error: Segmentation
-# fault"), a shell ("Segmentation fault (core dumped)") and timeout(1)/subprocess ("died with <Signals.SIGABRT: 6>").
-_SPAWN_SIGNAL_RE = re.compile(r"\bprocess (\d+) terminated with signal (SIG[A-Z]+)", re.IGNORECASE)
-_SIGNAL_WORDS = {
-    "Segmentation fault": "SIGSEGV",
-    "Aborted": "SIGABRT",
-    "Bus error": "SIGBUS",
-    "Floating point exception": "SIGFPE",
-    "Illegal instruction": "SIGILL",
-}
-_FAULT_RE = re.compile(r"^(?:Fatal Python error: )?(%s)\b" % "|".join(_SIGNAL_WORDS), re.MULTILINE)
-_SIGNALS_RE = re.compile(r"<Signals\.(SIG[A-Z]+): \d+>")
 
 _TEST_ALIASES = {
     # NCCL EP's benchmark (the collection's launcher or ep_bench): which mode ran is in its summary.
@@ -187,40 +157,6 @@ def normalize_test(test):
                               "tests/elastic/test_ep.py" % (test, ", ".join(TESTS)))
 
 
-def _text_of(output):
-    """Accept a string, a list of lines, or a command result (``stdout``/``stderr``)."""
-    if isinstance(output, bytes):
-        return output.decode("utf-8", "replace")
-    if isinstance(output, str):
-        return output
-    if isinstance(output, dict):
-        if not any(k in output for k in ("stdout", "stderr", "stdout_lines", "stderr_lines")):
-            raise BandwidthInputError(
-                "a mapping given as test output must be a command result with stdout/stderr; got keys %s"
-                % (sorted(str(k) for k in output)[:10],))
-        parts = []
-        for key, lines_key in (("stdout", "stdout_lines"), ("stderr", "stderr_lines")):
-            value = output.get(key)
-            if value is None and output.get(lines_key) is not None:
-                value = output.get(lines_key)
-            if value is not None:
-                parts.append(_text_of(value))
-        return "\n".join(parts)
-    if isinstance(output, (list, tuple)):
-        for index, line in enumerate(output):
-            if not isinstance(line, (str, bytes)):
-                raise BandwidthInputError("test output lines must be strings; item %d is a %s (%r)"
-                                          % (index, type(line).__name__, line))
-        return "\n".join(_text_of(line) for line in output)
-    raise BandwidthInputError("test output must be a string, a list of lines or a command result with "
-                              "stdout/stderr; got a %s (%r)" % (type(output).__name__, output))
-
-
-def _clean(text):
-    text = _ANSI_RE.sub("", text)
-    return text.replace("\r\n", "\n").replace("\r", "\n")
-
-
 def _infer_test(text):
     summary = _NEP_SUMMARY_RE.search(text)
     if summary:
@@ -250,43 +186,6 @@ def _infer_generation(text, test):
     if test is not None:
         return "v1"
     return None
-
-
-def _errors(text):
-    found = []
-    for match in _ERROR_LINE_RE.finditer(text):
-        line = match.group(1).strip()[:200]
-        if line and line not in found:
-            found.append(line)
-        if len(found) >= _MAX_ERRORS:
-            break
-    # DeepEP's timeouts can come without an exception line (stderr lost); keep them visible.
-    for match in re.finditer(r"\btimeout \((?:dispatch|combine|notify|cached)[^)\n]*\)", text):
-        if not any(match.group(0) in line for line in found) and len(found) < _MAX_ERRORS:
-            found.append(match.group(0))
-    return found
-
-
-def _crashed(text):
-    """The processes that died of a signal: ``[{process, signal}]`` (``process`` null where not printed)."""
-    found = []
-    for match in _SPAWN_SIGNAL_RE.finditer(text):
-        entry = {"process": int(match.group(1)), "signal": match.group(2).upper()}
-        if entry not in found:
-            found.append(entry)
-    named = set(entry["signal"] for entry in found)
-    loose = [_SIGNAL_WORDS[m.group(1)] for m in _FAULT_RE.finditer(text)]
-    loose += [m.group(1) for m in _SIGNALS_RE.finditer(text)]
-    for signal in loose:
-        # A fault line without a process number adds a signal no launcher line named already.
-        if signal not in named:
-            named.add(signal)
-            found.append({"process": None, "signal": signal})
-    return found
-
-
-def _fatal(text):
-    return any(regex.search(text) for regex in _FATAL_RES)
 
 
 def _num(value):
@@ -487,7 +386,7 @@ def parse_output(output, test=None, generation=None):
     ``test``: the test when it cannot be inferred from the output (see :func:`normalize_test`).
     ``generation``: ``v1`` or ``v2`` to override what the output suggests.
     """
-    text = _clean(_text_of(output))
+    text = log_text(output)
     forced_generation = None
     if test is not None:
         test, forced_generation = normalize_test(test)
@@ -508,10 +407,10 @@ def parse_output(output, test=None, generation=None):
         "low_latency": None,
         "elastic": None,
         "extras": None,
-        "errors": _errors(text),
-        "crashed": _crashed(text),
+        "errors": error_lines(text),
+        "crashed": crashed(text),
     }
-    fatal = _fatal(text)
+    fatal = fatal_signs(text)
 
     low_latency, ll_ranks = _parse_low_latency(text)
     result["low_latency"] = low_latency

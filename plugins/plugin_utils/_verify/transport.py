@@ -19,11 +19,7 @@ from __future__ import annotations
 import re
 
 from ansible_collections.gpufleet.deepep.plugins.plugin_utils._thresholds import VerifyInputError
-from ansible_collections.gpufleet.deepep.plugins.plugin_utils._verify.bandwidth import (
-    BandwidthInputError,
-    _clean,
-    _text_of,
-)
+from ansible_collections.gpufleet.deepep.plugins.plugin_utils._verify.testlog import LogInputError, log_text
 
 __all__ = [
     "TransportInputError", "transport_truth", "CAUSES", "PATH_CLASSES", "NVSHMEM_TRANSPORTS", "GIN_TYPES",
@@ -390,8 +386,8 @@ def transport_truth(output):
     ``output``: a string, a list of lines, or a command result holding ``stdout``/``stderr``.
     """
     try:
-        text = _clean(_text_of(output))
-    except BandwidthInputError as exc:
+        text = log_text(output)
+    except LogInputError as exc:
         raise TransportInputError(str(exc).replace("test output", "output")) from exc
     return {
         "nvshmem": _nvshmem(text),

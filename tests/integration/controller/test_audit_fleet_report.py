@@ -195,12 +195,12 @@ def test_sglang_facts_reach_the_rules(tmp_path):
     # The DeepEP of HEALTHY was built against NCCL 2.27.3 (fixture); SGLang holds 2.28.3: the warning fires.
     with_sglang = copy.deepcopy(node)
     with_sglang["ansible_facts"]["gpufleet_sglang"] = sglang_doc["gpufleet_sglang"]
+    # The served model's config.json is read in the same node_stack call (set model) on s1 only.
+    with_sglang["ansible_facts"]["gpufleet_model"] = dict(sglang_doc["gpufleet_model"], num_attention_heads=9)
     (results / "node_sglang.json").write_text(json.dumps(with_sglang))
     registered = {
         "audit_r_node": "{{ lookup('ansible.builtin.file', '%s/' ~ ('node_sglang.json' if inventory_hostname == "
                         "'s1' else 'node.json')) | from_json }}" % results}
-    (results / "model.json").write_text(json.dumps({"changed": False, "ansible_facts": {
-        "gpufleet_model": dict(sglang_doc["gpufleet_model"], num_attention_heads=9)}}))
     inventory = tmp_path / "hosts.yml"
     inventory.write_text(yaml.safe_dump({"all": {"vars": {"ansible_connection": "local"}, "children": {
         "cluster": {"hosts": {"s1": None, "s2": None}}}}}))
@@ -210,8 +210,6 @@ def test_sglang_facts_reach_the_rules(tmp_path):
         "name": "Report registered results", "hosts": "cluster", "gather_facts": False,
         "tasks": [
             {"name": "Registered results", "ansible.builtin.set_fact": dict(registered, **{
-                "audit_r_model": "{{ (lookup('ansible.builtin.file', '%s/model.json') | from_json)"
-                                 " if inventory_hostname == 's1' else {'skipped': true, 'changed': false} }}" % results,
                 "audit_expect": {"hca_prefix": "mlx5", "sglang": "{{ %s if inventory_hostname == 's1' else none }}"
                                  % json.dumps(expect)}})},
             {"name": "Report", "gpufleet.deepep.audit_fleet_report": {

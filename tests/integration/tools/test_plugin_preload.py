@@ -1,7 +1,8 @@
 # Copyright: (c) 2026, gpufleet.deepep contributors
 # GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
-"""The harness callback tools/callbacks/gpufleet_plugin_preload.py in real ansible-playbook runs, on a collection
-of its own made here: every filter, test, action and lookup plugin file records each time Python executes it.
+"""The collection's callback gpufleet.deepep.plugin_preload (plugins/callback/plugin_preload.py) in real
+ansible-playbook runs, on a collection of its own made here (named by the option ``collections``, through its
+variable GPUFLEET_PRELOAD_COLLECTIONS): every filter, test, action and lookup plugin file records each time Python executes it.
 Without the callback every task of every host imports the collection's filter files again (ansible-core's worker
 processes walk the whole filter package) and every worker that templates a lookup imports it again; with it, the
 playbook process imports each file once and the workers run what it loaded, with the same results; a broken filter
@@ -16,7 +17,7 @@ from pathlib import Path
 
 import yaml
 
-from tools.callbacks import gpufleet_plugin_preload as preload
+from ansible_collections.gpufleet.deepep.plugins.callback import plugin_preload as preload
 
 REPO = Path(__file__).resolve().parents[3]
 HOSTS = ["h1", "h2", "h3"]
@@ -102,11 +103,12 @@ def run(tmp_path: Path, collections: str | None, tasks: list[dict] | None = None
     book = tmp_path / "play.yml"
     book.write_text(yaml.safe_dump([{"hosts": "all", "connection": "local", "gather_facts": False,
                                      "vars": {"ansible_python_interpreter": sys.executable}, "tasks": tasks}]))
-    env = dict(os.environ, ANSIBLE_CALLBACK_PLUGINS=str(REPO / "tools" / "callbacks"),
-               ANSIBLE_CALLBACKS_ENABLED="gpufleet_plugin_preload", ANSIBLE_LOCAL_TEMP=str(tmp_path / "tmp"),
-               ANSIBLE_COLLECTIONS_PATH=str(tmp_path / "collections"), ANSIBLE_NOCOLOR="1",
-               PRELOAD_RECORD=str(record))
+    env = dict(os.environ, ANSIBLE_CALLBACKS_ENABLED="gpufleet.deepep.plugin_preload",
+               ANSIBLE_LOCAL_TEMP=str(tmp_path / "tmp"), ANSIBLE_NOCOLOR="1", PRELOAD_RECORD=str(record),
+               ANSIBLE_COLLECTIONS_PATH="%s:%s" % (tmp_path / "collections", REPO / ".collections"))
+    env.pop("ANSIBLE_CALLBACK_PLUGINS", None)
     env.pop("GPUFLEET_PRELOAD_COLLECTIONS", None)
+    # None: the option's default (this collection alone, so t.pre is not preloaded).
     if collections is not None:
         env["GPUFLEET_PRELOAD_COLLECTIONS"] = collections
     proc = subprocess.run([str(Path(sys.executable).parent / "ansible-playbook"), "-i", ",".join(HOSTS) + ",",
