@@ -21,6 +21,7 @@ from ansible_collections.gpufleet.deepep.plugins.plugin_utils._thresholds import
 from ansible_collections.gpufleet.deepep.plugins.plugin_utils._verify.backends import resolve as _resolve_backend
 from ansible_collections.gpufleet.deepep.plugins.plugin_utils._verify.jit import jit_verdict
 from ansible_collections.gpufleet.deepep.plugins.plugin_utils._verify import records as _records
+from ansible_collections.gpufleet.deepep.plugins.plugin_utils._verify.stages import intranode_stages
 from ansible_collections.gpufleet.deepep.plugins.plugin_utils._verify.summary import render_markdown, summarize
 from ansible_collections.gpufleet.deepep.plugins.plugin_utils._verify.sweep import sweep_plan, sweep_verdict
 from ansible_collections.gpufleet.deepep.plugins.plugin_utils._verify.traffic import nic_traffic
@@ -169,6 +170,13 @@ def verify_play_records(hostvars, hosts, internode=True):
     return _call("verify_play_records", _records.play_records, hostvars, hosts, internode=internode)
 
 
+def verify_intranode_stages(backend, scopes, settings, low_latency=False, extras=(), nccl_ep=False,
+                            nccl_ep_scopes=()):
+    """The stages of a node's verification, each one ep_test run (verify_intranode's one test task loops over them)."""
+    return _call("verify_intranode_stages", intranode_stages, backend, scopes, settings, low_latency=low_latency,
+                 extras=extras, nccl_ep=nccl_ep, nccl_ep_scopes=nccl_ep_scopes)
+
+
 class FilterModule:
     """Fleet verification filters."""
 
@@ -192,4 +200,5 @@ class FilterModule:
             "verify_run_line": verify_run_line,
             "verify_failure_message": verify_failure_message,
             "verify_play_records": verify_play_records,
+            "verify_intranode_stages": verify_intranode_stages,
         })
