@@ -170,11 +170,9 @@ def verify_play_records(hostvars, hosts, internode=True):
     return _call("verify_play_records", _records.play_records, hostvars, hosts, internode=internode)
 
 
-def verify_intranode_stages(backend, scopes, settings, low_latency=False, extras=(), nccl_ep=False,
-                            nccl_ep_scopes=()):
+def verify_intranode_stages(backend, scopes, settings):
     """The stages of a node's verification, each one ep_test run (verify_intranode's one test task loops over them)."""
-    return _call("verify_intranode_stages", intranode_stages, backend, scopes, settings, low_latency=low_latency,
-                 extras=extras, nccl_ep=nccl_ep, nccl_ep_scopes=nccl_ep_scopes)
+    return _call("verify_intranode_stages", intranode_stages, backend, scopes, settings)
 
 
 class FilterModule:

@@ -498,7 +498,10 @@ def test_the_audit_document_carries_both_sets():
 
 def test_the_roles_read_the_sets_only_where_the_family_spans_hosts():
     audit = (REPO / "roles" / "audit" / "tasks" / "main.yml").read_text()
-    assert "(['gpu_fabric', 'imex'] if audit_nvlink_fabric | bool else [])" in audit
+    gather = next(task for task in yaml.safe_load(audit) if "gpufleet.deepep.node_stack" in task)
+    wanted = gather["vars"]["audit_gather_wanted"]
+    assert wanted["gpu_fabric"] == wanted["imex"] == "{{ audit_nvlink_fabric | bool }}"
+    assert gather["gpufleet.deepep.node_stack"]["gather"] == "{{ audit_gather_sets }}"
     audit_defaults = yaml.safe_load((REPO / "roles" / "audit" / "defaults" / "main.yml").read_text())
     assert audit_defaults["audit_nvlink_fabric"] == "{{ audit_expected_gpu_family | gpufleet.deepep.nvlink_spans_hosts }}"
     assert "gpu_family: \"{{ audit_expected_gpu_family" in audit

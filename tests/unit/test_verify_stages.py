@@ -17,7 +17,7 @@ from ansible_collections.gpufleet.deepep.plugins.plugin_utils._verify.stages imp
 SETTINGS = {"script": "", "args": ["--num-tokens", "4096"], "low_latency_args": ["--num-experts", "288"],
             "nccl_ep_args": [], "python": "/opt/torch/.venv/bin/python", "nccl_ep_python": "/opt/nccl/bin/python",
             "thresholds": {"b200": {"dispatch_bf16_nvl_gbps": 400}}, "low_latency_thresholds": {},
-            "nccl_ep_thresholds": {}}
+            "nccl_ep_thresholds": {}, "low_latency": False, "extras": [], "nccl_ep": False, "nccl_ep_scopes": []}
 V2_SCOPES = sorted(descriptor("deepep_v2")["tests"])
 
 
@@ -34,9 +34,10 @@ def test_the_backends_own_test_alone_by_default():
 
 
 def test_every_stage_in_order_with_what_each_runs_with():
-    stages = verify_intranode_stages("deepep_v2", V2_SCOPES, dict(SETTINGS, script="tests/legacy/test_intranode.py"),
-                                     low_latency=True, extras=["engram", "barrier", "nonesuch"], nccl_ep=True,
-                                     nccl_ep_scopes=["intranode", "low_latency_intranode"])
+    settings = dict(SETTINGS, script="tests/legacy/test_intranode.py", low_latency=True,
+                    extras=["engram", "barrier", "nonesuch"], nccl_ep=True,
+                    nccl_ep_scopes=["intranode", "low_latency_intranode"])
+    stages = verify_intranode_stages("deepep_v2", V2_SCOPES, settings)
     assert names(stages) == [
         ("intranode", "deepep_v2", "intranode", "main"),
         ("low_latency", "deepep_v2", "low_latency_intranode", "low_latency"),
@@ -59,8 +60,8 @@ def test_every_stage_in_order_with_what_each_runs_with():
 
 
 def test_a_backend_without_the_other_tests_runs_none_of_them():
-    stages = verify_intranode_stages("deepep_v1", sorted(descriptor("deepep_v1")["tests"]), SETTINGS,
-                                     extras=["engram", "pp", "agrs", "barrier"])
+    stages = verify_intranode_stages("deepep_v1", sorted(descriptor("deepep_v1")["tests"]),
+                                     dict(SETTINGS, extras=["engram", "pp", "agrs", "barrier"]))
     assert [s["name"] for s in stages] == ["intranode"]
 
 
@@ -70,6 +71,8 @@ def test_a_backend_without_the_other_tests_runs_none_of_them():
     ("deepep_v2", "intranode", SETTINGS, "scopes 'intranode'"),
     ("deepep_v2", V2_SCOPES, {k: v for k, v in SETTINGS.items() if k != "nccl_ep_python"}, "settings lack nccl_ep_python"),
     ("deepep_v2", V2_SCOPES, None, "settings lack script"),
+    ("deepep_v2", V2_SCOPES, dict(SETTINGS, extras="engram"), "settings.extras 'engram'"),
+    ("deepep_v2", V2_SCOPES, dict(SETTINGS, low_latency="yes"), "settings.low_latency 'yes': expected true or false"),
 ])
 def test_values_not_of_their_form_are_refused_by_name(backend, scopes, settings, named):
     with pytest.raises(AnsibleFilterError, match="verify_intranode_stages") as raised:

@@ -19,7 +19,7 @@ __all__ = ["RECORDS", "intranode_stages"]
 # The role's record each stage becomes (verify_intranode_<kind>; the main record's variable is verify_intranode_record).
 RECORDS = ("main", "low_latency", "extras", "nccl_ep")
 _SETTINGS = ("script", "args", "low_latency_args", "nccl_ep_args", "python", "nccl_ep_python", "thresholds",
-             "low_latency_thresholds", "nccl_ep_thresholds")
+             "low_latency_thresholds", "nccl_ep_thresholds", "low_latency", "extras", "nccl_ep", "nccl_ep_scopes")
 
 
 def _stage(name, backend, scope, record, python, args=(), script=None, thresholds=None, table_name=None, jit=True,
@@ -29,24 +29,30 @@ def _stage(name, backend, scope, record, python, args=(), script=None, threshold
             "jit": jit, "rdma": rdma}
 
 
-def intranode_stages(backend, scopes, settings, low_latency=False, extras=(), nccl_ep=False, nccl_ep_scopes=()):
+def intranode_stages(backend, scopes, settings):
     """The stages of one node, in the order they run.
 
     ``backend``: the EP backend (``ep_backend``'s name); ``scopes``: the scopes it has a test for (its other tests
-    run only where it has them); ``settings``: the role's values by the names of ``_SETTINGS`` (the intranode test's
-    ``script`` and ``args``, the low-latency and NCCL EP ``args``, both interpreters, the three gate tables);
-    ``low_latency``: run the low-latency test; ``extras``: the other tests asked for; ``nccl_ep``/``nccl_ep_scopes``:
-    NCCL EP's benchmark in these scopes. Raises VerifyInputError naming a value not of its form."""
+    run only where it has them); ``settings``: the role's values by the names of ``_SETTINGS`` - the intranode test's
+    ``script`` and ``args``, the low-latency and NCCL EP ``args``, both interpreters, the three gate tables,
+    ``low_latency`` (run the low-latency test), ``extras`` (the other tests asked for), ``nccl_ep`` and
+    ``nccl_ep_scopes`` (NCCL EP's benchmark in these scopes). Raises VerifyInputError naming a value not of its
+    form."""
     if not isinstance(backend, str) or not backend:
         raise VerifyInputError("backend %r: expected the EP backend's name (ep_backend), such as deepep_v2" % (backend,))
-    for name, value in (("scopes", scopes), ("extras", extras), ("nccl_ep_scopes", nccl_ep_scopes)):
-        if not isinstance(value, (list, tuple)) or not all(isinstance(item, str) for item in value):
-            raise VerifyInputError("%s %r: expected a list of scope names" % (name, value))
     missing = [name for name in _SETTINGS if not isinstance(settings, dict) or name not in settings]
     if missing:
         raise VerifyInputError("settings lack %s: expected the role's values of %s"
                                % (", ".join(missing), ", ".join(_SETTINGS)))
     s = settings
+    for name, value in (("scopes", scopes), ("settings.extras", s["extras"]),
+                        ("settings.nccl_ep_scopes", s["nccl_ep_scopes"])):
+        if not isinstance(value, (list, tuple)) or not all(isinstance(item, str) for item in value):
+            raise VerifyInputError("%s %r: expected a list of scope names" % (name, value))
+    for name in ("low_latency", "nccl_ep"):
+        if not isinstance(s[name], bool):
+            raise VerifyInputError("settings.%s %r: expected true or false" % (name, s[name]))
+    low_latency, extras, nccl_ep, nccl_ep_scopes = s["low_latency"], s["extras"], s["nccl_ep"], s["nccl_ep_scopes"]
     stages = [_stage("intranode", backend, "intranode", "main", s["python"], s["args"], script=s["script"],
                      thresholds=s["thresholds"], table_name="verify_intranode_thresholds")]
     if low_latency:
