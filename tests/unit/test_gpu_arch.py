@@ -146,7 +146,7 @@ def test_no_role_default_reads_a_simulator_variable():
         assert "fleetsim_profile" not in path.read_text(), path
 
 
-@pytest.mark.parametrize("role, choices", [("verify_intranode", 6), ("verify_internode", 4)])
+@pytest.mark.parametrize("role, choices", [("verify_intranode", 3), ("verify_internode", 4)])
 def test_the_verify_roles_read_the_declared_family(role, choices):
     defaults = _defaults(role)
     assert defaults[role + "_gpu_family"] == "{{ gpufleet_gpu_family | default('') }}"

@@ -182,7 +182,8 @@ def test_audit_reads_the_stack_and_sglang_in_one_node_stack_task():
     assert task["register"] == "audit_r_node" and task["check_mode"] is True
     options = task["gpufleet.deepep.node_stack"]
     # sglang joins the gathered sets where audit_sglang, with the variables the sglang_env task was given.
-    assert "'sglang'" in options["gather"] and "audit_sglang | bool" in options["gather"]
+    assert options["gather"] == "{{ audit_gather_sets }}"
+    assert task["vars"]["audit_gather_wanted"]["sglang"] == "{{ audit_sglang | bool }}"
     for option, variable in (("sglang_python", "audit_sglang_python"), ("sglang_nvshmem_home", "audit_sglang_nvshmem_home"),
                              ("sglang_dg_cache_dir", "audit_sglang_dg_cache_dir"), ("cuda_home", "audit_cuda_home"),
                              ("timeout", "audit_probe_timeout")):
@@ -197,10 +198,22 @@ def test_the_gather_expression_of_the_audit_role():
     from ansible.parsing.dataloader import DataLoader
     from ansible.template import Templar, trust_as_template
 
-    options = [t for t in _audit_tasks() if "gpufleet.deepep.node_stack" in t][0]["gpufleet.deepep.node_stack"]
+    task = [t for t in _audit_tasks() if "gpufleet.deepep.node_stack" in t][0]
+    options = task["gpufleet.deepep.node_stack"]
+
+    def trusted(value):
+        if isinstance(value, dict):
+            return dict((k, trusted(v)) for k, v in value.items())
+        return trust_as_template(value) if isinstance(value, str) else value
+
     base = ["stack", "nvidia", "rdma", "gpus", "bundled_nvshmem", "linkage", "deepep_v2", "nccl_ep"]
-    for audit_sglang, fabric, expected in ((True, False, base + ["sglang"]), (False, False, base),
-                                           (False, True, base + ["gpu_fabric", "imex"])):
-        templar = Templar(loader=DataLoader(), variables={"audit_sglang": audit_sglang, "audit_nvlink_fabric": fabric})
+    for audit_sglang, model, serving, fabric, expected in (
+            (True, "", False, False, base + ["sglang"]), (False, "", False, False, base),
+            (False, "", False, True, base + ["gpu_fabric", "imex"]),
+            (True, "/opt/models/dsv3", True, False, base + ["sglang", "model", "serving"]),
+            (False, "/opt/models/dsv3", True, False, base + ["serving"])):
+        variables = dict(trusted(task["vars"]), audit_sglang=audit_sglang, audit_nvlink_fabric=fabric,
+                         audit_serving=serving, audit_sglang_model_path=model)
+        templar = Templar(loader=DataLoader(), variables=variables)
         assert templar.template(trust_as_template(options["gather"])) == expected
     assert set(_gather_sets.GATHERABLE) >= set(base + ["sglang", "gpu_fabric", "imex"])
