@@ -402,7 +402,12 @@ class Fleet:
         node["supervisor_pid"] = proc.pid
 
     def _supervisor_alive(self, node: dict) -> bool:
-        """True while the node's recorded supervisor runs (its PID, with this fleet's and node's command line)."""
+        """True while the node's recorded supervisor runs: where this process started it, while its child has not
+        ended (its command line is not read: a node failed to boot once with its supervisor running, the command
+        line read before it held the needle); otherwise its PID, with this fleet's and node's command line."""
+        proc = _SUPERVISORS.get(node.get("supervisor_pid"))
+        if proc is not None:
+            return proc.poll() is None
         return proc_alive(node.get("supervisor_pid"), supervisor_needle(self.paths.dir, node["name"]))
 
     def node_status(self, name: str) -> dict:
