@@ -1200,20 +1200,18 @@ def _main():
                     module.fail_json(msg=str(exc), gather_errors={}, gather_warnings={})
                 errors[fact] = str(exc)
     stack_sets = [name for name in params["gather"] if name not in ROLE_SETS]
-    if not stack_sets:
-        for name in sorted(errors):
-            module.warn("%s not gathered: %s" % (name, errors[name]))
-        module.exit_json(changed=False, ansible_facts=facts, gather_errors=errors, gather_warnings={})
-    try:
-        stack_facts, stack_errors = gather_node(stack_sets, gather_options(params))
-    except GatherError as exc:
-        module.fail_json(msg=str(exc), gather_errors={}, gather_warnings={})
-    facts.update(stack_facts)
-    errors.update(stack_errors)
+    warnings = {}
+    if stack_sets:
+        try:
+            stack_facts, stack_errors = gather_node(stack_sets, gather_options(params))
+        except GatherError as exc:
+            module.fail_json(msg=str(exc), gather_errors={}, gather_warnings={})
+        facts.update(stack_facts)
+        errors.update(stack_errors)
+        warnings = set_warnings(stack_facts, root=params["root"], sysfs_root=params["sysfs_root"],
+                                params_path=params["params_path"], version_path=params["version_path"])
     for name in sorted(errors):
         module.warn("%s not gathered: %s" % (name, errors[name]))
-    warnings = set_warnings(stack_facts, root=params["root"], sysfs_root=params["sysfs_root"],
-                            params_path=params["params_path"], version_path=params["version_path"])
     # One warning per sentence, naming every set it concerns (an empty sysfs concerns several).
     by_message = {}
     for name in sorted(warnings):

@@ -2,8 +2,8 @@
 # GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
 """Checks of play-level and role values (batch sizes, percentages, counts, timeouts, profiles, HCA mappings, GID
 indexes, environment variables, releases, paths, URLs, name lists, downloads) before any host runs: every value
-judged by its form, every refusal naming the variable, the value and the form expected. Pure logic, standard
-library only.
+judged by its form, every refusal naming the variable, the value and the form expected. Pure logic; yes/no values
+read as the roles' ``| bool`` reads them (ansible's ``boolean``).
 
 A download (form ``source``) is judged in one place for every role that fetches one: a tarball needs its checksum
 or a local ``file:`` URL, a git source a pinned commit (the commit is the checksum of a git source; tags, branches
@@ -14,6 +14,8 @@ as it is. The refusal names the role's own variables (``<name>_src_checksum``, `
 from __future__ import annotations
 
 import re
+
+from ansible.module_utils.parsing.convert_bool import boolean
 
 from ansible_collections.gpufleet.deepep.plugins.module_utils._hca_mapping import HcaMappingError, parse_hca_mapping
 from ansible_collections.gpufleet.deepep.plugins.plugin_utils._gpu_families import SCOPES
@@ -92,11 +94,6 @@ def _serial_item(name, value):
     return _number(name, value, "serial", 1)
 
 
-def _truthy(value):
-    return value is True or (isinstance(value, str) and value.strip().lower() in ("true", "yes", "on", "1")) or (
-        isinstance(value, int) and not isinstance(value, bool) and value == 1)
-
-
 def _text(value):
     return "" if value is None else str(value)
 
@@ -107,7 +104,7 @@ def _unverified(name, source):
     after = ", or set %s_allow_unverified: true to accept it unverified." % name
     if kind == "apt":
         repo, key = _text(source.get("repo_url")), _text(source.get("keyring_url"))
-        if _truthy(source.get("trusted")):
+        if boolean(source.get("trusted"), strict=False):
             if not _REMOTE.match(repo):
                 return ""
             why = "%s_apt_trusted marks %s [trusted=yes], a repository over the network." % (name, repo)
@@ -137,7 +134,7 @@ def _unverified(name, source):
 def _source(name, value):
     if not isinstance(value, dict) or value.get("type") not in ("tarball", "git", "apt"):
         _fail(name, value, "source", "not a mapping whose type is tarball, git or apt")
-    if not _truthy(value.get("allow_unverified")):
+    if not boolean(value.get("allow_unverified"), strict=False):
         why = _unverified(name, value)
         if why:
             raise SettingError(why)

@@ -16,7 +16,8 @@ __all__ = ["DOCUMENT_FACTS", "NOT_GATHERED", "deepep_rc_layout", "loaded_nvshmem
 
 # Facts of the node_stack result that go into the facts document as they are.
 DOCUMENT_FACTS = ("gpufleet_nvidia", "gpufleet_rdma", "gpufleet_gpus", "gpufleet_bundled_nvshmem", "gpufleet_stack",
-                  "gpufleet_linkage", "gpufleet_deepep_v2", "gpufleet_nccl_ep", "gpufleet_gpu_fabric", "gpufleet_imex")
+                  "gpufleet_linkage", "gpufleet_deepep_v2", "gpufleet_nccl_ep", "gpufleet_gpu_fabric", "gpufleet_imex",
+                  "gpufleet_model", "gpufleet_serving")
 NOT_GATHERED = "the play failed on this node before its facts were gathered"
 _SITE_DIRS = ("/site-packages/", "/dist-packages/")
 
@@ -57,7 +58,7 @@ def node_document(host, groups, result, expect=None):
         if result.get("failed") or result.get("skipped"):
             errors["node_stack"] = result.get("msg") or ("skipped" if result.get("skipped") else "failed")
         doc["gather_errors"] = errors
-    for name in DOCUMENT_FACTS + ("gpufleet_model", "gpufleet_serving"):
+    for name in DOCUMENT_FACTS:
         doc[name] = facts.get(name) if doc["reachable"] else None
     stack = doc["gpufleet_stack"] if isinstance(doc["gpufleet_stack"], dict) else {}
     doc["gpufleet_nvshmem"] = stack.get("nvshmem")
