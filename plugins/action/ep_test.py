@@ -1,7 +1,8 @@
 # Copyright: (c) 2026, gpufleet.deepep contributors
 # GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
 """Run one EP test on a node through the verify launcher: start it detached, wait for it within its bound, read its
-output back and copy its log to the controller, in one task and without one Python module run on the node.
+output back and copy its log to the controller, in one task and without one Python module run on the node (but the
+NIC counters' reads around it, with nic_traffic).
 
 Documented in plugins/modules/ep_test.py; the spec and the shell commands are plugin_utils/_verify/launch.py.
 """
@@ -18,7 +19,8 @@ from ansible.plugins.action import ActionBase
 from ansible_collections.gpufleet.deepep.plugins.module_utils._fileio import write_atomic
 from ansible_collections.gpufleet.deepep.plugins.module_utils._guard import unexpected_message
 from ansible_collections.gpufleet.deepep.plugins.plugin_utils._action_args import validated_args
-from ansible_collections.gpufleet.deepep.plugins.plugin_utils._verify import judge, launch
+from ansible_collections.gpufleet.deepep.plugins.plugin_utils._thresholds import VerifyInputError
+from ansible_collections.gpufleet.deepep.plugins.plugin_utils._verify import judge, launch, records
 
 
 class ActionModule(ActionBase):
@@ -37,6 +39,28 @@ class ActionModule(ActionBase):
     def _read_log(self, node_path):
         """(present, text) of the node's log: absent when the launcher refused its arguments before writing one."""
         return launch.parse_read(self._shell(launch.read_command(node_path), "reading %s" % node_path))
+
+    def _rdma(self, task_vars, result):
+        """The node's RDMA facts (gpufleet.deepep.rdma_devices), its warnings kept in ``result``."""
+        res = self._execute_module(module_name="gpufleet.deepep.rdma_devices", module_args={}, task_vars=task_vars)
+        if res.get("failed") or "gpufleet_rdma" not in (res.get("ansible_facts") or {}):
+            raise AnsibleActionFail("ep_test: reading the NIC counters (gpufleet.deepep.rdma_devices) failed on the "
+                                    "node: %s" % to_native(res.get("msg") or res)[:400])
+        warnings = result.setdefault("warnings", [])
+        for warning in res.get("warnings") or []:
+            if warning not in warnings:
+                warnings.append(warning)
+        return res["ansible_facts"]["gpufleet_rdma"]
+
+    def _with_nic(self, result, nic, before, task_vars):
+        """The record with ``nic``, the traffic of the run on the node's NICs (none read after a timed-out run)."""
+        after = None if result["timed_out"] else self._rdma(task_vars, result)
+        facts = {"gpufleet_rdma": after, "gpufleet_hca_mapping": {"mapping": nic["mapping"],
+                                                                  "supported": nic["mapping_supported"]}}
+        try:
+            return records.record_with_nic(result, before, facts, check=True, min_bytes=nic["min_bytes"])
+        except VerifyInputError as exc:
+            raise AnsibleActionFail("ep_test: nic_traffic: %s" % exc)
 
     @staticmethod
     def _fetch(text, dest):
@@ -85,6 +109,8 @@ class ActionModule(ActionBase):
                                                  host=(task_vars or {}).get("inventory_hostname"),
                                                  backend=params["backend"])
             return result
+        # The NIC counters before the test starts (its traffic is the difference).
+        nic_before = self._rdma(task_vars, result) if params["nic_traffic"] is not None else None
         deadline = params["timeout"] + params["kill_after"] + launch.GRACE_S
         start = time.monotonic()
         try:
@@ -133,6 +159,8 @@ class ActionModule(ActionBase):
                                                backend=params["backend"], scope=params["scope"])
             except judge.JudgeError as exc:
                 raise AnsibleActionFail("ep_test: %s" % exc)
+            if params["nic_traffic"] is not None:
+                result["record"] = self._with_nic(result, params["nic_traffic"], nic_before, task_vars)
         if msg:
             result["msg"] = msg
         return result

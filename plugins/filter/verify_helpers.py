@@ -21,7 +21,7 @@ from ansible_collections.gpufleet.deepep.plugins.plugin_utils._thresholds import
 from ansible_collections.gpufleet.deepep.plugins.plugin_utils._verify.backends import resolve as _resolve_backend
 from ansible_collections.gpufleet.deepep.plugins.plugin_utils._verify.jit import jit_verdict
 from ansible_collections.gpufleet.deepep.plugins.plugin_utils._verify import records as _records
-from ansible_collections.gpufleet.deepep.plugins.plugin_utils._verify.stages import intranode_stages
+from ansible_collections.gpufleet.deepep.plugins.plugin_utils._verify.stages import intranode_stages, internode_stages
 from ansible_collections.gpufleet.deepep.plugins.plugin_utils._verify.summary import render_markdown, summarize
 from ansible_collections.gpufleet.deepep.plugins.plugin_utils._verify.sweep import sweep_plan, sweep_verdict
 from ansible_collections.gpufleet.deepep.plugins.plugin_utils._verify.traffic import nic_traffic
@@ -175,6 +175,11 @@ def verify_intranode_stages(backend, scopes, settings):
     return _call("verify_intranode_stages", intranode_stages, backend, scopes, settings)
 
 
+def verify_internode_stages(scope, settings):
+    """The stages of a node in a group's run, each one ep_test run (verify_internode's one test task loops over them)."""
+    return _call("verify_internode_stages", internode_stages, scope, settings)
+
+
 class FilterModule:
     """Fleet verification filters."""
 
@@ -199,4 +204,5 @@ class FilterModule:
             "verify_failure_message": verify_failure_message,
             "verify_play_records": verify_play_records,
             "verify_intranode_stages": verify_intranode_stages,
+            "verify_internode_stages": verify_internode_stages,
         })

@@ -23,6 +23,9 @@ description:
     (the node rebooted) is returned at once as not finished, with the log it left.
   - The task never fails because the test failed. With O(judge), RV(record) holds the verdict (the parsed output,
     the gate, the thresholds, the transport); without it, the caller judges RV(output) and RV(rc).
+  - With O(nic_traffic), the node's RDMA counters are read (M(gpufleet.deepep.rdma_devices), the one module run)
+    before the test starts and after it ends, and RV(record) gets C(nic), the traffic the run caused on every ACTIVE
+    NIC port.
 author: gpufleet.deepep maintainers (@gpufleet)
 extends_documentation_fragment:
   - gpufleet.deepep.attributes
@@ -131,6 +134,25 @@ options:
       - Path on the controller to copy the node's C(<name>.log) to (its directory is made). Nothing is written when
         the launcher left no log (it refused its arguments before writing one).
     type: path
+  nic_traffic:
+    description:
+      - Judge the NIC traffic the run caused (runbook 001, DeepEP PR 466) - every ACTIVE RDMA port must have sent at
+        least O(nic_traffic.min_bytes); a port of the GPU-NIC mapping that trained below the others is C(slow). The
+        verdict is RV(record)'s C(nic) (C(passed), C(nics), C(busy), C(idle), C(slow), C(causes), C(signature));
+        null for a run that timed out. Needs O(judge) and a test whose output has the RDMA dispatch figure (an
+        internode test).
+    type: dict
+    suboptions:
+      min_bytes:
+        description: Bytes each ACTIVE port must have sent (a soft-RoCE port without the byte counter, its packets).
+        type: int
+        default: 1048576
+      mapping:
+        description: The E(DEEP_EP_DEVICE_TO_HCA_MAPPING) the test ran with (empty or null when unset).
+        type: str
+      mapping_supported:
+        description: Whether the installed DeepEP applies that mapping (null when unknown).
+        type: bool
   judge:
     description:
       - How to judge the run; when given, RV(record) is the run's verification record (the parsed output, the gate,

@@ -314,3 +314,90 @@ def test_an_unwritable_fetch_path_and_an_unexpected_error_are_named(tmp_path):
 
     result, dummy = _simulated(dict(BASE), broken)
     assert result["failed"] and result["msg"].startswith("ep_test: unexpected KeyError: 'surprise'")
+
+
+# --- the NIC traffic around a run (nic_traffic) ------------------------------------------------------------------
+def _rdma_facts(sent):
+    """gpufleet_rdma facts of two ACTIVE mlx5 ports that have sent ``sent`` 4-byte words each."""
+    devices = [{"name": "mlx5_%d" % i, "active": True,
+                "ports": [{"port": 1, "active": True, "state": "ACTIVE",
+                           "counters": {"port_xmit_data": sent, "port_rcv_data": sent}}]} for i in range(2)]
+    return {"devices": devices, "active_devices": [d["name"] for d in devices]}
+
+
+def _internode_node(output, ends_at=None):
+    """A node whose test prints ``output`` (a captured internode run) when it ends at ``ends_at``."""
+    def answer(command, now):
+        if "setsid" in command:
+            return "started 4242\n"
+        if "kill -0" in command:
+            if ends_at is not None and now >= ends_at:
+                return "rc=0 100.0 %.1f\n%s" % (100.0 + ends_at, output)
+            return "running\n"
+        if command.startswith("pkill"):
+            return ""
+        return "present\n" + output
+    return answer
+
+
+def _nic_run(args, node, reads):
+    """The action with ``reads`` (gpufleet_rdma facts, or a failed module result) answered by rdma_devices in turn;
+    (result, commands sent, the modules executed)."""
+    executed = []
+
+    def execute_module(_self, module_name=None, module_args=None, task_vars=None, **kwargs):
+        executed.append(module_name)
+        answer = reads[len(executed) - 1]
+        return answer if answer.get("failed") else {"changed": False, "ansible_facts": {"gpufleet_rdma": answer},
+                                                    "warnings": ["a garbled rate"]}
+
+    with mock.patch.object(ep_action.ActionModule, "_execute_module", execute_module):
+        result, sent = _simulated(args, node)
+    return result, sent, executed
+
+
+def _internode_args(**changes):
+    from test_ep_judge import B200_INTERNODE, INTERNODE
+    judge = {"stage": "internode", "thresholds": INTERNODE["verify_internode_thresholds"],
+             "table_name": "verify_internode_thresholds", "profile": "gcp_b200"}
+    args = dict(BASE, name="internode", backend="deepep_v1", scope="internode", judge=judge, poll=10,
+                nic_traffic={"min_bytes": 1 << 20, "mapping": "0:mlx5_0:1,1:mlx5_1:1", "mapping_supported": True})
+    args.update(changes)
+    return args, B200_INTERNODE
+
+
+def test_the_nic_traffic_of_the_run_is_read_around_it_and_judged_in_its_record():
+    args, output = _internode_args()
+    result, sent, executed = _nic_run(args, _internode_node(output, ends_at=3), [_rdma_facts(0), _rdma_facts(1 << 20)])
+    assert executed == ["gpufleet.deepep.rdma_devices"] * 2 and result["finished"]
+    nic = result["record"]["nic"]
+    assert nic["passed"] and nic["busy"] == ["mlx5_0", "mlx5_1"] and nic["idle"] == []
+    assert [n["bytes"] for n in nic["nics"]] == [4 << 20, 4 << 20]   # port_xmit_data counts 4-byte words
+    assert result["record"]["gate"]["passed"] and result["warnings"] == ["a garbled rate"]   # once, not twice
+    # an idle NIC fails the record's NIC verdict by name, the test's own gate untouched
+    result, sent, executed = _nic_run(args, _internode_node(output, ends_at=3), [_rdma_facts(0), _rdma_facts(0)])
+    assert not result["record"]["nic"]["passed"] and result["record"]["nic"]["idle"] == ["mlx5_0", "mlx5_1"]
+
+
+def test_a_run_without_nic_traffic_reads_no_counter_and_a_timed_out_one_reads_them_once():
+    args, output = _internode_args()
+    del args["nic_traffic"]
+    result, sent, executed = _nic_run(args, _internode_node(output, ends_at=3), [])
+    assert executed == [] and "nic" not in result["record"]
+    args, output = _internode_args(timeout=20, kill_after=5)
+    result, sent, executed = _nic_run(args, _internode_node(output), [_rdma_facts(0)])
+    assert result["timed_out"] and executed == ["gpufleet.deepep.rdma_devices"] and result["record"]["nic"] is None
+
+
+def test_nic_traffic_refusals_are_named():
+    args, output = _internode_args()
+    with pytest.raises(AnsibleActionFail, match="nic_traffic is given without judge"):
+        _nic_run(dict(args, judge=None), _internode_node(output, ends_at=1), [])
+    with pytest.raises(AnsibleActionFail, match="nic_traffic.min_bytes=0 is not a positive number of bytes"):
+        _nic_run(dict(args, nic_traffic={"min_bytes": 0}), _internode_node(output, ends_at=1), [])
+    with pytest.raises(AnsibleActionFail, match="reading the NIC counters .*failed on the node: sysfs gone"):
+        _nic_run(args, _internode_node(output, ends_at=1), [{"failed": True, "msg": "sysfs gone"}])
+    # a test whose output has no RDMA figure (not an internode test) cannot be judged on its NIC traffic
+    with pytest.raises(AnsibleActionFail, match="nic_traffic: result.record.parsed: .* has no dispatch.bf16.rdma_gbps"):
+        _nic_run(dict(args, judge={"stage": "connectivity", "test": "test_deepep_internode.py"}),
+                 _internode_node("ok\n", ends_at=1), [_rdma_facts(0), _rdma_facts(1 << 20)])

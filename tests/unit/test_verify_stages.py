@@ -1,8 +1,8 @@
 # Copyright: (c) 2026, gpufleet.deepep contributors
 # GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
-"""The stages of a node's verification (plugin_utils/_verify/stages.py, filter verify_intranode_stages): which test
-runs of which backend verify_intranode's one ep_test task makes, in order, with what, and which record each
-becomes; and the refusals of values not of their form. The role's wiring is proven by the verify and build
+"""The stages of a node's verification (plugin_utils/_verify/stages.py, filters verify_intranode_stages and
+verify_internode_stages): which test runs of which backend the verify roles' one ep_test task makes, in order, with
+what, judged how, and which record each becomes; and the refusals of values not of their form. The role's wiring is proven by the verify and build
 scenarios (every stage on the simulated fleet) and the GPU suite."""
 
 from __future__ import annotations
@@ -10,6 +10,7 @@ from __future__ import annotations
 import pytest
 from ansible.errors import AnsibleFilterError
 
+from ansible_collections.gpufleet.deepep.plugins.filter.verify_helpers import verify_internode_stages
 from ansible_collections.gpufleet.deepep.plugins.filter.verify_helpers import verify_intranode_stages
 from ansible_collections.gpufleet.deepep.plugins.plugin_utils._verify.backends import backend as descriptor
 from ansible_collections.gpufleet.deepep.plugins.plugin_utils._verify.stages import RECORDS
@@ -77,4 +78,70 @@ def test_a_backend_without_the_other_tests_runs_none_of_them():
 def test_values_not_of_their_form_are_refused_by_name(backend, scopes, settings, named):
     with pytest.raises(AnsibleFilterError, match="verify_intranode_stages") as raised:
         verify_intranode_stages(backend, scopes, settings)
+    assert named in str(raised.value)
+
+
+# --- across nodes (verify_internode) -------------------------------------------------------------------------------
+JUDGE = {"thresholds": {"b200": {"dispatch_bf16_rdma_gbps": 40}}, "table_name": "verify_internode_thresholds",
+         "profile": "gcp_b200", "family": "b200", "fabric": "roce", "transport_policies": None}
+GROUP = {"backend": "v1", "script": "", "args": ["--num-tokens", "2048"], "low_latency_args": ["--num-experts", "288"],
+         "nccl_ep_args": ["--mode", "ht"], "python": "/opt/deepep/venv/bin/python", "nccl_ep_python": "/opt/nccl/python",
+         "judge": JUDGE,
+         "scaleup_judge": {"thresholds": {"gb200": {}}, "table_name": "verify_internode_scaleup_thresholds"},
+         "low_latency_judge": {"thresholds": {"b200": {}}, "table_name": "verify_internode_low_latency_thresholds"},
+         "nccl_ep_thresholds": {"h200": {}}, "low_latency": False, "nccl_ep": False,
+         "nccl_ep_scopes": ["internode", "low_latency_internode"], "nic_check": True}
+
+
+def test_a_group_runs_its_internode_test_alone_by_default_with_the_nic_traffic_judged():
+    (stage,) = verify_internode_stages("internode", GROUP)
+    assert (stage["name"], stage["backend"], stage["scope"], stage["record"]) == ("internode", "v1", "internode", "main")
+    assert stage["nics"] and stage["script"] is None and stage["args"] == ["--num-tokens", "2048"]
+    assert stage["judge"] == dict(JUDGE, stage="internode")
+    (stage,) = verify_internode_stages("internode", dict(GROUP, nic_check=False, script="tests/test_internode.py"))
+    assert not stage["nics"] and stage["script"] == "tests/test_internode.py"
+
+
+def test_every_stage_of_a_group_in_order_each_judged_against_its_own_gates():
+    stages = verify_internode_stages("internode", dict(GROUP, low_latency=True, nccl_ep=True))
+    assert names(stages) == [
+        ("internode", "v1", "internode", "main"),
+        ("low_latency", "v1", "low_latency_internode", "low_latency"),
+        ("nccl_ep_internode", "nccl_ep", "internode", "nccl_ep"),
+        ("nccl_ep_low_latency_internode", "nccl_ep", "low_latency_internode", "nccl_ep"),
+    ]
+    by_name = {s["name"]: s for s in stages}
+    # only the group's own test is read on the NICs; the others keep the base judge with their gates and stage
+    assert [s["nics"] for s in stages] == [True, False, False, False]
+    ll = by_name["low_latency"]
+    assert ll["args"] == ["--num-experts", "288"] and ll["judge"]["table_name"] == "verify_internode_low_latency_thresholds"
+    assert ll["judge"]["stage"] == "low_latency_internode" and ll["judge"]["fabric"] == "roce"
+    nccl = by_name["nccl_ep_low_latency_internode"]
+    assert nccl["python"] == "/opt/nccl/python" and nccl["args"] == ["--mode", "ht"]
+    assert nccl["judge"] == dict(JUDGE, thresholds={"h200": {}}, table_name="verify_internode_nccl_ep_thresholds",
+                                 stage="low_latency_internode")
+    assert GROUP["judge"] == JUDGE and "stage" not in JUDGE   # the role's values are not changed
+
+
+def test_an_nvlink_domain_runs_its_scale_up_test_alone_without_the_site_script_or_the_nics():
+    stages = verify_internode_stages("scaleup", dict(GROUP, low_latency=True, nccl_ep=True,
+                                                     script="tests/test_internode.py"))
+    assert names(stages) == [("scaleup", "v1", "scaleup", "main")]
+    (stage,) = stages
+    assert stage["script"] is None and not stage["nics"]
+    assert stage["judge"]["table_name"] == "verify_internode_scaleup_thresholds" and stage["judge"]["stage"] == "scaleup"
+
+
+@pytest.mark.parametrize("scope,settings,named", [
+    ("intranode", GROUP, "scope 'intranode': expected the group's scope, one of internode, scaleup"),
+    (None, GROUP, "scope None"),
+    ("internode", {k: v for k, v in GROUP.items() if k != "nic_check"}, "settings lack nic_check"),
+    ("internode", dict(GROUP, nic_check="yes"), "settings.nic_check 'yes': expected true or false"),
+    ("internode", dict(GROUP, nccl_ep_scopes="internode"), "settings.nccl_ep_scopes 'internode'"),
+    ("internode", dict(GROUP, judge=None), "settings.judge None: expected a mapping of ep_test's judge options"),
+    ("internode", dict(GROUP, backend=""), "settings.backend ''"),
+])
+def test_group_values_not_of_their_form_are_refused_by_name(scope, settings, named):
+    with pytest.raises(AnsibleFilterError, match="verify_internode_stages") as raised:
+        verify_internode_stages(scope, settings)
     assert named in str(raised.value)

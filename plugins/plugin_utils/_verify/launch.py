@@ -40,6 +40,8 @@ ARGUMENT_SPEC = dict(
     kill_after=dict(type="int", default=30),
     poll=dict(type="int", default=10),
     fetch_to=dict(type="path"),
+    nic_traffic=dict(type="dict", options=dict(min_bytes=dict(type="int", default=1048576),
+                                               mapping=dict(type="str"), mapping_supported=dict(type="bool"))),
     judge=dict(type="dict", options=JUDGE_SPEC),
 )
 
@@ -118,6 +120,14 @@ def validate(params):
     poll = _seconds("poll", params["poll"])
     if poll > params["timeout"]:
         raise LaunchError("poll=%s is longer than timeout=%s (expected poll <= timeout)" % (poll, params["timeout"]))
+    nic = params.get("nic_traffic")
+    if nic is not None:
+        if not params.get("judge"):
+            raise LaunchError("nic_traffic is given without judge (expected judge too: the NIC verdict is the "
+                              "record's nic)")
+        if nic["min_bytes"] < 1:
+            raise LaunchError("nic_traffic.min_bytes=%r is not a positive number of bytes (expected e.g. 1048576)"
+                              % (nic["min_bytes"],))
     return params
 
 
