@@ -133,12 +133,6 @@ def verify_group_go(hostvars, hosts, play_hosts, connectivity=True):
     return _call("verify_group_go", _records.group_go, hostvars, hosts, play_hosts, connectivity=connectivity)
 
 
-def verify_record_nic(result, before=None, facts=None, check=True, min_bytes=1048576):
-    """ep_test's record of an internode run with the NIC traffic the run caused (nic)."""
-    return _call("verify_record_nic", _records.record_with_nic, result, before=before, facts=facts, check=check,
-                 min_bytes=min_bytes)
-
-
 def verify_record_jit(result, before=None, after=None, enabled=True, require_warm=False):
     """ep_test's record of an intranode run with what V2's JIT did in it (jit)."""
     return _call("verify_record_jit", _records.record_with_jit, result, before=before, after=after, enabled=enabled,
@@ -196,7 +190,6 @@ class FilterModule:
             "verify_sweep_plan": verify_sweep_plan,
             "verify_sweep_verdict": verify_sweep_verdict,
             "verify_group_go": verify_group_go,
-            "verify_record_nic": verify_record_nic,
             "verify_record_jit": verify_record_jit,
             "verify_run_env": verify_run_env,
             "verify_sweep_judge": verify_sweep_judge,

@@ -46,7 +46,8 @@ options:
     type: str
     default: python3
   state:
-    description: V(facts) only reads; V(present) installs and guards; V(lock) resolves what V(present) would
+    description: V(facts) only reads (the reader of M(gpufleet.deepep.node_stack)'s V(sglang) set, which the
+      roles use); V(present) installs and guards; V(lock) resolves what V(present) would
       install and returns its hash lock (RV(requirements_hashes)), changing nothing.
     type: str
     choices: [facts, present, lock]

@@ -2,7 +2,7 @@
 # GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
 """The verify roles' decisions and records in Python (plugin_utils/_verify/records.py, through the filters of
 verify_helpers.py) and site.yml's play hosts (site_helpers.py): the go/no-go of a group, the records with NIC
-traffic and JIT, the env of a run, the sweep's judge, the plan line, the failure message, the play's records."""
+traffic (ep_test's nic_traffic) and JIT, the env of a run, the sweep's judge, the plan line, the failure message, the play's records."""
 
 from __future__ import annotations
 
@@ -11,6 +11,8 @@ from ansible.errors import AnsibleFilterError
 
 from ansible_collections.gpufleet.deepep.plugins.filter import site_helpers as sf
 from ansible_collections.gpufleet.deepep.plugins.filter import verify_helpers as vf
+from ansible_collections.gpufleet.deepep.plugins.plugin_utils._thresholds import VerifyInputError
+from ansible_collections.gpufleet.deepep.plugins.plugin_utils._verify.records import record_with_nic
 
 CACHE = "/var/cache/ep-jit"
 MB = 1 << 20
@@ -73,11 +75,11 @@ def internode(timed_out=False, gbps=45.0):
 
 def test_record_nic():
     facts = {"gpufleet_rdma": rdma([5 * MB, 5 * MB]), "gpufleet_hca_mapping": {"mapping": None, "supported": False}}
-    record = vf.verify_record_nic(internode(), rdma([0, 0]), facts, min_bytes=MB)
+    record = record_with_nic(internode(), rdma([0, 0]), facts, min_bytes=MB)
     assert record["host"] == "a" and record["gate"] == {"passed": True}
     assert [nic["bytes"] for nic in record["nic"]["nics"]] == [20 * MB, 20 * MB]
-    assert vf.verify_record_nic(internode(timed_out=True), None, None)["nic"] is None
-    assert vf.verify_record_nic(internode(), None, None, check=False) == dict(internode()["record"], nic=None)
+    assert record_with_nic(internode(timed_out=True), None, None)["nic"] is None
+    assert record_with_nic(internode(), None, None, check=False) == dict(internode()["record"], nic=None)
 
 
 @pytest.mark.parametrize("result, facts, kwargs, message", [
@@ -91,8 +93,8 @@ def test_record_nic():
     ({"skipped": True}, None, {}, "result.record: None is not a mapping"),
 ])
 def test_record_nic_bad_input(result, facts, kwargs, message):
-    with pytest.raises(AnsibleFilterError, match="^verify_record_nic: ") as err:
-        vf.verify_record_nic(result, rdma([0]), facts, **kwargs)
+    with pytest.raises(VerifyInputError) as err:
+        record_with_nic(result, rdma([0]), facts, **kwargs)
     assert message in str(err.value)
 
 
