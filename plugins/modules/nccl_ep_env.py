@@ -160,7 +160,8 @@ ansible_facts:
     gpufleet_nccl_ep:
       description:
         - NCCL EP in the environment of O(python), after the run.
-        - C(installed), C(version), C(location) (its site-packages), C(library) (C(libnccl_ep.so)) and
+        - C(installed), C(version), C(location) (its site-packages), C(library) (the C(libnccl_ep.so) of the
+          environment's CUDA major - the wheel ships C(lib/cu12) and C(lib/cu13) - else the first there) and
           C(library_cuda) (the CUDA major of its C(lib/cuNN)); C(requires_nccl) (the NCCL release its C(cu13) extra
           pins); C(nccl) (C(package), C(version) - what its C(nccl.h) says, the C(nccl) role's source build copied
           over the package's files included - C(package_version) - the pip metadata's - and C(cuda_major) of the

@@ -338,3 +338,23 @@ def test_the_roles_install_on_the_real_h200_judged_by_the_audit():
     assert set(checks(facts).values()) == {"pass"} and facts["library_cuda"] == 13
     assert [r for r, _m in found(nccl_ep_doc(facts))] == ["NCCL_EP_JIT_CACHE_UNSET"]
     assert found(nccl_ep_doc(dict(facts, jit_cache_dir="/var/cache/nccl-ep/jit", jit_kernels=5))) == []
+
+
+@pytest.mark.parametrize("torch_cuda, nccl_pkg, library_cuda, cuda_check", [
+    ("2.11.0+cu130", "nvidia-nccl-cu13", 13, "pass"),   # the lent H200's environment: cu13, not the first directory
+    ("2.9.1+cu128", "nvidia-nccl-cu12", 12, "fail"),    # a CUDA 12 environment loads cu12: NCCL EP v0.1 refuses it
+    (None, "nvidia-nccl-cu13", 13, "pass"),             # no torch: the NCCL wheel's CUDA major
+])
+def test_the_library_is_the_one_of_the_environments_cuda_where_the_wheel_ships_both(
+        tmp_path, torch_cuda, nccl_pkg, library_cuda, cuda_check):
+    # the real nccl-extensions 0.1.0 wheel ships nccl/ep/lib/cu12 and cu13 (both on the H200, 2026-12-02)
+    for major in (12, 13):
+        lib = tmp_path / "site" / "nccl" / "ep" / "lib" / ("cu%d" % major) / "libnccl_ep.so"
+        lib.parent.mkdir(parents=True)
+        lib.write_text("stand-in\n")
+    packages = [("nccl-extensions", "0.1.0"), (nccl_pkg, "2.30.7")] + ([("torch", torch_cuda)] if torch_cuda else [])
+    facts = _ep.read_nccl_ep(probe(*packages), root=str(tmp_path))
+    assert facts["library"] == "/site/nccl/ep/lib/cu%d/libnccl_ep.so" % library_cuda
+    assert facts["library_cuda"] == library_cuda
+    (cuda,) = [c for c in facts["checks"] if c["check"] == "cuda_13"]
+    assert cuda["status"] == cuda_check, cuda

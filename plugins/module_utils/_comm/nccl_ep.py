@@ -91,6 +91,27 @@ def _count_kernels(path):
     return count
 
 
+def _environment_cuda(facts):
+    """The CUDA major of the torch environment (torch's CUDA, else the NVIDIA NCCL wheel's), or None."""
+    major = str(facts.get("torch_cuda") or "").partition(".")[0]
+    if major.isdigit():
+        return int(major)
+    return (facts.get("nccl") or {}).get("cuda_major")
+
+
+def _library(root, location, cuda_major):
+    """(path, CUDA major) of the ``libnccl_ep.so`` that nccl.ep loads in an environment of ``cuda_major``: the wheel
+    ships one per CUDA major (``nccl/ep/lib/cu12``, ``cu13``); the environment's own where it is there, else the
+    first (the cuda_13 check then names the mismatch); None where the wheel has none."""
+    found = []
+    for lib in sorted(glob.glob(os.path.join(under(root, location), "nccl", "ep", "lib", "cu*", "libnccl_ep.so*"))):
+        cuda_dir = os.path.basename(os.path.dirname(lib))
+        major = int(cuda_dir[2:]) if cuda_dir[2:].isdigit() else None
+        found.append((os.path.join(location, "nccl", "ep", "lib", cuda_dir, os.path.basename(lib)), major))
+    own = [item for item in found if cuda_major is not None and item[1] == cuda_major]
+    return (own or found or [None])[0]
+
+
 def read_nccl_ep(py, root="/", env_exports=None, gpus=None):
     """``gpufleet_nccl_ep`` from the Python probe ``py`` (``{ok, packages: [{name, version, location}]}``; its
     pattern lists nccl-extensions, its dependencies, torch and the NVIDIA NCCL wheels), files read under ``root``,
@@ -121,11 +142,9 @@ def read_nccl_ep(py, root="/", env_exports=None, gpus=None):
     if ext:
         facts.update(installed=True, version=ext.get("version"), location=ext.get("location"))
         location = ext.get("location") or "/nonexistent"
-        for lib in sorted(glob.glob(os.path.join(under(root, location), "nccl", "ep", "lib", "cu*", "libnccl_ep.so*"))):
-            cuda_dir = os.path.basename(os.path.dirname(lib))
-            facts["library"] = os.path.join(location, "nccl", "ep", "lib", cuda_dir, os.path.basename(lib))
-            facts["library_cuda"] = int(cuda_dir[2:] or 0) or None
-            break
+        library = _library(root, location, _environment_cuda(facts))
+        if library:
+            facts["library"], facts["library_cuda"] = library
         for line in _metadata_requires(root, ext.get("location"), ext.get("version")):
             match = _NCCL_REQ.match(line)
             if match and facts["requires_nccl"] is None:
