@@ -321,6 +321,8 @@ record:
       V2's other tests C(figures), the slowest rank's (GB/s, MPPS, µs).
     - A test the node's hardware cannot run (too few ranks, no RDMA NIC, no kernels for its rank count) is not
       started, and its record's gate is C(skipped), passed, with the reason.
+    - With O(nic_traffic), C(nic) is the NIC traffic verdict of the run (C(passed), C(nics), C(busy), C(idle),
+      C(slow), C(causes), C(signature)), null for a run that timed out; without it the record has no C(nic).
   returned: when judge is given and the test ran or was skipped for the node's hardware
   type: dict
   sample:
