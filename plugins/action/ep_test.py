@@ -55,10 +55,9 @@ class ActionModule(ActionBase):
     def _with_nic(self, result, nic, before, task_vars):
         """The record with ``nic``, the traffic of the run on the node's NICs (none read after a timed-out run)."""
         after = None if result["timed_out"] else self._rdma(task_vars, result)
-        facts = {"gpufleet_rdma": after, "gpufleet_hca_mapping": {"mapping": nic["mapping"],
-                                                                  "supported": nic["mapping_supported"]}}
         try:
-            return records.record_with_nic(result, before, facts, check=True, min_bytes=nic["min_bytes"])
+            return records.record_with_nic(result, before, after, min_bytes=nic["min_bytes"], mapping=nic["mapping"],
+                                           mapping_supported=nic["mapping_supported"])
         except VerifyInputError as exc:
             raise AnsibleActionFail("ep_test: nic_traffic: %s" % exc)
 

@@ -74,27 +74,25 @@ def internode(timed_out=False, gbps=45.0):
 
 
 def test_record_nic():
-    facts = {"gpufleet_rdma": rdma([5 * MB, 5 * MB]), "gpufleet_hca_mapping": {"mapping": None, "supported": False}}
-    record = record_with_nic(internode(), rdma([0, 0]), facts, min_bytes=MB)
+    record = record_with_nic(internode(), rdma([0, 0]), rdma([5 * MB, 5 * MB]), min_bytes=MB)
     assert record["host"] == "a" and record["gate"] == {"passed": True}
     assert [nic["bytes"] for nic in record["nic"]["nics"]] == [20 * MB, 20 * MB]
+    assert record["nic"]["passed"] and record["nic"]["idle"] == []
+    # the mapping the run had is what the slow-rail check compares
+    mapped = record_with_nic(internode(), rdma([0, 0]), rdma([5 * MB, 5 * MB]), min_bytes=MB,
+                             mapping="0:mlx5_0:1,1:mlx5_1:1", mapping_supported=True)
+    assert mapped["nic"]["passed"], mapped["nic"]
     assert record_with_nic(internode(timed_out=True), None, None)["nic"] is None
-    assert record_with_nic(internode(), None, None, check=False) == dict(internode()["record"], nic=None)
 
 
-@pytest.mark.parametrize("result, facts, kwargs, message", [
-    (internode(), {"gpufleet_rdma": {}}, {}, "facts: the node's facts have no gpufleet_hca_mapping"),
-    (internode(), {"gpufleet_rdma": {}, "gpufleet_hca_mapping": {"mapping": None}}, {}, "has no supported"),
-    ({"record": {"parsed": {}}, "timed_out": False}, {"gpufleet_rdma": {}, "gpufleet_hca_mapping":
-                                                      {"mapping": None, "supported": False}}, {},
-     "result.record.parsed: {} has no dispatch.bf16.rdma_gbps"),
-    (internode(), {"gpufleet_rdma": rdma([0]), "gpufleet_hca_mapping": {"mapping": None, "supported": False}},
-     {"min_bytes": "big"}, "min_bytes: 'big' is not a byte count"),
-    ({"skipped": True}, None, {}, "result.record: None is not a mapping"),
+@pytest.mark.parametrize("result, kwargs, message", [
+    ({"record": {"parsed": {}}, "timed_out": False}, {}, "result.record.parsed: {} has no dispatch.bf16.rdma_gbps"),
+    (internode(), {"min_bytes": "big"}, "min_bytes: 'big' is not a byte count"),
+    ({"skipped": True}, {}, "result.record: None is not a mapping"),
 ])
-def test_record_nic_bad_input(result, facts, kwargs, message):
+def test_record_nic_bad_input(result, kwargs, message):
     with pytest.raises(VerifyInputError) as err:
-        record_with_nic(result, rdma([0]), facts, **kwargs)
+        record_with_nic(result, rdma([0]), rdma([0]), **kwargs)
     assert message in str(err.value)
 
 

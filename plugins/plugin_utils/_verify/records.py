@@ -94,33 +94,20 @@ def _min_bytes(value):
     return value
 
 
-def record_with_nic(result, before=None, facts=None, check=True, min_bytes=1048576):
-    """ep_test's record of an internode run with ``nic``: when ``check`` and the run did not time out, the NIC
-    traffic the run caused (``nic_traffic`` of the counters ``before`` it and the node's ``facts`` after it, whose
-    gpufleet_rdma and gpufleet_hca_mapping it reads), else None."""
+def record_with_nic(result, before, after, min_bytes=1048576, mapping=None, mapping_supported=None):
+    """ep_test's record of an internode run with ``nic``: unless the run timed out, the NIC traffic it caused
+    (``nic_traffic`` of the ``gpufleet_rdma`` counters ``before`` and ``after`` it, with the run's BF16 dispatch RDMA
+    figure and the GPU-NIC ``mapping`` it ran with, ``mapping_supported`` whether DeepEP applies it), else None."""
     record = _record(result, "result")
-    if _bool(check, "check") and not result.get("timed_out"):
-        facts = _mapping(facts, "facts", "the node's ansible_facts (with gpufleet_rdma and gpufleet_hca_mapping)")
-        for key in ("gpufleet_rdma", "gpufleet_hca_mapping"):
-            if key not in facts:
-                raise VerifyInputError("facts: the node's facts have no %s; expected ansible_facts after "
-                                       "gpufleet.deepep.rdma_devices and the HCA mapping probe" % key)
-        probe = _mapping(facts["gpufleet_hca_mapping"], "facts.gpufleet_hca_mapping",
-                         "the HCA mapping probe's facts (a mapping with mapping and supported)")
-        for key in ("mapping", "supported"):
-            if key not in probe:
-                raise VerifyInputError("facts.gpufleet_hca_mapping: %r has no %s; expected the HCA mapping probe's "
-                                       "facts" % (probe, key))
-        try:
-            gbps = record["parsed"]["dispatch"]["bf16"]["rdma_gbps"]
-        except (KeyError, TypeError):
-            raise VerifyInputError("result.record.parsed: %r has no dispatch.bf16.rdma_gbps; expected the parsed "
-                                   "output of an internode test" % (record.get("parsed"),)) from None
-        nic = nic_traffic(before, facts["gpufleet_rdma"], min_bytes=_min_bytes(min_bytes), rdma_gbps=gbps,
-                          mapping=probe["mapping"], mapping_supported=probe["supported"])
-    else:
-        nic = None
-    return dict(record, nic=nic)
+    if result.get("timed_out"):
+        return dict(record, nic=None)
+    try:
+        gbps = record["parsed"]["dispatch"]["bf16"]["rdma_gbps"]
+    except (KeyError, TypeError):
+        raise VerifyInputError("result.record.parsed: %r has no dispatch.bf16.rdma_gbps; expected the parsed "
+                               "output of an internode test" % (record.get("parsed"),)) from None
+    return dict(record, nic=nic_traffic(before, after, min_bytes=_min_bytes(min_bytes), rdma_gbps=gbps,
+                                        mapping=mapping, mapping_supported=mapping_supported))
 
 
 def _jit_facts(registered, name):
